@@ -1,0 +1,2 @@
+//! `codegen`: the command line of the kernel generator.
+fn main() {}

@@ -1,0 +1,70 @@
+//! Kernel specs: one plain value per kernel family, holding every specialisation parameter.
+//!
+//! A spec is validated ([`Family::validate`]) before it is rendered; its name
+//! ([`Family::kernel_name`]) carries every parameter, so two specs that render different code
+//! never share a name; its template context ([`Family::context`]) gives the template exactly the
+//! variables it uses (rendering is strict: a missing variable is an error).
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A spec field outside what the family supports.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("invalid {family} spec: `{field}` is {got}; allowed: {allowed}")]
+pub struct SpecError {
+    pub family: &'static str,
+    pub field: &'static str,
+    pub got: String,
+    pub allowed: String,
+}
+
+impl SpecError {
+    pub fn new(
+        family: &'static str,
+        field: &'static str,
+        got: impl ToString,
+        allowed: impl ToString,
+    ) -> Self {
+        SpecError {
+            family,
+            field,
+            got: got.to_string(),
+            allowed: allowed.to_string(),
+        }
+    }
+}
+
+/// What every kernel family provides to the renderer.
+pub trait Family {
+    /// The family's name, also the stem of its template: `templates/<FAMILY>.cu.tera`.
+    const FAMILY: &'static str;
+
+    /// Checks every field, naming the first bad one and the allowed values.
+    fn validate(&self) -> Result<(), SpecError>;
+
+    /// The generated kernel's name, `fathom_<family>_<every parameter>`; it is the kernel's
+    /// identity, so changing any parameter changes it.
+    fn kernel_name(&self) -> String;
+
+    /// The template variables; `kernel_name` is added by the renderer.
+    fn context(&self) -> tera::Context;
+}
+
+/// Where the key store (and the K/V rows) live (SPEC §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Device memory.
+    Hbm,
+    /// Page-locked, device-mapped host memory read through its unified address.
+    Host,
+}
+
+impl Placement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Hbm => "hbm",
+            Placement::Host => "host",
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! `fathom-macros`: renders a list of kernel specs at build time into embedded CUDA sources and
+//! typed launch functions.
