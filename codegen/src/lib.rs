@@ -8,4 +8,5 @@
 
 pub mod model;
 pub mod nvrtc;
+pub mod render;
 pub mod spec;

@@ -1,0 +1,58 @@
+//! Rendering a spec to CUDA C through its family's Tera template, strictly.
+//!
+//! The templates are embedded at build time, so rendering never reads the file system (the
+//! binaries run on GPU machines that have no checkout). Tera fails on an undefined variable,
+//! which is what we want: a template never silently renders an empty string.
+
+use crate::spec::{Family, SpecError};
+use thiserror::Error;
+
+/// Every family's template, by file name.
+const TEMPLATES: &[(&str, &str)] = &[
+    // Each family adds its line: ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
+    ("common.cuh.tera", include_str!("../../templates/common.cuh.tera")),
+];
+
+#[derive(Debug, Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("rendering {template}: {message}")]
+    Template { template: String, message: String },
+}
+
+fn engine() -> Result<tera::Tera, RenderError> {
+    let mut tera = tera::Tera::default();
+    tera.autoescape_on(vec![]);
+    tera.add_raw_templates(TEMPLATES.iter().copied())
+        .map_err(|e| RenderError::Template {
+            template: "(all)".into(),
+            message: error_chain(&e),
+        })?;
+    Ok(tera)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
+/// Validates `spec` and renders its family's template: the CUDA C source of one kernel.
+pub fn render<F: Family>(spec: &F) -> Result<String, RenderError> {
+    spec.validate()?;
+    let template = format!("{}.cu.tera", F::FAMILY);
+    let mut context = spec.context();
+    context.insert("kernel_name", &spec.kernel_name());
+    engine()?
+        .render(&template, &context)
+        .map_err(|e| RenderError::Template {
+            template,
+            message: error_chain(&e),
+        })
+}
