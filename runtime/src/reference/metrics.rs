@@ -79,14 +79,24 @@ impl StepBytes {
     pub fn total(&self) -> usize {
         self.planes + self.scales + self.rows
     }
+}
 
-    /// Adds another query group's bytes (to sum over KV heads and layers).
-    pub fn add(self, other: StepBytes) -> StepBytes {
+/// Sums query groups' bytes (over KV heads, layers and sequences).
+impl std::ops::Add for StepBytes {
+    type Output = StepBytes;
+
+    fn add(self, other: StepBytes) -> StepBytes {
         StepBytes {
             planes: self.planes + other.planes,
             scales: self.scales + other.scales,
             rows: self.rows + other.rows,
         }
+    }
+}
+
+impl std::iter::Sum for StepBytes {
+    fn sum<I: Iterator<Item = StepBytes>>(iter: I) -> StepBytes {
+        iter.fold(StepBytes::default(), |a, b| a + b)
     }
 }
 
@@ -188,7 +198,11 @@ mod tests {
                 rows: 0
             }
         );
-        assert_eq!(small.add(small).total(), 44);
+        assert_eq!((small + small).total(), 44);
+        assert_eq!(
+            [small, small, small].into_iter().sum::<StepBytes>().planes,
+            48
+        );
     }
 
     #[test]

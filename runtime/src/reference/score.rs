@@ -246,9 +246,9 @@ mod tests {
         queries[1][63] -= 5.0;
         let b = score_stored(&st, &depths, &queries);
         assert_eq!(a, b);
-        for i in 0..64 {
+        for (i, got) in a[0].iter().enumerate() {
             let expect = queries[0][3] * st.decode(i, 3, 2) + queries[0][40] * st.decode(i, 40, 1);
-            assert!((a[0][i] - expect).abs() < 1e-12);
+            assert!((got - expect).abs() < 1e-12);
         }
         assert!(score_stored(&st, &[0; 64], &queries)[1]
             .iter()

@@ -165,7 +165,7 @@ impl SyntheticSettings {
 
     /// Checks every setting; the generator runs only on valid settings.
     pub fn validate(&self) -> Result<(), SyntheticError> {
-        if self.head_dim < 2 || self.head_dim % 2 != 0 {
+        if self.head_dim < 2 || !self.head_dim.is_multiple_of(2) {
             return Err(SyntheticError::HeadDim { got: self.head_dim });
         }
         if !(1..=8).contains(&self.group) {
