@@ -4,4 +4,6 @@
 //! `SPEC.md` (encode, plan, scan, select, attention, metrics) that every generated kernel is
 //! tested against. The JIT loader, the key store on the GPU and the step API build on it.
 
+pub mod ceilings;
+pub mod gpu;
 pub mod reference;

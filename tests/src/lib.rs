@@ -1,2 +1,16 @@
 //! Cross-crate integration tests of fathom: the generated kernels and the step against the f64
-//! reference. The tests live in `tests/tests/`; this library holds their shared helpers.
+//! reference. The tests live in `tests/tests/`; this library holds what they share: opening the
+//! GPU, fresh random inputs, and the key store laid out on the device as `templates/ABI.md` says.
+
+pub mod device_store;
+pub mod inputs;
+
+use runtime::gpu::Gpu;
+
+/// The GPU the tests run on. A GPU test must fail, never pass, without one.
+pub fn gpu() -> Gpu {
+    match Gpu::open(0) {
+        Ok(gpu) => gpu,
+        Err(e) => panic!("this GPU test needs a CUDA GPU: {e}"),
+    }
+}

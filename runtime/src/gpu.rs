@@ -1,0 +1,437 @@
+//! A thin, checked layer over the CUDA driver: one device, one stream, raw buffers.
+//!
+//! Kernels take plain device addresses (tables of segment pointers, run tables), so buffers here
+//! are raw allocations that hand out their address, not cudarc's tracked slices. Every driver
+//! call's status is checked and turned into a [`GpuError`] naming the call.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use thiserror::Error;
+
+/// A failure of the GPU layer, naming what was being done.
+#[derive(Debug, Error)]
+pub enum GpuError {
+    #[error(
+        "no CUDA driver library (libcuda.so.1) can be loaded: this machine has no NVIDIA driver; \
+         run on a machine with an NVIDIA GPU and its driver"
+    )]
+    NoDriver,
+    #[error("no CUDA GPU with ordinal {ordinal}: the driver sees {count}")]
+    NoDevice { ordinal: usize, count: i32 },
+    #[error("out of {memory} memory: {what} needs {bytes} bytes")]
+    OutOfMemory {
+        memory: &'static str,
+        what: String,
+        bytes: usize,
+    },
+    #[error("{call} failed: {source}")]
+    Driver {
+        call: &'static str,
+        #[source]
+        source: DriverError,
+    },
+    #[error(transparent)]
+    Nvrtc(#[from] codegen::nvrtc::NvrtcError),
+}
+
+fn check<T>(call: &'static str, r: Result<T, DriverError>) -> Result<T, GpuError> {
+    r.map_err(|source| GpuError::Driver { call, source })
+}
+
+fn is_oom(e: &DriverError) -> bool {
+    e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// What the device is, for records and error messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: i32,
+    pub total_memory: usize,
+    /// The driver's CUDA version, e.g. 13000 for 13.0.
+    pub driver_version: i32,
+}
+
+impl DeviceInfo {
+    /// The NVRTC target of this device, `sm_XY`.
+    pub fn arch(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+}
+
+/// One CUDA device with its own stream.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`; a typed error when there is no driver or no such device.
+    pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        // cudarc panics when libcuda is missing: ask first.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(GpuError::NoDriver);
+        }
+        check("cuInit", result::init())?;
+        let count = check("cuDeviceGetCount", CudaContext::device_count())?;
+        if ordinal as i64 >= count as i64 {
+            return Err(GpuError::NoDevice { ordinal, count });
+        }
+        let ctx = check("cuDevicePrimaryCtxRetain", CudaContext::new(ordinal))?;
+        // Buffers here are raw addresses, so cudarc's per-slice event tracking has nothing to do.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = check("cuStreamCreate", ctx.new_stream())?;
+        let mut driver_version = 0;
+        check("cuDriverGetVersion", unsafe {
+            sys::cuDriverGetVersion(&mut driver_version).result()
+        })?;
+        let info = DeviceInfo {
+            name: check("cuDeviceGetName", ctx.name())?,
+            compute_capability: check("cuDeviceGetAttribute", ctx.compute_capability())?,
+            multiprocessors: check(
+                "cuDeviceGetAttribute",
+                ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            )?,
+            total_memory: check("cuDeviceTotalMem", ctx.total_mem())?,
+            driver_version,
+        };
+        Ok(Gpu { ctx, stream, info })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Compiles `source` with NVRTC for this device's own architecture and loads it.
+    pub fn load(&self, source: &str, file_name: &str) -> Result<Module, GpuError> {
+        let compiled = codegen::nvrtc::compile(source, file_name, &self.info.arch(), &[])?;
+        self.load_ptx(&compiled.ptx)
+    }
+
+    /// Loads PTX text already compiled.
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module, GpuError> {
+        let module = check(
+            "cuModuleLoadData",
+            self.ctx
+                .load_module(cudarc::nvrtc::Ptx::from_src(ptx.to_string())),
+        )?;
+        Ok(Module { module })
+    }
+
+    /// A device buffer holding `data`.
+    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer<T>, GpuError> {
+        let buffer = self.alloc::<T>(data.len())?;
+        if !data.is_empty() {
+            check("cuMemcpyHtoD", unsafe {
+                result::memcpy_htod_sync(buffer.ptr, data)
+            })?;
+        }
+        Ok(buffer)
+    }
+
+    /// A device buffer of `len` elements, every byte set to `byte` (poison it before a kernel
+    /// writes it, so that unwritten elements are visible).
+    pub fn filled<T: Copy>(&self, len: usize, byte: u8) -> Result<DeviceBuffer<T>, GpuError> {
+        let buffer = self.alloc::<T>(len)?;
+        if len > 0 {
+            check("cuMemsetD8", unsafe {
+                result::memset_d8_sync(buffer.ptr, byte, buffer.bytes())
+            })?;
+        }
+        Ok(buffer)
+    }
+
+    fn alloc<T: Copy>(&self, len: usize) -> Result<DeviceBuffer<T>, GpuError> {
+        let bytes = len * std::mem::size_of::<T>();
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        // A zero-byte allocation is an error for the driver; keep one byte so every buffer has
+        // a valid address.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| {
+            if is_oom(&e) {
+                GpuError::OutOfMemory {
+                    memory: "device",
+                    what: format!("a buffer of {len} {}", std::any::type_name::<T>()),
+                    bytes,
+                }
+            } else {
+                GpuError::Driver {
+                    call: "cuMemAlloc",
+                    source: e,
+                }
+            }
+        })?;
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            ctx: self.ctx.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    /// Page-locked host memory mapped into the device's address space (SPEC §7's host placement),
+    /// every byte set to `byte`.
+    pub fn mapped<T: Copy>(&self, len: usize, byte: u8) -> Result<MappedBuffer<T>, GpuError> {
+        let bytes = (len * std::mem::size_of::<T>()).max(1);
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        // Not write-combined: the host reads these buffers back too.
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        let host = unsafe { result::malloc_host(bytes, flags) }.map_err(|e| {
+            if is_oom(&e) {
+                GpuError::OutOfMemory {
+                    memory: "pinned host",
+                    what: format!("a mapped buffer of {len} {}", std::any::type_name::<T>()),
+                    bytes,
+                }
+            } else {
+                GpuError::Driver {
+                    call: "cuMemHostAlloc",
+                    source: e,
+                }
+            }
+        })?;
+        unsafe { std::ptr::write_bytes(host as *mut u8, byte, bytes) };
+        let mut device: sys::CUdeviceptr = 0;
+        check("cuMemHostGetDevicePointer", unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result()
+        })?;
+        Ok(MappedBuffer {
+            host: host as *mut T,
+            device,
+            len,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    /// Launches `function` on this device's stream.
+    pub fn launch(
+        &self,
+        function: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        args: &[Arg],
+    ) -> Result<(), GpuError> {
+        let mut values: Vec<Arg> = args.to_vec();
+        let mut pointers: Vec<*mut c_void> = values.iter_mut().map(Arg::as_kernel_param).collect();
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        if shared_bytes > 48 * 1024 {
+            check("cuFuncSetAttribute", unsafe {
+                result::function::set_function_attribute(
+                    function.cu_function(),
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            })?;
+        }
+        check("cuLaunchKernel", unsafe {
+            result::launch_kernel(
+                function.cu_function(),
+                grid,
+                block,
+                shared_bytes,
+                self.stream.cu_stream(),
+                &mut pointers,
+            )
+        })?;
+        // Launch errors surface asynchronously; a cheap query catches configuration errors now.
+        check("cuStreamQuery", self.stream_status())
+    }
+
+    fn stream_status(&self) -> Result<(), DriverError> {
+        match unsafe { sys::cuStreamQuery(self.stream.cu_stream()) } {
+            sys::cudaError_enum::CUDA_SUCCESS | sys::cudaError_enum::CUDA_ERROR_NOT_READY => Ok(()),
+            e => Err(DriverError(e)),
+        }
+    }
+
+    /// Waits for all work on the stream; kernel faults surface here.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        check("cuStreamSynchronize", self.stream.synchronize())
+    }
+
+    /// Device time of `work` in milliseconds, measured with events on the stream.
+    pub fn time_ms(&self, work: impl FnOnce() -> Result<(), GpuError>) -> Result<f32, GpuError> {
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = check("cuEventCreate", self.ctx.new_event(timed))?;
+        let end = check("cuEventCreate", self.ctx.new_event(timed))?;
+        check("cuEventRecord", start.record(&self.stream))?;
+        work()?;
+        check("cuEventRecord", end.record(&self.stream))?;
+        check("cuEventSynchronize", end.synchronize())?;
+        check("cuEventElapsedTime", start.elapsed_ms(&end))
+    }
+
+    /// Queues a copy of a mapped (pinned) host buffer into a device buffer of the same length.
+    pub fn copy_from_host<T>(
+        &self,
+        src: &MappedBuffer<T>,
+        dst: &DeviceBuffer<T>,
+    ) -> Result<(), GpuError> {
+        assert_eq!(src.len(), dst.len(), "copy between buffers of different lengths");
+        check("cuMemcpyHtoDAsync", unsafe {
+            result::memcpy_htod_async(dst.ptr, src.as_slice(), self.stream.cu_stream())
+        })
+    }
+
+    /// Queues a device-to-device copy of `src` into `dst` (same length).
+    pub fn copy_device<T>(&self, src: &DeviceBuffer<T>, dst: &DeviceBuffer<T>) -> Result<(), GpuError> {
+        assert_eq!(src.len(), dst.len(), "copy between buffers of different lengths");
+        check("cuMemcpyDtoDAsync", unsafe {
+            result::memcpy_dtod_async(dst.ptr, src.ptr, src.bytes(), self.stream.cu_stream())
+        })
+    }
+
+    /// Queues setting every byte of `dst` to `byte`.
+    pub fn fill<T>(&self, dst: &DeviceBuffer<T>, byte: u8) -> Result<(), GpuError> {
+        check("cuMemsetD8Async", unsafe {
+            result::memset_d8_async(dst.ptr, byte, dst.bytes(), self.stream.cu_stream())
+        })
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), GpuError> {
+        check("cuMemGetInfo", self.ctx.mem_get_info())
+    }
+}
+
+/// A loaded module.
+pub struct Module {
+    module: Arc<CudaModule>,
+}
+
+impl Module {
+    pub fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        check("cuModuleGetFunction", self.module.load_function(name))
+    }
+}
+
+/// A kernel argument, by value.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// A device address (pointer parameter).
+    Ptr(u64),
+    I32(i32),
+    U32(u32),
+    U64(u64),
+    F32(f32),
+}
+
+impl Arg {
+    fn as_kernel_param(&mut self) -> *mut c_void {
+        match self {
+            Arg::Ptr(v) | Arg::U64(v) => v as *mut u64 as *mut c_void,
+            Arg::I32(v) => v as *mut i32 as *mut c_void,
+            Arg::U32(v) => v as *mut u32 as *mut c_void,
+            Arg::F32(v) => v as *mut f32 as *mut c_void,
+        }
+    }
+}
+
+/// Device memory of `len` elements of `T`.
+pub struct DeviceBuffer<T> {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    ctx: Arc<CudaContext>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Copy + Default> DeviceBuffer<T> {
+    /// Copies the buffer back to the host (synchronous).
+    pub fn download(&self) -> Result<Vec<T>, GpuError> {
+        let mut out = vec![T::default(); self.len];
+        if self.len > 0 {
+            check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+            check("cuMemcpyDtoH", unsafe {
+                result::memcpy_dtoh_sync(&mut out, self.ptr)
+            })?;
+        }
+        Ok(out)
+    }
+}
+
+impl<T> DeviceBuffer<T> {
+    /// The device address, for kernel parameters and pointer tables.
+    pub fn addr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn arg(&self) -> Arg {
+        Arg::Ptr(self.ptr)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked, device-mapped host memory of `len` elements of `T`.
+pub struct MappedBuffer<T> {
+    host: *mut T,
+    device: sys::CUdeviceptr,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl<T> MappedBuffer<T> {
+    /// The address kernels read it through.
+    pub fn addr(&self) -> u64 {
+        self.device
+    }
+
+    pub fn arg(&self) -> Arg {
+        Arg::Ptr(self.device)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The host's view; read it only after the stream is synchronised.
+    pub fn as_slice(&self) -> &[T] {
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }
+    }
+}
+
+impl<T> Drop for MappedBuffer<T> {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            let _ = unsafe { result::free_host(self.host as *mut c_void) };
+        }
+    }
+}
