@@ -10,7 +10,10 @@ use thiserror::Error;
 /// Every family's template, by file name.
 const TEMPLATES: &[(&str, &str)] = &[
     // Each family adds its line: ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
-    ("common.cuh.tera", include_str!("../../templates/common.cuh.tera")),
+    (
+        "common.cuh.tera",
+        include_str!("../../templates/common.cuh.tera"),
+    ),
 ];
 
 #[derive(Debug, Error)]

@@ -279,15 +279,27 @@ impl Gpu {
         src: &MappedBuffer<T>,
         dst: &DeviceBuffer<T>,
     ) -> Result<(), GpuError> {
-        assert_eq!(src.len(), dst.len(), "copy between buffers of different lengths");
+        assert_eq!(
+            src.len(),
+            dst.len(),
+            "copy between buffers of different lengths"
+        );
         check("cuMemcpyHtoDAsync", unsafe {
             result::memcpy_htod_async(dst.ptr, src.as_slice(), self.stream.cu_stream())
         })
     }
 
     /// Queues a device-to-device copy of `src` into `dst` (same length).
-    pub fn copy_device<T>(&self, src: &DeviceBuffer<T>, dst: &DeviceBuffer<T>) -> Result<(), GpuError> {
-        assert_eq!(src.len(), dst.len(), "copy between buffers of different lengths");
+    pub fn copy_device<T>(
+        &self,
+        src: &DeviceBuffer<T>,
+        dst: &DeviceBuffer<T>,
+    ) -> Result<(), GpuError> {
+        assert_eq!(
+            src.len(),
+            dst.len(),
+            "copy between buffers of different lengths"
+        );
         check("cuMemcpyDtoDAsync", unsafe {
             result::memcpy_dtod_async(dst.ptr, src.ptr, src.bytes(), self.stream.cu_stream())
         })

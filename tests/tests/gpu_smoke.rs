@@ -28,7 +28,13 @@ fn a_compiled_kernel_writes_every_element_from_device_and_mapped_memory() {
     my.as_mut_slice().copy_from_slice(&y);
     let out = gpu.filled::<f32>(n, 0xff).unwrap();
     let grid = (n.div_ceil(128) as u32, 1, 1);
-    let args = [dx.arg(), my.arg(), Arg::F32(a), Arg::I32(n as i32), out.arg()];
+    let args = [
+        dx.arg(),
+        my.arg(),
+        Arg::F32(a),
+        Arg::I32(n as i32),
+        out.arg(),
+    ];
     gpu.launch(&axpy, grid, (128, 1, 1), 0, &args).unwrap();
     gpu.synchronize().unwrap();
     let got = out.download().unwrap();
