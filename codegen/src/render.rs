@@ -10,10 +10,19 @@ use thiserror::Error;
 /// Every family's template, by file name.
 const TEMPLATES: &[(&str, &str)] = &[
     // Each family adds its line: ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
-    ("common.cuh.tera", include_str!("../../templates/common.cuh.tera")),
-    ("encode.cu.tera", include_str!("../../templates/encode.cu.tera")),
+    (
+        "common.cuh.tera",
+        include_str!("../../templates/common.cuh.tera"),
+    ),
+    (
+        "encode.cu.tera",
+        include_str!("../../templates/encode.cu.tera"),
+    ),
     ("plan.cu.tera", include_str!("../../templates/plan.cu.tera")),
-    ("gather.cu.tera", include_str!("../../templates/gather.cu.tera")),
+    (
+        "gather.cu.tera",
+        include_str!("../../templates/gather.cu.tera"),
+    ),
     ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
 ];
 

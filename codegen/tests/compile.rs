@@ -48,8 +48,13 @@ fn shapes() -> Vec<ModelShape> {
 fn compile(spec: &KernelSpec, arch: &str) -> nvrtc::Compiled {
     let source = render_any(spec).unwrap();
     let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
-    nvrtc::compile(&source, &format!("{}.cu", spec.kernel_name()), arch, &options)
-        .unwrap_or_else(|e| panic!("{}: {e}", spec.kernel_name()))
+    nvrtc::compile(
+        &source,
+        &format!("{}.cu", spec.kernel_name()),
+        arch,
+        &options,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", spec.kernel_name()))
 }
 
 #[test]
@@ -57,7 +62,10 @@ fn cuda_snapshots_of_the_default_sets() {
     for shape in shapes() {
         for spec in kernels_for(&shape, &KernelSetOptions::default()) {
             let source = render_any(&spec).unwrap();
-            insta::assert_snapshot!(format!("cuda-{}-{}", shape.name, spec.kernel_name()), source);
+            insta::assert_snapshot!(
+                format!("cuda-{}-{}", shape.name, spec.kernel_name()),
+                source
+            );
         }
     }
 }
@@ -131,9 +139,22 @@ fn other_grid() -> Vec<KernelSpec> {
         for block in [32, 64, 128] {
             for mode in [EncodeMode::Bulk, EncodeMode::Append] {
                 let rotate = (head_dim / 64 + block / 32) % 2 == 0;
-                specs.push(EncodeSpec { block, ..EncodeSpec::new(head_dim, mode, rotate) }.into());
+                specs.push(
+                    EncodeSpec {
+                        block,
+                        ..EncodeSpec::new(head_dim, mode, rotate)
+                    }
+                    .into(),
+                );
             }
-            specs.push(GatherSpec { block, segment_words: 64, ..GatherSpec::new(head_dim) }.into());
+            specs.push(
+                GatherSpec {
+                    block,
+                    segment_words: 64,
+                    ..GatherSpec::new(head_dim)
+                }
+                .into(),
+            );
         }
         for (group, method) in [
             (1, PlanMethod::Fathom),

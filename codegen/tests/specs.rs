@@ -19,7 +19,12 @@ fn assert_every_field_named<F: Family + serde::Serialize + Copy>(
     let base_json = serde_json::to_value(base).unwrap();
     let fields: BTreeSet<String> = base_json.as_object().unwrap().keys().cloned().collect();
     let varied: BTreeSet<String> = variations.iter().map(|(f, _)| f.to_string()).collect();
-    assert_eq!(fields, varied, "every field of {} needs a variation", F::FAMILY);
+    assert_eq!(
+        fields,
+        varied,
+        "every field of {} needs a variation",
+        F::FAMILY
+    );
     for (field, spec) in variations {
         spec.validate()
             .unwrap_or_else(|e| panic!("variation of {field} is invalid: {e}"));
@@ -31,7 +36,11 @@ fn assert_every_field_named<F: Family + serde::Serialize + Copy>(
             .filter(|(k, v)| base_json[k.as_str()] != **v)
             .map(|(k, _)| k)
             .collect();
-        assert_eq!(changed, vec![field], "the variation must change only {field}");
+        assert_eq!(
+            changed,
+            vec![field],
+            "the variation must change only {field}"
+        );
         assert_ne!(
             spec.kernel_name(),
             base.kernel_name(),
@@ -58,8 +67,20 @@ fn encode_name_carries_every_field() {
         vec![
             ("head_dim", EncodeSpec { head_dim: 64, ..s }),
             ("block", EncodeSpec { block: 32, ..s }),
-            ("segment_words", EncodeSpec { segment_words: 64, ..s }),
-            ("mode", EncodeSpec { mode: EncodeMode::Append, ..s }),
+            (
+                "segment_words",
+                EncodeSpec {
+                    segment_words: 64,
+                    ..s
+                },
+            ),
+            (
+                "mode",
+                EncodeSpec {
+                    mode: EncodeMode::Append,
+                    ..s
+                },
+            ),
             ("rotate", EncodeSpec { rotate: true, ..s }),
             ("threads", EncodeSpec { threads: 128, ..s }),
         ],
@@ -84,8 +105,20 @@ fn plan_name_carries_every_field() {
             ("head_dim", PlanSpec { head_dim: 256, ..s }),
             ("group", PlanSpec { group: 7, ..s }),
             ("block", PlanSpec { block: 128, ..s }),
-            ("segment_words", PlanSpec { segment_words: 256, ..s }),
-            ("method", PlanSpec { method: PlanMethod::Thumbnail, ..s }),
+            (
+                "segment_words",
+                PlanSpec {
+                    segment_words: 256,
+                    ..s
+                },
+            ),
+            (
+                "method",
+                PlanSpec {
+                    method: PlanMethod::Thumbnail,
+                    ..s
+                },
+            ),
             ("rotate", PlanSpec { rotate: true, ..s }),
             ("threads", PlanSpec { threads: 512, ..s }),
         ],
@@ -124,8 +157,20 @@ fn gather_name_carries_every_field() {
         vec![
             ("head_dim", GatherSpec { head_dim: 64, ..s }),
             ("block", GatherSpec { block: 32, ..s }),
-            ("segment_words", GatherSpec { segment_words: 1024, ..s }),
-            ("loads_in_flight", GatherSpec { loads_in_flight: 8, ..s }),
+            (
+                "segment_words",
+                GatherSpec {
+                    segment_words: 1024,
+                    ..s
+                },
+            ),
+            (
+                "loads_in_flight",
+                GatherSpec {
+                    loads_in_flight: 8,
+                    ..s
+                },
+            ),
             ("threads", GatherSpec { threads: 512, ..s }),
         ],
     );
@@ -149,10 +194,22 @@ fn scan_name_carries_every_field() {
             ("head_dim", ScanSpec { head_dim: 64, ..s }),
             ("group", ScanSpec { group: 7, ..s }),
             ("block", ScanSpec { block: 32, ..s }),
-            ("segment_words", ScanSpec { segment_words: 64, ..s }),
+            (
+                "segment_words",
+                ScanSpec {
+                    segment_words: 64,
+                    ..s
+                },
+            ),
             ("tile_words", ScanSpec { tile_words: 8, ..s }),
             ("threads", ScanSpec { threads: 512, ..s }),
-            ("placement", ScanSpec { placement: Placement::Host, ..s }),
+            (
+                "placement",
+                ScanSpec {
+                    placement: Placement::Host,
+                    ..s
+                },
+            ),
         ],
     );
 }
@@ -188,7 +245,11 @@ fn scan_names_are_unique_over_a_grid() {
             }
         }
     }
-    assert!(names.len() > 100, "the grid has only {} valid specs", names.len());
+    assert!(
+        names.len() > 100,
+        "the grid has only {} valid specs",
+        names.len()
+    );
 }
 
 fn expect_error<F: Family + std::fmt::Debug>(spec: F, field: &str, allowed_part: &str) {
@@ -200,7 +261,10 @@ fn expect_error<F: Family + std::fmt::Debug>(spec: F, field: &str, allowed_part:
     assert_eq!(e.field, field, "{e}");
     assert!(e.allowed.contains(allowed_part), "{e}");
     let message = e.to_string();
-    assert!(message.contains(field) && message.contains(&e.got), "{message}");
+    assert!(
+        message.contains(field) && message.contains(&e.got),
+        "{message}"
+    );
     // Rendering validates first.
     assert!(render(&spec).is_err());
 }
@@ -208,39 +272,123 @@ fn expect_error<F: Family + std::fmt::Debug>(spec: F, field: &str, allowed_part:
 #[test]
 fn validation_names_the_field_and_the_allowed_values() {
     let e = EncodeSpec::new(128, EncodeMode::Bulk, false);
-    expect_error(EncodeSpec { head_dim: 96, ..e }, "head_dim", "64, 128 or 256");
-    expect_error(EncodeSpec { block: 48, ..e }, "block", "32, 64 or 128");
-    expect_error(EncodeSpec { segment_words: 0, ..e }, "segment_words", "whole");
     expect_error(
-        EncodeSpec { block: 128, segment_words: 3, ..e },
+        EncodeSpec { head_dim: 96, ..e },
+        "head_dim",
+        "64, 128 or 256",
+    );
+    expect_error(EncodeSpec { block: 48, ..e }, "block", "32, 64 or 128");
+    expect_error(
+        EncodeSpec {
+            segment_words: 0,
+            ..e
+        },
+        "segment_words",
+        "whole",
+    );
+    expect_error(
+        EncodeSpec {
+            block: 128,
+            segment_words: 3,
+            ..e
+        },
         "segment_words",
         "128-token",
     );
-    expect_error(EncodeSpec { threads: 100, ..e }, "threads", "multiple of 32");
+    expect_error(
+        EncodeSpec { threads: 100, ..e },
+        "threads",
+        "multiple of 32",
+    );
     expect_error(EncodeSpec { threads: 2048, ..e }, "threads", "1024");
 
     let p = PlanSpec::new(128, 4, PlanMethod::Fathom, false);
     expect_error(PlanSpec { group: 0, ..p }, "group", "1 to 8");
     expect_error(PlanSpec { group: 9, ..p }, "group", "1 to 8");
-    expect_error(PlanSpec { method: PlanMethod::Sparq { r: 0 }, ..p }, "method.r", "1 to 128");
-    expect_error(PlanSpec { method: PlanMethod::Loki { r: 129 }, ..p }, "method.r", "1 to 128");
-    expect_error(PlanSpec { method: PlanMethod::Uniform { t: 5 }, ..p }, "method.t", "1 to 4");
-    expect_error(PlanSpec { head_dim: 512, ..p }, "head_dim", "64, 128 or 256");
+    expect_error(
+        PlanSpec {
+            method: PlanMethod::Sparq { r: 0 },
+            ..p
+        },
+        "method.r",
+        "1 to 128",
+    );
+    expect_error(
+        PlanSpec {
+            method: PlanMethod::Loki { r: 129 },
+            ..p
+        },
+        "method.r",
+        "1 to 128",
+    );
+    expect_error(
+        PlanSpec {
+            method: PlanMethod::Uniform { t: 5 },
+            ..p
+        },
+        "method.t",
+        "1 to 4",
+    );
+    expect_error(
+        PlanSpec { head_dim: 512, ..p },
+        "head_dim",
+        "64, 128 or 256",
+    );
 
     let g = GatherSpec::new(128);
-    expect_error(GatherSpec { segment_words: 3, ..g }, "segment_words", "even");
-    expect_error(GatherSpec { loads_in_flight: 0, ..g }, "loads_in_flight", "1 to 16");
+    expect_error(
+        GatherSpec {
+            segment_words: 3,
+            ..g
+        },
+        "segment_words",
+        "even",
+    );
+    expect_error(
+        GatherSpec {
+            loads_in_flight: 0,
+            ..g
+        },
+        "loads_in_flight",
+        "1 to 16",
+    );
 
     let s = ScanSpec::new(128, 4, Placement::Hbm);
-    expect_error(ScanSpec { tile_words: 3, ..s }, "tile_words", "even divisor");
-    expect_error(ScanSpec { tile_words: 24, ..s }, "tile_words", "even divisor");
+    expect_error(
+        ScanSpec { tile_words: 3, ..s },
+        "tile_words",
+        "even divisor",
+    );
+    expect_error(
+        ScanSpec {
+            tile_words: 24,
+            ..s
+        },
+        "tile_words",
+        "even divisor",
+    );
     // 16 words = 1024 tokens: 32 threads would score 32 tokens each.
-    expect_error(ScanSpec { threads: 32, ..s }, "threads", "128, 256, 512, 1024");
-    expect_error(ScanSpec { segment_words: 1, ..s }, "segment_words", "even");
+    expect_error(
+        ScanSpec { threads: 32, ..s },
+        "threads",
+        "128, 256, 512, 1024",
+    );
+    expect_error(
+        ScanSpec {
+            segment_words: 1,
+            ..s
+        },
+        "segment_words",
+        "even",
+    );
     expect_error(ScanSpec { group: 0, ..s }, "group", "1 to 8");
     // A 512-word tile would need 32 tokens per thread even at 1024 threads.
     expect_error(
-        ScanSpec { tile_words: 512, threads: 1024, ..s },
+        ScanSpec {
+            tile_words: 512,
+            threads: 1024,
+            ..s
+        },
         "threads",
         "none",
     );
@@ -248,11 +396,17 @@ fn validation_names_the_field_and_the_allowed_values() {
 
 #[test]
 fn rendering_is_deterministic_and_strict() {
-    for spec in kernels_for(&model::preset("qwen2.5-7b").unwrap(), &KernelSetOptions::default()) {
+    for spec in kernels_for(
+        &model::preset("qwen2.5-7b").unwrap(),
+        &KernelSetOptions::default(),
+    ) {
         let a = render_any(&spec).unwrap();
         let b = render_any(&spec).unwrap();
         assert_eq!(a, b, "{}", spec.kernel_name());
-        assert!(a.contains(&format!("{}(", spec.kernel_name())), "the kernel carries its name");
+        assert!(
+            a.contains(&format!("{}(", spec.kernel_name())),
+            "the kernel carries its name"
+        );
         let code = a.lines().filter(|l| !l.trim_start().starts_with("//"));
         assert!(
             code.clone().all(|l| !l.contains("{{") && !l.contains("{%")),
@@ -265,7 +419,10 @@ fn rendering_is_deterministic_and_strict() {
 fn scan_reads_planes_by_depth_class_with_unrolled_plane_loops() {
     let source = render(&ScanSpec::new(128, 7, Placement::Hbm)).unwrap();
     for depth in 1..=4 {
-        assert!(source.contains(&format!("// Depth class {depth}:")), "class {depth}");
+        assert!(
+            source.contains(&format!("// Depth class {depth}:")),
+            "class {depth}"
+        );
     }
     // One bit extraction per plane of every class: 4 + 3 + 2 + 1.
     assert_eq!(source.matches("__funnelshift_r(").count(), 10);
@@ -273,7 +430,10 @@ fn scan_reads_planes_by_depth_class_with_unrolled_plane_loops() {
 
 #[test]
 fn kernel_specs_round_trip_through_json() {
-    for spec in kernels_for(&model::preset("llama-3.1-70b").unwrap(), &KernelSetOptions::default()) {
+    for spec in kernels_for(
+        &model::preset("llama-3.1-70b").unwrap(),
+        &KernelSetOptions::default(),
+    ) {
         let json = serde_json::to_string(&spec).unwrap();
         assert!(json.contains(&format!("\"family\":\"{}\"", spec.family())));
         let back: KernelSpec = serde_json::from_str(&json).unwrap();
@@ -287,7 +447,10 @@ fn default_sets_cover_every_family_and_follow_the_shape() {
         let shape = preset.shape();
         let set = kernels_for(&shape, &KernelSetOptions::default());
         let families: BTreeSet<&str> = set.iter().map(KernelSpec::family).collect();
-        assert_eq!(families, BTreeSet::from(["encode", "gather", "plan", "scan"]));
+        assert_eq!(
+            families,
+            BTreeSet::from(["encode", "gather", "plan", "scan"])
+        );
         let names: BTreeSet<String> = set.iter().map(KernelSpec::kernel_name).collect();
         assert_eq!(names.len(), set.len(), "names are unique within a set");
         for spec in &set {
@@ -309,7 +472,13 @@ fn default_sets_cover_every_family_and_follow_the_shape() {
         qk_norm: true,
         basis: Basis::Raw,
     };
-    let set = kernels_for(&seven, &KernelSetOptions { block: 32, segment_words: 64 });
+    let set = kernels_for(
+        &seven,
+        &KernelSetOptions {
+            block: 32,
+            segment_words: 64,
+        },
+    );
     assert!(set
         .iter()
         .filter(|s| matches!(s, KernelSpec::Scan(_) | KernelSpec::Plan(_)))

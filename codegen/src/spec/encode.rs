@@ -95,7 +95,11 @@ impl EncodeSpec {
             EncodeMode::Append => 1,
         };
         (
-            (shape::dim(chunks.max(1)), shape::dim(heads), shape::dim(batch)),
+            (
+                shape::dim(chunks.max(1)),
+                shape::dim(heads),
+                shape::dim(batch),
+            ),
             (shape::dim(self.threads), 1, 1),
             0,
         )

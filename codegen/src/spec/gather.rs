@@ -65,7 +65,7 @@ impl GatherSpec {
         let run_bytes = 2 * shape::scales_per_channel(self.segment_words, self.block);
         [16, 8, 4, 2]
             .into_iter()
-            .find(|w| run_bytes % w == 0)
+            .find(|w| run_bytes.is_multiple_of(*w))
             .unwrap_or(2)
     }
 }
@@ -103,9 +103,7 @@ impl Family for GatherSpec {
             loads_in_flight,
             threads,
         } = *self;
-        format!(
-            "fathom_gather_d{head_dim}_b{block}_s{segment_words}_l{loads_in_flight}_t{threads}"
-        )
+        format!("fathom_gather_d{head_dim}_b{block}_s{segment_words}_l{loads_in_flight}_t{threads}")
     }
 
     fn context(&self) -> tera::Context {

@@ -114,28 +114,23 @@ impl Family for ScanSpec {
         shape::check_group(Self::FAMILY, group)?;
         shape::check_block(Self::FAMILY, block)?;
         shape::check_segment_words(Self::FAMILY, segment_words, block, true)?;
-        if tile_words < 2
-            || tile_words % 2 != 0
-            || segment_words % tile_words != 0
-            || (tile_words * shape::WORD_TOKENS) % block != 0
-        {
+        // An even tile holds whole blocks of every size (128 tokens | 64 * even).
+        if tile_words < 2 || tile_words % 2 != 0 || segment_words % tile_words != 0 {
             return Err(SpecError::new(
                 Self::FAMILY,
                 "tile_words",
                 tile_words,
-                format!(
-                    "an even divisor of segment_words ({segment_words}) holding whole \
-                     {block}-token blocks"
-                ),
+                format!("an even divisor of segment_words ({segment_words})"),
             ));
         }
         shape::check_threads(Self::FAMILY, threads)?;
         let per_thread = tile_words * shape::WORD_TOKENS;
-        if per_thread % threads != 0 || !THREAD_TOKENS.contains(&(per_thread / threads)) {
+        if !per_thread.is_multiple_of(threads) || !THREAD_TOKENS.contains(&(per_thread / threads)) {
             let allowed: Vec<String> = THREAD_TOKENS
                 .iter()
-                .filter(|&&k| per_thread % k == 0 && per_thread / k <= 1024)
-                .filter(|&&k| (per_thread / k) % 32 == 0)
+                .rev()
+                .filter(|&&k| per_thread.is_multiple_of(k) && per_thread / k <= 1024)
+                .filter(|&&k| (per_thread / k).is_multiple_of(32))
                 .map(|k| (per_thread / k).to_string())
                 .collect();
             return Err(SpecError::new(

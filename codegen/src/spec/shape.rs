@@ -18,7 +18,12 @@ pub(crate) fn check_head_dim(family: &'static str, head_dim: usize) -> Result<()
     if HEAD_DIMS.contains(&head_dim) {
         Ok(())
     } else {
-        Err(SpecError::new(family, "head_dim", head_dim, "64, 128 or 256"))
+        Err(SpecError::new(
+            family,
+            "head_dim",
+            head_dim,
+            "64, 128 or 256",
+        ))
     }
 }
 
@@ -26,7 +31,12 @@ pub(crate) fn check_group(family: &'static str, group: usize) -> Result<(), Spec
     if (1..=MAX_GROUP).contains(&group) {
         Ok(())
     } else {
-        Err(SpecError::new(family, "group", group, "1 to 8 query heads per KV head"))
+        Err(SpecError::new(
+            family,
+            "group",
+            group,
+            "1 to 8 query heads per KV head",
+        ))
     }
 }
 
@@ -34,7 +44,12 @@ pub(crate) fn check_block(family: &'static str, block: usize) -> Result<(), Spec
     if BLOCKS.contains(&block) {
         Ok(())
     } else {
-        Err(SpecError::new(family, "block", block, "32, 64 or 128 tokens"))
+        Err(SpecError::new(
+            family,
+            "block",
+            block,
+            "32, 64 or 128 tokens",
+        ))
     }
 }
 
@@ -46,23 +61,33 @@ pub(crate) fn check_segment_words(
     block: usize,
     even: bool,
 ) -> Result<(), SpecError> {
-    let whole_blocks = segment_words >= 1 && (segment_words * WORD_TOKENS) % block == 0;
-    if !whole_blocks || (even && segment_words % 2 != 0) {
+    let whole_blocks = segment_words >= 1 && (segment_words * WORD_TOKENS).is_multiple_of(block);
+    if !whole_blocks || (even && !segment_words.is_multiple_of(2)) {
         let allowed = if even {
             "an even number of words, at least 2".to_string()
         } else {
             format!("at least 1 word holding whole {block}-token blocks")
         };
-        return Err(SpecError::new(family, "segment_words", segment_words, allowed));
+        return Err(SpecError::new(
+            family,
+            "segment_words",
+            segment_words,
+            allowed,
+        ));
     }
     Ok(())
 }
 
 pub(crate) fn check_threads(family: &'static str, threads: usize) -> Result<(), SpecError> {
-    if threads >= 32 && threads <= 1024 && threads % 32 == 0 {
+    if (32..=1024).contains(&threads) && threads.is_multiple_of(32) {
         Ok(())
     } else {
-        Err(SpecError::new(family, "threads", threads, "a multiple of 32 from 32 to 1024"))
+        Err(SpecError::new(
+            family,
+            "threads",
+            threads,
+            "a multiple of 32 from 32 to 1024",
+        ))
     }
 }
 
