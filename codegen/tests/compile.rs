@@ -194,3 +194,47 @@ fn every_family_template_is_embedded() {
     assert!(render_any(&EncodeSpec::new(64, EncodeMode::Bulk, false).into()).is_ok());
     assert_eq!(<ScanSpec as Family>::FAMILY, "scan");
 }
+
+#[test]
+fn emit_writes_sources_ptx_and_manifest_or_nothing() {
+    use codegen::emit::{emit, sha256_hex, Manifest};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("kernels");
+    let shape = model::preset("llama-3.1-70b").unwrap();
+    let manifest = emit(&shape, &KernelSetOptions::default(), "sm_90", &out).unwrap();
+    let set = kernels_for(&shape, &KernelSetOptions::default());
+    assert_eq!(manifest.kernels.len(), set.len());
+    let written: Manifest =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(written, manifest);
+    for (entry, spec) in manifest.kernels.iter().zip(&set) {
+        let source = std::fs::read_to_string(out.join(format!("{}.cu", entry.name))).unwrap();
+        assert_eq!(entry.source_sha256, sha256_hex(&source));
+        assert_eq!(source, render_any(spec).unwrap());
+        let ptx = std::fs::read_to_string(out.join(format!("{}.ptx", entry.name))).unwrap();
+        assert!(ptx.contains(&format!(".entry {}(", entry.name)));
+        assert_eq!(entry.family, spec.family());
+        assert_eq!(entry.arch, "sm_90");
+        assert_eq!(entry.spec, spec.fields_json());
+    }
+    // A bad architecture fails before anything is written, and the old output stays.
+    let before = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(emit(&shape, &KernelSetOptions::default(), "sm_9x", &out).is_err());
+    assert_eq!(
+        std::fs::read_to_string(out.join("manifest.json")).unwrap(),
+        before
+    );
+    let fresh = dir.path().join("fresh");
+    let bad = KernelSetOptions {
+        block: 48,
+        segment_words: 512,
+    };
+    let e = emit(&shape, &bad, "sm_90", &fresh).unwrap_err().to_string();
+    assert!(e.contains("block") && e.contains("32, 64 or 128"), "{e}");
+    assert!(!fresh.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no partial directory left"
+    );
+}
