@@ -83,6 +83,7 @@ impl PlanMethod {
 /// unsigned short* stage_scales,           // [(b*H + h)*max_seg + s][D * SPC]
 /// int stage_planes,                       // staging capacity in planes per (b, h, s)
 /// int* status                             // [3] {1 = plan exceeds stage_planes, b, h}; 0 = ok
+///                                         //   (needed when staged_runs is given)
 /// ```
 ///
 /// Run slots are written for the stored segments `s < ceil(n_stored[b] / 64S)` only: active
