@@ -6,7 +6,13 @@
 //! compilation a pure function of the source and the compiler, so the same spec always gives the
 //! same source and the same PTX.
 
+pub mod emit;
+pub mod kernels;
 pub mod model;
 pub mod nvrtc;
 pub mod render;
 pub mod spec;
+
+pub use kernels::{kernels_for, KernelSetOptions};
+pub use render::render_any;
+pub use spec::KernelSpec;

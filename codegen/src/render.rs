@@ -4,7 +4,7 @@
 //! binaries run on GPU machines that have no checkout). Tera fails on an undefined variable,
 //! which is what we want: a template never silently renders an empty string.
 
-use crate::spec::{Family, SpecError};
+use crate::spec::{Family, KernelSpec, SpecError};
 use thiserror::Error;
 
 /// Every family's template, by file name.
@@ -14,6 +14,16 @@ const TEMPLATES: &[(&str, &str)] = &[
         "common.cuh.tera",
         include_str!("../../templates/common.cuh.tera"),
     ),
+    (
+        "encode.cu.tera",
+        include_str!("../../templates/encode.cu.tera"),
+    ),
+    ("plan.cu.tera", include_str!("../../templates/plan.cu.tera")),
+    (
+        "gather.cu.tera",
+        include_str!("../../templates/gather.cu.tera"),
+    ),
+    ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
 ];
 
 #[derive(Debug, Error)]
@@ -58,4 +68,14 @@ pub fn render<F: Family>(spec: &F) -> Result<String, RenderError> {
             template,
             message: error_chain(&e),
         })
+}
+
+/// Renders a spec of any family (validating it first).
+pub fn render_any(spec: &KernelSpec) -> Result<String, RenderError> {
+    match spec {
+        KernelSpec::Encode(s) => render(s),
+        KernelSpec::Plan(s) => render(s),
+        KernelSpec::Gather(s) => render(s),
+        KernelSpec::Scan(s) => render(s),
+    }
 }

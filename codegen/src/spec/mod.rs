@@ -8,6 +8,20 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub mod encode;
+pub mod gather;
+mod kernel;
+pub mod plan;
+pub mod scan;
+pub mod shape;
+// The select, fetch, attention, oracle and landmark families are added here at merge.
+
+pub use encode::{EncodeMode, EncodeSpec};
+pub use gather::GatherSpec;
+pub use kernel::KernelSpec;
+pub use plan::{PlanMethod, PlanSpec};
+pub use scan::ScanSpec;
+
 /// A spec field outside what the family supports.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("invalid {family} spec: `{field}` is {got}; allowed: {allowed}")]

@@ -1,0 +1,204 @@
+//! Emitting a model's kernels: render and compile every one in memory, then write `<name>.cu`,
+//! `<name>.ptx` and `manifest.json` into a directory in one step, so that a failure leaves
+//! nothing behind.
+
+use crate::kernels::{kernels_for, KernelSetOptions};
+use crate::model::ModelShape;
+use crate::nvrtc::{self, NvrtcError};
+use crate::render::{render_any, RenderError};
+use crate::spec::KernelSpec;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// NVRTC options every kernel is compiled with (after `--gpu-architecture`).
+pub const COMPILE_OPTIONS: [&str; 1] = ["--std=c++17"];
+
+/// One kernel of a manifest: enough to find its files and to know what produced them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// The kernel (and file stem) name.
+    pub name: String,
+    /// The family, e.g. `scan`.
+    pub family: String,
+    /// The family's spec fields.
+    pub spec: serde_json::Value,
+    /// SHA-256 of the `.cu` source, lower-case hex.
+    pub source_sha256: String,
+    /// NVRTC `major.minor` that compiled the `.ptx`.
+    pub nvrtc_version: String,
+    /// The target architecture, e.g. `sm_90`.
+    pub arch: String,
+}
+
+/// `manifest.json`: the model and its kernels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The shape the kernels were generated for.
+    pub model: ModelShape,
+    /// Every kernel, in generation order.
+    pub kernels: Vec<ManifestEntry>,
+}
+
+/// A rendered and compiled kernel.
+#[derive(Clone, Debug)]
+pub struct EmittedKernel {
+    /// Its spec.
+    pub spec: KernelSpec,
+    /// The CUDA C source.
+    pub source: String,
+    /// The PTX.
+    pub ptx: String,
+}
+
+/// Why nothing was emitted.
+#[derive(Debug, Error)]
+pub enum EmitError {
+    #[error("kernel {name}: {source}")]
+    Render {
+        name: String,
+        #[source]
+        source: RenderError,
+    },
+    #[error("kernel {name}: {source}")]
+    Compile {
+        name: String,
+        #[source]
+        source: NvrtcError,
+    },
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// SHA-256 of `text`, lower-case hex.
+pub fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Renders and compiles one spec for `arch`.
+pub fn build_kernel(spec: &KernelSpec, arch: &str) -> Result<EmittedKernel, EmitError> {
+    let name = spec.kernel_name();
+    let source = render_any(spec).map_err(|source| EmitError::Render {
+        name: name.clone(),
+        source,
+    })?;
+    let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+    let compiled = nvrtc::compile(&source, &format!("{name}.cu"), arch, &options)
+        .map_err(|source| EmitError::Compile { name, source })?;
+    Ok(EmittedKernel {
+        spec: *spec,
+        source,
+        ptx: compiled.ptx,
+    })
+}
+
+/// Renders and compiles the default kernel set of `model` for `arch`, all in memory.
+pub fn build_model(
+    model: &ModelShape,
+    options: &KernelSetOptions,
+    arch: &str,
+) -> Result<(Vec<EmittedKernel>, Manifest), EmitError> {
+    let kernels = kernels_for(model, options)
+        .iter()
+        .map(|spec| build_kernel(spec, arch))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (major, minor) = nvrtc::version().map_err(|source| EmitError::Compile {
+        name: "(nvrtc version)".into(),
+        source,
+    })?;
+    let manifest = Manifest {
+        model: model.clone(),
+        kernels: kernels
+            .iter()
+            .map(|k| ManifestEntry {
+                name: k.spec.kernel_name(),
+                family: k.spec.family().to_string(),
+                spec: k.spec.fields_json(),
+                source_sha256: sha256_hex(&k.source),
+                nvrtc_version: format!("{major}.{minor}"),
+                arch: arch.to_string(),
+            })
+            .collect(),
+    };
+    Ok((kernels, manifest))
+}
+
+/// Builds everything, then writes it into `out` (created or replaced) through a temporary
+/// directory beside it that is renamed into place: on any error `out` is left as it was.
+pub fn emit(
+    model: &ModelShape,
+    options: &KernelSetOptions,
+    arch: &str,
+    out: &Path,
+) -> Result<Manifest, EmitError> {
+    let (kernels, manifest) = build_model(model, options, arch)?;
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| EmitError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
+    let stem = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let staging = parent.join(format!(".{stem}.partial-{}", std::process::id()));
+    let result = (|| {
+        std::fs::create_dir(&staging).map_err(io("creating", &staging))?;
+        for k in &kernels {
+            let name = k.spec.kernel_name();
+            let cu = staging.join(format!("{name}.cu"));
+            std::fs::write(&cu, &k.source).map_err(io("writing", &cu))?;
+            let ptx = staging.join(format!("{name}.ptx"));
+            std::fs::write(&ptx, &k.ptx).map_err(io("writing", &ptx))?;
+        }
+        let path = staging.join("manifest.json");
+        let json = serde_json::to_string_pretty(&manifest).expect("the manifest is plain data");
+        std::fs::write(&path, json + "\n").map_err(io("writing", &path))?;
+        replace_dir(&staging, out)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result.map(|()| manifest)
+}
+
+/// Moves `from` to `to`; an existing `to` is moved aside first and removed after.
+fn replace_dir(from: &Path, to: &Path) -> Result<(), EmitError> {
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| EmitError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    if to.exists() {
+        let aside = from.with_extension("old");
+        std::fs::rename(to, &aside).map_err(io("moving aside", to))?;
+        if let Err(e) = std::fs::rename(from, to) {
+            let _ = std::fs::rename(&aside, to);
+            return Err(io("renaming into place", to)(e));
+        }
+        std::fs::remove_dir_all(&aside).map_err(io("removing", &aside))?;
+    } else {
+        std::fs::rename(from, to).map_err(io("renaming into place", to))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! The default kernel set of a model: every spec a decode step of §8 launches.
+
+use crate::model::{Basis, ModelShape};
+use crate::spec::{
+    EncodeMode, EncodeSpec, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec,
+};
+
+/// Store parameters shared by every kernel of a set (they must agree: they describe one store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelSetOptions {
+    /// `BLK`, tokens per scale block.
+    pub block: usize,
+    /// `S`, words per plane per segment.
+    pub segment_words: usize,
+}
+
+impl Default for KernelSetOptions {
+    /// BLK = 64 (the paper's), S = 512 words (32,768 tokens: a plane run is 4 KiB, long enough
+    /// for reads of mapped host memory at full rate, §7).
+    fn default() -> Self {
+        KernelSetOptions {
+            block: 64,
+            segment_words: 512,
+        }
+    }
+}
+
+/// The plan methods of the benchmark protocol (§9); `loki` only for a rotated store.
+fn plan_methods(basis: Basis) -> Vec<PlanMethod> {
+    let mut methods = vec![
+        PlanMethod::Fathom,
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Sparq { r: 32 },
+        PlanMethod::DoubleSparsity,
+        PlanMethod::Thumbnail,
+    ];
+    if basis == Basis::Klt {
+        methods.push(PlanMethod::Loki { r: 32 });
+    }
+    methods
+}
+
+/// The default specs of `model`: encode (bulk and append), a plan per method of §9, gather,
+/// and the scan for both placements. Specs are not validated here; rendering validates them.
+// TODO(merge): add the select, fetch, attention, oracle and landmark families' default specs
+// when their branch is merged.
+pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<KernelSpec> {
+    let d = model.head_dim;
+    let g = model.group_size();
+    let rotate = model.basis == Basis::Klt;
+    let KernelSetOptions {
+        block,
+        segment_words,
+    } = *options;
+
+    let mut specs = Vec::new();
+    for mode in [EncodeMode::Bulk, EncodeMode::Append] {
+        specs.push(
+            EncodeSpec {
+                block,
+                segment_words,
+                ..EncodeSpec::new(d, mode, rotate)
+            }
+            .into(),
+        );
+    }
+    for method in plan_methods(model.basis) {
+        specs.push(
+            PlanSpec {
+                block,
+                segment_words,
+                ..PlanSpec::new(d, g, method, rotate)
+            }
+            .into(),
+        );
+    }
+    specs.push(
+        GatherSpec {
+            block,
+            segment_words,
+            ..GatherSpec::new(d)
+        }
+        .into(),
+    );
+    for placement in [Placement::Hbm, Placement::Host] {
+        specs.push(
+            ScanSpec {
+                block,
+                segment_words,
+                ..ScanSpec::new(d, g, placement)
+            }
+            .into(),
+        );
+    }
+    specs
+}

@@ -1,0 +1,198 @@
+//! The `plan` family (§3, §4): per query group, the read depth of every channel, and the run
+//! tables that tell gather and scan which words to read.
+
+use super::shape::{self, LaunchDims};
+use super::{Family, SpecError};
+use serde::{Deserialize, Serialize};
+
+/// How a plan picks depths (§4): every method is a depth plan over the same store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PlanMethod {
+    /// §3 reverse water-filling under the run-time budget (bits per token).
+    Fathom,
+    /// Top-`r` channels by `Σ_h |q_h[c]|` (ties to the lower channel), depth 4.
+    Sparq { r: usize },
+    /// The calibrated fixed channels of each KV head (a `[H][D]` mask input), depth 4.
+    DoubleSparsity,
+    /// The first `r` channels, depth 4: KLT coordinates ordered by score variance when the
+    /// store is rotated (the method's meaning); on a raw store simply the first `r` channels.
+    Loki { r: usize },
+    /// Every channel at depth 2.
+    Thumbnail,
+    /// Every channel at depth `t`.
+    Uniform { t: usize },
+}
+
+impl PlanMethod {
+    /// The method as it appears in kernel names: `fathom`, `sparq32`, `dsparsity`, `loki32`,
+    /// `thumbnail`, `uniform4`.
+    pub fn tag(self) -> String {
+        match self {
+            PlanMethod::Fathom => "fathom".into(),
+            PlanMethod::Sparq { r } => format!("sparq{r}"),
+            PlanMethod::DoubleSparsity => "dsparsity".into(),
+            PlanMethod::Loki { r } => format!("loki{r}"),
+            PlanMethod::Thumbnail => "thumbnail".into(),
+            PlanMethod::Uniform { t } => format!("uniform{t}"),
+        }
+    }
+
+    fn template_name(self) -> &'static str {
+        match self {
+            PlanMethod::Fathom => "fathom",
+            PlanMethod::Sparq { .. } => "sparq",
+            PlanMethod::DoubleSparsity => "double_sparsity",
+            PlanMethod::Loki { .. } => "loki",
+            PlanMethod::Thumbnail => "thumbnail",
+            PlanMethod::Uniform { .. } => "uniform",
+        }
+    }
+
+    /// `r` or `t`, 0 for methods without a parameter.
+    fn parameter(self) -> usize {
+        match self {
+            PlanMethod::Sparq { r } | PlanMethod::Loki { r } => r,
+            PlanMethod::Uniform { t } => t,
+            PlanMethod::Fathom | PlanMethod::DoubleSparsity | PlanMethod::Thumbnail => 0,
+        }
+    }
+}
+
+/// A plan kernel: one thread block per (sequence, KV head), all of a layer in one launch.
+///
+/// Parameters, in order:
+///
+/// ```text
+/// const float* q,                         // [B][H][G][D] raw queries
+/// const float* sigma2,                    // [B][H][D] channel variances (fathom; else may be null)
+/// const unsigned char* fixed_channels,    // [H][D] nonzero = read (double_sparsity; else null)
+/// const float* rot,                       // [H][D][D] (rotate; else null)
+/// float budget,                           // bits per token (fathom; else ignored)
+/// const unsigned long long* const* seg_words,  // [(b*H + h)*max_seg + s]
+/// const unsigned short* const* seg_scales,     // [(b*H + h)*max_seg + s]
+/// int max_seg,
+/// const int* n_stored,                    // [b]
+/// int n_heads,                            // H
+/// float* q_store,                         // [B][H][G][D] out: queries in the store basis
+/// unsigned char* depths,                  // [B][H][D] out
+/// unsigned int* class_count,              // [B][H][4] out: channels of depth 4, 3, 2, 1
+/// unsigned long long* runs,               // [B][H][max_seg][D][4] out: source run table
+/// unsigned long long* staged_runs,        // same shape, out; null = not written
+/// unsigned long long* stage_words,        // [(b*H + h)*max_seg + s][stage_planes * S]
+/// unsigned short* stage_scales,           // [(b*H + h)*max_seg + s][D * SPC]
+/// int stage_planes,                       // staging capacity in planes per (b, h, s)
+/// int* status                             // [3] {1 = plan exceeds stage_planes, b, h}; 0 = ok
+///                                         //   (needed when staged_runs is given)
+/// ```
+///
+/// Run slots are written for the stored segments `s < ceil(n_stored[b] / 64S)` only: active
+/// channels by depth class (4 first) then channel, then the inactive channels with depth 0.
+/// When the plan does not fit the staging, the staged table of that head gets depth 0 everywhere
+/// and `status` says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PlanSpec {
+    /// `D`.
+    pub head_dim: usize,
+    /// `G`, query heads per KV head.
+    pub group: usize,
+    /// `BLK`: the scale cost of an active channel is `16/BLK` bits per token.
+    pub block: usize,
+    /// `S`, words per plane per segment (run addresses, staging packing).
+    pub segment_words: usize,
+    /// How depths are chosen.
+    pub method: PlanMethod,
+    /// The store is rotated (§5): queries become `q' = Rᵀq` before planning.
+    pub rotate: bool,
+    /// Threads per thread block.
+    pub threads: usize,
+}
+
+impl PlanSpec {
+    /// The default plan kernel of a shape.
+    pub fn new(head_dim: usize, group: usize, method: PlanMethod, rotate: bool) -> Self {
+        PlanSpec {
+            head_dim,
+            group,
+            block: 64,
+            segment_words: 512,
+            method,
+            rotate,
+            threads: 256,
+        }
+    }
+
+    /// One thread block per (KV head, sequence).
+    pub fn launch_dims(&self, batch: usize, heads: usize) -> LaunchDims {
+        (
+            (shape::dim(heads), shape::dim(batch), 1),
+            (shape::dim(self.threads), 1, 1),
+            0,
+        )
+    }
+}
+
+impl Family for PlanSpec {
+    const FAMILY: &'static str = "plan";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        let PlanSpec {
+            head_dim,
+            group,
+            block,
+            segment_words,
+            method,
+            rotate: _,
+            threads,
+        } = *self;
+        shape::check_head_dim(Self::FAMILY, head_dim)?;
+        shape::check_group(Self::FAMILY, group)?;
+        shape::check_block(Self::FAMILY, block)?;
+        shape::check_segment_words(Self::FAMILY, segment_words, block, false)?;
+        match method {
+            PlanMethod::Sparq { r } | PlanMethod::Loki { r } if r == 0 || r > head_dim => {
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "method.r",
+                    r,
+                    format!("1 to {head_dim} channels"),
+                ));
+            }
+            PlanMethod::Uniform { t } if !(1..=4).contains(&t) => {
+                return Err(SpecError::new(Self::FAMILY, "method.t", t, "1 to 4 planes"));
+            }
+            _ => {}
+        }
+        shape::check_threads(Self::FAMILY, threads)
+    }
+
+    fn kernel_name(&self) -> String {
+        let PlanSpec {
+            head_dim,
+            group,
+            block,
+            segment_words,
+            method,
+            rotate,
+            threads,
+        } = *self;
+        format!(
+            "fathom_plan_d{head_dim}_g{group}_b{block}_s{segment_words}_{}_{}_t{threads}",
+            method.tag(),
+            if rotate { "rot" } else { "raw" }
+        )
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut c = tera::Context::new();
+        c.insert("head_dim", &self.head_dim);
+        c.insert("group", &self.group);
+        c.insert("block", &self.block);
+        c.insert("segment_words", &self.segment_words);
+        c.insert("method", self.method.template_name());
+        c.insert("method_parameter", &self.method.parameter());
+        c.insert("rotate", &self.rotate);
+        c.insert("threads", &self.threads);
+        c
+    }
+}

@@ -1,0 +1,240 @@
+//! Generated kernels compiled by NVRTC: snapshots of the CUDA and PTX of the preset shapes,
+//! determinism, and a sampled grid of specs compiling without a warning.
+//!
+//! These tests need NVRTC and fail (never skip) without it: `scripts/test.sh` installs the
+//! pinned wheel and points `FATHOM_NVRTC` at it. Update snapshots with `INSTA_UPDATE=always`
+//! (or `cargo insta accept`) and review the `.snap` diffs.
+
+use codegen::emit::{build_kernel, COMPILE_OPTIONS};
+use codegen::model::{self, Basis, ModelShape};
+use codegen::nvrtc;
+use codegen::render::render_any;
+use codegen::spec::{
+    EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec,
+    ScanSpec,
+};
+use codegen::{kernels_for, KernelSetOptions};
+
+const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
+/// The snapshot shapes: three presets (G = 4, 7, 8) and the other two head dimensions.
+fn shapes() -> Vec<ModelShape> {
+    let mut shapes: Vec<ModelShape> = ["qwen3-8b", "qwen2.5-7b", "llama-3.1-70b"]
+        .iter()
+        .map(|name| model::preset(name).unwrap())
+        .collect();
+    // SmolLM2-135M's shape (§11): G = 3, D = 64, no QK-norm.
+    shapes.push(ModelShape {
+        name: "d64-g3".into(),
+        layers: 30,
+        query_heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        qk_norm: false,
+        basis: Basis::Klt,
+    });
+    shapes.push(ModelShape {
+        name: "d256-g2".into(),
+        layers: 26,
+        query_heads: 8,
+        kv_heads: 4,
+        head_dim: 256,
+        qk_norm: true,
+        basis: Basis::Raw,
+    });
+    shapes
+}
+
+fn compile(spec: &KernelSpec, arch: &str) -> nvrtc::Compiled {
+    let source = render_any(spec).unwrap();
+    let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+    nvrtc::compile(
+        &source,
+        &format!("{}.cu", spec.kernel_name()),
+        arch,
+        &options,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", spec.kernel_name()))
+}
+
+#[test]
+fn cuda_snapshots_of_the_default_sets() {
+    for shape in shapes() {
+        for spec in kernels_for(&shape, &KernelSetOptions::default()) {
+            let source = render_any(&spec).unwrap();
+            insta::assert_snapshot!(
+                format!("cuda-{}-{}", shape.name, spec.kernel_name()),
+                source
+            );
+        }
+    }
+}
+
+/// PTX of every kernel of qwen3-8b, and of the scans (the kernels whose code depends most on
+/// the shape) of every shape, for both architectures. The whole set would be several MB.
+#[test]
+fn ptx_snapshots() {
+    for arch in ARCHS {
+        for shape in shapes() {
+            for spec in kernels_for(&shape, &KernelSetOptions::default()) {
+                let all = shape.name == "qwen3-8b" && arch == "sm_90";
+                if !all && !matches!(spec, KernelSpec::Scan(_)) {
+                    continue;
+                }
+                let compiled = compile(&spec, arch);
+                assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+                insta::assert_snapshot!(
+                    format!("ptx-{arch}-{}-{}", shape.name, spec.kernel_name()),
+                    compiled.ptx
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_same_source_compiles_to_the_same_ptx() {
+    let spec: KernelSpec = ScanSpec::new(128, 7, Placement::Host).into();
+    let a = build_kernel(&spec, "sm_90").unwrap();
+    let b = build_kernel(&spec, "sm_90").unwrap();
+    assert_eq!(a.source, b.source);
+    assert_eq!(a.ptx, b.ptx);
+    assert!(a.ptx.contains(&format!(".entry {}(", spec.kernel_name())));
+    let other = build_kernel(&spec, "sm_80").unwrap();
+    assert_ne!(a.ptx, other.ptx, "the architecture reaches the PTX");
+}
+
+/// A valid spec per cell of a sampled grid, with threads chosen to fit the tile.
+fn scan_grid() -> Vec<ScanSpec> {
+    let mut specs = Vec::new();
+    for head_dim in [64, 128, 256] {
+        for group in [1, 3, 4, 7, 8] {
+            for placement in [Placement::Hbm, Placement::Host] {
+                for (tile_words, threads) in [(2, 32), (8, 128), (16, 256), (64, 1024)] {
+                    for block in [32, 64, 128] {
+                        // Thin the grid: every block size, but not for every cell.
+                        if (head_dim + group + tile_words + block) % 5 != 0 {
+                            continue;
+                        }
+                        specs.push(ScanSpec {
+                            head_dim,
+                            group,
+                            block,
+                            segment_words: 512,
+                            tile_words,
+                            threads,
+                            placement,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    specs
+}
+
+fn other_grid() -> Vec<KernelSpec> {
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    for head_dim in [64, 128, 256] {
+        for block in [32, 64, 128] {
+            for mode in [EncodeMode::Bulk, EncodeMode::Append] {
+                let rotate = (head_dim / 64 + block / 32) % 2 == 0;
+                specs.push(
+                    EncodeSpec {
+                        block,
+                        ..EncodeSpec::new(head_dim, mode, rotate)
+                    }
+                    .into(),
+                );
+            }
+            specs.push(
+                GatherSpec {
+                    block,
+                    segment_words: 64,
+                    ..GatherSpec::new(head_dim)
+                }
+                .into(),
+            );
+        }
+        for (group, method) in [
+            (1, PlanMethod::Fathom),
+            (7, PlanMethod::Fathom),
+            (3, PlanMethod::Sparq { r: 16 }),
+            (8, PlanMethod::DoubleSparsity),
+            (2, PlanMethod::Loki { r: 32 }),
+            (5, PlanMethod::Thumbnail),
+            (6, PlanMethod::Uniform { t: 1 }),
+        ] {
+            let rotate = group % 2 == 1;
+            specs.push(PlanSpec::new(head_dim, group, method, rotate).into());
+        }
+    }
+    specs
+}
+
+#[test]
+fn a_sampled_grid_of_specs_compiles_without_warnings() {
+    let specs: Vec<KernelSpec> = scan_grid()
+        .into_iter()
+        .map(KernelSpec::from)
+        .chain(other_grid())
+        .collect();
+    assert!(specs.len() > 60, "the grid has {} specs", specs.len());
+    for spec in &specs {
+        spec.validate().unwrap_or_else(|e| panic!("{e}"));
+        let compiled = compile(spec, "sm_90");
+        assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+        assert!(compiled.ptx.contains(&spec.kernel_name()));
+    }
+}
+
+#[test]
+fn every_family_template_is_embedded() {
+    // A family whose template is missing from render.rs fails here, not at emit time.
+    assert!(render_any(&EncodeSpec::new(64, EncodeMode::Bulk, false).into()).is_ok());
+    assert_eq!(<ScanSpec as Family>::FAMILY, "scan");
+}
+
+#[test]
+fn emit_writes_sources_ptx_and_manifest_or_nothing() {
+    use codegen::emit::{emit, sha256_hex, Manifest};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("kernels");
+    let shape = model::preset("llama-3.1-70b").unwrap();
+    let manifest = emit(&shape, &KernelSetOptions::default(), "sm_90", &out).unwrap();
+    let set = kernels_for(&shape, &KernelSetOptions::default());
+    assert_eq!(manifest.kernels.len(), set.len());
+    let written: Manifest =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(written, manifest);
+    for (entry, spec) in manifest.kernels.iter().zip(&set) {
+        let source = std::fs::read_to_string(out.join(format!("{}.cu", entry.name))).unwrap();
+        assert_eq!(entry.source_sha256, sha256_hex(&source));
+        assert_eq!(source, render_any(spec).unwrap());
+        let ptx = std::fs::read_to_string(out.join(format!("{}.ptx", entry.name))).unwrap();
+        assert!(ptx.contains(&format!(".entry {}(", entry.name)));
+        assert_eq!(entry.family, spec.family());
+        assert_eq!(entry.arch, "sm_90");
+        assert_eq!(entry.spec, spec.fields_json());
+    }
+    // A bad architecture fails before anything is written, and the old output stays.
+    let before = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(emit(&shape, &KernelSetOptions::default(), "sm_9x", &out).is_err());
+    assert_eq!(
+        std::fs::read_to_string(out.join("manifest.json")).unwrap(),
+        before
+    );
+    let fresh = dir.path().join("fresh");
+    let bad = KernelSetOptions {
+        block: 48,
+        segment_words: 512,
+    };
+    let e = emit(&shape, &bad, "sm_90", &fresh).unwrap_err().to_string();
+    assert!(e.contains("block") && e.contains("32, 64 or 128"), "{e}");
+    assert!(!fresh.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no partial directory left"
+    );
+}

@@ -1,0 +1,503 @@
+//! Spec names, validation, rendering determinism and default kernel sets (no NVRTC needed).
+
+use codegen::model::{self, Basis, ModelShape};
+use codegen::render::{render, render_any};
+use codegen::spec::{
+    EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec,
+    ScanSpec,
+};
+use codegen::{kernels_for, KernelSetOptions};
+use std::collections::{BTreeSet, HashMap};
+
+/// Checks that `variations` changes every serialised field of `base` exactly once, one field
+/// per variation, and that each change changes the kernel name.
+fn assert_every_field_named<F: Family + serde::Serialize + Copy>(
+    base: F,
+    variations: Vec<(&'static str, F)>,
+) {
+    base.validate().expect("base spec is valid");
+    let base_json = serde_json::to_value(base).unwrap();
+    let fields: BTreeSet<String> = base_json.as_object().unwrap().keys().cloned().collect();
+    let varied: BTreeSet<String> = variations.iter().map(|(f, _)| f.to_string()).collect();
+    assert_eq!(
+        fields,
+        varied,
+        "every field of {} needs a variation",
+        F::FAMILY
+    );
+    for (field, spec) in variations {
+        spec.validate()
+            .unwrap_or_else(|e| panic!("variation of {field} is invalid: {e}"));
+        let json = serde_json::to_value(spec).unwrap();
+        let changed: Vec<&String> = json
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, v)| base_json[k.as_str()] != **v)
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            changed,
+            vec![field],
+            "the variation must change only {field}"
+        );
+        assert_ne!(
+            spec.kernel_name(),
+            base.kernel_name(),
+            "changing {} {field} must change the kernel name",
+            F::FAMILY
+        );
+    }
+}
+
+#[test]
+fn encode_name_carries_every_field() {
+    let s = EncodeSpec::new(128, EncodeMode::Bulk, false);
+    // Destructured so that a new field fails to compile here until it has a variation.
+    let EncodeSpec {
+        head_dim: _,
+        block: _,
+        segment_words: _,
+        mode: _,
+        rotate: _,
+        threads: _,
+    } = s;
+    assert_every_field_named(
+        s,
+        vec![
+            ("head_dim", EncodeSpec { head_dim: 64, ..s }),
+            ("block", EncodeSpec { block: 32, ..s }),
+            (
+                "segment_words",
+                EncodeSpec {
+                    segment_words: 64,
+                    ..s
+                },
+            ),
+            (
+                "mode",
+                EncodeSpec {
+                    mode: EncodeMode::Append,
+                    ..s
+                },
+            ),
+            ("rotate", EncodeSpec { rotate: true, ..s }),
+            ("threads", EncodeSpec { threads: 128, ..s }),
+        ],
+    );
+}
+
+#[test]
+fn plan_name_carries_every_field() {
+    let s = PlanSpec::new(128, 4, PlanMethod::Fathom, false);
+    let PlanSpec {
+        head_dim: _,
+        group: _,
+        block: _,
+        segment_words: _,
+        method: _,
+        rotate: _,
+        threads: _,
+    } = s;
+    assert_every_field_named(
+        s,
+        vec![
+            ("head_dim", PlanSpec { head_dim: 256, ..s }),
+            ("group", PlanSpec { group: 7, ..s }),
+            ("block", PlanSpec { block: 128, ..s }),
+            (
+                "segment_words",
+                PlanSpec {
+                    segment_words: 256,
+                    ..s
+                },
+            ),
+            (
+                "method",
+                PlanSpec {
+                    method: PlanMethod::Thumbnail,
+                    ..s
+                },
+            ),
+            ("rotate", PlanSpec { rotate: true, ..s }),
+            ("threads", PlanSpec { threads: 512, ..s }),
+        ],
+    );
+    // Every method, and every method parameter, has its own name.
+    let methods = [
+        PlanMethod::Fathom,
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Sparq { r: 32 },
+        PlanMethod::DoubleSparsity,
+        PlanMethod::Loki { r: 16 },
+        PlanMethod::Loki { r: 32 },
+        PlanMethod::Thumbnail,
+        PlanMethod::Uniform { t: 1 },
+        PlanMethod::Uniform { t: 4 },
+    ];
+    let names: BTreeSet<String> = methods
+        .iter()
+        .map(|&method| PlanSpec { method, ..s }.kernel_name())
+        .collect();
+    assert_eq!(names.len(), methods.len());
+}
+
+#[test]
+fn gather_name_carries_every_field() {
+    let s = GatherSpec::new(128);
+    let GatherSpec {
+        head_dim: _,
+        block: _,
+        segment_words: _,
+        loads_in_flight: _,
+        threads: _,
+    } = s;
+    assert_every_field_named(
+        s,
+        vec![
+            ("head_dim", GatherSpec { head_dim: 64, ..s }),
+            ("block", GatherSpec { block: 32, ..s }),
+            (
+                "segment_words",
+                GatherSpec {
+                    segment_words: 1024,
+                    ..s
+                },
+            ),
+            (
+                "loads_in_flight",
+                GatherSpec {
+                    loads_in_flight: 8,
+                    ..s
+                },
+            ),
+            ("threads", GatherSpec { threads: 512, ..s }),
+        ],
+    );
+}
+
+#[test]
+fn scan_name_carries_every_field() {
+    let s = ScanSpec::new(128, 4, Placement::Hbm);
+    let ScanSpec {
+        head_dim: _,
+        group: _,
+        block: _,
+        segment_words: _,
+        tile_words: _,
+        threads: _,
+        placement: _,
+    } = s;
+    assert_every_field_named(
+        s,
+        vec![
+            ("head_dim", ScanSpec { head_dim: 64, ..s }),
+            ("group", ScanSpec { group: 7, ..s }),
+            ("block", ScanSpec { block: 32, ..s }),
+            (
+                "segment_words",
+                ScanSpec {
+                    segment_words: 64,
+                    ..s
+                },
+            ),
+            ("tile_words", ScanSpec { tile_words: 8, ..s }),
+            ("threads", ScanSpec { threads: 512, ..s }),
+            (
+                "placement",
+                ScanSpec {
+                    placement: Placement::Host,
+                    ..s
+                },
+            ),
+        ],
+    );
+}
+
+/// A grid of valid scan specs: distinct specs, distinct names.
+#[test]
+fn scan_names_are_unique_over_a_grid() {
+    let mut names: HashMap<String, ScanSpec> = HashMap::new();
+    for head_dim in [64, 128, 256] {
+        for group in 1..=8 {
+            for block in [32, 64, 128] {
+                for tile_words in [2, 4, 16, 64] {
+                    for threads in [32, 64, 128, 256, 512, 1024] {
+                        for placement in [Placement::Hbm, Placement::Host] {
+                            let spec = ScanSpec {
+                                head_dim,
+                                group,
+                                block,
+                                segment_words: 512,
+                                tile_words,
+                                threads,
+                                placement,
+                            };
+                            if spec.validate().is_err() {
+                                continue;
+                            }
+                            if let Some(other) = names.insert(spec.kernel_name(), spec) {
+                                panic!("{other:?} and {spec:?} share a name");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        names.len() > 100,
+        "the grid has only {} valid specs",
+        names.len()
+    );
+}
+
+fn expect_error<F: Family + std::fmt::Debug>(spec: F, field: &str, allowed_part: &str) {
+    let e = spec
+        .validate()
+        .map(|()| format!("{spec:?}"))
+        .expect_err("spec must be refused");
+    assert_eq!(e.family, F::FAMILY);
+    assert_eq!(e.field, field, "{e}");
+    assert!(e.allowed.contains(allowed_part), "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains(field) && message.contains(&e.got),
+        "{message}"
+    );
+    // Rendering validates first.
+    assert!(render(&spec).is_err());
+}
+
+#[test]
+fn validation_names_the_field_and_the_allowed_values() {
+    let e = EncodeSpec::new(128, EncodeMode::Bulk, false);
+    expect_error(
+        EncodeSpec { head_dim: 96, ..e },
+        "head_dim",
+        "64, 128 or 256",
+    );
+    expect_error(EncodeSpec { block: 48, ..e }, "block", "32, 64 or 128");
+    expect_error(
+        EncodeSpec {
+            segment_words: 0,
+            ..e
+        },
+        "segment_words",
+        "whole",
+    );
+    expect_error(
+        EncodeSpec {
+            block: 128,
+            segment_words: 3,
+            ..e
+        },
+        "segment_words",
+        "128-token",
+    );
+    expect_error(
+        EncodeSpec { threads: 100, ..e },
+        "threads",
+        "multiple of 32",
+    );
+    expect_error(EncodeSpec { threads: 2048, ..e }, "threads", "1024");
+
+    let p = PlanSpec::new(128, 4, PlanMethod::Fathom, false);
+    expect_error(PlanSpec { group: 0, ..p }, "group", "1 to 8");
+    expect_error(PlanSpec { group: 9, ..p }, "group", "1 to 8");
+    expect_error(
+        PlanSpec {
+            method: PlanMethod::Sparq { r: 0 },
+            ..p
+        },
+        "method.r",
+        "1 to 128",
+    );
+    expect_error(
+        PlanSpec {
+            method: PlanMethod::Loki { r: 129 },
+            ..p
+        },
+        "method.r",
+        "1 to 128",
+    );
+    expect_error(
+        PlanSpec {
+            method: PlanMethod::Uniform { t: 5 },
+            ..p
+        },
+        "method.t",
+        "1 to 4",
+    );
+    expect_error(
+        PlanSpec { head_dim: 512, ..p },
+        "head_dim",
+        "64, 128 or 256",
+    );
+
+    let g = GatherSpec::new(128);
+    expect_error(
+        GatherSpec {
+            segment_words: 3,
+            ..g
+        },
+        "segment_words",
+        "even",
+    );
+    expect_error(
+        GatherSpec {
+            loads_in_flight: 0,
+            ..g
+        },
+        "loads_in_flight",
+        "1 to 16",
+    );
+
+    let s = ScanSpec::new(128, 4, Placement::Hbm);
+    expect_error(
+        ScanSpec { tile_words: 3, ..s },
+        "tile_words",
+        "even divisor",
+    );
+    expect_error(
+        ScanSpec {
+            tile_words: 24,
+            ..s
+        },
+        "tile_words",
+        "even divisor",
+    );
+    // 16 words = 1024 tokens: 32 threads would score 32 tokens each.
+    expect_error(
+        ScanSpec { threads: 32, ..s },
+        "threads",
+        "128, 256, 512, 1024",
+    );
+    expect_error(
+        ScanSpec {
+            segment_words: 1,
+            ..s
+        },
+        "segment_words",
+        "even",
+    );
+    expect_error(ScanSpec { group: 0, ..s }, "group", "1 to 8");
+    // A 512-word tile would need 32 tokens per thread even at 1024 threads.
+    expect_error(
+        ScanSpec {
+            tile_words: 512,
+            threads: 1024,
+            ..s
+        },
+        "threads",
+        "none",
+    );
+}
+
+#[test]
+fn rendering_is_deterministic_and_strict() {
+    for spec in kernels_for(
+        &model::preset("qwen2.5-7b").unwrap(),
+        &KernelSetOptions::default(),
+    ) {
+        let a = render_any(&spec).unwrap();
+        let b = render_any(&spec).unwrap();
+        assert_eq!(a, b, "{}", spec.kernel_name());
+        assert!(
+            a.contains(&format!("{}(", spec.kernel_name())),
+            "the kernel carries its name"
+        );
+        let code = a.lines().filter(|l| !l.trim_start().starts_with("//"));
+        assert!(
+            code.clone().all(|l| !l.contains("{{") && !l.contains("{%")),
+            "no template syntax left in the code"
+        );
+    }
+}
+
+#[test]
+fn scan_reads_planes_by_depth_class_with_unrolled_plane_loops() {
+    let source = render(&ScanSpec::new(128, 7, Placement::Hbm)).unwrap();
+    for depth in 1..=4 {
+        assert!(
+            source.contains(&format!("// Depth class {depth}:")),
+            "class {depth}"
+        );
+    }
+    // One bit extraction per plane of every class: 4 + 3 + 2 + 1.
+    assert_eq!(source.matches("__funnelshift_r(").count(), 10);
+}
+
+#[test]
+fn kernel_specs_round_trip_through_json() {
+    for spec in kernels_for(
+        &model::preset("llama-3.1-70b").unwrap(),
+        &KernelSetOptions::default(),
+    ) {
+        let json = serde_json::to_string(&spec).unwrap();
+        assert!(json.contains(&format!("\"family\":\"{}\"", spec.family())));
+        let back: KernelSpec = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, spec);
+    }
+}
+
+#[test]
+fn default_sets_cover_every_family_and_follow_the_shape() {
+    for preset in model::presets() {
+        let shape = preset.shape();
+        let set = kernels_for(&shape, &KernelSetOptions::default());
+        let families: BTreeSet<&str> = set.iter().map(KernelSpec::family).collect();
+        assert_eq!(
+            families,
+            BTreeSet::from(["encode", "gather", "plan", "scan"])
+        );
+        let names: BTreeSet<String> = set.iter().map(KernelSpec::kernel_name).collect();
+        assert_eq!(names.len(), set.len(), "names are unique within a set");
+        for spec in &set {
+            spec.validate().unwrap();
+            let d = format!("_d{}_", shape.head_dim);
+            assert!(spec.kernel_name().contains(&d), "{}", spec.kernel_name());
+        }
+        let rotated = set.iter().any(|s| s.kernel_name().contains("_rot_"));
+        assert_eq!(rotated, shape.basis == Basis::Klt, "{}", shape.name);
+        let loki = set.iter().any(|s| s.kernel_name().contains("loki"));
+        assert_eq!(loki, shape.basis == Basis::Klt);
+    }
+    let seven = ModelShape {
+        name: "g7".into(),
+        layers: 1,
+        query_heads: 28,
+        kv_heads: 4,
+        head_dim: 64,
+        qk_norm: true,
+        basis: Basis::Raw,
+    };
+    let set = kernels_for(
+        &seven,
+        &KernelSetOptions {
+            block: 32,
+            segment_words: 64,
+        },
+    );
+    assert!(set
+        .iter()
+        .filter(|s| matches!(s, KernelSpec::Scan(_) | KernelSpec::Plan(_)))
+        .all(|s| s.kernel_name().contains("_g7_") && s.kernel_name().contains("_b32_s64_")));
+}
+
+#[test]
+fn launch_dims_follow_the_abi() {
+    let scan = ScanSpec::new(128, 4, Placement::Hbm);
+    assert_eq!(scan.launch_dims(2, 8, 5), ((32, 5, 16), (256, 1, 1), 0));
+    let plan = PlanSpec::new(128, 4, PlanMethod::Fathom, false);
+    assert_eq!(plan.launch_dims(2, 8), ((8, 2, 1), (256, 1, 1), 0));
+    let gather = GatherSpec::new(256);
+    assert_eq!(gather.launch_dims(3, 4, 7), ((256, 7, 12), (256, 1, 1), 0));
+    let bulk = EncodeSpec::new(128, EncodeMode::Bulk, false);
+    assert_eq!(bulk.launch_dims(1, 8, 640), ((10, 8, 1), (256, 1, 1), 0));
+    // 32-token blocks: a range may start mid-word and touch one word more.
+    let half = EncodeSpec { block: 32, ..bulk };
+    assert_eq!(half.launch_dims(1, 8, 640).0, (11, 8, 1));
+    let append = EncodeSpec::new(128, EncodeMode::Append, true);
+    assert_eq!(append.launch_dims(4, 8, 0).0, (1, 8, 4));
+}
