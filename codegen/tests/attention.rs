@@ -58,11 +58,35 @@ fn names_are_injective() {
 #[test]
 fn bad_fields_are_named() {
     let cases = [
-        (AttentionSpec { head_dim: 512, ..base() }, "head_dim"),
+        (
+            AttentionSpec {
+                head_dim: 512,
+                ..base()
+            },
+            "head_dim",
+        ),
         (AttentionSpec { group: 0, ..base() }, "group"),
-        (AttentionSpec { threads: 16, ..base() }, "threads"),
-        (AttentionSpec { rows_per_warp: 0, ..base() }, "rows_per_warp"),
-        (AttentionSpec { rows_per_warp: 9, ..base() }, "rows_per_warp"),
+        (
+            AttentionSpec {
+                threads: 16,
+                ..base()
+            },
+            "threads",
+        ),
+        (
+            AttentionSpec {
+                rows_per_warp: 0,
+                ..base()
+            },
+            "rows_per_warp",
+        ),
+        (
+            AttentionSpec {
+                rows_per_warp: 9,
+                ..base()
+            },
+            "rows_per_warp",
+        ),
     ];
     for (spec, field) in cases {
         let err = spec.validate().unwrap_err();
@@ -75,7 +99,11 @@ fn bad_fields_are_named() {
 fn every_spec_of_the_grid_renders_within_static_shared_memory() {
     for spec in grid() {
         assert_renders(&spec, &[spec.kernel_name()]);
-        assert!(spec.static_shared_bytes() <= 48 * 1024, "{}", spec.kernel_name());
+        assert!(
+            spec.static_shared_bytes() <= 48 * 1024,
+            "{}",
+            spec.kernel_name()
+        );
     }
 }
 

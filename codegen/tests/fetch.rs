@@ -58,9 +58,21 @@ fn names_are_injective() {
 #[test]
 fn bad_fields_are_named() {
     let cases = [
-        (FetchSpec { head_dim: 0, ..base() }, "head_dim"),
+        (
+            FetchSpec {
+                head_dim: 0,
+                ..base()
+            },
+            "head_dim",
+        ),
         (FetchSpec { group: 9, ..base() }, "group"),
-        (FetchSpec { threads: 1056, ..base() }, "threads"),
+        (
+            FetchSpec {
+                threads: 1056,
+                ..base()
+            },
+            "threads",
+        ),
     ];
     for (spec, field) in cases {
         let err = spec.validate().unwrap_err();

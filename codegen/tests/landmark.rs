@@ -47,7 +47,10 @@ fn every_field_is_in_the_name() {
             ("placement", json!("host")),
         ],
     );
-    assert_eq!(base().build_entry(), "fathom_landmark_d128_g4_t256_hbm_build");
+    assert_eq!(
+        base().build_entry(),
+        "fathom_landmark_d128_g4_t256_hbm_build"
+    );
     assert_eq!(base().scan_entry(), "fathom_landmark_d128_g4_t256_hbm_scan");
 }
 
@@ -59,10 +62,28 @@ fn names_are_injective() {
 #[test]
 fn bad_fields_are_named() {
     let cases = [
-        (LandmarkSpec { head_dim: 32, ..base() }, "head_dim"),
+        (
+            LandmarkSpec {
+                head_dim: 32,
+                ..base()
+            },
+            "head_dim",
+        ),
         (LandmarkSpec { group: 0, ..base() }, "group"),
-        (LandmarkSpec { group: 16, ..base() }, "group"),
-        (LandmarkSpec { threads: 48, ..base() }, "threads"),
+        (
+            LandmarkSpec {
+                group: 16,
+                ..base()
+            },
+            "group",
+        ),
+        (
+            LandmarkSpec {
+                threads: 48,
+                ..base()
+            },
+            "threads",
+        ),
     ];
     for (spec, field) in cases {
         let err = spec.validate().unwrap_err();

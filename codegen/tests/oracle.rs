@@ -58,12 +58,36 @@ fn names_are_injective() {
 #[test]
 fn bad_fields_are_named() {
     let cases = [
-        (OracleSpec { head_dim: 96, ..base() }, "head_dim"),
+        (
+            OracleSpec {
+                head_dim: 96,
+                ..base()
+            },
+            "head_dim",
+        ),
         (OracleSpec { group: 0, ..base() }, "group"),
         (OracleSpec { group: 9, ..base() }, "group"),
-        (OracleSpec { threads: 0, ..base() }, "threads"),
-        (OracleSpec { threads: 100, ..base() }, "threads"),
-        (OracleSpec { threads: 2048, ..base() }, "threads"),
+        (
+            OracleSpec {
+                threads: 0,
+                ..base()
+            },
+            "threads",
+        ),
+        (
+            OracleSpec {
+                threads: 100,
+                ..base()
+            },
+            "threads",
+        ),
+        (
+            OracleSpec {
+                threads: 2048,
+                ..base()
+            },
+            "threads",
+        ),
     ];
     for (spec, field) in cases {
         let err = spec.validate().unwrap_err();
@@ -76,7 +100,11 @@ fn bad_fields_are_named() {
 fn every_spec_of_the_grid_renders() {
     for spec in grid() {
         let source = assert_renders(&spec, &[spec.kernel_name()]);
-        let load = if spec.placement == Placement::Host { "__ldcs" } else { "__ldg" };
+        let load = if spec.placement == Placement::Host {
+            "__ldcs"
+        } else {
+            "__ldg"
+        };
         assert!(source.contains(load), "{}", spec.kernel_name());
     }
 }

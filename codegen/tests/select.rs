@@ -64,10 +64,34 @@ fn bad_fields_are_named() {
     let cases = [
         (SelectSpec { group: 0, ..base() }, "group"),
         (SelectSpec { k_max: 0, ..base() }, "k_max"),
-        (SelectSpec { k_max: 4097, ..base() }, "k_max"),
-        (SelectSpec { threads: 1000, ..base() }, "threads"),
-        (SelectSpec { items_per_thread: 0, ..base() }, "items_per_thread"),
-        (SelectSpec { items_per_thread: 33, ..base() }, "items_per_thread"),
+        (
+            SelectSpec {
+                k_max: 4097,
+                ..base()
+            },
+            "k_max",
+        ),
+        (
+            SelectSpec {
+                threads: 1000,
+                ..base()
+            },
+            "threads",
+        ),
+        (
+            SelectSpec {
+                items_per_thread: 0,
+                ..base()
+            },
+            "items_per_thread",
+        ),
+        (
+            SelectSpec {
+                items_per_thread: 33,
+                ..base()
+            },
+            "items_per_thread",
+        ),
     ];
     for (spec, field) in cases {
         let err = spec.validate().unwrap_err();

@@ -20,13 +20,18 @@ pub(crate) fn group(family: &'static str, value: u32) -> Result<(), SpecError> {
     if (1..=MAX_GROUP).contains(&value) {
         Ok(())
     } else {
-        Err(SpecError::new(family, "group", value, format!("1..={MAX_GROUP}")))
+        Err(SpecError::new(
+            family,
+            "group",
+            value,
+            format!("1..={MAX_GROUP}"),
+        ))
     }
 }
 
 /// Threads per block: whole warps, at most CUDA's 1024.
 pub(crate) fn threads(family: &'static str, value: u32) -> Result<(), SpecError> {
-    if value % 32 == 0 && (32..=1024).contains(&value) {
+    if value.is_multiple_of(32) && (32..=1024).contains(&value) {
         Ok(())
     } else {
         Err(SpecError::new(

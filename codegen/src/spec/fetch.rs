@@ -1,7 +1,9 @@
 //! The `fetch` family (SPEC §6, §7): the bf16 K and V rows of each KV head's union, gathered from
 //! HBM or mapped host memory into compact `k_sel` / `v_sel` buffers in HBM.
 
-use super::launch::{blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
+use super::launch::{
+    blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
+};
 use super::select::{LOCAL, SINK};
 use super::{checks, Family, Placement, SpecError};
 use serde::{Deserialize, Serialize};
@@ -45,7 +47,8 @@ impl FetchSpec {
         let y = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_YZ)?;
         let units_per_row = 2 * self.head_dim / 8;
         let rows_per_warp = (32 / units_per_row).max(1);
-        let per_step = u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement));
+        let per_step =
+            u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement));
         let union_cap = u64::from(self.group)
             .saturating_mul(k)
             .saturating_add(SINK + LOCAL);

@@ -3,7 +3,9 @@
 //! (run when blocks enter the store) and `<kernel_name>_scan` (run every step, in place of the
 //! plane scan).
 
-use super::launch::{blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
+use super::launch::{
+    blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
+};
 use super::{checks, Family, Placement, SpecError};
 use serde::{Deserialize, Serialize};
 
@@ -88,7 +90,8 @@ impl LandmarkSpec {
         let z = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
         let y = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_YZ)?;
         let rows_per_warp = 32 / (self.head_dim / 8);
-        let per_step = u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement));
+        let per_step =
+            u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement));
         let x = blocks_for(max_stored / TOKENS_PER_GROUP, 4 * per_step).min(MAX_GRID_X) as u32;
         Ok(Launch::new([x, y, z], self.threads))
     }

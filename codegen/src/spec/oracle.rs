@@ -2,7 +2,9 @@
 //! for the tokens of a per-sequence range. It scores the whole context for the `oracle` method and
 //! the tail (tokens `n_stored .. n_total`) for every other method.
 
-use super::launch::{blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
+use super::launch::{
+    blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
+};
 use super::{checks, Family, Placement, SpecError};
 use serde::{Deserialize, Serialize};
 

@@ -160,7 +160,12 @@ impl SelectSpec {
         }
         let group = u64::from(self.group);
         let kv = batch.saturating_mul(kv_heads);
-        let heads = grid_dim(Self::FAMILY, "batch * kv_heads * group", kv.saturating_mul(group), MAX_GRID_YZ)?;
+        let heads = grid_dim(
+            Self::FAMILY,
+            "batch * kv_heads * group",
+            kv.saturating_mul(group),
+            MAX_GRID_YZ,
+        )?;
         let kv = grid_dim(Self::FAMILY, "batch * kv_heads", kv, MAX_GRID_X)?;
         let chunks = blocks_for(max_tokens, self.chunk());
         let x = grid_dim(Self::FAMILY, "max_tokens / chunk", chunks, MAX_GRID_X)?;

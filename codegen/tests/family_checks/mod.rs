@@ -21,11 +21,17 @@ where
         .map(String::as_str)
         .collect();
     let covered: BTreeSet<&str> = alternatives.iter().map(|(field, _)| *field).collect();
-    assert_eq!(fields, covered, "every spec field needs an alternative value");
+    assert_eq!(
+        fields, covered,
+        "every spec field needs an alternative value"
+    );
     base.validate().expect("the base spec is valid");
     for (field, value) in alternatives {
         let mut changed = json.clone();
-        assert_ne!(&changed[*field], value, "{field}: the alternative equals the base");
+        assert_ne!(
+            &changed[*field], value,
+            "{field}: the alternative equals the base"
+        );
         changed[*field] = value.clone();
         let other: F = serde_json::from_value(changed).expect("the alternative deserialises");
         other.validate().expect("the alternative is valid");
@@ -45,7 +51,10 @@ where
     let mut by_name: BTreeMap<String, String> = BTreeMap::new();
     for spec in specs {
         let name = spec.kernel_name();
-        assert!(name.starts_with(&format!("fathom_{}_", F::FAMILY)), "{name}");
+        assert!(
+            name.starts_with(&format!("fathom_{}_", F::FAMILY)),
+            "{name}"
+        );
         assert!(
             name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
             "{name} is not a C identifier"
@@ -71,7 +80,10 @@ pub fn assert_renders<F: Family>(spec: &F, entries: &[String]) -> String {
     }
     // (common.cuh.tera's comment shows an `include` tag, so only the tags we use are looked for.)
     for leftover in ["{{", "{% if", "{% for", "{% end", "{%-", "{#"] {
-        assert!(!source.contains(leftover), "template syntax {leftover} left");
+        assert!(
+            !source.contains(leftover),
+            "template syntax {leftover} left"
+        );
     }
     assert!(source.contains("extern \"C\" __global__"));
     source
