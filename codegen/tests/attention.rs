@@ -5,7 +5,9 @@ mod family_checks;
 use codegen::render::{render, RenderError};
 use codegen::spec::attention::AttentionSpec;
 use codegen::spec::Family;
-use family_checks::{assert_every_field_in_name, assert_names_injective, assert_renders};
+use family_checks::{
+    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
+};
 use serde_json::json;
 
 fn base() -> AttentionSpec {
@@ -113,4 +115,19 @@ fn one_block_per_query_head() {
     assert_eq!(launch.grid, [4 * 8 * 4, 1, 1]);
     assert_eq!(launch.block, [256, 1, 1]);
     assert!(base().launch(0, 8).is_err());
+}
+
+#[test]
+fn a_sampled_grid_compiles_without_warnings() {
+    for head_dim in [64, 128, 256] {
+        for (group, threads, rows_per_warp) in [(7, 256, 4), (1, 32, 1), (8, 1024, 8)] {
+            let spec = AttentionSpec {
+                head_dim,
+                group,
+                threads,
+                rows_per_warp,
+            };
+            assert_compiles(&spec, &[spec.kernel_name()]);
+        }
+    }
 }

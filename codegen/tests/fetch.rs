@@ -5,7 +5,9 @@ mod family_checks;
 use codegen::render::{render, RenderError};
 use codegen::spec::fetch::FetchSpec;
 use codegen::spec::{Family, Placement};
-use family_checks::{assert_every_field_in_name, assert_names_injective, assert_renders};
+use family_checks::{
+    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
+};
 use serde_json::json;
 
 fn base() -> FetchSpec {
@@ -94,4 +96,21 @@ fn launch_covers_a_full_union() {
     let launch = base().launch(2, 8, 512).unwrap();
     assert_eq!(launch.grid, [(4 * 512 + 36u32).div_ceil(32), 8, 2]);
     assert_eq!(base().launch(1, 70_000, 512).unwrap_err().field, "kv_heads");
+}
+
+#[test]
+fn a_sampled_grid_compiles_without_warnings() {
+    for head_dim in [64, 128, 256] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for (group, threads) in [(7, 256), (8, 1024)] {
+                let spec = FetchSpec {
+                    head_dim,
+                    group,
+                    threads,
+                    placement,
+                };
+                assert_compiles(&spec, &[spec.kernel_name()]);
+            }
+        }
+    }
 }

@@ -5,7 +5,9 @@ mod family_checks;
 use codegen::render::{render, RenderError};
 use codegen::spec::landmark::LandmarkSpec;
 use codegen::spec::{Family, Placement};
-use family_checks::{assert_every_field_in_name, assert_names_injective, assert_renders};
+use family_checks::{
+    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
+};
 use serde_json::json;
 
 fn base() -> LandmarkSpec {
@@ -110,4 +112,21 @@ fn launches_scale_with_the_context() {
     let build = spec.launch_build(2, 8, 1 << 20).unwrap();
     assert_eq!(u64::from(build.grid[0]) * 256, (1 << 20) / 8 * 16);
     assert_eq!(spec.launch_build(0, 8, 64).unwrap_err().field, "batch");
+}
+
+#[test]
+fn a_sampled_grid_compiles_without_warnings() {
+    for head_dim in [64, 128, 256] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for (group, threads) in [(7, 256), (1, 32)] {
+                let spec = LandmarkSpec {
+                    head_dim,
+                    group,
+                    threads,
+                    placement,
+                };
+                assert_compiles(&spec, &[spec.build_entry(), spec.scan_entry()]);
+            }
+        }
+    }
 }

@@ -5,7 +5,9 @@ mod family_checks;
 use codegen::render::{render, RenderError};
 use codegen::spec::oracle::OracleSpec;
 use codegen::spec::{Family, Placement};
-use family_checks::{assert_every_field_in_name, assert_names_injective, assert_renders};
+use family_checks::{
+    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
+};
 use serde_json::json;
 
 fn base() -> OracleSpec {
@@ -119,4 +121,21 @@ fn launch_covers_the_range() {
     assert_eq!(spec.launch(1, 1, 0).unwrap().grid[0], 1);
     assert_eq!(spec.launch(0, 8, 10).unwrap_err().field, "batch");
     assert_eq!(spec.launch(1, 0, 10).unwrap_err().field, "kv_heads");
+}
+
+#[test]
+fn a_sampled_grid_compiles_without_warnings() {
+    for head_dim in [64, 128, 256] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for (group, threads) in [(7, 256), (8, 1024)] {
+                let spec = OracleSpec {
+                    head_dim,
+                    group,
+                    threads,
+                    placement,
+                };
+                assert_compiles(&spec, &[spec.kernel_name()]);
+            }
+        }
+    }
 }

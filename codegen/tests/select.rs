@@ -5,7 +5,9 @@ mod family_checks;
 use codegen::render::{render, RenderError};
 use codegen::spec::select::{SelectSpec, SelectStage, STATE_WORDS};
 use codegen::spec::Family;
-use family_checks::{assert_every_field_in_name, assert_names_injective, assert_renders};
+use family_checks::{
+    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
+};
 use serde_json::json;
 
 fn base() -> SelectSpec {
@@ -144,4 +146,24 @@ fn plan_refuses_sizes_it_cannot_serve() {
     assert!(spec.plan(1, 8, 0, 0).is_ok());
     assert!(spec.plan(0, 8, 4096, 16).is_err());
     assert!(spec.plan(10_000, 8, 4096, 16).is_err());
+}
+
+#[test]
+fn a_sampled_grid_compiles_without_warnings() {
+    let samples = [
+        (7, 512, 256, 16),
+        (1, 1, 32, 1),
+        (8, 4096, 1024, 32),
+        (4, 128, 512, 8),
+    ];
+    for (group, k_max, threads, items_per_thread) in samples {
+        let spec = SelectSpec {
+            group,
+            k_max,
+            threads,
+            items_per_thread,
+        };
+        let entries: Vec<String> = SelectStage::ORDER.iter().map(|&s| spec.entry(s)).collect();
+        assert_compiles(&spec, &entries);
+    }
 }

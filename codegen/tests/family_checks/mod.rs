@@ -88,3 +88,29 @@ pub fn assert_renders<F: Family>(spec: &F, entries: &[String]) -> String {
     assert!(source.contains("extern \"C\" __global__"));
     source
 }
+
+/// Architectures the sampled grids are compiled for: the H200 (sm_90) and the paper's A100
+/// (sm_80).
+pub const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
+/// The spec's source compiles with NVRTC for every arch of [`ARCHS`] with an empty log (no
+/// warnings), and the PTX defines every entry point.
+pub fn assert_compiles<F: Family>(spec: &F, entries: &[String]) {
+    let source = render(spec).unwrap();
+    let file_name = format!("{}.cu", spec.kernel_name());
+    for arch in ARCHS {
+        let out = codegen::nvrtc::compile(&source, &file_name, arch, &[])
+            .unwrap_or_else(|e| panic!("{file_name} for {arch}: {e}"));
+        assert_eq!(
+            out.log.trim(),
+            "",
+            "{file_name} for {arch}: NVRTC log not empty"
+        );
+        for entry in entries {
+            assert!(
+                out.ptx.contains(&format!(".entry {entry}(")),
+                "{file_name} for {arch}: no entry {entry}"
+            );
+        }
+    }
+}
