@@ -9,7 +9,6 @@ use thiserror::Error;
 
 /// Every family's template, by file name.
 const TEMPLATES: &[(&str, &str)] = &[
-    // Each family adds its line: ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
     (
         "common.cuh.tera",
         include_str!("../../templates/common.cuh.tera"),
@@ -24,6 +23,26 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/gather.cu.tera"),
     ),
     ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
+    (
+        "oracle.cu.tera",
+        include_str!("../../templates/oracle.cu.tera"),
+    ),
+    (
+        "landmark.cu.tera",
+        include_str!("../../templates/landmark.cu.tera"),
+    ),
+    (
+        "select.cu.tera",
+        include_str!("../../templates/select.cu.tera"),
+    ),
+    (
+        "fetch.cu.tera",
+        include_str!("../../templates/fetch.cu.tera"),
+    ),
+    (
+        "attention.cu.tera",
+        include_str!("../../templates/attention.cu.tera"),
+    ),
 ];
 
 #[derive(Debug, Error)]

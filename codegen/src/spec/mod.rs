@@ -5,6 +5,14 @@
 //! never share a name; its template context ([`Family::context`]) gives the template exactly the
 //! variables it uses (rendering is strict: a missing variable is an error).
 
+pub mod attention;
+mod checks;
+pub mod fetch;
+pub mod landmark;
+pub mod launch;
+pub mod oracle;
+pub mod select;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

@@ -1,0 +1,44 @@
+//! Field checks shared by the kernel families of the selection pipeline.
+
+use super::SpecError;
+
+/// Head dimensions the row kernels are written for: a row is a whole number of 16-byte loads
+/// and at least 8 of them (one writer lane per query head, up to 8).
+pub(crate) const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+/// Largest query group (`G`).
+pub(crate) const MAX_GROUP: u32 = 8;
+
+pub(crate) fn head_dim(family: &'static str, value: u32) -> Result<(), SpecError> {
+    if HEAD_DIMS.contains(&value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(family, "head_dim", value, "64, 128 or 256"))
+    }
+}
+
+pub(crate) fn group(family: &'static str, value: u32) -> Result<(), SpecError> {
+    if (1..=MAX_GROUP).contains(&value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            family,
+            "group",
+            value,
+            format!("1..={MAX_GROUP}"),
+        ))
+    }
+}
+
+/// Threads per block: whole warps, at most CUDA's 1024.
+pub(crate) fn threads(family: &'static str, value: u32) -> Result<(), SpecError> {
+    if value.is_multiple_of(32) && (32..=1024).contains(&value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            family,
+            "threads",
+            value,
+            "a multiple of 32 in 32..=1024",
+        ))
+    }
+}
