@@ -30,6 +30,8 @@ pub struct ManifestEntry {
     pub nvrtc_version: String,
     /// The target architecture, e.g. `sm_90`.
     pub arch: String,
+    /// The module's entry points in launch order (several for the families of several stages).
+    pub entry_points: Vec<String>,
 }
 
 /// `manifest.json`: the model and its kernels.
@@ -126,6 +128,7 @@ pub fn build_model(
                 source_sha256: sha256_hex(&k.source),
                 nvrtc_version: format!("{major}.{minor}"),
                 arch: arch.to_string(),
+                entry_points: k.spec.entry_points(),
             })
             .collect(),
     };

@@ -2,8 +2,16 @@
 
 use crate::model::{Basis, ModelShape};
 use crate::spec::{
-    EncodeMode, EncodeSpec, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec,
+    AttentionSpec, EncodeMode, EncodeSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec,
+    OracleSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
+
+/// Threads per thread block of the families whose tile is not tuned yet.
+const THREADS: u32 = 256;
+
+/// The largest top-k the default select kernel takes: the protocol's k is 512 at 32k tokens and
+/// above (§6), with room for larger budgets.
+const K_MAX: u32 = 2048;
 
 /// Store parameters shared by every kernel of a set (they must agree: they describe one store).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +49,8 @@ fn plan_methods(basis: Basis) -> Vec<PlanMethod> {
 }
 
 /// The default specs of `model`: encode (bulk and append), a plan per method of §9, gather,
-/// and the scan for both placements. Specs are not validated here; rendering validates them.
-// TODO(merge): add the select, fetch, attention, oracle and landmark families' default specs
-// when their branch is merged.
+/// the scan, oracle, landmark and fetch for both placements, select and attention. Specs are
+/// not validated here; rendering validates them.
 pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<KernelSpec> {
     let d = model.head_dim;
     let g = model.group_size();
@@ -92,5 +99,54 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             .into(),
         );
     }
+    let (head_dim, group) = (d as u32, g as u32);
+    for placement in [Placement::Hbm, Placement::Host] {
+        let (threads, placement) = (THREADS, placement);
+        specs.push(
+            OracleSpec {
+                head_dim,
+                group,
+                threads,
+                placement,
+            }
+            .into(),
+        );
+        specs.push(
+            LandmarkSpec {
+                head_dim,
+                group,
+                threads,
+                placement,
+            }
+            .into(),
+        );
+        specs.push(
+            FetchSpec {
+                head_dim,
+                group,
+                threads,
+                placement,
+            }
+            .into(),
+        );
+    }
+    specs.push(
+        SelectSpec {
+            group,
+            k_max: K_MAX,
+            threads: THREADS,
+            items_per_thread: 16,
+        }
+        .into(),
+    );
+    specs.push(
+        AttentionSpec {
+            head_dim,
+            group,
+            threads: THREADS,
+            rows_per_warp: 4,
+        }
+        .into(),
+    );
     specs
 }

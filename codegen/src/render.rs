@@ -91,10 +91,5 @@ pub fn render<F: Family>(spec: &F) -> Result<String, RenderError> {
 
 /// Renders a spec of any family (validating it first).
 pub fn render_any(spec: &KernelSpec) -> Result<String, RenderError> {
-    match spec {
-        KernelSpec::Encode(s) => render(s),
-        KernelSpec::Plan(s) => render(s),
-        KernelSpec::Gather(s) => render(s),
-        KernelSpec::Scan(s) => render(s),
-    }
+    spec.render()
 }

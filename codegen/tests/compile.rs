@@ -212,7 +212,10 @@ fn emit_writes_sources_ptx_and_manifest_or_nothing() {
         assert_eq!(entry.source_sha256, sha256_hex(&source));
         assert_eq!(source, render_any(spec).unwrap());
         let ptx = std::fs::read_to_string(out.join(format!("{}.ptx", entry.name))).unwrap();
-        assert!(ptx.contains(&format!(".entry {}(", entry.name)));
+        assert_eq!(entry.entry_points, spec.entry_points());
+        for point in &entry.entry_points {
+            assert!(ptx.contains(&format!(".entry {point}(")), "{point} missing");
+        }
         assert_eq!(entry.family, spec.family());
         assert_eq!(entry.arch, "sm_90");
         assert_eq!(entry.spec, spec.fields_json());

@@ -403,10 +403,12 @@ fn rendering_is_deterministic_and_strict() {
         let a = render_any(&spec).unwrap();
         let b = render_any(&spec).unwrap();
         assert_eq!(a, b, "{}", spec.kernel_name());
-        assert!(
-            a.contains(&format!("{}(", spec.kernel_name())),
-            "the kernel carries its name"
-        );
+        for entry in spec.entry_points() {
+            assert!(
+                a.contains(&format!("{entry}(")),
+                "the kernel carries its name {entry}"
+            );
+        }
         let code = a.lines().filter(|l| !l.trim_start().starts_with("//"));
         assert!(
             code.clone().all(|l| !l.contains("{{") && !l.contains("{%")),
@@ -449,14 +451,27 @@ fn default_sets_cover_every_family_and_follow_the_shape() {
         let families: BTreeSet<&str> = set.iter().map(KernelSpec::family).collect();
         assert_eq!(
             families,
-            BTreeSet::from(["encode", "gather", "plan", "scan"])
+            BTreeSet::from([
+                "attention",
+                "encode",
+                "fetch",
+                "gather",
+                "landmark",
+                "oracle",
+                "plan",
+                "scan",
+                "select"
+            ])
         );
         let names: BTreeSet<String> = set.iter().map(KernelSpec::kernel_name).collect();
         assert_eq!(names.len(), set.len(), "names are unique within a set");
         for spec in &set {
             spec.validate().unwrap();
-            let d = format!("_d{}_", shape.head_dim);
-            assert!(spec.kernel_name().contains(&d), "{}", spec.kernel_name());
+            // Selection works on scores alone: its kernel does not depend on the head dimension.
+            if spec.family() != "select" {
+                let d = format!("_d{}_", shape.head_dim);
+                assert!(spec.kernel_name().contains(&d), "{}", spec.kernel_name());
+            }
         }
         let rotated = set.iter().any(|s| s.kernel_name().contains("_rot_"));
         assert_eq!(rotated, shape.basis == Basis::Klt, "{}", shape.name);

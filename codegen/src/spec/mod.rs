@@ -24,11 +24,16 @@ pub mod scan;
 pub mod shape;
 // The select, fetch, attention, oracle and landmark families are added here at merge.
 
+pub use attention::AttentionSpec;
 pub use encode::{EncodeMode, EncodeSpec};
+pub use fetch::FetchSpec;
 pub use gather::GatherSpec;
 pub use kernel::KernelSpec;
+pub use landmark::LandmarkSpec;
+pub use oracle::OracleSpec;
 pub use plan::{PlanMethod, PlanSpec};
 pub use scan::ScanSpec;
+pub use select::SelectSpec;
 
 /// A spec field outside what the family supports.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
