@@ -1,0 +1,802 @@
+//! GPU tests of the `scan` family (SPEC §6; `templates/scan.cu.tera`) against the f64 reference
+//! scores (`runtime::reference::score::score_stored`, which decodes every channel with the
+//! reference store's own `decode`), and of the `gather` family (SPEC §7.2;
+//! `templates/gather.cu.tera`) against the store it copies from.
+//!
+//! Scan: the store is the reference `HeadStore` of random keys, laid out by `DeviceStore` in
+//! device memory (`hbm`) or in mapped host memory (`host`); the plan of every `(b, h)` comes from
+//! the reference planner (`fathom` at budgets 24, 48 and 92 with the uncalibrated `σ²`, the mean
+//! square scale; `sparq(32)`; `uniform(4)`, every channel at depth 4; and the all-zero plan,
+//! whose scores must be exactly 0), the run table and class counts are built on the CPU
+//! (`store_kernels::run_tables`), the queries are random f32. Every stored token of every head
+//! is compared (at 1M tokens, a random sample, see below); tokens at and past `n_stored` must
+//! keep the scores buffer's poison.
+//!
+//! Tolerance, per score: `|gpu − ref| <= (m + 2)·2⁻²⁴·Σ_c |q_c·x̂_c| + 1e-30`, `m` the active
+//! channels. Why: the kernel forms `coef = fl(q_c · Δ·2^(4−t))` (`Δ·2^(4−t)` is exact in f32,
+//! so one rounding, relative error <= u = 2⁻²⁴) and `f = p + ½ − 2^(t−1)` exactly, then adds
+//! `coef·f` to an f32 accumulator with one fma (one rounding) per active channel. Recursive
+//! summation of `m` terms errs by at most `γ_m·Σ|terms|`, `γ_m = m·u/(1 − m·u)`, and the terms
+//! are within `(1 + u)` of `q_c·x̂_c`, so the error is below `(m + 1)·u·Σ|q_c·x̂_c|` plus
+//! second-order terms; `m + 2` covers those. The f64 reference's own error is ~2⁻⁵³ relative.
+//!
+//! Shapes: G = 1, 4, 7, 8 × D = 64, 128, 256 with BLK 32/64/128 cycling and tiles of 1, 2, 4 and
+//! 8 tokens per thread; one block alone; `B = 3` sequences of different lengths (several
+//! segments, a partial last segment, one block, none); and one head of 1M tokens (D = 128,
+//! G = 4; HBM, host fused, and host staged through gather). At 1M tokens the test checks every
+//! score is written and finite, and compares a random sample of 20,000 token positions (plus
+//! the first and last token of every segment) with the reference: the f64 reference over all
+//! 1M × 4 scores per plan would dominate the test's time. The reference store itself is built
+//! from all 1M keys.
+//!
+//! Gather: after the plan kernel (`fathom(48)`, `sparq(32)`) writes the source and staged run
+//! tables, gather copies every active run; the staging equals the source runs word for word
+//! and scale for scale, and every other staging word and scale (inactive slots, segments past
+//! the store, a plan that exceeds the staging) keeps its poison. The scan of the staged table
+//! then matches the reference like the scan of the source table.
+
+use codegen::spec::{GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
+use fathom_tests::device_store::DeviceStore;
+use fathom_tests::store_kernels::{
+    download, run_gather, run_plan, run_scan, run_tables, slot_order, upload, Kernel, Mismatches,
+    PlanInputs, Staging, TableShape,
+};
+use fathom_tests::{gpu, inputs};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use runtime::gpu::Gpu;
+use runtime::reference::model::Basis;
+use runtime::reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
+use runtime::reference::score::score_stored;
+use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+
+/// The plans of §6's check: which one a `(b, h)` gets cycles through this list.
+#[derive(Clone, Copy, Debug)]
+enum PlanKind {
+    Fathom(f64),
+    Sparq(usize),
+    Uniform4,
+    Zero,
+}
+
+const PLANS: [PlanKind; 6] = [
+    PlanKind::Fathom(24.0),
+    PlanKind::Fathom(48.0),
+    PlanKind::Fathom(92.0),
+    PlanKind::Sparq(32),
+    PlanKind::Uniform4,
+    PlanKind::Zero,
+];
+
+/// The reference plan of `kind` for one head: queries `[G][D]` (store basis, f64 of the f32
+/// the kernel reads) and the store's mean square scale as `σ²`.
+fn reference_depths(kind: PlanKind, store: &HeadStore, queries: &[Vec<f64>]) -> Vec<u8> {
+    let d = store.layout().head_dim();
+    let sigma2 = store.mean_square_scale();
+    let method = match kind {
+        PlanKind::Fathom(bits) => Method::Fathom { bits },
+        PlanKind::Sparq(r) => Method::Sparq { r },
+        PlanKind::Uniform4 => Method::Uniform { t: 4 },
+        PlanKind::Zero => return vec![0; d],
+    };
+    let ctx = PlanContext {
+        queries,
+        sigma2: &sigma2,
+        block: store.layout().block(),
+        basis: Basis::Raw,
+        double_sparsity: None,
+    };
+    match depth_plan(method, &ctx) {
+        Ok(DepthPlan::Depths(plan)) => plan.depths,
+        other => panic!("the reference plan of {method} is {other:?}"),
+    }
+}
+
+/// Rows `[G][D]` of `(b, h)` from a `[B][H][G][D]` f32 array, widened to f64.
+fn group_rows(q: &[f32], bh: usize, g: usize, d: usize) -> Vec<Vec<f64>> {
+    (0..g)
+        .map(|gi| {
+            q[(bh * g + gi) * d..(bh * g + gi + 1) * d]
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect()
+        })
+        .collect()
+}
+
+/// `Σ_c |q_c · x̂_c|` and the tolerance of one score (see the module docs).
+fn tolerance(store: &HeadStore, depths: &[u8], q: &[f64], token: usize) -> f64 {
+    let active = depths.iter().filter(|&&t| t > 0).count();
+    let mass: f64 = depths
+        .iter()
+        .enumerate()
+        .filter(|&(_, &t)| t > 0)
+        .map(|(c, &t)| (q[c] * store.decode(token, c, t)).abs())
+        .sum();
+    (active + 2) as f64 * 2f64.powi(-24) * mass + 1e-30
+}
+
+/// One score against the reference value.
+#[allow(clippy::too_many_arguments)]
+fn check_score(
+    bad: &mut Mismatches,
+    store: &HeadStore,
+    depths: &[u8],
+    q: &[f64],
+    (b, h, g, token): (usize, usize, usize, usize),
+    got: f32,
+    want: f64,
+) {
+    let bound = tolerance(store, depths, q, token);
+    let error = (f64::from(got) - want).abs();
+    bad.check(error <= bound, || {
+        format!("b {b} h {h} head {g} token {token}: {got}, want {want} (|error| {error:.3e} > {bound:.3e})")
+    });
+}
+
+/// Compares every score of every stored token with `score_stored`, and checks the poison past
+/// `n_stored` (up to `ld_scores`).
+#[allow(clippy::too_many_arguments)]
+fn compare_scores(
+    scores: &[f32],
+    stores: &[Vec<HeadStore>],
+    depths: &[Vec<Vec<u8>>],
+    queries: &[f32],
+    g: usize,
+    ld_scores: usize,
+    label: &str,
+    seed: u64,
+) {
+    let heads = stores[0].len();
+    let mut bad = Mismatches::new(format!("{label}: scores"), seed);
+    for (b, sequence) in stores.iter().enumerate() {
+        for (h, store) in sequence.iter().enumerate() {
+            let d = store.layout().head_dim();
+            let bh = b * heads + h;
+            let rows = group_rows(queries, bh, g, d);
+            let want = score_stored(store, &depths[b][h], &rows);
+            for gi in 0..g {
+                let row = &scores[(bh * g + gi) * ld_scores..(bh * g + gi + 1) * ld_scores];
+                for (i, &got) in row.iter().enumerate() {
+                    if i < store.stored_tokens() {
+                        check_score(
+                            &mut bad,
+                            store,
+                            &depths[b][h],
+                            &rows[gi],
+                            (b, h, gi, i),
+                            got,
+                            want[gi][i],
+                        );
+                    } else {
+                        bad.check(got.to_bits() == u32::MAX, || {
+                            format!("b {b} h {h} head {gi} token {i} past n_stored: written {got}")
+                        });
+                    }
+                }
+            }
+        }
+    }
+    bad.assert_none();
+}
+
+/// Reference stores of `n_stored[b]` random tokens for every `(b, h)`.
+fn random_stores(
+    rng: &mut impl Rng,
+    layout: StoreLayout,
+    n_stored: &[usize],
+    heads: usize,
+) -> Vec<Vec<HeadStore>> {
+    n_stored
+        .iter()
+        .map(|&n| {
+            (0..heads)
+                .map(|h| {
+                    let id = HeadId {
+                        layer: 0,
+                        kv_head: h,
+                    };
+                    let keys = inputs::keys(rng, n, layout.head_dim());
+                    HeadStore::from_keys(layout, id, &keys).unwrap()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A scan check: shape, tiling, placement and the batch's stored lengths.
+struct ScanCase {
+    d: usize,
+    g: usize,
+    blk: usize,
+    segment_words: usize,
+    tile_words: usize,
+    threads: usize,
+    placement: Placement,
+    n_stored: Vec<usize>,
+    heads: usize,
+}
+
+/// Scans the case's random store with reference plans on the CPU-built source run table.
+fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
+    let ScanCase { d, g, blk, .. } = *case;
+    let (batch, heads) = (case.n_stored.len(), case.heads);
+    let layout =
+        StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), case.segment_words).unwrap();
+    let stores = random_stores(rng, layout, &case.n_stored, heads);
+    let max_seg = case
+        .n_stored
+        .iter()
+        .max()
+        .unwrap()
+        .div_ceil(layout.segment_tokens())
+        + 1;
+    let store = DeviceStore::new(gpu, case.placement, &stores, max_seg)
+        .unwrap_or_else(|e| panic!("store in {:?}: {e}", case.placement));
+    let shape = TableShape {
+        batch,
+        heads,
+        max_seg,
+        layout,
+    };
+    let queries = inputs::vectors(rng, batch * heads * g, d);
+    let offset = rng.gen_range(0..PLANS.len());
+    let depths: Vec<Vec<Vec<u8>>> = (0..batch)
+        .map(|b| {
+            (0..heads)
+                .map(|h| {
+                    let kind = PLANS[(offset + b * heads + h) % PLANS.len()];
+                    let rows = group_rows(&queries, b * heads + h, g, d);
+                    reference_depths(kind, &stores[b][h], &rows)
+                })
+                .collect()
+        })
+        .collect();
+    let (runs, _, counts) = run_tables(&shape, &store, &case.n_stored, &depths, None);
+    let spec = ScanSpec {
+        head_dim: d,
+        group: g,
+        block: blk,
+        segment_words: case.segment_words,
+        tile_words: case.tile_words,
+        threads: case.threads,
+        placement: case.placement,
+    };
+    let kernel = Kernel::compile(gpu, spec);
+    let ld_scores = case.n_stored.iter().max().unwrap() + 64;
+    let scores = run_scan(
+        gpu,
+        &kernel,
+        &spec,
+        &shape,
+        &upload(gpu, &runs, "runs"),
+        &upload(gpu, &counts, "class_count"),
+        &upload(gpu, &queries, "q_store"),
+        &store.n_stored,
+        ld_scores,
+    );
+    let label = format!(
+        "{} n_stored {:?} plans from {offset}",
+        kernel.name(),
+        case.n_stored
+    );
+    compare_scores(
+        &scores, &stores, &depths, &queries, g, ld_scores, &label, seed,
+    );
+}
+
+/// Tiles `(tile_words, threads)` of 1, 2, 4 and 8 tokens per thread.
+const TILES: [(usize, usize); 5] = [(2, 128), (4, 128), (8, 128), (8, 64), (16, 256)];
+
+fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
+    let mut cases = Vec::new();
+    for (i, g) in [1, 4, 7, 8].into_iter().enumerate() {
+        for (j, d) in [64, 128, 256].into_iter().enumerate() {
+            let blk = [32, 64, 128][(i + j) % 3];
+            let (tile_words, threads) = TILES[(3 * i + j) % TILES.len()];
+            let segment_words = 16;
+            let seg_tokens = 64 * segment_words;
+            // Several segments with a partial last one, one block, none.
+            let long = blk * rng.gen_range(2 * seg_tokens / blk + 1..4 * seg_tokens / blk);
+            cases.push(ScanCase {
+                d,
+                g,
+                blk,
+                segment_words,
+                tile_words,
+                threads,
+                placement,
+                n_stored: vec![long, blk, 0],
+                heads: 2,
+            });
+        }
+    }
+    cases
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_scan_hbm_matches_reference() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_hbm_matches_reference");
+    for case in shapes_cases(&mut rng, Placement::Hbm) {
+        scan_case(&gpu, &mut rng, seed, &case);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_scan_host_fused_matches_reference() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_host_fused_matches_reference");
+    for case in shapes_cases(&mut rng, Placement::Host) {
+        scan_case(&gpu, &mut rng, seed, &case);
+    }
+    // The host default tiling: 64-word tiles, 1024 threads.
+    for (g, d, blk) in [(4, 128, 64), (7, 128, 32), (8, 256, 128)] {
+        let case = ScanCase {
+            d,
+            g,
+            blk,
+            segment_words: 64,
+            tile_words: 64,
+            threads: 1024,
+            placement: Placement::Host,
+            n_stored: vec![blk * rng.gen_range(64..160), 0, 2 * blk],
+            heads: 2,
+        };
+        scan_case(&gpu, &mut rng, seed, &case);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_scan_one_block() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_one_block");
+    for placement in [Placement::Hbm, Placement::Host] {
+        for blk in [32, 64, 128] {
+            let case = ScanCase {
+                d: 128,
+                g: 4,
+                blk,
+                segment_words: 2,
+                tile_words: 2,
+                threads: 64,
+                placement,
+                n_stored: vec![blk],
+                heads: 1,
+            };
+            // Every plan on the one head.
+            for _ in 0..PLANS.len() {
+                scan_case(&gpu, &mut rng, seed, &case);
+            }
+        }
+    }
+}
+
+/// Checks the staging after gather: for each stored segment of each head, the active runs in
+/// slot order (`depths`, from the plan kernel) equal the source segment's runs; every other
+/// staging word and scale is poison. When the plan exceeds the staging, everything is poison.
+#[allow(clippy::too_many_arguments)]
+fn check_staging(
+    staging: &Staging,
+    shape: &TableShape,
+    stores: &[Vec<HeadStore>],
+    depths: &[Vec<Vec<u8>>],
+    label: &str,
+    seed: u64,
+) {
+    let layout = shape.layout;
+    let (s_words, spc, d) = (
+        layout.segment_words(),
+        layout.scales_per_channel(),
+        layout.head_dim(),
+    );
+    let words = download(&staging.words, "staging words");
+    let scales = download(&staging.scales, "staging scales");
+    let region_words = staging.planes * s_words;
+    let region_scales = d * spc;
+    let mut bad = Mismatches::new(format!("{label}: staging"), seed);
+    for (b, sequence) in stores.iter().enumerate() {
+        for (h, store) in sequence.iter().enumerate() {
+            let plan = &depths[b][h];
+            let planes: usize = plan.iter().map(|&t| t as usize).sum();
+            let fits = planes <= staging.planes;
+            for s in 0..shape.max_seg {
+                let region = (b * shape.heads + h) * shape.max_seg + s;
+                let got_words = &words[region * region_words..(region + 1) * region_words];
+                let got_scales = &scales[region * region_scales..(region + 1) * region_scales];
+                let mut want_words = vec![u64::MAX; region_words];
+                let mut want_scales = vec![u16::MAX; region_scales];
+                if fits && s < shape.stored_segments(store.stored_tokens()) {
+                    let segment = &store.segments()[s];
+                    let mut prefix = 0;
+                    for (slot, &c) in slot_order(plan).iter().enumerate() {
+                        let t = plan[c] as usize;
+                        if t == 0 {
+                            break;
+                        }
+                        for p in 0..t {
+                            for j in 0..s_words {
+                                want_words[(prefix + p) * s_words + j] =
+                                    segment.words[layout.word_index(c, p, j)];
+                            }
+                        }
+                        for k in 0..spc {
+                            want_scales[slot * spc + k] = segment.scales[layout.scale_index(c, k)];
+                        }
+                        prefix += t;
+                    }
+                }
+                for (i, (got, want)) in got_words.iter().zip(&want_words).enumerate() {
+                    bad.check(got == want, || {
+                        format!("b {b} h {h} segment {s} staged word {i}: {got:#018x}, want {want:#018x}")
+                    });
+                }
+                for (i, (got, want)) in got_scales.iter().zip(&want_scales).enumerate() {
+                    bad.check(got == want, || {
+                        format!("b {b} h {h} segment {s} staged scale {i}: {got:#06x}, want {want:#06x}")
+                    });
+                }
+            }
+        }
+    }
+    bad.assert_none();
+}
+
+/// The copy-kernel transfer end to end: the plan kernel writes both run tables, gather fills the
+/// staging (checked word for word), and the HBM scan of the staged table matches the
+/// reference; the scan of the source table (HBM, or fused from host memory) too.
+fn staged_pipeline(
+    gpu: &Gpu,
+    rng: &mut impl Rng,
+    seed: u64,
+    placement: Placement,
+    method: PlanMethod,
+    (g, d, blk): (usize, usize, usize),
+) {
+    let (heads, segment_words) = (2, 8);
+    let layout = StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), segment_words).unwrap();
+    let seg_tokens = layout.segment_tokens();
+    let n_stored = vec![
+        blk * rng.gen_range(seg_tokens / blk + 1..3 * seg_tokens / blk),
+        0,
+        blk,
+    ];
+    let batch = n_stored.len();
+    let stores = random_stores(rng, layout, &n_stored, heads);
+    let max_seg = n_stored.iter().max().unwrap().div_ceil(seg_tokens) + 1;
+    let store = DeviceStore::new(gpu, placement, &stores, max_seg)
+        .unwrap_or_else(|e| panic!("store in {placement:?}: {e}"));
+    let shape = TableShape {
+        batch,
+        heads,
+        max_seg,
+        layout,
+    };
+    let queries = inputs::vectors(rng, batch * heads * g, d);
+    let sigma2: Vec<f32> = stores
+        .iter()
+        .flatten()
+        .flat_map(|s| s.mean_square_scale().into_iter().map(|x| x as f32))
+        .collect();
+    let plan_spec = PlanSpec {
+        head_dim: d,
+        group: g,
+        block: blk,
+        segment_words,
+        method,
+        rotate: false,
+        threads: 256,
+    };
+    let plan_kernel = Kernel::compile(gpu, plan_spec);
+    let staging = Staging::new(gpu, &shape, 4 * d);
+    let plan = run_plan(
+        gpu,
+        &plan_kernel,
+        &plan_spec,
+        &shape,
+        &store,
+        &PlanInputs {
+            queries: &queries,
+            sigma2: Some(&sigma2),
+            fixed_channels: None,
+            rotation: None,
+            budget: 48.0,
+        },
+        Some(&staging),
+    );
+    let flat = download(&plan.depths, "depths");
+    let depths: Vec<Vec<Vec<u8>>> = (0..batch)
+        .map(|b| {
+            (0..heads)
+                .map(|h| flat[(b * heads + h) * d..(b * heads + h + 1) * d].to_vec())
+                .collect()
+        })
+        .collect();
+    let staged_runs = plan.staged_runs.as_ref().expect("staging was given");
+
+    let gather_spec = GatherSpec {
+        head_dim: d,
+        block: blk,
+        segment_words,
+        loads_in_flight: 4,
+        threads: 256,
+    };
+    let gather = Kernel::compile(gpu, gather_spec);
+    run_gather(
+        gpu,
+        &gather,
+        &gather_spec,
+        &shape,
+        &plan.runs,
+        staged_runs,
+        &plan.class_count,
+        &store.n_stored,
+    );
+    let label = format!(
+        "{} then {} ({placement:?} store) n_stored {n_stored:?}",
+        plan_kernel.name(),
+        gather.name()
+    );
+    check_staging(&staging, &shape, &stores, &depths, &label, seed);
+
+    let ld_scores = n_stored.iter().max().unwrap() + 64;
+    let q_store = download(&plan.q_store, "q_store");
+    for (runs, scan_placement, what) in [
+        (staged_runs, Placement::Hbm, "staged"),
+        (&plan.runs, placement, "source"),
+    ] {
+        let spec = ScanSpec {
+            head_dim: d,
+            group: g,
+            block: blk,
+            segment_words,
+            tile_words: 4,
+            threads: 128,
+            placement: scan_placement,
+        };
+        let kernel = Kernel::compile(gpu, spec);
+        let scores = run_scan(
+            gpu,
+            &kernel,
+            &spec,
+            &shape,
+            runs,
+            &plan.class_count,
+            &plan.q_store,
+            &store.n_stored,
+            ld_scores,
+        );
+        let label = format!("{label}, {} on the {what} table", kernel.name());
+        compare_scores(
+            &scores, &stores, &depths, &q_store, g, ld_scores, &label, seed,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_gather_staging_equals_source_runs_hbm() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_gather_staging_equals_source_runs_hbm");
+    for shape in [(1, 64, 32), (4, 128, 64), (8, 256, 128)] {
+        for method in [PlanMethod::Fathom, PlanMethod::Sparq { r: 32 }] {
+            staged_pipeline(&gpu, &mut rng, seed, Placement::Hbm, method, shape);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_scan_host_staged_after_gather_matches_reference() {
+    let gpu = gpu();
+    let (mut rng, seed) =
+        inputs::rng_and_seed("gpu_scan_host_staged_after_gather_matches_reference");
+    for shape in [(7, 128, 32), (4, 64, 128), (8, 256, 64)] {
+        for method in [PlanMethod::Fathom, PlanMethod::Sparq { r: 32 }] {
+            staged_pipeline(&gpu, &mut rng, seed, Placement::Host, method, shape);
+        }
+    }
+}
+
+/// A plan that exceeds the staging: staged depths are 0, so gather copies nothing.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_gather_plan_over_staging_copies_nothing() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_gather_plan_over_staging_copies_nothing");
+    let (g, d, blk, segment_words, heads) = (4, 128, 64, 4, 2);
+    let layout = StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), segment_words).unwrap();
+    let n_stored = vec![5 * blk, 11 * blk];
+    let stores = random_stores(&mut rng, layout, &n_stored, heads);
+    let max_seg = 4;
+    let store = DeviceStore::new(&gpu, Placement::Host, &stores, max_seg).unwrap();
+    let shape = TableShape {
+        batch: 2,
+        heads,
+        max_seg,
+        layout,
+    };
+    let plan_spec = PlanSpec {
+        head_dim: d,
+        group: g,
+        block: blk,
+        segment_words,
+        method: PlanMethod::Uniform { t: 4 },
+        rotate: false,
+        threads: 256,
+    };
+    let plan_kernel = Kernel::compile(&gpu, plan_spec);
+    let staging = Staging::new(&gpu, &shape, 4 * d - 1);
+    let queries = inputs::vectors(&mut rng, 2 * heads * g, d);
+    let plan = run_plan(
+        &gpu,
+        &plan_kernel,
+        &plan_spec,
+        &shape,
+        &store,
+        &PlanInputs {
+            queries: &queries,
+            sigma2: None,
+            fixed_channels: None,
+            rotation: None,
+            budget: 0.0,
+        },
+        Some(&staging),
+    );
+    let status = download(&plan.status, "plan status");
+    assert_eq!(
+        status[0], 1,
+        "plan status {status:?} (FATHOM_TEST_SEED={seed})"
+    );
+    let gather_spec = GatherSpec {
+        head_dim: d,
+        block: blk,
+        segment_words,
+        loads_in_flight: 2,
+        threads: 128,
+    };
+    let gather = Kernel::compile(&gpu, gather_spec);
+    run_gather(
+        &gpu,
+        &gather,
+        &gather_spec,
+        &shape,
+        &plan.runs,
+        plan.staged_runs.as_ref().unwrap(),
+        &plan.class_count,
+        &store.n_stored,
+    );
+    let depths = vec![vec![vec![4u8; d]; heads]; 2];
+    check_staging(&staging, &shape, &stores, &depths, gather.name(), seed);
+}
+
+/// One head of 1M tokens (D = 128, G = 4): HBM, host fused, and host staged through gather.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_scan_1m_tokens_hbm_host_and_staged() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_1m_tokens_hbm_host_and_staged");
+    let (d, g, blk, segment_words) = (128, 4, 64, 512);
+    let layout = StoreLayout::new(d, BlockSize::B64, segment_words).unwrap();
+    let seg_tokens = layout.segment_tokens();
+    // A partial last segment.
+    let n = (1 << 20) - blk * rng.gen_range(1..seg_tokens / blk);
+    let stores = random_stores(&mut rng, layout, &[n], 1);
+    let head = &stores[0][0];
+    let max_seg = n.div_ceil(seg_tokens);
+    let shape = TableShape {
+        batch: 1,
+        heads: 1,
+        max_seg,
+        layout,
+    };
+    let queries = inputs::vectors(&mut rng, g, d);
+    let rows = group_rows(&queries, 0, g, d);
+    let q_store = upload(&gpu, &queries, "q_store");
+    let ld_scores = n + 64;
+
+    // Sampled positions: random, plus every segment's first and last token.
+    let mut sample: Vec<usize> = (0..20_000).map(|_| rng.gen_range(0..n)).collect();
+    for s in 0..max_seg {
+        sample.push(s * seg_tokens);
+        sample.push(((s + 1) * seg_tokens).min(n) - 1);
+    }
+    sample.shuffle(&mut rng);
+
+    for kind in [PlanKind::Fathom(48.0), PlanKind::Sparq(32)] {
+        let depths = vec![vec![reference_depths(kind, head, &rows)]];
+        let active: Vec<(usize, u8)> = depths[0][0]
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| t > 0)
+            .map(|(c, &t)| (c, t))
+            .collect();
+        for placement in [Placement::Hbm, Placement::Host] {
+            let store = DeviceStore::new(&gpu, placement, &stores, max_seg)
+                .unwrap_or_else(|e| panic!("1M-token store in {placement:?}: {e}"));
+            let staging = (placement == Placement::Host).then(|| Staging::new(&gpu, &shape, 4 * d));
+            let (runs, staged, counts) =
+                run_tables(&shape, &store, &[n], &depths, staging.as_ref());
+            let runs = upload(&gpu, &runs, "runs");
+            let counts = upload(&gpu, &counts, "class_count");
+            let mut tables = vec![(runs, placement, "source")];
+            if let (Some(staged), Some(staging)) = (staged, staging.as_ref()) {
+                let staged = upload(&gpu, &staged, "staged runs");
+                let gather_spec = GatherSpec {
+                    head_dim: d,
+                    block: blk,
+                    segment_words,
+                    loads_in_flight: 4,
+                    threads: 256,
+                };
+                let gather = Kernel::compile(&gpu, gather_spec);
+                run_gather(
+                    &gpu,
+                    &gather,
+                    &gather_spec,
+                    &shape,
+                    &tables[0].0,
+                    &staged,
+                    &counts,
+                    &store.n_stored,
+                );
+                let _ = staging;
+                tables.push((staged, Placement::Hbm, "staged"));
+            }
+            for (table, scan_placement, what) in &tables {
+                let spec = ScanSpec::new(d, g, *scan_placement);
+                let kernel = Kernel::compile(&gpu, spec);
+                let scores = run_scan(
+                    &gpu,
+                    &kernel,
+                    &spec,
+                    &shape,
+                    table,
+                    &counts,
+                    &q_store,
+                    &store.n_stored,
+                    ld_scores,
+                );
+                let label = format!(
+                    "{} {kind:?} n {n} {placement:?} store, {what} table",
+                    kernel.name()
+                );
+                let mut bad = Mismatches::new(format!("{label}: scores"), seed);
+                for gi in 0..g {
+                    let row = &scores[gi * ld_scores..(gi + 1) * ld_scores];
+                    for (i, &got) in row.iter().enumerate() {
+                        if i < n {
+                            bad.check(got.is_finite(), || {
+                                format!("head {gi} token {i}: not written or not finite: {got}")
+                            });
+                        } else {
+                            bad.check(got.to_bits() == u32::MAX, || {
+                                format!("head {gi} token {i} past n_stored: written {got}")
+                            });
+                        }
+                    }
+                    for &i in &sample {
+                        // The reference's own decode, as score_stored sums it.
+                        let want: f64 = active
+                            .iter()
+                            .map(|&(c, t)| rows[gi][c] * head.decode(i, c, t))
+                            .sum();
+                        check_score(
+                            &mut bad,
+                            head,
+                            &depths[0][0],
+                            &rows[gi],
+                            (0, 0, gi, i),
+                            row[i],
+                            want,
+                        );
+                    }
+                }
+                bad.assert_none();
+            }
+        }
+    }
+}
