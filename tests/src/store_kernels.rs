@@ -7,6 +7,9 @@
 //! kernel should have written and did not shows up as a mismatch. Every driver call is checked;
 //! a failure panics with the kernel's name.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use codegen::emit::build_kernel;
 use codegen::spec::shape::LaunchDims;
 use codegen::spec::{EncodeSpec, GatherSpec, KernelSpec, PlanSpec, ScanSpec};
@@ -32,14 +35,31 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// Renders, compiles and loads `spec`.
+    /// Renders, compiles and loads `spec`. The PTX is kept per kernel name and architecture for
+    /// the rest of the test binary (the name carries every parameter), so a test that checks one
+    /// spec on several inputs compiles it once.
     pub fn compile(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Kernel {
+        static PTX: OnceLock<Mutex<HashMap<(String, String), String>>> = OnceLock::new();
         let spec: KernelSpec = spec.into();
         let name = spec.kernel_name();
-        let built = build_kernel(&spec, &gpu.info().arch())
-            .unwrap_or_else(|e| panic!("building {name}: {e}"));
+        let key = (name.clone(), gpu.info().arch());
+        let cached = PTX
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        let ptx = cached.unwrap_or_else(|| {
+            let built =
+                build_kernel(&spec, &key.1).unwrap_or_else(|e| panic!("building {name}: {e}"));
+            PTX.get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone(), built.ptx.clone());
+            built.ptx
+        });
         let module = gpu
-            .load_ptx(&built.ptx)
+            .load_ptx(&ptx)
             .unwrap_or_else(|e| panic!("loading {name}: {e}"));
         Kernel { module, name }
     }
@@ -641,4 +661,71 @@ pub fn run_encode(
     );
     let status = download(&status, "encode status");
     [status[0], status[1], status[2], status[3], status[4]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use runtime::reference::store::BlockSize;
+
+    /// The CPU tables the GPU tests compare against are themselves consistent: slots in class
+    /// order, and staged runs packed densely without overlap inside their region.
+    #[test]
+    fn staged_runs_pack_densely_in_slot_order() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let layout = StoreLayout::new(64, BlockSize::B32, 4).unwrap();
+        let shape = TableShape {
+            batch: 2,
+            heads: 3,
+            max_seg: 3,
+            layout,
+        };
+        let depths: Vec<u8> = (0..64).map(|_| rng.gen_range(0..=4)).collect();
+        let order = slot_order(&depths);
+        assert!(order.windows(2).all(|w| {
+            let (a, b) = (depths[w[0]], depths[w[1]]);
+            (a == b && w[0] < w[1]) || (a != 0 && (b == 0 || b < a))
+        }));
+        let counts = class_count(&depths);
+        let planes: usize = depths.iter().map(|&t| t as usize).sum();
+        assert_eq!(
+            counts
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (4 - i) * n as usize)
+                .sum::<usize>(),
+            planes
+        );
+        let mut table = vec![u64::MAX; shape.len()];
+        let (words, scales) = (1 << 20, 1 << 30);
+        write_staged_runs(
+            &mut table,
+            &shape,
+            (1, 2),
+            300,
+            (words, scales, planes),
+            &depths,
+        );
+        let s_words = layout.segment_words() as u64;
+        for s in 0..shape.max_seg {
+            let region = ((3 + 2) * shape.max_seg + s) as u64;
+            let mut next = words + region * planes as u64 * s_words * 8;
+            for slot in 0..64 {
+                let e = shape.entry(1, 2, s, slot);
+                if s >= shape.stored_segments(300) {
+                    assert_eq!(table[e..e + 4], [u64::MAX; 4]);
+                    continue;
+                }
+                assert_eq!(table[e], next, "segment {s} slot {slot}");
+                assert_eq!(table[e + 2], order[slot] as u64);
+                next += table[e + 3] * s_words * 8;
+                let spc = layout.scales_per_channel() as u64;
+                assert_eq!(
+                    table[e + 1],
+                    scales + (region * 64 * spc + slot as u64 * spc) * 2
+                );
+            }
+        }
+    }
 }

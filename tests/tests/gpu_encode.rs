@@ -399,7 +399,8 @@ fn append_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, d: usize, blk: usize, r
     let mut n_total = prefill.clone();
     for step in 0..steps {
         for (b, total) in n_total.iter_mut().enumerate() {
-            // Sequence 1 never gets a full block pending in odd steps: it must stay untouched.
+            // Sequence 1 does not grow in odd steps, so it often has no full block pending
+            // (then the kernel must leave it untouched).
             let grow = if b == 1 && step % 2 == 1 {
                 0
             } else {

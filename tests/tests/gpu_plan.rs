@@ -369,7 +369,7 @@ fn gpu_plan_fathom_matches_reference() {
     for (g, d, blk) in all_shapes() {
         let block = BlockSize::from_tokens(blk).unwrap();
         let most = d as f64 * (4.0 + block.scale_bits_per_token());
-        for budget in [48.0, rng.gen_range(min_budget(block)..most).round()] {
+        for budget in [48.0, rng.gen_range(min_budget(block)..most).ceil()] {
             let case = Case {
                 budget: budget as f32,
                 ..Case::new(d, g, blk, PlanMethod::Fathom)

@@ -723,7 +723,8 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
             let runs = upload(&gpu, &runs, "runs");
             let counts = upload(&gpu, &counts, "class_count");
             let mut tables = vec![(runs, placement, "source")];
-            if let (Some(staged), Some(staging)) = (staged, staging.as_ref()) {
+            // `staging` lives to the end of this placement's scans: the staged table points into it.
+            if let Some(staged) = staged {
                 let staged = upload(&gpu, &staged, "staged runs");
                 let gather_spec = GatherSpec {
                     head_dim: d,
@@ -743,7 +744,6 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
                     &counts,
                     &store.n_stored,
                 );
-                let _ = staging;
                 tables.push((staged, Placement::Hbm, "staged"));
             }
             for (table, scan_placement, what) in &tables {
