@@ -6,4 +6,5 @@
 
 pub mod ceilings;
 pub mod gpu;
+pub mod launch;
 pub mod reference;

@@ -1,0 +1,7 @@
+fathom_macros::kernels! {
+    mod kernels {
+        preset("qwen9-1t");
+    }
+}
+
+fn main() {}
