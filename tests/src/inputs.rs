@@ -7,6 +7,11 @@ use rand_chacha::ChaCha8Rng;
 
 /// A generator seeded from `FATHOM_TEST_SEED`, or from the clock; the seed is printed.
 pub fn rng(test: &str) -> ChaCha8Rng {
+    seeded_rng(test).0
+}
+
+/// [`rng`] and its seed, for failure messages that must name it.
+pub fn seeded_rng(test: &str) -> (ChaCha8Rng, u64) {
     let seed = std::env::var("FATHOM_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -17,7 +22,7 @@ pub fn rng(test: &str) -> ChaCha8Rng {
                 .unwrap_or(0)
         });
     eprintln!("{test}: FATHOM_TEST_SEED={seed}");
-    ChaCha8Rng::seed_from_u64(seed)
+    (ChaCha8Rng::seed_from_u64(seed), seed)
 }
 
 /// `n` keys of `d` channels, token-major bf16, with per-channel scales spread over two orders of
