@@ -4,6 +4,7 @@
 
 pub mod device_store;
 pub mod inputs;
+pub mod select_kernels;
 pub mod store_kernels;
 
 use runtime::gpu::Gpu;

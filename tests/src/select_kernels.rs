@@ -1,0 +1,852 @@
+//! Launch helpers for the kernels after the scan (`oracle`, `landmark`, `select`, `fetch`,
+//! `attention`; `templates/ABI.md`), shared by the GPU tests of those families and by the test
+//! that chains them.
+//!
+//! Every kernel is rendered from its spec and compiled by NVRTC for the device's own
+//! architecture. Arguments are plain device addresses (`u64`) in the order of the spec's launch
+//! ABI, so a buffer in HBM and one in mapped host memory are passed alike. Outputs are poisoned
+//! (every byte `0xff`) before a kernel runs, so an element it should have written and did not
+//! shows up, and so does one it wrote but should not have.
+
+use std::fmt;
+
+use codegen::render::{render, RenderError};
+use codegen::spec::launch::{Launch, SizeError};
+use codegen::spec::select::{SelectStage, LOCAL, SINK};
+use codegen::spec::{
+    AttentionSpec, Family, FetchSpec, LandmarkSpec, OracleSpec, Placement, SelectSpec,
+};
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::reference::select::Selection;
+
+/// Tokens every query head selects beside its top-k: the sink and the local window (§6).
+pub const ALWAYS: usize = (SINK + LOCAL) as usize;
+
+/// The byte every output is filled with before a kernel runs.
+pub const POISON: u8 = 0xff;
+/// An `i32` element that nobody wrote.
+pub const POISON_I32: i32 = -1;
+/// A 16-bit element (bf16, fp16) that nobody wrote.
+pub const POISON_U16: u16 = 0xffff;
+/// The bits of an `f32` element that nobody wrote (a NaN, which no kernel produces).
+pub const POISON_F32_BITS: u32 = 0xffff_ffff;
+
+/// Why a kernel could not be prepared or run.
+#[derive(Debug)]
+pub enum KernelError {
+    /// The spec did not render.
+    Render(RenderError),
+    /// A run-time size the spec's launch cannot serve.
+    Size(SizeError),
+    /// NVRTC or the driver failed.
+    Gpu(GpuError),
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelError::Render(e) => write!(f, "{e}"),
+            KernelError::Size(e) => write!(f, "{e}"),
+            KernelError::Gpu(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+impl From<RenderError> for KernelError {
+    fn from(e: RenderError) -> Self {
+        KernelError::Render(e)
+    }
+}
+
+impl From<SizeError> for KernelError {
+    fn from(e: SizeError) -> Self {
+        KernelError::Size(e)
+    }
+}
+
+impl From<GpuError> for KernelError {
+    fn from(e: GpuError) -> Self {
+        KernelError::Gpu(e)
+    }
+}
+
+/// Renders `spec` and compiles it for this device.
+fn compile<F: Family>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError> {
+    let source = render(spec)?;
+    Ok(gpu.load(&source, &format!("{}.cu", spec.kernel_name()))?)
+}
+
+/// Launches entry point `entry` of `module` with the geometry `launch`.
+fn launch(
+    gpu: &Gpu,
+    module: &Module,
+    entry: &str,
+    launch: Launch,
+    args: &[Arg],
+) -> Result<(), GpuError> {
+    let function = module.function(entry)?;
+    let [gx, gy, gz] = launch.grid;
+    let [bx, by, bz] = launch.block;
+    gpu.launch(
+        &function,
+        (gx, gy, gz),
+        (bx, by, bz),
+        launch.shared_bytes,
+        args,
+    )
+}
+
+/// A run-time integer argument; the tests' sizes always fit an `int`.
+fn int(value: usize, what: &str) -> Arg {
+    Arg::I32(i32::try_from(value).unwrap_or_else(|_| panic!("{what} = {value} exceeds an int")))
+}
+
+/// `launch` with its grid's x replaced: every row kernel is correct for any `x >= 1`, and
+/// `x = 1` makes one block stride over the whole range.
+pub fn with_grid_x(launch: Launch, x: u32) -> Launch {
+    Launch {
+        grid: [x, launch.grid[1], launch.grid[2]],
+        ..launch
+    }
+}
+
+/// A buffer in either placement of SPEC §7.
+pub enum Placed<T> {
+    /// Device memory.
+    Device(DeviceBuffer<T>),
+    /// Page-locked host memory mapped into the device's address space.
+    Mapped(MappedBuffer<T>),
+}
+
+impl<T: Copy + Default> Placed<T> {
+    /// A buffer holding `data` in `placement`.
+    pub fn upload(gpu: &Gpu, placement: Placement, data: &[T]) -> Result<Self, GpuError> {
+        Ok(match placement {
+            Placement::Hbm => Placed::Device(gpu.upload(data)?),
+            Placement::Host => {
+                let mut mapped = gpu.mapped::<T>(data.len(), 0)?;
+                mapped.as_mut_slice().copy_from_slice(data);
+                Placed::Mapped(mapped)
+            }
+        })
+    }
+
+    /// A buffer of `len` elements in `placement`, every byte `byte`.
+    pub fn filled(gpu: &Gpu, placement: Placement, len: usize, byte: u8) -> Result<Self, GpuError> {
+        Ok(match placement {
+            Placement::Hbm => Placed::Device(gpu.filled(len, byte)?),
+            Placement::Host => Placed::Mapped(gpu.mapped(len, byte)?),
+        })
+    }
+
+    /// The address a kernel reads it through.
+    pub fn addr(&self) -> u64 {
+        match self {
+            Placed::Device(b) => b.addr(),
+            Placed::Mapped(b) => b.addr(),
+        }
+    }
+
+    /// Its contents; synchronise the stream first.
+    pub fn read(&self) -> Result<Vec<T>, GpuError> {
+        match self {
+            Placed::Device(b) => b.download(),
+            Placed::Mapped(b) => Ok(b.as_slice().to_vec()),
+        }
+    }
+}
+
+/// One buffer per KV head (`[b*H + h]`) in one placement and the device table of their
+/// addresses, as the `k_rows`, `v_rows` and landmark `means` parameters take them.
+pub struct HeadTable<T> {
+    /// The per-head buffers, `[b*H + h]`.
+    pub heads: Vec<Placed<T>>,
+    /// Their addresses, in device memory.
+    pub table: DeviceBuffer<u64>,
+}
+
+impl<T: Copy + Default> HeadTable<T> {
+    /// One buffer per entry of `per_head`, holding it.
+    pub fn upload(gpu: &Gpu, placement: Placement, per_head: &[Vec<T>]) -> Result<Self, GpuError> {
+        let heads = per_head
+            .iter()
+            .map(|data| Placed::upload(gpu, placement, data))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with(gpu, heads)
+    }
+
+    /// One buffer of `lens[i]` elements per head, every byte `byte`.
+    pub fn filled(
+        gpu: &Gpu,
+        placement: Placement,
+        lens: &[usize],
+        byte: u8,
+    ) -> Result<Self, GpuError> {
+        let heads = lens
+            .iter()
+            .map(|&len| Placed::filled(gpu, placement, len, byte))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with(gpu, heads)
+    }
+
+    fn with(gpu: &Gpu, heads: Vec<Placed<T>>) -> Result<Self, GpuError> {
+        let addrs: Vec<u64> = heads.iter().map(Placed::addr).collect();
+        let table = gpu.upload(&addrs)?;
+        Ok(HeadTable { heads, table })
+    }
+
+    /// The address of the pointer table.
+    pub fn addr(&self) -> u64 {
+        self.table.addr()
+    }
+
+    /// The contents of head `head`'s buffer; synchronise the stream first.
+    pub fn read(&self, head: usize) -> Result<Vec<T>, GpuError> {
+        self.heads[head].read()
+    }
+}
+
+/// Failures of one comparison, collected so that a failing test prints the first few with their
+/// indices, how many there were, and the seed that replays them.
+pub struct Mismatches {
+    what: String,
+    seed: u64,
+    first: Vec<String>,
+    count: usize,
+    checked: usize,
+}
+
+/// Mismatches printed in a failure message.
+const SHOWN: usize = 12;
+
+impl Mismatches {
+    /// A comparison named `what` of a test run with `seed`.
+    pub fn new(what: impl Into<String>, seed: u64) -> Self {
+        Mismatches {
+            what: what.into(),
+            seed,
+            first: Vec::new(),
+            count: 0,
+            checked: 0,
+        }
+    }
+
+    /// Records a failure (described by `detail`) unless `ok`.
+    pub fn check(&mut self, ok: bool, detail: impl FnOnce() -> String) {
+        self.checked += 1;
+        if !ok {
+            self.count += 1;
+            if self.first.len() < SHOWN {
+                self.first.push(detail());
+            }
+        }
+    }
+
+    /// Failures so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Panics, listing the first failures, if there were any.
+    pub fn finish(self) {
+        if self.count > 0 {
+            panic!(
+                "{}: {} of {} checks failed (FATHOM_TEST_SEED={} replays it); first:\n  {}",
+                self.what,
+                self.count,
+                self.checked,
+                self.seed,
+                self.first.join("\n  ")
+            );
+        }
+    }
+}
+
+/// `γ_n = n·u / (1 − n·u)` for unit roundoff `u`: any sum of `n` products computed in that
+/// precision, in any order, with or without fused multiply-adds, is within
+/// `γ_n · Σ|a_i·b_i|` of the exact value (Higham, *Accuracy and Stability*, §3.1).
+fn gamma(n: usize, unit_roundoff: f64) -> f64 {
+    let nu = n as f64 * unit_roundoff;
+    nu / (1.0 - nu)
+}
+
+/// How far an fp32 dot product of `q` with `k` may lie from the f64 reference value: the
+/// fp32 bound `γ_D · Σ|q_c·k_c|` with `u = 2⁻²⁴`, plus the f64 reference's own `γ_D` with
+/// `u = 2⁻⁵³`, plus `D` times the smallest normal fp32 for products that underflow.
+///
+/// The inputs are exact in both: queries are fp32 values and keys bf16 (or fp16) values, so the
+/// only error is the rounding of the accumulation. The kernels add 8 channels per lane with
+/// `fmaf` and then `log2(D/8)` butterfly shuffles, so each product passes through at most
+/// `8 + log2(D/8)` roundings, well inside `γ_D`; the bound is the order-independent one so that
+/// a retuned reduction order keeps it.
+pub fn dot_tolerance(q: &[f64], k: impl IntoIterator<Item = f64>) -> f64 {
+    let d = q.len();
+    let magnitude: f64 = q.iter().zip(k).map(|(a, b)| (a * b).abs()).sum();
+    (gamma(d, f64::from(f32::EPSILON) / 2.0) + gamma(d, f64::EPSILON / 2.0)) * magnitude
+        + d as f64 * f64::from(f32::MIN_POSITIVE)
+}
+
+/// The `oracle` kernel of `spec`.
+pub struct OracleKernel {
+    /// Its spec.
+    pub spec: OracleSpec,
+    module: Module,
+}
+
+/// The `oracle` kernel's parameters (`OracleSpec`'s launch ABI), addresses as `u64`.
+pub struct OracleArgs {
+    /// `[B*H]` pointers to bf16 keys `[capacity][D]`.
+    pub k_rows: u64,
+    /// Raw queries `[B][H][G][D]` fp32.
+    pub q: u64,
+    /// `[B]` first token to score, or `None` for NULL (0).
+    pub range_start: Option<u64>,
+    /// `[B]` one past the last token to score.
+    pub range_end: u64,
+    /// `[B][H][G][ld_scores]` fp32.
+    pub scores: u64,
+    /// Row stride of `scores`, in floats.
+    pub ld_scores: usize,
+    /// `H`.
+    pub num_kv_heads: usize,
+}
+
+impl OracleKernel {
+    /// Renders and compiles `spec`.
+    pub fn load(gpu: &Gpu, spec: OracleSpec) -> Result<Self, KernelError> {
+        Ok(OracleKernel {
+            spec,
+            module: compile(gpu, &spec)?,
+        })
+    }
+
+    /// Queues one launch of the kernel.
+    pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &OracleArgs) -> Result<(), GpuError> {
+        let args = [
+            Arg::Ptr(a.k_rows),
+            Arg::Ptr(a.q),
+            Arg::Ptr(a.range_start.unwrap_or(0)),
+            Arg::Ptr(a.range_end),
+            Arg::Ptr(a.scores),
+            int(a.ld_scores, "ld_scores"),
+            int(a.num_kv_heads, "num_kv_heads"),
+        ];
+        launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
+    }
+}
+
+/// The two `landmark` entry points of `spec`.
+pub struct LandmarkKernels {
+    /// Their spec.
+    pub spec: LandmarkSpec,
+    module: Module,
+}
+
+/// The parameters of `<landmark>_build`.
+pub struct LandmarkBuildArgs {
+    /// `[B*H]` pointers to bf16 keys `[capacity][D]`.
+    pub k_rows: u64,
+    /// `[B*H]` pointers to fp16 means `[capacity/8][D]`.
+    pub means: u64,
+    /// `[B]`, or `None` for NULL (0).
+    pub range_start: Option<u64>,
+    /// `[B]`.
+    pub range_end: u64,
+    /// `H`.
+    pub num_kv_heads: usize,
+}
+
+/// The parameters of `<landmark>_scan`.
+pub struct LandmarkScanArgs {
+    /// `[B*H]` pointers to fp16 means `[capacity/8][D]`.
+    pub means: u64,
+    /// Raw queries `[B][H][G][D]` fp32.
+    pub q: u64,
+    /// `[B]` stored tokens.
+    pub n_stored: u64,
+    /// `[B][H][G][ld_scores]` fp32.
+    pub scores: u64,
+    /// Row stride of `scores`, in floats.
+    pub ld_scores: usize,
+    /// `H`.
+    pub num_kv_heads: usize,
+}
+
+impl LandmarkKernels {
+    /// Renders and compiles `spec`.
+    pub fn load(gpu: &Gpu, spec: LandmarkSpec) -> Result<Self, KernelError> {
+        Ok(LandmarkKernels {
+            spec,
+            module: compile(gpu, &spec)?,
+        })
+    }
+
+    /// Queues one launch of `_build`.
+    pub fn build(&self, gpu: &Gpu, grid: Launch, a: &LandmarkBuildArgs) -> Result<(), GpuError> {
+        let args = [
+            Arg::Ptr(a.k_rows),
+            Arg::Ptr(a.means),
+            Arg::Ptr(a.range_start.unwrap_or(0)),
+            Arg::Ptr(a.range_end),
+            int(a.num_kv_heads, "num_kv_heads"),
+        ];
+        launch(gpu, &self.module, &self.spec.build_entry(), grid, &args)
+    }
+
+    /// Queues one launch of `_scan`.
+    pub fn scan(&self, gpu: &Gpu, grid: Launch, a: &LandmarkScanArgs) -> Result<(), GpuError> {
+        let args = [
+            Arg::Ptr(a.means),
+            Arg::Ptr(a.q),
+            Arg::Ptr(a.n_stored),
+            Arg::Ptr(a.scores),
+            int(a.ld_scores, "ld_scores"),
+            int(a.num_kv_heads, "num_kv_heads"),
+        ];
+        launch(gpu, &self.module, &self.spec.scan_entry(), grid, &args)
+    }
+}
+
+/// The ten launches of a `select` spec.
+pub struct SelectKernels {
+    /// Their spec.
+    pub spec: SelectSpec,
+    module: Module,
+}
+
+/// What a selection reads.
+pub struct SelectArgs {
+    /// `[B][H][G][ld_scores]` fp32, tokens `0 .. n_total[b]` valid and NaN-free.
+    pub scores: u64,
+    /// Row stride of `scores`, in floats.
+    pub ld_scores: usize,
+    /// `[B]` tokens per sequence.
+    pub n_total: u64,
+    /// The run-time k (at most the spec's `k_max`).
+    pub k: usize,
+    /// `B`.
+    pub batch: usize,
+    /// `H`.
+    pub kv_heads: usize,
+    /// The largest `n_total` (it sizes the chunked grids).
+    pub max_tokens: usize,
+}
+
+/// A selection's outputs on the device, laid out as `SelectSpec` says.
+pub struct SelectOutputs {
+    /// `[B*H*G][k+36]` ascending selected tokens.
+    pub sel: DeviceBuffer<i32>,
+    /// `[B*H*G][k+36]` each selected token's position in its KV head's union.
+    pub sel_pos: DeviceBuffer<i32>,
+    /// `[B*H*G]`.
+    pub sel_count: DeviceBuffer<i32>,
+    /// `[B*H][G*k+36]` ascending, deduplicated union.
+    pub uni: DeviceBuffer<i32>,
+    /// `[B*H]`.
+    pub uni_count: DeviceBuffer<i32>,
+    /// The run-time k.
+    pub k: usize,
+    /// `G`.
+    pub group: usize,
+}
+
+/// A selection's outputs copied to the host.
+#[derive(Clone, Debug)]
+pub struct SelectHost {
+    pub sel: Vec<i32>,
+    pub sel_pos: Vec<i32>,
+    pub sel_count: Vec<i32>,
+    pub uni: Vec<i32>,
+    pub uni_count: Vec<i32>,
+    /// The run-time k.
+    pub k: usize,
+    /// `G`.
+    pub group: usize,
+}
+
+impl SelectOutputs {
+    /// Copies every output to the host (synchronous).
+    pub fn download(&self) -> Result<SelectHost, GpuError> {
+        Ok(SelectHost {
+            sel: self.sel.download()?,
+            sel_pos: self.sel_pos.download()?,
+            sel_count: self.sel_count.download()?,
+            uni: self.uni.download()?,
+            uni_count: self.uni_count.download()?,
+            k: self.k,
+            group: self.group,
+        })
+    }
+}
+
+impl SelectKernels {
+    /// Renders and compiles `spec`.
+    pub fn load(gpu: &Gpu, spec: SelectSpec) -> Result<Self, KernelError> {
+        Ok(SelectKernels {
+            spec,
+            module: compile(gpu, &spec)?,
+        })
+    }
+
+    /// Allocates the outputs and the three workspaces, all poisoned (the workspaces need no
+    /// zeroing, so garbage in them must not matter), and queues the ten launches of
+    /// `SelectSpec::plan` in order.
+    pub fn run(&self, gpu: &Gpu, a: &SelectArgs) -> Result<SelectOutputs, KernelError> {
+        let plan = self.spec.plan(
+            a.batch as u64,
+            a.kv_heads as u64,
+            a.max_tokens as u64,
+            a.k as u64,
+        )?;
+        let words = |w: u64| usize::try_from(w).expect("buffer sizes fit usize");
+        let state = gpu.filled::<u32>(words(plan.state_words), POISON)?;
+        let chunk_counts = gpu.filled::<u32>(words(plan.chunk_count_words), POISON)?;
+        let scratch = gpu.filled::<i32>(words(plan.scratch_words), POISON)?;
+        let group = self.spec.group as usize;
+        let query_heads = a.batch * a.kv_heads * group;
+        let out = SelectOutputs {
+            sel: gpu.filled(words(plan.sel_words), POISON)?,
+            sel_pos: gpu.filled(words(plan.sel_words), POISON)?,
+            sel_count: gpu.filled(query_heads, POISON)?,
+            uni: gpu.filled(words(plan.uni_words), POISON)?,
+            uni_count: gpu.filled(a.batch * a.kv_heads, POISON)?,
+            k: a.k,
+            group,
+        };
+        let k = int(a.k, "k");
+        let heads = int(a.kv_heads, "num_kv_heads");
+        let ld = int(a.ld_scores, "ld_scores");
+        for (stage, grid) in plan.launches {
+            let args: Vec<Arg> = match stage {
+                SelectStage::Init => vec![
+                    Arg::Ptr(a.n_total),
+                    k,
+                    state.arg(),
+                    out.sel_count.arg(),
+                    heads,
+                ],
+                SelectStage::Hist(pass) => vec![
+                    Arg::Ptr(a.scores),
+                    ld,
+                    Arg::Ptr(a.n_total),
+                    state.arg(),
+                    Arg::I32(i32::from(pass)),
+                    heads,
+                ],
+                SelectStage::Pick(pass) => vec![state.arg(), Arg::I32(i32::from(pass))],
+                SelectStage::Count => vec![
+                    Arg::Ptr(a.scores),
+                    ld,
+                    Arg::Ptr(a.n_total),
+                    state.arg(),
+                    chunk_counts.arg(),
+                    heads,
+                ],
+                SelectStage::Write => vec![
+                    Arg::Ptr(a.scores),
+                    ld,
+                    Arg::Ptr(a.n_total),
+                    state.arg(),
+                    chunk_counts.arg(),
+                    out.sel.arg(),
+                    k,
+                    heads,
+                ],
+                SelectStage::Union => vec![
+                    out.sel.arg(),
+                    out.sel_count.arg(),
+                    out.sel_pos.arg(),
+                    out.uni.arg(),
+                    out.uni_count.arg(),
+                    scratch.arg(),
+                    k,
+                ],
+            };
+            launch(gpu, &self.module, &self.spec.entry(stage), grid, &args)?;
+        }
+        // The workspaces are freed on return: wait until the launches that use them are done.
+        gpu.synchronize()?;
+        Ok(out)
+    }
+}
+
+/// Compares a GPU selection with the reference selection of every KV head (`want[b*H + h]`, its
+/// `G` heads in order): identical `sel` (ascending) and `sel_count`, identical `uni` and
+/// `uni_count`, `sel_pos` equal to the reference's row positions and `uni[sel_pos[j]] ==
+/// sel[j]`, and every element past the counts still poisoned (the kernels write nothing there).
+pub fn check_selection(got: &SelectHost, want: &[Selection], m: &mut Mismatches) {
+    let g_count = got.group;
+    let sc = got.k + ALWAYS;
+    let uc = g_count * got.k + ALWAYS;
+    for (kh, reference) in want.iter().enumerate() {
+        assert_eq!(
+            reference.heads.len(),
+            g_count,
+            "one reference set per query head"
+        );
+        let uni = &got.uni[kh * uc..(kh + 1) * uc];
+        let uni_count = got.uni_count[kh];
+        m.check(uni_count as usize == reference.union.len(), || {
+            format!(
+                "kv head {kh}: uni_count {uni_count}, reference {}",
+                reference.union.len()
+            )
+        });
+        for (u, &token) in uni.iter().enumerate() {
+            let expect = reference.union.get(u).map_or(POISON_I32, |&t| t as i32);
+            m.check(token == expect, || {
+                format!("kv head {kh}: uni[{u}] = {token}, reference {expect} (poison = -1)")
+            });
+        }
+        for g in 0..g_count {
+            let qh = kh * g_count + g;
+            let count = got.sel_count[qh];
+            let set = &reference.heads[g];
+            let rows = &reference.rows[g];
+            m.check(count as usize == set.len(), || {
+                format!(
+                    "query head {qh} (kv head {kh}, g {g}): sel_count {count}, reference {}",
+                    set.len()
+                )
+            });
+            let sel = &got.sel[qh * sc..(qh + 1) * sc];
+            let pos = &got.sel_pos[qh * sc..(qh + 1) * sc];
+            for j in 0..sc {
+                let expect = set.get(j).map_or(POISON_I32, |&t| t as i32);
+                let expect_pos = rows.get(j).map_or(POISON_I32, |&r| r as i32);
+                m.check(sel[j] == expect, || {
+                    format!("query head {qh}: sel[{j}] = {}, reference {expect}", sel[j])
+                });
+                m.check(pos[j] == expect_pos, || {
+                    format!(
+                        "query head {qh}: sel_pos[{j}] = {}, reference {expect_pos}",
+                        pos[j]
+                    )
+                });
+                if j < set.len() {
+                    let back = usize::try_from(pos[j])
+                        .ok()
+                        .and_then(|p| uni.get(p))
+                        .copied();
+                    m.check(back == Some(sel[j]), || {
+                        format!(
+                            "query head {qh}: uni[sel_pos[{j}] = {}] = {back:?}, sel[{j}] = {}",
+                            pos[j], sel[j]
+                        )
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The `fetch` kernel of `spec`.
+pub struct FetchKernel {
+    /// Its spec.
+    pub spec: FetchSpec,
+    module: Module,
+}
+
+/// The `fetch` kernel's parameters.
+pub struct FetchArgs {
+    /// `[B*H]` pointers to bf16 keys `[capacity][D]`.
+    pub k_rows: u64,
+    /// `[B*H]` pointers to bf16 values `[capacity][D]`.
+    pub v_rows: u64,
+    /// `[B*H][G*k+36]` union tokens.
+    pub uni: u64,
+    /// `[B*H]`.
+    pub uni_count: u64,
+    /// `[B*H][G*k+36][D]` bf16 output.
+    pub k_sel: u64,
+    /// The same for the values.
+    pub v_sel: u64,
+    /// The run-time k given to `select`.
+    pub k: usize,
+    /// `H`.
+    pub num_kv_heads: usize,
+}
+
+impl FetchKernel {
+    /// Renders and compiles `spec`.
+    pub fn load(gpu: &Gpu, spec: FetchSpec) -> Result<Self, KernelError> {
+        Ok(FetchKernel {
+            spec,
+            module: compile(gpu, &spec)?,
+        })
+    }
+
+    /// Queues one launch.
+    pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &FetchArgs) -> Result<(), GpuError> {
+        let args = [
+            Arg::Ptr(a.k_rows),
+            Arg::Ptr(a.v_rows),
+            Arg::Ptr(a.uni),
+            Arg::Ptr(a.uni_count),
+            Arg::Ptr(a.k_sel),
+            Arg::Ptr(a.v_sel),
+            int(a.k, "k"),
+            int(a.num_kv_heads, "num_kv_heads"),
+        ];
+        launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
+    }
+}
+
+/// The `attention` kernel of `spec`.
+pub struct AttentionKernel {
+    /// Its spec.
+    pub spec: AttentionSpec,
+    module: Module,
+}
+
+/// The `attention` kernel's parameters.
+pub struct AttentionArgs {
+    /// `[B*H][G*k+36][D]` bf16 keys, from `fetch`.
+    pub k_sel: u64,
+    /// The same for the values.
+    pub v_sel: u64,
+    /// `[B*H*G][k+36]` row positions, from `select`.
+    pub sel_pos: u64,
+    /// `[B*H*G]`.
+    pub sel_count: u64,
+    /// Raw queries `[B][H][G][D]` fp32.
+    pub q: u64,
+    /// The softmax scale.
+    pub scale: f32,
+    /// `[B][H][G][D]` fp32 output.
+    pub out: u64,
+    /// The run-time k given to `select`.
+    pub k: usize,
+}
+
+impl AttentionKernel {
+    /// Renders and compiles `spec`.
+    pub fn load(gpu: &Gpu, spec: AttentionSpec) -> Result<Self, KernelError> {
+        Ok(AttentionKernel {
+            spec,
+            module: compile(gpu, &spec)?,
+        })
+    }
+
+    /// Queues one launch.
+    pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &AttentionArgs) -> Result<(), GpuError> {
+        let args = [
+            Arg::Ptr(a.k_sel),
+            Arg::Ptr(a.v_sel),
+            Arg::Ptr(a.sel_pos),
+            Arg::Ptr(a.sel_count),
+            Arg::Ptr(a.q),
+            Arg::F32(a.scale),
+            Arg::Ptr(a.out),
+            int(a.k, "k"),
+        ];
+        launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
+    }
+}
+
+/// `||got − want|| / ||want||` (Euclidean norms; `||got||` when `want` is zero).
+pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
+    let diff: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        diff / norm
+    } else {
+        diff
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outputs a correct `select` writes for `want`, laid out as the ABI says, poison
+    /// elsewhere.
+    fn laid_out(want: &[Selection], k: usize, group: usize) -> SelectHost {
+        let (sc, uc) = (k + ALWAYS, group * k + ALWAYS);
+        let mut host = SelectHost {
+            sel: vec![POISON_I32; want.len() * group * sc],
+            sel_pos: vec![POISON_I32; want.len() * group * sc],
+            sel_count: vec![0; want.len() * group],
+            uni: vec![POISON_I32; want.len() * uc],
+            uni_count: vec![0; want.len()],
+            k,
+            group,
+        };
+        for (kh, s) in want.iter().enumerate() {
+            host.uni_count[kh] = s.union.len() as i32;
+            for (u, &t) in s.union.iter().enumerate() {
+                host.uni[kh * uc + u] = t as i32;
+            }
+            for g in 0..group {
+                let qh = kh * group + g;
+                host.sel_count[qh] = s.heads[g].len() as i32;
+                for (j, (&t, &r)) in s.heads[g].iter().zip(&s.rows[g]).enumerate() {
+                    host.sel[qh * sc + j] = t as i32;
+                    host.sel_pos[qh * sc + j] = r as i32;
+                }
+            }
+        }
+        host
+    }
+
+    fn selections(k: usize, group: usize) -> Vec<Selection> {
+        [300usize, 20, 50]
+            .iter()
+            .map(|&n| {
+                let heads: Vec<Vec<f64>> = (0..group)
+                    .map(|g| (0..n).map(|i| ((i * 7 + g * 13) % 17) as f64).collect())
+                    .collect();
+                Selection::from_scores(&heads, k)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_correct_selection_passes() {
+        let want = selections(10, 3);
+        let mut m = Mismatches::new("correct", 0);
+        check_selection(&laid_out(&want, 10, 3), &want, &mut m);
+        assert_eq!(m.count(), 0);
+    }
+
+    #[test]
+    fn every_kind_of_wrong_selection_fails() {
+        let want = selections(10, 3);
+        let good = laid_out(&want, 10, 3);
+        const SC: usize = 10 + ALWAYS;
+        type Corruption = Box<dyn Fn(&mut SelectHost)>;
+        let corruptions: Vec<Corruption> = vec![
+            Box::new(|h| h.sel[5] += 1),
+            Box::new(|h| h.sel_pos[SC + 3] += 1),
+            Box::new(|h| h.sel_count[2] -= 1),
+            Box::new(|h| h.uni_count[1] += 1),
+            Box::new(|h| h.uni[4] = 1000),
+            // A write past the counts: the 20-token sequence selects 20 of 46 rows.
+            Box::new(|h| h.sel[3 * SC + 30] = 7),
+            Box::new(|h| h.uni[(3 * 10 + ALWAYS) + 25] = 7),
+        ];
+        for (i, corrupt) in corruptions.iter().enumerate() {
+            let mut bad = good.clone();
+            corrupt(&mut bad);
+            let mut m = Mismatches::new("corrupted", 0);
+            check_selection(&bad, &want, &mut m);
+            assert!(m.count() > 0, "corruption {i} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn dot_tolerance_is_fp32_rounding_of_the_magnitude() {
+        let q = vec![1.0; 128];
+        let tol = dot_tolerance(&q, vec![2.0; 128]);
+        // 128 · 2⁻²⁴ relative to Σ|q·k| = 256, within 1%.
+        let expect = 128.0 * 2f64.powi(-24) * 256.0;
+        assert!((tol / expect - 1.0).abs() < 0.01, "{tol} vs {expect}");
+    }
+}

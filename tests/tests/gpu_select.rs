@@ -1,0 +1,346 @@
+//! GPU tests of the `select` kernels (SPEC §6: sink ∪ local ∪ top-k per query head, ties to the
+//! lower index; the sorted union per KV head) against the reference `Selection::from_scores`.
+//!
+//! The GPU and the reference get the same fp32 scores (the reference as the exact f64 values of
+//! those floats), so the comparison is exact: identical `sel` (ascending) and `sel_count`,
+//! identical `uni` (sorted, deduplicated) and `uni_count`, `sel_pos` equal to the reference's
+//! row positions, `uni[sel_pos[j]] == sel[j]`, and nothing written past the counts (the outputs
+//! and the three workspaces are poisoned before the ten launches). See `check_selection`.
+//!
+//! Coverage:
+//! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8; B = 3 sequences of different lengths
+//!   (longer than, shorter than and around `36 + k`), H = 2; k small and up to `k_max` = 2048;
+//!   every score family below on some head.
+//! - `gpu_select_ties_and_signed_zeros`: planted ties straddling the k-th score, spread over many
+//!   chunks (chunks of 64 tokens, more chunks than threads, so `_write`'s offset loop runs
+//!   several rounds), ties at ±0.0 (the same key: lower index wins), all-equal scores, negative
+//!   scores, scores differing only in their lowest mantissa bits (decided by the third radix
+//!   pass).
+//! - `gpu_select_short_and_boundary_lengths`: n = 0, 1, 4, 5, 35, 36, 37, 36 + k − 1, 36 + k,
+//!   36 + k + 1, 36 + k + 2, 2(36 + k) for k = 0, 1, 5, 300 and `k_max`, over G = 1, 4, 7, 8.
+//! - `gpu_select_million_token_contexts`: n = 1,048,576 + 1,000, 1,048,576 and ~700k in one
+//!   launch, H = 1, G = 4, k = 2048 and k = 512, two chunk sizes (4,096 tokens per block of
+//!   256 threads; 1,024 tokens per block of 512 threads, more chunks than threads).
+//!
+//! Score families (all NaN-free, as the kernels require): continuous uniform in [−10, 10); small
+//! integers in [−4, 4] with ±0.0 (massive ties); a narrow cluster `1.0 + i ulp` (keys equal in
+//! their top 21 bits); one constant; all ±0.0 with a few planted values; and a planted straddle:
+//! fewer than k large scores, a block of exactly equal scores holding the k-th, the rest below.
+//! The sink and the local window get scores like the others (often the largest), which must not
+//! take top-k places.
+
+use codegen::spec::{Family, SelectSpec};
+use fathom_tests::select_kernels::{
+    check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
+};
+use fathom_tests::{gpu, inputs};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use runtime::gpu::Gpu;
+use runtime::reference::select::Selection;
+
+/// H in the launches of these tests (the million-token test uses 1).
+const KV_HEADS: usize = 2;
+const GROUPS: [u32; 4] = [1, 4, 7, 8];
+
+/// The families of scores a head can get.
+#[derive(Clone, Copy, Debug)]
+enum Scores {
+    Uniform,
+    SmallIntegers,
+    Cluster,
+    Constant,
+    SignedZeros,
+    Straddle,
+}
+
+const FAMILIES: [Scores; 6] = [
+    Scores::Uniform,
+    Scores::SmallIntegers,
+    Scores::Cluster,
+    Scores::Constant,
+    Scores::SignedZeros,
+    Scores::Straddle,
+];
+
+fn signed_zero(rng: &mut impl Rng) -> f32 {
+    if rng.gen() {
+        0.0
+    } else {
+        -0.0
+    }
+}
+
+/// `n` scores of `family` for a top-`k` selection.
+fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32> {
+    match family {
+        Scores::Uniform => (0..n).map(|_| rng.gen_range(-10.0f32..10.0)).collect(),
+        Scores::SmallIntegers => (0..n)
+            .map(|_| match rng.gen_range(-4i32..=4) {
+                0 => signed_zero(rng),
+                v => v as f32,
+            })
+            .collect(),
+        Scores::Cluster => (0..n)
+            .map(|_| f32::from_bits(0x3f80_0000 + rng.gen_range(0..2048u32)))
+            .collect(),
+        Scores::Constant => {
+            let v = rng.gen_range(-3.0f32..3.0);
+            vec![v; n]
+        }
+        Scores::SignedZeros => (0..n)
+            .map(|_| match rng.gen_range(0..50) {
+                0 => rng.gen_range(0.5f32..2.0),
+                1 => -rng.gen_range(0.5f32..2.0),
+                _ => signed_zero(rng),
+            })
+            .collect(),
+        Scores::Straddle => {
+            // Below the tie value everywhere, then `above` larger scores and a block of ties
+            // that holds the k-th largest of the middle, placed at random.
+            let tie = rng.gen_range(-1.0f32..1.0);
+            let mut s: Vec<f32> = (0..n).map(|_| tie - rng.gen_range(0.001f32..5.0)).collect();
+            let middle = n.saturating_sub(ALWAYS);
+            if middle == 0 {
+                return s;
+            }
+            let above = rng.gen_range(0..=k.min(middle));
+            let tied = (k - above.min(k) + rng.gen_range(1..2000)).min(middle - above);
+            let mut slots: Vec<usize> = (4..4 + middle).collect();
+            slots.shuffle(rng);
+            for &i in &slots[..above] {
+                s[i] = tie + rng.gen_range(0.001f32..5.0);
+            }
+            for &i in &slots[above..above + tied] {
+                s[i] = tie;
+            }
+            // The sink and the window score above everything: they must not take top-k places.
+            for i in (0..4.min(n)).chain(n - 32.min(n)..n) {
+                s[i] = tie + 10.0;
+            }
+            s
+        }
+    }
+}
+
+/// One launch of `spec` over `lengths` (one per sequence) with run-time `k`; every head's scores
+/// from `families` (cycled). Compares with the reference and returns nothing: failures panic.
+#[allow(clippy::too_many_arguments)]
+fn select_case(
+    gpu: &Gpu,
+    kernels: &SelectKernels,
+    rng: &mut impl Rng,
+    seed: u64,
+    (lengths, kv_heads): (&[usize], usize),
+    k: usize,
+    families: &[Scores],
+    what: &str,
+) {
+    let g = kernels.spec.group as usize;
+    let batch = lengths.len();
+    let max_n = lengths.iter().copied().max().unwrap_or(0);
+    let ld = max_n + 7;
+    let query_heads = batch * kv_heads * g;
+    // Unused score elements hold NaN bits: the kernels must never read past n_total.
+    let mut all = vec![f32::from_bits(0xffff_ffff); query_heads * ld];
+    let mut per_head: Vec<Vec<f64>> = Vec::with_capacity(query_heads);
+    let mut used = Vec::with_capacity(query_heads);
+    // Consecutive query heads get consecutive families, from a random first one, so that every
+    // family appears once there are as many heads as families.
+    let first_family = rng.gen_range(0..families.len());
+    for qh in 0..query_heads {
+        let n = lengths[qh / (kv_heads * g)];
+        let family = families[(qh + first_family) % families.len()];
+        used.push(family);
+        let s = scores(rng, family, n, k);
+        all[qh * ld..qh * ld + n].copy_from_slice(&s);
+        per_head.push(s.iter().map(|&x| f64::from(x)).collect());
+    }
+    let reference: Vec<Selection> = per_head
+        .chunks(g)
+        .map(|heads| Selection::from_scores(heads, k))
+        .collect();
+
+    let scores = gpu.upload(&all).expect("upload scores");
+    let totals: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
+    let n_total = gpu.upload(&totals).expect("upload n_total");
+    let out = kernels
+        .run(
+            gpu,
+            &SelectArgs {
+                scores: scores.addr(),
+                ld_scores: ld,
+                n_total: n_total.addr(),
+                k,
+                batch,
+                kv_heads,
+                max_tokens: max_n,
+            },
+        )
+        .expect("select runs");
+    let got = out.download().expect("download selection");
+    let mut m = Mismatches::new(
+        format!(
+            "select {what}: {} G={g} H={kv_heads} k={k} lengths {lengths:?}, score families by query head \
+             {used:?}",
+            kernels.spec.kernel_name()
+        ),
+        seed,
+    );
+    check_selection(&got, &reference, &mut m);
+    m.finish();
+}
+
+fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> SelectKernels {
+    let spec = SelectSpec {
+        group,
+        k_max,
+        threads,
+        items_per_thread: items,
+    };
+    SelectKernels::load(gpu, spec).expect("select kernels compile")
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_select_random_scores_match_reference() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::seeded_rng("gpu_select_random_scores_match_reference");
+    for g in GROUPS {
+        let kernels = load(&gpu, g, 2048, 256, 16);
+        for k in [rng.gen_range(1..64), rng.gen_range(64..=2048), 2048] {
+            let mut lengths = vec![
+                ALWAYS + k + rng.gen_range(1..60_000),
+                rng.gen_range(37..ALWAYS + k + 3),
+                ALWAYS + k + rng.gen_range(1..3),
+            ];
+            lengths.shuffle(&mut rng);
+            select_case(
+                &gpu,
+                &kernels,
+                &mut rng,
+                seed,
+                (&lengths, KV_HEADS),
+                k,
+                &FAMILIES,
+                "random scores",
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_select_ties_and_signed_zeros() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::seeded_rng("gpu_select_ties_and_signed_zeros");
+    let tie_families = [
+        Scores::Straddle,
+        Scores::SmallIntegers,
+        Scores::SignedZeros,
+        Scores::Constant,
+        Scores::Cluster,
+    ];
+    // Chunks of 64 tokens: ties span many chunks, and there are more chunks than threads.
+    let configs = [(64, 1), (256, 16), (32, 3)];
+    for (i, g) in GROUPS.into_iter().enumerate() {
+        let (threads, items) = configs[i % configs.len()];
+        let kernels = load(&gpu, g, 1024, threads, items);
+        for k in [rng.gen_range(1..40), rng.gen_range(200..=1024)] {
+            let mut lengths = vec![
+                rng.gen_range(20_000..40_000),
+                ALWAYS + k + rng.gen_range(1..5_000),
+                rng.gen_range(5_000..10_000).max(ALWAYS + k + 1),
+            ];
+            lengths.shuffle(&mut rng);
+            select_case(
+                &gpu,
+                &kernels,
+                &mut rng,
+                seed,
+                (&lengths, KV_HEADS),
+                k,
+                &tie_families,
+                "ties",
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_select_short_and_boundary_lengths() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::seeded_rng("gpu_select_short_and_boundary_lengths");
+    let k_max = 300u32;
+    for (i, g) in GROUPS.into_iter().enumerate() {
+        let kernels = load(&gpu, g, k_max, 128, 4);
+        let big = (i == 0).then(|| load(&gpu, g, 2048, 256, 16));
+        for (k, kernels) in [
+            (0, &kernels),
+            (1, &kernels),
+            (5, &kernels),
+            (k_max as usize, &kernels),
+            (2048, big.as_ref().unwrap_or(&kernels)),
+        ] {
+            if k > kernels.spec.k_max as usize {
+                continue;
+            }
+            let mut lengths = vec![
+                0,
+                1,
+                4,
+                5,
+                35,
+                36,
+                37,
+                ALWAYS + k - k.min(1),
+                ALWAYS + k,
+                ALWAYS + k + 1,
+                ALWAYS + k + 2,
+                2 * (ALWAYS + k),
+            ];
+            lengths.shuffle(&mut rng);
+            for triple in lengths.chunks(3) {
+                select_case(
+                    &gpu,
+                    kernels,
+                    &mut rng,
+                    seed,
+                    (triple, KV_HEADS),
+                    k,
+                    &FAMILIES,
+                    "boundary lengths",
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_select_million_token_contexts() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::seeded_rng("gpu_select_million_token_contexts");
+    let families = [
+        Scores::Uniform,
+        Scores::Cluster,
+        Scores::SmallIntegers,
+        Scores::Straddle,
+    ];
+    for (k, threads, items) in [(2048, 256, 16), (512, 512, 2)] {
+        let kernels = load(&gpu, 4, 2048, threads, items);
+        let mut lengths = vec![(1 << 20) + 1000, 1 << 20, rng.gen_range(600_000..800_000)];
+        lengths.shuffle(&mut rng);
+        select_case(
+            &gpu,
+            &kernels,
+            &mut rng,
+            seed,
+            (&lengths, 1),
+            k,
+            &families,
+            "long contexts",
+        );
+    }
+}
