@@ -167,7 +167,7 @@ fn attention_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, spec: AttentionSpec,
 #[ignore = "needs a CUDA GPU"]
 fn gpu_attention_matches_reference() {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng("gpu_attention_matches_reference");
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_attention_matches_reference");
     // (D, G, threads, rows per warp, k); `None` for k draws one.
     let configs: [(u32, u32, u32, u32, Option<usize>); 8] = [
         (64, 7, 256, 4, None),
@@ -194,7 +194,7 @@ fn gpu_attention_matches_reference() {
 /// oracle → select → fetch → attention on the GPU against the reference on the same scores.
 fn chain(placement: Placement, test: &str) {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng(test);
+    let (mut rng, seed) = inputs::rng_and_seed(test);
     let (d, g, k) = (128usize, 7usize, 512usize);
     let kv = BATCH * KV_HEADS;
     let heads = kv * g;

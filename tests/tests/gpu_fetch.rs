@@ -158,7 +158,7 @@ fn fetch_case(
 
 fn fetch_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng(test);
+    let (mut rng, seed) = inputs::rng_and_seed(test);
     let mut first = true;
     for d in HEAD_DIMS {
         for g in GROUPS {

@@ -302,7 +302,7 @@ fn landmark_case(
 
 fn landmark_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng(test);
+    let (mut rng, seed) = inputs::rng_and_seed(test);
     for d in HEAD_DIMS {
         for g in GROUPS {
             landmark_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);

@@ -191,7 +191,7 @@ fn oracle_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d
 
 fn oracle_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng(test);
+    let (mut rng, seed) = inputs::rng_and_seed(test);
     for d in HEAD_DIMS {
         for g in GROUPS {
             oracle_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);

@@ -205,7 +205,7 @@ fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> SelectKe
 #[ignore = "needs a CUDA GPU"]
 fn gpu_select_random_scores_match_reference() {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng("gpu_select_random_scores_match_reference");
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_random_scores_match_reference");
     for g in GROUPS {
         let kernels = load(&gpu, g, 2048, 256, 16);
         for k in [rng.gen_range(1..64), rng.gen_range(64..=2048), 2048] {
@@ -233,7 +233,7 @@ fn gpu_select_random_scores_match_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_select_ties_and_signed_zeros() {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng("gpu_select_ties_and_signed_zeros");
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_ties_and_signed_zeros");
     let tie_families = [
         Scores::Straddle,
         Scores::SmallIntegers,
@@ -271,7 +271,7 @@ fn gpu_select_ties_and_signed_zeros() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_select_short_and_boundary_lengths() {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng("gpu_select_short_and_boundary_lengths");
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_short_and_boundary_lengths");
     let k_max = 300u32;
     for (i, g) in GROUPS.into_iter().enumerate() {
         let kernels = load(&gpu, g, k_max, 128, 4);
@@ -321,7 +321,7 @@ fn gpu_select_short_and_boundary_lengths() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_select_million_token_contexts() {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::seeded_rng("gpu_select_million_token_contexts");
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_million_token_contexts");
     let families = [
         Scores::Uniform,
         Scores::Cluster,

@@ -1,0 +1,518 @@
+//! `kernel-bench`: the transfer and scan kernels of one layer at a long context, against the
+//! ceilings measured in the same run (SPEC §7, §9).
+//!
+//! For a preset (default `qwen3-8b`) at `--tokens` (default 1,048,576) it builds one layer's
+//! store (random non-zero planes and scales, every KV head, one sequence) in mapped host memory
+//! and in HBM, plans it on the GPU with the plan kernel (`fathom(B)` and `sparq(32)`), and times
+//! with CUDA events (median of `--reps` runs after warm-up):
+//! - `gather`: the active runs of the plan from mapped host memory into HBM staging;
+//! - the fused scan reading the planes straight from mapped host memory, for several tiles;
+//! - the HBM scan of the same plans, for several tiles;
+//!
+//! and prints a table and a JSON record (GPU, driver, date, commit, every figure).
+//!
+//! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use codegen::emit::build_kernel;
+use codegen::model::preset;
+use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
+use runtime::ceilings::{self, Ceilings};
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use serde::Serialize;
+
+const BLOCK: usize = 64;
+const SEGMENT_WORDS: usize = 512;
+
+struct Options {
+    model: String,
+    tokens: usize,
+    reps: usize,
+    commit: String,
+    budgets: Vec<f32>,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        model: "qwen3-8b".into(),
+        tokens: 1 << 20,
+        reps: 30,
+        commit: "unknown".into(),
+        budgets: vec![48.0],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--model" => o.model = value()?,
+            "--tokens" => o.tokens = value()?.parse().map_err(|e| format!("--tokens: {e}"))?,
+            "--reps" => o.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
+            "--commit" => o.commit = value()?,
+            "--budgets" => {
+                o.budgets = value()?
+                    .split(',')
+                    .map(|b| b.parse::<f32>().map_err(|e| format!("--budgets: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
+                     [--reps N] [--budgets 48,92] [--commit HASH]"
+                ))
+            }
+        }
+    }
+    let segment = SEGMENT_WORDS * 64;
+    if o.tokens == 0 || o.tokens % segment != 0 {
+        return Err(format!(
+            "--tokens must be a positive multiple of the segment ({segment} tokens)"
+        ));
+    }
+    Ok(o)
+}
+
+/// A deterministic, non-zero stream of words.
+struct Words(u64);
+
+impl Words {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A finite fp16 scale in [2^-6, 2^1).
+    fn scale(&mut self) -> u16 {
+        let exponent = 9 + (self.next() % 7) as u16; // biased exponents 9..=15
+        (exponent << 10) | (self.next() as u16 & 0x3ff)
+    }
+}
+
+/// One layer's store in one placement: every segment of every head in two allocations.
+struct Store {
+    _words: Memory<u64>,
+    _scales: Memory<u16>,
+    seg_words: DeviceBuffer<u64>,
+    seg_scales: DeviceBuffer<u64>,
+    n_stored: DeviceBuffer<i32>,
+}
+
+enum Memory<T> {
+    Device(DeviceBuffer<T>),
+    Mapped(MappedBuffer<T>),
+}
+
+impl<T> Memory<T> {
+    fn addr(&self) -> u64 {
+        match self {
+            Memory::Device(b) => b.addr(),
+            Memory::Mapped(b) => b.addr(),
+        }
+    }
+}
+
+fn build_store(
+    gpu: &Gpu,
+    placement: Placement,
+    heads: usize,
+    d: usize,
+    segments: usize,
+    tokens: usize,
+) -> Result<Store, GpuError> {
+    let words_per_segment = d * 4 * SEGMENT_WORDS;
+    let scales_per_segment = d * SEGMENT_WORDS * 64 / BLOCK;
+    let mut rng = Words(0x5eed);
+    let words: Vec<u64> = (0..heads * segments * words_per_segment)
+        .map(|_| rng.next())
+        .collect();
+    let scales: Vec<u16> = (0..heads * segments * scales_per_segment)
+        .map(|_| rng.scale())
+        .collect();
+    let (words, scales) = match placement {
+        Placement::Hbm => (
+            Memory::Device(gpu.upload(&words)?),
+            Memory::Device(gpu.upload(&scales)?),
+        ),
+        Placement::Host => {
+            let mut w = gpu.mapped::<u64>(words.len(), 0)?;
+            w.as_mut_slice().copy_from_slice(&words);
+            let mut s = gpu.mapped::<u16>(scales.len(), 0)?;
+            s.as_mut_slice().copy_from_slice(&scales);
+            (Memory::Mapped(w), Memory::Mapped(s))
+        }
+    };
+    let word_table: Vec<u64> = (0..heads * segments)
+        .map(|i| words.addr() + (i * words_per_segment * 8) as u64)
+        .collect();
+    let scale_table: Vec<u64> = (0..heads * segments)
+        .map(|i| scales.addr() + (i * scales_per_segment * 2) as u64)
+        .collect();
+    Ok(Store {
+        seg_words: gpu.upload(&word_table)?,
+        seg_scales: gpu.upload(&scale_table)?,
+        n_stored: gpu.upload(&[tokens as i32])?,
+        _words: words,
+        _scales: scales,
+    })
+}
+
+fn load(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Result<(Module, String), String> {
+    let spec = spec.into();
+    let built = build_kernel(&spec, &gpu.info().arch()).map_err(|e| e.to_string())?;
+    let module = gpu.load_ptx(&built.ptx).map_err(|e| e.to_string())?;
+    Ok((module, spec.kernel_name()))
+}
+
+/// A plan on the device: run tables (source and staged), class counts, queries.
+struct DevicePlan {
+    runs: DeviceBuffer<u64>,
+    staged_runs: DeviceBuffer<u64>,
+    class_count: DeviceBuffer<u32>,
+    q_store: DeviceBuffer<f32>,
+    /// Bytes of planes and scales the plan reads in one step (all heads).
+    bytes: usize,
+    bits_per_token: f64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    gpu: &Gpu,
+    store: &Store,
+    method: PlanMethod,
+    budget: f32,
+    heads: usize,
+    d: usize,
+    g: usize,
+    segments: usize,
+    tokens: usize,
+    staging: (&DeviceBuffer<u64>, &DeviceBuffer<u16>, usize),
+) -> Result<DevicePlan, String> {
+    let spec = PlanSpec {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        ..PlanSpec::new(d, g, method, false)
+    };
+    let (module, name) = load(gpu, spec)?;
+    let function = module.function(&name).map_err(|e| e.to_string())?;
+    let mut rng = Words(0x9e11);
+    let unit = |w: u64| (w >> 11) as f32 / (1u64 << 53) as f32;
+    let queries: Vec<f32> = (0..heads * g * d)
+        .map(|_| unit(rng.next()) * 2.0 - 1.0)
+        .collect();
+    // Channel variances spread over two orders of magnitude, like real keys.
+    let sigma2: Vec<f32> = (0..heads * d)
+        .map(|_| 10f32.powf(unit(rng.next()) * 2.0 - 1.0))
+        .collect();
+    let e = |x: GpuError| x.to_string();
+    let table = heads * segments * d * 4;
+    let out = DevicePlan {
+        runs: gpu.filled(table, 0xff).map_err(e)?,
+        staged_runs: gpu.filled(table, 0xff).map_err(e)?,
+        class_count: gpu.filled(heads * 4, 0xff).map_err(e)?,
+        q_store: gpu.filled(heads * g * d, 0xff).map_err(e)?,
+        bytes: 0,
+        bits_per_token: 0.0,
+    };
+    let q = gpu.upload(&queries).map_err(e)?;
+    let s2 = gpu.upload(&sigma2).map_err(e)?;
+    let depths = gpu.filled::<u8>(heads * d, 0xff).map_err(e)?;
+    let status = gpu.upload(&[0i32; 3]).map_err(e)?;
+    let args = [
+        q.arg(),
+        s2.arg(),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::F32(budget),
+        store.seg_words.arg(),
+        store.seg_scales.arg(),
+        Arg::I32(segments as i32),
+        store.n_stored.arg(),
+        Arg::I32(heads as i32),
+        out.q_store.arg(),
+        depths.arg(),
+        out.class_count.arg(),
+        out.runs.arg(),
+        out.staged_runs.arg(),
+        staging.0.arg(),
+        staging.1.arg(),
+        Arg::I32(staging.2 as i32),
+        status.arg(),
+    ];
+    let (grid, block, shared) = spec.launch_dims(1, heads);
+    gpu.launch(&function, grid, block, shared, &args)
+        .map_err(e)?;
+    gpu.synchronize().map_err(e)?;
+    let status = status.download().map_err(e)?;
+    if status[0] != 0 {
+        return Err(format!("plan {name}: staging too small, status {status:?}"));
+    }
+    let depths = depths.download().map_err(e)?;
+    let planes: usize = depths.iter().map(|&t| t as usize).sum();
+    let active = depths.iter().filter(|&&t| t > 0).count();
+    let scale_blocks = tokens / BLOCK;
+    let bytes = planes * (tokens / 64) * 8 + active * scale_blocks * 2;
+    let bits_per_token = (planes as f64 + active as f64 * 16.0 / BLOCK as f64) / heads as f64;
+    Ok(DevicePlan {
+        bytes,
+        bits_per_token,
+        ..out
+    })
+}
+
+fn median(mut v: Vec<f32>) -> f64 {
+    v.sort_by(f32::total_cmp);
+    v[v.len() / 2] as f64
+}
+
+/// Median event time of `reps` launches after two warm-ups.
+fn time(
+    gpu: &Gpu,
+    reps: usize,
+    launch: &dyn Fn() -> Result<(), GpuError>,
+) -> Result<f64, GpuError> {
+    launch()?;
+    launch()?;
+    gpu.synchronize()?;
+    let runs = (0..reps)
+        .map(|_| gpu.time_ms(launch))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(median(runs))
+}
+
+#[derive(Serialize)]
+struct Row {
+    kernel: String,
+    what: String,
+    placement: &'static str,
+    plan: String,
+    bits_per_token: f64,
+    bytes: usize,
+    ms: f64,
+    gbps: f64,
+    /// Achieved rate over the ceiling it is bounded by (pinned copy for host, HBM copy for HBM,
+    /// counting the HBM copy's read bytes only, as the scan only reads).
+    of_ceiling: f64,
+}
+
+#[derive(Serialize)]
+struct Record {
+    gpu: String,
+    compute_capability: String,
+    driver_cuda: String,
+    nvrtc: String,
+    date_unix: u64,
+    commit: String,
+    model: String,
+    tokens: usize,
+    kv_heads: usize,
+    group: usize,
+    head_dim: usize,
+    block: usize,
+    segment_words: usize,
+    reps: usize,
+    ceilings: Ceilings,
+    rows: Vec<Row>,
+    /// HBM scan time of sparq(32) over that of each fathom plan, best tile of each.
+    hbm_speedup_over_sparq32: Vec<(String, f64)>,
+}
+
+fn run(o: &Options) -> Result<Record, String> {
+    let shape = preset(&o.model).map_err(|e| e.to_string())?;
+    let (heads, d, g) = (shape.kv_heads, shape.head_dim, shape.group_size());
+    let segments = o.tokens / (SEGMENT_WORDS * 64);
+    let gpu = Gpu::open(0).map_err(|e| e.to_string())?;
+    let e = |x: GpuError| x.to_string();
+    eprintln!(
+        "kernel-bench: {} at {} tokens on {}",
+        o.model,
+        o.tokens,
+        gpu.info().name
+    );
+    let ceilings = ceilings::measure(&gpu, 1 << 30, o.reps).map_err(e)?;
+    eprintln!("kernel-bench: ceilings {ceilings:?}");
+    let stage_planes = 4 * d;
+    let stage_words = gpu
+        .filled::<u64>(heads * segments * stage_planes * SEGMENT_WORDS, 0xff)
+        .map_err(e)?;
+    let stage_scales = gpu
+        .filled::<u16>(heads * segments * d * SEGMENT_WORDS * 64 / BLOCK, 0xff)
+        .map_err(e)?;
+    let staging = (&stage_words, &stage_scales, stage_planes);
+    let host = build_store(&gpu, Placement::Host, heads, d, segments, o.tokens).map_err(e)?;
+    let hbm = build_store(&gpu, Placement::Hbm, heads, d, segments, o.tokens).map_err(e)?;
+    let mut methods: Vec<(String, PlanMethod, f32)> = o
+        .budgets
+        .iter()
+        .map(|&b| (format!("fathom({b})"), PlanMethod::Fathom, b))
+        .collect();
+    methods.push(("sparq(32)".into(), PlanMethod::Sparq { r: 32 }, 0.0));
+    let ld_scores = o.tokens;
+    let scores = gpu.filled::<f32>(heads * g * ld_scores, 0xff).map_err(e)?;
+    let gather_spec = GatherSpec {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        ..GatherSpec::new(d)
+    };
+    let (gather_module, gather_name) = load(&gpu, gather_spec)?;
+    let gather = gather_module.function(&gather_name).map_err(e)?;
+    let host_tiles = [(64, 1024), (128, 1024), (64, 512), (32, 256)];
+    let hbm_tiles = [(16, 256), (8, 256), (16, 512), (32, 512), (32, 256)];
+    let mut rows = Vec::new();
+    let mut best_hbm: Vec<(String, f64)> = Vec::new();
+    for (label, method, budget) in &methods {
+        for (placement, store) in [(Placement::Host, &host), (Placement::Hbm, &hbm)] {
+            let p = plan(
+                &gpu, store, *method, *budget, heads, d, g, segments, o.tokens, staging,
+            )?;
+            let ceiling = match placement {
+                Placement::Host => ceilings.pinned_copy_gbps,
+                Placement::Hbm => ceilings.hbm_copy_gbps / 2.0,
+            };
+            let mut push = |kernel: String, what: &str, ms: f64| {
+                let gbps = p.bytes as f64 / (ms * 1e-3) / 1e9;
+                eprintln!(
+                    "  {label:>12} {:>4} {what:<14} {ms:8.3} ms {gbps:8.1} GB/s  {kernel}",
+                    placement.as_str()
+                );
+                rows.push(Row {
+                    kernel,
+                    what: what.into(),
+                    placement: placement.as_str(),
+                    plan: label.clone(),
+                    bits_per_token: p.bits_per_token,
+                    bytes: p.bytes,
+                    ms,
+                    gbps,
+                    of_ceiling: gbps / ceiling,
+                });
+                ms
+            };
+            if placement == Placement::Host {
+                let args = [
+                    p.runs.arg(),
+                    p.staged_runs.arg(),
+                    p.class_count.arg(),
+                    store.n_stored.arg(),
+                    Arg::I32(segments as i32),
+                    Arg::I32(heads as i32),
+                ];
+                let (grid, block, shared) = gather_spec.launch_dims(1, heads, segments);
+                let ms = time(&gpu, o.reps, &|| {
+                    gpu.launch(&gather, grid, block, shared, &args)
+                })
+                .map_err(e)?;
+                push(gather_name.clone(), "gather", ms);
+            }
+            let tiles: &[(usize, usize)] = match placement {
+                Placement::Host => &host_tiles,
+                Placement::Hbm => &hbm_tiles,
+            };
+            let mut best = f64::INFINITY;
+            for &(tile_words, threads) in tiles {
+                let spec = ScanSpec {
+                    block: BLOCK,
+                    segment_words: SEGMENT_WORDS,
+                    tile_words,
+                    threads,
+                    ..ScanSpec::new(d, g, placement)
+                };
+                let (module, name) = match load(&gpu, spec) {
+                    Ok(m) => m,
+                    Err(err) => {
+                        eprintln!("  skipping {tile_words}x{threads}: {err}");
+                        continue;
+                    }
+                };
+                let function = module.function(&name).map_err(e)?;
+                let args = [
+                    p.runs.arg(),
+                    p.class_count.arg(),
+                    p.q_store.arg(),
+                    store.n_stored.arg(),
+                    Arg::I32(segments as i32),
+                    Arg::I32(heads as i32),
+                    scores.arg(),
+                    Arg::I32(ld_scores as i32),
+                ];
+                let (grid, block, shared) = spec.launch_dims(1, heads, segments);
+                let ms = time(&gpu, o.reps, &|| {
+                    gpu.launch(&function, grid, block, shared, &args)
+                })
+                .map_err(e)?;
+                let what = match placement {
+                    Placement::Host => "fused scan",
+                    Placement::Hbm => "hbm scan",
+                };
+                best = best.min(push(name, what, ms));
+            }
+            if placement == Placement::Hbm {
+                best_hbm.push((label.clone(), best));
+            }
+        }
+    }
+    let sparq = best_hbm
+        .iter()
+        .find(|(l, _)| l == "sparq(32)")
+        .map_or(f64::NAN, |(_, t)| *t);
+    let (major, minor) = codegen::nvrtc::version().map_err(|e| e.to_string())?;
+    let info = gpu.info();
+    Ok(Record {
+        gpu: info.name.clone(),
+        compute_capability: format!(
+            "{}.{}",
+            info.compute_capability.0, info.compute_capability.1
+        ),
+        driver_cuda: format!(
+            "{}.{}",
+            info.driver_version / 1000,
+            info.driver_version % 1000 / 10
+        ),
+        nvrtc: format!("{major}.{minor}"),
+        date_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        commit: o.commit.clone(),
+        model: o.model.clone(),
+        tokens: o.tokens,
+        kv_heads: heads,
+        group: g,
+        head_dim: d,
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        reps: o.reps,
+        ceilings,
+        hbm_speedup_over_sparq32: best_hbm
+            .iter()
+            .filter(|(l, _)| l != "sparq(32)")
+            .map(|(l, t)| (l.clone(), sparq / t))
+            .collect(),
+        rows,
+    })
+}
+
+fn main() -> std::process::ExitCode {
+    let options = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("kernel-bench: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(&options) {
+        Ok(record) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&record).unwrap_or_default()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kernel-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
