@@ -8,3 +8,4 @@ pub mod ceilings;
 pub mod gpu;
 pub mod launch;
 pub mod reference;
+pub mod view;

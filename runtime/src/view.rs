@@ -1,0 +1,36 @@
+//! [`LayerView`]: what the kernels of one layer's step read of the key store, for a batch of
+//! sequences, in the layout of `templates/ABI.md`. The store builds it; the step consumes it.
+//! Every array lives on the device (tables of addresses into device or mapped host memory), so
+//! a step launches its kernels without reading anything back.
+
+use crate::gpu::DeviceBuffer;
+use codegen::spec::Placement;
+
+/// One layer of a batch of `batch` sequences, `kv_heads` KV heads each.
+pub struct LayerView<'a> {
+    pub layer: usize,
+    pub batch: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Where the segments and the K/V rows live.
+    pub placement: Placement,
+    /// Segments per (sequence, head) the tables hold, `MAX_SEG`.
+    pub max_seg: usize,
+    /// `[(b*H + h)*max_seg + s]`: addresses of each segment's plane words (0 past the last).
+    pub seg_words: &'a DeviceBuffer<u64>,
+    /// The same for the fp16 scales.
+    pub seg_scales: &'a DeviceBuffer<u64>,
+    /// `[b]`: tokens encoded into the store (a multiple of `BLK`).
+    pub n_stored: &'a DeviceBuffer<i32>,
+    /// `[b]`: stored plus tail tokens.
+    pub n_total: &'a DeviceBuffer<i32>,
+    /// `[(b*H + h)]`: addresses of the bf16 K rows `[capacity][D]` (raw basis), every token.
+    pub k_rows: &'a DeviceBuffer<u64>,
+    /// `[(b*H + h)]`: addresses of the bf16 V rows.
+    pub v_rows: &'a DeviceBuffer<u64>,
+    /// The largest `n_total` of the batch, known on the host without a read-back (the store
+    /// tracks lengths on the host too): it sizes grids and score buffers.
+    pub max_tokens: usize,
+    /// `[(b*H + h)]`: addresses of the fp16 landmark means `[capacity/8][D]`, when kept.
+    pub landmarks: Option<&'a DeviceBuffer<u64>>,
+}
