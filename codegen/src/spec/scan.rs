@@ -5,8 +5,10 @@ use super::shape::{self, LaunchDims};
 use super::{Family, Placement, SpecError};
 use serde::{Deserialize, Serialize};
 
-/// Shared memory a thread block may use for one chunk of runs (plane words and coefficients).
-pub const CHUNK_SHARED_BYTES: usize = 24 * 1024;
+/// Shared memory for the plane words of one chunk of runs.
+pub const PLANE_SHARED_BYTES: usize = 16 * 1024;
+/// Shared memory for the coefficients of one chunk of runs.
+pub const COEF_SHARED_BYTES: usize = 12 * 1024;
 /// The tokens one thread may score: its accumulators are `tokens × G` registers.
 pub const THREAD_TOKENS: [usize; 4] = [1, 2, 4, 8];
 
@@ -77,10 +79,17 @@ impl ScanSpec {
         self.tile_words * shape::WORD_TOKENS / self.block
     }
 
+    /// Plane pieces (one plane of one run over the tile) staged in shared memory at a time.
+    pub fn plane_cap(&self) -> usize {
+        (PLANE_SHARED_BYTES / (self.tile_words * 8)).min(4 * self.head_dim)
+    }
+
     /// Runs staged in shared memory at a time.
-    pub fn chunk_slots(&self) -> usize {
-        let per_slot = 4 * self.tile_words * 8 + self.tile_blocks() * self.padded_group() * 4;
-        (CHUNK_SHARED_BYTES / per_slot).min(self.head_dim)
+    pub fn run_cap(&self) -> usize {
+        let per_run = self.tile_blocks() * self.padded_group() * 4;
+        (COEF_SHARED_BYTES / per_run)
+            .min(self.head_dim)
+            .min(self.plane_cap())
     }
 
     /// One thread block per tile of every segment of every (sequence, head).
@@ -147,14 +156,14 @@ impl Family for ScanSpec {
                 ),
             ));
         }
-        if self.chunk_slots() == 0 {
+        if self.plane_cap() < 4 || self.run_cap() == 0 {
             return Err(SpecError::new(
                 Self::FAMILY,
                 "tile_words",
                 tile_words,
                 format!(
-                    "a tile whose plane words and coefficients of one run fit {CHUNK_SHARED_BYTES} \
-                     bytes of shared memory"
+                    "a tile whose four plane words of one run fit {PLANE_SHARED_BYTES} bytes and \
+                     whose coefficients fit {COEF_SHARED_BYTES} bytes of shared memory"
                 ),
             ));
         }
@@ -187,7 +196,8 @@ impl Family for ScanSpec {
         c.insert("tile_words", &self.tile_words);
         c.insert("threads", &self.threads);
         c.insert("thread_tokens", &self.thread_tokens());
-        c.insert("chunk_slots", &self.chunk_slots());
+        c.insert("plane_cap", &self.plane_cap());
+        c.insert("run_cap", &self.run_cap());
         c.insert("host", &(self.placement == Placement::Host));
         c
     }
