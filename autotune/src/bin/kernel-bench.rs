@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use codegen::emit::build_kernel;
 use codegen::model::preset;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
+use cudarc::driver::CudaFunction;
 use runtime::ceilings::{self, Ceilings};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
 use serde::Serialize;
@@ -293,6 +294,12 @@ struct Row {
     bytes: usize,
     ms: f64,
     gbps: f64,
+    /// Registers per thread, local (spill) bytes per thread, static shared bytes per block, and
+    /// the thread blocks one multiprocessor holds at once.
+    registers: i32,
+    local_bytes: i32,
+    shared_bytes: i32,
+    blocks_per_sm: u32,
     /// Achieved rate over the ceiling it is bounded by (pinned copy for host, HBM copy for HBM,
     /// counting the HBM copy's read bytes only, as the scan only reads).
     of_ceiling: f64,
@@ -372,7 +379,15 @@ fn run(o: &Options) -> Result<Record, String> {
                 Placement::Host => ceilings.pinned_copy_gbps,
                 Placement::Hbm => ceilings.hbm_copy_gbps / 2.0,
             };
-            let mut push = |kernel: String, what: &str, ms: f64| {
+            let mut push = |kernel: String, what: &str, ms: f64, f: &CudaFunction, threads: u32| {
+                let (registers, local_bytes, shared_bytes) = (
+                    f.num_regs().unwrap_or(-1),
+                    f.local_size_bytes().unwrap_or(-1),
+                    f.shared_size_bytes().unwrap_or(-1),
+                );
+                let blocks_per_sm = f
+                    .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                    .unwrap_or(0);
                 let gbps = p.bytes as f64 / (ms * 1e-3) / 1e9;
                 eprintln!(
                     "  {label:>12} {:>4} {what:<14} {ms:8.3} ms {gbps:8.1} GB/s  {kernel}",
@@ -387,6 +402,10 @@ fn run(o: &Options) -> Result<Record, String> {
                     bytes: p.bytes,
                     ms,
                     gbps,
+                    registers,
+                    local_bytes,
+                    shared_bytes,
+                    blocks_per_sm,
                     of_ceiling: gbps / ceiling,
                 });
                 ms
@@ -405,7 +424,7 @@ fn run(o: &Options) -> Result<Record, String> {
                     gpu.launch(&gather, grid, block, shared, &args)
                 })
                 .map_err(e)?;
-                push(gather_name.clone(), "gather", ms);
+                push(gather_name.clone(), "gather", ms, &gather, block.0);
             }
             let tiles: &[(usize, usize)] = match placement {
                 Placement::Host => &host_tiles,
@@ -447,7 +466,7 @@ fn run(o: &Options) -> Result<Record, String> {
                     Placement::Host => "fused scan",
                     Placement::Hbm => "hbm scan",
                 };
-                best = best.min(push(name, what, ms));
+                best = best.min(push(name, what, ms, &function, threads as u32));
             }
             if placement == Placement::Hbm {
                 best_hbm.push((label.clone(), best));
