@@ -2,10 +2,12 @@
 //!
 //! Today it holds [`reference`], the f64 CPU implementation of the whole decode step of
 //! `SPEC.md` (encode, plan, scan, select, attention, metrics) that every generated kernel is
-//! tested against. The JIT loader, the key store on the GPU and the step API build on it.
+//! tested against, and [`jit`], which compiles kernels for the device on first use and caches
+//! them on disk. The key store on the GPU and the step API build on it.
 
 pub mod ceilings;
 pub mod gpu;
+pub mod jit;
 pub mod launch;
 pub mod reference;
 pub mod view;

@@ -65,7 +65,7 @@ fn parse_args() -> Result<Options, String> {
         }
     }
     let segment = SEGMENT_WORDS * 64;
-    if o.tokens == 0 || o.tokens % segment != 0 {
+    if o.tokens == 0 || !o.tokens.is_multiple_of(segment) {
         return Err(format!(
             "--tokens must be a positive multiple of the segment ({segment} tokens)"
         ));

@@ -88,7 +88,7 @@ impl StoreLayout {
         if !HEAD_DIMS.contains(&head_dim) {
             return Err(LayoutError::HeadDim { got: head_dim });
         }
-        if segment_words == 0 || (segment_words * WORD_TOKENS) % block.tokens() != 0 {
+        if segment_words == 0 || !(segment_words * WORD_TOKENS).is_multiple_of(block.tokens()) {
             return Err(LayoutError::SegmentWords {
                 got: segment_words,
                 block: block.tokens(),
@@ -235,7 +235,7 @@ pub fn encode_block(
     id: HeadId,
     first_token: usize,
 ) -> Result<EncodedBlock, EncodeError> {
-    if keys.len() % head_dim != 0 {
+    if !keys.len().is_multiple_of(head_dim) {
         return Err(EncodeError::Shape {
             values: keys.len(),
             head_dim,
@@ -366,7 +366,7 @@ impl HeadStore {
     /// into the store, growing segments as needed. On error nothing is changed.
     pub fn append(&mut self, keys: &[bf16]) -> Result<(), EncodeError> {
         let d = self.layout.head_dim;
-        if keys.len() % d != 0 {
+        if !keys.len().is_multiple_of(d) {
             return Err(EncodeError::Shape {
                 values: keys.len(),
                 head_dim: d,

@@ -1,0 +1,227 @@
+//! The JIT on a GPU: a preset's whole kernel set loads cold (compiled) then warm (from the disk
+//! cache) with every entry point resolved; a damaged entry is rebuilt and loads; a kernel loaded
+//! through the cache computes bit for bit what the same kernel built directly by
+//! `codegen::emit::build_kernel` computes. Every test uses its own temporary cache directory.
+
+use std::fs;
+use std::sync::Arc;
+
+use codegen::emit::build_kernel;
+use codegen::kernels::{kernels_for, KernelSetOptions};
+use codegen::model::preset;
+use codegen::spec::{KernelSpec, OracleSpec, Placement};
+use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
+use fathom_tests::{gpu, inputs};
+use half::bf16;
+use rand::Rng;
+use runtime::gpu::{Arg, Gpu};
+use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, Origin};
+use runtime::reference::score::score_exact;
+
+fn qwen3_8b_set() -> Vec<KernelSpec> {
+    kernels_for(&preset("qwen3-8b").unwrap(), &KernelSetOptions::default())
+}
+
+fn jit(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Jit {
+    Jit::new(gpu.clone(), JitCache::new(dir.to_path_buf())).expect("NVRTC loads")
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_qwen3_8b_set_loads_cold_then_warm_from_the_cache() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let specs = qwen3_8b_set();
+
+    let cold_jit = jit(&gpu, dir.path());
+    let cold = cold_jit.load_set(&specs).unwrap();
+    eprintln!("cold:\n{}", cold.table());
+    assert_eq!(cold.compiled, specs.len());
+    assert_eq!(cold_jit.cache().stats().compiled, specs.len() as u64);
+    for spec in &specs {
+        let kernel = cold_jit.kernel(spec).unwrap();
+        assert_eq!(kernel.name, spec.kernel_name());
+        for entry in spec.entry_points() {
+            kernel
+                .function(&entry)
+                .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+        }
+        match kernel.function("no_such_entry") {
+            Err(JitError::UnknownEntryPoint { known, .. }) => {
+                assert_eq!(known, spec.entry_points())
+            }
+            other => panic!("{}: expected UnknownEntryPoint, got {other:?}", kernel.name),
+        }
+    }
+    // The same JIT again: everything is in memory.
+    let again = cold_jit.load_set(&specs).unwrap();
+    assert!(again.kernels.iter().all(|k| k.reused));
+
+    let warm_jit = jit(&gpu, dir.path());
+    let warm = warm_jit.load_set(&specs).unwrap();
+    eprintln!("warm:\n{}", warm.table());
+    assert_eq!(warm.cache_hits, specs.len());
+    assert!(warm.kernels.iter().all(|k| k.from == Origin::CacheHit));
+    let stats = warm_jit.cache().stats();
+    assert_eq!((stats.hits, stats.compiled), (specs.len() as u64, 0));
+    for spec in &specs {
+        let (cold_k, warm_k) = (
+            cold_jit.kernel(spec).unwrap(),
+            warm_jit.kernel(spec).unwrap(),
+        );
+        assert_eq!(cold_k.key, warm_k.key);
+        assert_eq!(cold_k.source_sha256, warm_k.source_sha256);
+        for entry in spec.entry_points() {
+            warm_k.function(&entry).unwrap();
+        }
+    }
+}
+
+fn oracle_spec() -> OracleSpec {
+    OracleSpec {
+        head_dim: 128,
+        group: 4,
+        threads: 256,
+        placement: Placement::Hbm,
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_truncated_entry_is_rebuilt_and_loads() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let spec: KernelSpec = oracle_spec().into();
+    let first = jit(&gpu, dir.path()).kernel(&spec).unwrap();
+    assert_eq!(first.from, Origin::Compiled);
+    let path = dir.path().join(format!("{}.ptx", first.key));
+    let good = fs::read(&path).unwrap();
+    fs::write(&path, &good[..good.len() / 2]).unwrap();
+
+    let second_jit = jit(&gpu, dir.path());
+    let second = second_jit.kernel(&spec).unwrap();
+    assert_eq!(second.from, Origin::Compiled);
+    assert!(
+        matches!(second.rebuilt, Some(CorruptReason::BodyHash { .. })),
+        "{:?}",
+        second.rebuilt
+    );
+    second.function(&spec.kernel_name()).unwrap();
+    assert_eq!(second_jit.cache().stats().corrupt_rebuilt, 1);
+    assert_eq!(fs::read(&path).unwrap(), good);
+    assert_eq!(
+        jit(&gpu, dir.path()).kernel(&spec).unwrap().from,
+        Origin::CacheHit
+    );
+}
+
+/// Scores of the oracle kernel `function` (of `oracle_spec()`) on the given keys and queries.
+fn run_oracle(
+    gpu: &Gpu,
+    function: &CudaFunction,
+    keys: &[Vec<bf16>],
+    queries: &[f32],
+    n: usize,
+    ld: usize,
+) -> Vec<f32> {
+    let spec = oracle_spec();
+    let (heads, g) = (keys.len(), spec.group as usize);
+    let bits: Vec<Vec<u16>> = keys
+        .iter()
+        .map(|k| k.iter().map(|x| x.to_bits()).collect())
+        .collect();
+    let k_rows = HeadTable::upload(gpu, spec.placement, &bits).unwrap();
+    let q = gpu.upload(queries).unwrap();
+    let ends = gpu.upload(&[n as i32]).unwrap();
+    let scores = gpu.filled::<f32>(heads * g * ld, POISON).unwrap();
+    let launch = spec.launch(1, heads as u64, n as u64).unwrap();
+    let args = [
+        k_rows.table.arg(),
+        q.arg(),
+        Arg::Ptr(0),
+        ends.arg(),
+        scores.arg(),
+        Arg::I32(ld as i32),
+        Arg::I32(heads as i32),
+    ];
+    let [gx, gy, gz] = launch.grid;
+    let [bx, by, bz] = launch.block;
+    gpu.launch(
+        function,
+        (gx, gy, gz),
+        (bx, by, bz),
+        launch.shared_bytes,
+        &args,
+    )
+    .unwrap();
+    gpu.synchronize().unwrap();
+    scores.download().unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_kernel_through_the_cache_computes_what_a_direct_build_computes() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = oracle_spec();
+    let kernel_spec: KernelSpec = spec.into();
+    let name = kernel_spec.kernel_name();
+    let (d, g, heads) = (spec.head_dim as usize, spec.group as usize, 2);
+    let mut rng = inputs::rng("a_kernel_through_the_cache_computes_what_a_direct_build_computes");
+    let n = rng.gen_range(500..3000);
+    let ld = n + 5;
+    let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
+    let queries = inputs::vectors(&mut rng, heads * g, d);
+
+    let direct = build_kernel(&kernel_spec, &gpu.info().arch()).unwrap();
+    let module = gpu.load_ptx(&direct.ptx).unwrap();
+    let want = run_oracle(
+        &gpu,
+        &module.function(&name).unwrap(),
+        &keys,
+        &queries,
+        n,
+        ld,
+    );
+
+    // Compiled into the cache by one JIT, then read from it by another.
+    jit(&gpu, dir.path()).kernel(&kernel_spec).unwrap();
+    let cached_jit = jit(&gpu, dir.path());
+    let cached = cached_jit.kernel(&kernel_spec).unwrap();
+    assert_eq!(cached.from, Origin::CacheHit);
+    let got = run_oracle(
+        &gpu,
+        cached.function(&name).unwrap(),
+        &keys,
+        &queries,
+        n,
+        ld,
+    );
+
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want), "the cached kernel's scores differ");
+    // And both are the oracle's scores, so the comparison is not of two failures.
+    for (kh, k) in keys.iter().enumerate() {
+        let qs: Vec<Vec<f64>> = (0..g)
+            .map(|h| {
+                queries[(kh * g + h) * d..(kh * g + h + 1) * d]
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect()
+            })
+            .collect();
+        let exact = score_exact(k, d, 0..n, &qs);
+        for (h, q) in qs.iter().enumerate() {
+            for i in 0..n {
+                let s = f64::from(got[(kh * g + h) * ld + i]);
+                let key = k[i * d..(i + 1) * d].iter().map(|x| x.to_f64());
+                let tol = dot_tolerance(q, key);
+                assert!(
+                    (s - exact[h][i]).abs() <= tol,
+                    "head {kh} g {h} token {i}: {s} vs {}",
+                    exact[h][i]
+                );
+            }
+        }
+    }
+}
