@@ -137,6 +137,9 @@ impl Gpu {
             check("cuMemcpyHtoD", unsafe {
                 result::memcpy_htod_sync(buffer.ptr, data)
             })?;
+            // The synchronous copies and memsets run on the legacy default stream, which the
+            // device's own (non-blocking) stream does not wait for: finish them here.
+            check("cuCtxSynchronize", self.ctx.synchronize())?;
         }
         Ok(buffer)
     }
@@ -149,6 +152,7 @@ impl Gpu {
             check("cuMemsetD8", unsafe {
                 result::memset_d8_sync(buffer.ptr, byte, buffer.bytes())
             })?;
+            check("cuCtxSynchronize", self.ctx.synchronize())?;
         }
         Ok(buffer)
     }
@@ -365,6 +369,8 @@ impl<T: Copy + Default> DeviceBuffer<T> {
         let mut out = vec![T::default(); self.len];
         if self.len > 0 {
             check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+            // Kernels that write the buffer may still run on any stream.
+            check("cuCtxSynchronize", self.ctx.synchronize())?;
             check("cuMemcpyDtoH", unsafe {
                 result::memcpy_dtoh_sync(&mut out, self.ptr)
             })?;
