@@ -45,7 +45,7 @@ pub use error::StoreError;
 pub use kernels::{KernelSource, NvrtcKernels};
 pub use ledger::SequenceId;
 
-use crate::gpu::{Arg, DeviceBuffer, Gpu, Module};
+use crate::gpu::{Arg, DeviceBuffer, Gpu};
 use crate::reference::store::{BlockSize, StoreLayout};
 use crate::view::LayerView;
 use device::{Memory, Uploader};
@@ -227,7 +227,6 @@ struct Functions {
     encode_append: CudaFunction,
     landmark_build: Option<CudaFunction>,
     append_rows: CudaFunction,
-    _rows_module: Module,
 }
 
 /// The key store. See the [module docs](self).
@@ -303,7 +302,6 @@ impl KeyStore {
                 None
             },
             append_rows: rows_module.function(device::APPEND_ROWS)?,
-            _rows_module: rows_module,
         };
 
         let geometry = Geometry {
@@ -333,6 +331,8 @@ impl KeyStore {
             + status_log.bytes()
             + prefill_status.bytes();
 
+        // The zero fills and uploads above ran on the legacy stream.
+        device::settle(&gpu)?;
         let words_bytes = layout.words_len() * 8;
         let slot_bytes = (words_bytes + layout.scales_len() * 2).next_multiple_of(256);
         let shared = Shared {
@@ -759,6 +759,10 @@ impl KeyStore {
     /// placement, every full block is encoded (one launch for all heads), the rest stays as
     /// tail. The sequence may already hold tokens: the prefill continues it.
     ///
+    /// The store reads `keys` and `values` on the [`Gpu`]'s stream after this returns (unless
+    /// it waited): work that overwrites them must be queued on that stream. Likewise for
+    /// [`KeyStore::append`].
+    ///
     /// This waits for the encode and checks its status: a non-finite key or a scale overflow is
     /// returned with its head and token, and the sequence is left as it was.
     pub fn prefill(
@@ -924,7 +928,8 @@ impl KeyStore {
     /// row regions grow from the pools as needed; capacity, ids and shapes are checked before
     /// anything is written.
     ///
-    /// Nothing here waits for the device: a non-finite key or a scale overflow in an encoded
+    /// Keys are validated when their block is encoded (tail keys are not yet). Nothing here
+    /// waits for the device: a non-finite key or a scale overflow in an encoded
     /// block is reported by the next [`KeyStore::check`]. (After 4096 encode launches without a
     /// check, an append checks first, and returns a failure it finds there before appending.)
     pub fn append(
