@@ -10,4 +10,5 @@ pub mod gpu;
 pub mod jit;
 pub mod launch;
 pub mod reference;
+pub mod store;
 pub mod view;
