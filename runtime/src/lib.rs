@@ -8,4 +8,5 @@ pub mod ceilings;
 pub mod gpu;
 pub mod launch;
 pub mod reference;
+pub mod step;
 pub mod view;
