@@ -271,9 +271,8 @@ impl Gpu {
     pub fn begin_capture(&self) -> Result<(), GpuError> {
         check(
             "cuStreamBeginCapture",
-            self.stream.begin_capture(
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            ),
+            self.stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
         self.capturing.store(true, Ordering::Relaxed);
         Ok(())
@@ -285,10 +284,11 @@ impl Gpu {
         self.capturing.store(false, Ordering::Relaxed);
         let graph = check(
             "cuStreamEndCapture",
-            self.stream
-                .end_capture(sys::CUgraphInstantiate_flags(0)),
+            self.stream.end_capture(sys::CUgraphInstantiate_flags(0)),
         )?;
-        graph.map(|graph| Graph { graph }).ok_or(GpuError::EmptyGraph)
+        graph
+            .map(|graph| Graph { graph })
+            .ok_or(GpuError::EmptyGraph)
     }
 
     /// Queues a copy of `bytes` bytes between two device-visible addresses (device memory or

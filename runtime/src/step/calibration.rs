@@ -72,13 +72,21 @@ impl Calibration {
         self.layers * self.kv_heads
     }
 
-    fn check_len(&self, what: &'static str, got: usize, per_head: usize) -> Result<(), CalibrationError> {
+    fn check_len(
+        &self,
+        what: &'static str,
+        got: usize,
+        per_head: usize,
+    ) -> Result<(), CalibrationError> {
         let want = self.heads() * per_head;
         if got == want {
             return Ok(());
         }
         let shape = match per_head / self.head_dim.max(1) {
-            0 | 1 => format!("L={}][H={}][D={}", self.layers, self.kv_heads, self.head_dim),
+            0 | 1 => format!(
+                "L={}][H={}][D={}",
+                self.layers, self.kv_heads, self.head_dim
+            ),
             _ => format!(
                 "L={}][H={}][D={}][D={}",
                 self.layers, self.kv_heads, self.head_dim, self.head_dim
@@ -110,7 +118,11 @@ impl Calibration {
     /// The fixed channels of `double_sparsity(r)`, `[L][H][D]` bytes, nonzero = read (the
     /// reference's `DoubleSparsityCalibration::mask` of each head, concatenated); each head
     /// selects exactly `r` channels.
-    pub fn with_double_sparsity(mut self, r: usize, masks: Vec<u8>) -> Result<Self, CalibrationError> {
+    pub fn with_double_sparsity(
+        mut self,
+        r: usize,
+        masks: Vec<u8>,
+    ) -> Result<Self, CalibrationError> {
         if r == 0 || r > self.head_dim {
             return Err(CalibrationError::ChannelCount {
                 r,

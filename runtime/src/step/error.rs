@@ -72,7 +72,9 @@ pub enum StepError {
          channels; fit them with the same r"
     )]
     CalibrationMismatch { r: usize, fitted: usize },
-    #[error("loki reads the first KLT coordinates, so it needs a model with a rotated (klt) store")]
+    #[error(
+        "loki reads the first KLT coordinates, so it needs a model with a rotated (klt) store"
+    )]
     NeedsRotatedStore,
     #[error("σ² holds {got} floats; the plan reads [B][H][D] = {want}")]
     Sigma2Shape { got: usize, want: usize },

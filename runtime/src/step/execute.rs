@@ -7,10 +7,10 @@ use super::launches::{LaunchPlan, Role};
 use super::source::KernelSource;
 use super::workspace::{addr, Workspace};
 use super::StepError;
-use codegen::spec::select::SelectStage;
-use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
 use crate::gpu::{Arg, Gpu};
 use crate::view::LayerView;
+use codegen::spec::select::SelectStage;
+use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
 
 /// The step's inputs beyond the view and the workspace, as kernel arguments.
 #[derive(Clone, Copy, Debug)]
@@ -254,8 +254,8 @@ fn run_copies(
     let n_stored = view.n_stored.download()?;
     let (s, d) = (shape.segment_words, shape.head_dim);
     let scale_bytes = 2 * scales_per_channel(s, shape.block);
-    for b in 0..shape.batch {
-        let segments = (n_stored[b].max(0) as usize)
+    for (b, &stored) in n_stored.iter().enumerate().take(shape.batch) {
+        let segments = (stored.max(0) as usize)
             .div_ceil(WORD_TOKENS * s)
             .min(shape.max_seg);
         for h in 0..shape.kv_heads {

@@ -239,7 +239,12 @@ impl TileChooser<'_> {
         }
     }
 
-    fn threads(&mut self, family: TunedFamily, placement: Placement, default: u32) -> Result<u32, StepError> {
+    fn threads(
+        &mut self,
+        family: TunedFamily,
+        placement: Placement,
+        default: u32,
+    ) -> Result<u32, StepError> {
         match self.lookup(family, placement) {
             None => Ok(default),
             Some(Tile::Threads(t)) => Ok(t),
@@ -269,9 +274,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     let planes = matches!(inputs.scoring, Scoring::Planes { .. });
     let transfer = match (planes, shape.placement) {
         (true, Placement::Host) => Some(inputs.transfer.unwrap_or_else(|| {
-            let recorded = inputs
-                .tuning
-                .and_then(|t| t.transfer(d, g, chooser.bucket));
+            let recorded = inputs.tuning.and_then(|t| t.transfer(d, g, chooser.bucket));
             chooser.tuned &= recorded.is_some();
             recorded.unwrap_or(Transfer::Fused)
         })),
@@ -296,14 +299,15 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             placement: row_placement,
         },
         attention: {
-            let (threads, rows_per_warp) = match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
-                None => tiles.attention,
-                Some(Tile::Attention {
-                    threads,
-                    rows_per_warp,
-                }) => (threads, rows_per_warp),
-                Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Attention, tile)),
-            };
+            let (threads, rows_per_warp) =
+                match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
+                    None => tiles.attention,
+                    Some(Tile::Attention {
+                        threads,
+                        rows_per_warp,
+                    }) => (threads, rows_per_warp),
+                    Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Attention, tile)),
+                };
             AttentionSpec {
                 head_dim,
                 group,
@@ -320,18 +324,22 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             segment_words: shape.segment_words,
             method,
             rotate: shape.basis == Basis::Klt,
-            threads: chooser.threads(TunedFamily::Plan, Placement::Hbm, tiles.plan_threads as u32)?
-                as usize,
+            threads: chooser.threads(
+                TunedFamily::Plan,
+                Placement::Hbm,
+                tiles.plan_threads as u32,
+            )? as usize,
         });
         if transfer == Some(Transfer::CopyKernel) {
-            let (loads_in_flight, threads) = match chooser.lookup(TunedFamily::Gather, Placement::Host) {
-                None => tiles.gather,
-                Some(Tile::Gather {
-                    loads_in_flight,
-                    threads,
-                }) => (loads_in_flight, threads),
-                Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Gather, tile)),
-            };
+            let (loads_in_flight, threads) =
+                match chooser.lookup(TunedFamily::Gather, Placement::Host) {
+                    None => tiles.gather,
+                    Some(Tile::Gather {
+                        loads_in_flight,
+                        threads,
+                    }) => (loads_in_flight, threads),
+                    Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Gather, tile)),
+                };
             specs.gather = Some(GatherSpec {
                 head_dim: d,
                 block: shape.block,
@@ -382,7 +390,8 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             threads: chooser.threads(TunedFamily::Oracle, row_placement, tiles.row_threads)?,
             placement: row_placement,
         });
-        let (threads, items_per_thread) = match chooser.lookup(TunedFamily::Select, Placement::Hbm) {
+        let (threads, items_per_thread) = match chooser.lookup(TunedFamily::Select, Placement::Hbm)
+        {
             None => tiles.select,
             Some(Tile::Select {
                 threads,
@@ -407,7 +416,13 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     };
     let (bw, bh, bhg) = (b as u64, h as u64, (b * h * g) as u64);
     let mut ops = Vec::new();
-    let kernel = |spec: KernelSpec, entry: String, launch: Launch| Some(KernelLaunch { spec, entry, launch });
+    let kernel = |spec: KernelSpec, entry: String, launch: Launch| {
+        Some(KernelLaunch {
+            spec,
+            entry,
+            launch,
+        })
+    };
     let dims = |((gx, gy, gz), (tx, ty, tz), shared): codegen::spec::shape::LaunchDims| Launch {
         grid: [gx, gy, gz],
         block: [tx, ty, tz],
@@ -441,7 +456,11 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         }
         ops.push(Operation {
             role: Role::Plan { staged },
-            kernel: kernel(plan.into(), KernelSpec::from(plan).kernel_name(), dims(plan.launch_dims(b, h))),
+            kernel: kernel(
+                plan.into(),
+                KernelSpec::from(plan).kernel_name(),
+                dims(plan.launch_dims(b, h)),
+            ),
         });
         match transfer {
             Some(Transfer::CopyKernel) => {
@@ -463,13 +482,21 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         }
         ops.push(Operation {
             role: Role::Scan { staged },
-            kernel: kernel(scan.into(), KernelSpec::from(scan).kernel_name(), dims(scan.launch_dims(b, h, shape.max_seg))),
+            kernel: kernel(
+                scan.into(),
+                KernelSpec::from(scan).kernel_name(),
+                dims(scan.launch_dims(b, h, shape.max_seg)),
+            ),
         });
     }
     if let Some(landmark) = specs.landmark {
         ops.push(Operation {
             role: Role::LandmarkScan,
-            kernel: kernel(landmark.into(), landmark.scan_entry(), landmark.launch_scan(bw, bh, capacity as u64)?),
+            kernel: kernel(
+                landmark.into(),
+                landmark.scan_entry(),
+                landmark.launch_scan(bw, bh, capacity as u64)?,
+            ),
         });
     }
     if let Some(oracle) = specs.oracle {
@@ -478,7 +505,11 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         let rows = if whole { capacity } else { shape.block };
         ops.push(Operation {
             role: Role::Oracle { whole },
-            kernel: kernel(oracle.into(), KernelSpec::from(oracle).kernel_name(), oracle.launch(bw, bh, rows as u64)?),
+            kernel: kernel(
+                oracle.into(),
+                KernelSpec::from(oracle).kernel_name(),
+                oracle.launch(bw, bh, rows as u64)?,
+            ),
         });
     }
 
@@ -508,16 +539,28 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
 
     // Rows and attention. `dense` has at most `capacity` rows per head however large its
     // stride, so its fetch grid is sized for that many.
-    let fetch_k = if dense { (capacity - ALWAYS).div_ceil(g) } else { k };
+    let fetch_k = if dense {
+        (capacity - ALWAYS).div_ceil(g)
+    } else {
+        k
+    };
     let fetch = specs.fetch;
     ops.push(Operation {
         role: Role::Fetch,
-        kernel: kernel(fetch.into(), KernelSpec::from(fetch).kernel_name(), fetch.launch(bw, bh, fetch_k as u64)?),
+        kernel: kernel(
+            fetch.into(),
+            KernelSpec::from(fetch).kernel_name(),
+            fetch.launch(bw, bh, fetch_k as u64)?,
+        ),
     });
     let attention = specs.attention;
     ops.push(Operation {
         role: Role::Attention,
-        kernel: kernel(attention.into(), KernelSpec::from(attention).kernel_name(), attention.launch(bw, bh)?),
+        kernel: kernel(
+            attention.into(),
+            KernelSpec::from(attention).kernel_name(),
+            attention.launch(bw, bh)?,
+        ),
     });
 
     Ok(LaunchPlan {

@@ -52,8 +52,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::shape::{BLOCKS, WORD_TOKENS};
 use codegen::spec::select::MAX_K;
+use codegen::spec::shape::{BLOCKS, WORD_TOKENS};
 use cudarc::driver::CudaStream;
 
 pub use calibration::{Calibration, CalibrationError};
@@ -109,11 +109,14 @@ impl DecoderConfig {
             return Err(bad("block", self.block, "32, 64 or 128 tokens".into()));
         }
         let s = self.segment_words;
-        if s < 2 || s % 2 != 0 || !(s * WORD_TOKENS).is_multiple_of(self.block) {
+        if s < 2 || !s.is_multiple_of(2) || !(s * WORD_TOKENS).is_multiple_of(self.block) {
             return Err(bad(
                 "segment_words",
                 s,
-                format!("an even number of words, at least 2, holding whole {}-token blocks", self.block),
+                format!(
+                    "an even number of words, at least 2, holding whole {}-token blocks",
+                    self.block
+                ),
             ));
         }
         if !(1..=MAX_K as usize).contains(&self.k_max) {
@@ -220,7 +223,11 @@ impl Decoder {
 
     /// The launch plan a step over `view` with `request` would run (validating everything the
     /// step validates, except the queries buffer).
-    pub fn launch_plan(&self, view: &LayerView<'_>, request: &StepRequest<'_>) -> Result<LaunchPlan, StepError> {
+    pub fn launch_plan(
+        &self,
+        view: &LayerView<'_>,
+        request: &StepRequest<'_>,
+    ) -> Result<LaunchPlan, StepError> {
         self.plan_for(&ViewShape::of(view), request)
     }
 
@@ -314,10 +321,15 @@ impl Decoder {
             // check_needs made sure the calibration holds what is read below.
             let calibration = self.calibration.as_ref();
             if self.model.basis == Basis::Klt {
-                let data = calibration.and_then(|c| c.rotation(layer)).unwrap_or_default();
-                let buffer = cached(&self.gpu, &mut self.device_calibration.rotation, layer, || {
-                    data.to_vec()
-                })?;
+                let data = calibration
+                    .and_then(|c| c.rotation(layer))
+                    .unwrap_or_default();
+                let buffer = cached(
+                    &self.gpu,
+                    &mut self.device_calibration.rotation,
+                    layer,
+                    || data.to_vec(),
+                )?;
                 inputs.rotation = buffer.addr();
                 keep.push(buffer);
             }
@@ -325,7 +337,9 @@ impl Decoder {
                 let data = calibration
                     .and_then(|c| c.double_sparsity(layer))
                     .map_or(&[][..], |(_, m)| m);
-                let buffer = cached(&self.gpu, &mut self.device_calibration.fixed, layer, || data.to_vec())?;
+                let buffer = cached(&self.gpu, &mut self.device_calibration.fixed, layer, || {
+                    data.to_vec()
+                })?;
                 inputs.fixed = buffer.addr();
                 keep.push(buffer);
             }
@@ -333,7 +347,9 @@ impl Decoder {
                 if let Some(sigma2) = request.sigma2 {
                     inputs.sigma2 = sigma2.addr();
                 } else {
-                    let data = calibration.and_then(|c| c.sigma2(layer)).unwrap_or_default();
+                    let data = calibration
+                        .and_then(|c| c.sigma2(layer))
+                        .unwrap_or_default();
                     let want = v.batch * data.len();
                     let map = &mut self.device_calibration.sigma2;
                     if map.get(&layer).is_some_and(|b| b.len() < want) {
@@ -417,24 +433,31 @@ impl Decoder {
         request: StepRequest<'_>,
     ) -> Result<StepOutput<'_>, StepError> {
         validate::check_host_queries(&ViewShape::of(view), self.model.group_size(), queries)?;
-        let fits = self.host_queries.as_ref().is_some_and(|b| b.len() == queries.len());
+        let fits = self
+            .host_queries
+            .as_ref()
+            .is_some_and(|b| b.len() == queries.len());
         if !fits {
             self.host_queries = None;
             self.host_queries = Some(self.gpu.filled(queries.len(), 0)?);
         }
         let buffer = self.host_queries.take().expect("allocated above");
-        let result = self.gpu.write(&buffer, queries).map_err(StepError::from).and_then(|()| {
-            let prepared = self.prepare(view, &buffer, &request)?;
-            execute::record(
-                &self.gpu,
-                &prepared.plan,
-                &prepared.functions,
-                &self.workspace,
-                view,
-                &prepared.inputs,
-            )?;
-            Ok(prepared.plan)
-        });
+        let result = self
+            .gpu
+            .write(&buffer, queries)
+            .map_err(StepError::from)
+            .and_then(|()| {
+                let prepared = self.prepare(view, &buffer, &request)?;
+                execute::record(
+                    &self.gpu,
+                    &prepared.plan,
+                    &prepared.functions,
+                    &self.workspace,
+                    view,
+                    &prepared.inputs,
+                )?;
+                Ok(prepared.plan)
+            });
         self.host_queries = Some(buffer);
         let plan = result?;
         let (buffers, layout) = self.outputs(&plan);

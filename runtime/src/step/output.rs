@@ -124,8 +124,14 @@ impl StepOutput<'_> {
         out.truncate(l.query_heads() * l.head_dim);
         Ok(HostStepOutput {
             layout: l,
-            sel: trim(self.buffers.sel.download()?, l.query_heads() * l.sel_stride()),
-            sel_pos: trim(self.buffers.sel_pos.download()?, l.query_heads() * l.sel_stride()),
+            sel: trim(
+                self.buffers.sel.download()?,
+                l.query_heads() * l.sel_stride(),
+            ),
+            sel_pos: trim(
+                self.buffers.sel_pos.download()?,
+                l.query_heads() * l.sel_stride(),
+            ),
             sel_count: trim(self.buffers.sel_count.download()?, l.query_heads()),
             uni: trim(
                 self.buffers.uni.download()?,
@@ -169,7 +175,10 @@ impl StepOutput<'_> {
 impl HostStepOutput {
     fn query_head(&self, b: usize, h: usize, g: usize) -> usize {
         let l = self.layout;
-        assert!(b < l.batch && h < l.kv_heads && g < l.group, "({b}, {h}, {g}) is outside the batch");
+        assert!(
+            b < l.batch && h < l.kv_heads && g < l.group,
+            "({b}, {h}, {g}) is outside the batch"
+        );
         (b * l.kv_heads + h) * l.group + g
     }
 

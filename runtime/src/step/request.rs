@@ -89,7 +89,12 @@ pub enum Scoring {
 impl Scoring {
     /// Validates `method` for a store of `head_dim` channels, `block`-token scale blocks and
     /// basis `basis`.
-    pub fn of(method: Method, head_dim: usize, block: usize, basis: Basis) -> Result<Scoring, StepError> {
+    pub fn of(
+        method: Method,
+        head_dim: usize,
+        block: usize,
+        basis: Basis,
+    ) -> Result<Scoring, StepError> {
         let channels = |r: usize| {
             if (1..=head_dim).contains(&r) {
                 Ok(r)

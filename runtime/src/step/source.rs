@@ -16,8 +16,12 @@ pub type KernelSourceError = Box<dyn std::error::Error + Send + Sync>;
 /// Compiled kernels by spec and entry point.
 pub trait KernelSource {
     /// The function `entry` of the module of `spec`, loaded on `gpu`.
-    fn function(&self, gpu: &Gpu, spec: &KernelSpec, entry: &str)
-        -> Result<CudaFunction, KernelSourceError>;
+    fn function(
+        &self,
+        gpu: &Gpu,
+        spec: &KernelSpec,
+        entry: &str,
+    ) -> Result<CudaFunction, KernelSourceError>;
 }
 
 /// Renders, compiles (NVRTC) and loads every spec on first use and keeps its module: the

@@ -83,7 +83,10 @@ fn roles(plan: &super::LaunchPlan) -> Vec<Role> {
 }
 
 fn select_roles() -> Vec<Role> {
-    SelectStage::ORDER.iter().map(|&s| Role::Select(s)).collect()
+    SelectStage::ORDER
+        .iter()
+        .map(|&s| Role::Select(s))
+        .collect()
 }
 
 #[test]
@@ -178,21 +181,84 @@ fn views_are_checked_against_the_model() {
     assert!(check_view(&m, &good).is_ok());
     let cases: Vec<(ViewShape, &str)> = vec![
         (ViewShape { layer: 4, ..good }, "layer"),
-        (ViewShape { head_dim: 64, ..good }, "head_dim"),
-        (ViewShape { kv_heads: 3, ..good }, "kv_heads"),
+        (
+            ViewShape {
+                head_dim: 64,
+                ..good
+            },
+            "head_dim",
+        ),
+        (
+            ViewShape {
+                kv_heads: 3,
+                ..good
+            },
+            "kv_heads",
+        ),
         (ViewShape { max_seg: 0, ..good }, "max_seg"),
-        (ViewShape { seg_words_len: 17, ..good }, "seg_words length (B*H*max_seg)"),
-        (ViewShape { seg_scales_len: 19, ..good }, "seg_scales length (B*H*max_seg)"),
-        (ViewShape { n_stored_len: 2, ..good }, "n_stored length (B)"),
-        (ViewShape { n_total_len: 4, ..good }, "n_total length (B)"),
-        (ViewShape { k_rows_len: 5, ..good }, "k_rows length (B*H)"),
-        (ViewShape { v_rows_len: 7, ..good }, "v_rows length (B*H)"),
-        (ViewShape { landmarks_len: Some(1), ..good }, "landmarks length (B*H)"),
-        (ViewShape { max_tokens: 1 << 31, ..good }, "max_tokens"),
+        (
+            ViewShape {
+                seg_words_len: 17,
+                ..good
+            },
+            "seg_words length (B*H*max_seg)",
+        ),
+        (
+            ViewShape {
+                seg_scales_len: 19,
+                ..good
+            },
+            "seg_scales length (B*H*max_seg)",
+        ),
+        (
+            ViewShape {
+                n_stored_len: 2,
+                ..good
+            },
+            "n_stored length (B)",
+        ),
+        (
+            ViewShape {
+                n_total_len: 4,
+                ..good
+            },
+            "n_total length (B)",
+        ),
+        (
+            ViewShape {
+                k_rows_len: 5,
+                ..good
+            },
+            "k_rows length (B*H)",
+        ),
+        (
+            ViewShape {
+                v_rows_len: 7,
+                ..good
+            },
+            "v_rows length (B*H)",
+        ),
+        (
+            ViewShape {
+                landmarks_len: Some(1),
+                ..good
+            },
+            "landmarks length (B*H)",
+        ),
+        (
+            ViewShape {
+                max_tokens: 1 << 31,
+                ..good
+            },
+            "max_tokens",
+        ),
     ];
     for (v, what) in cases {
         match check_view(&m, &v) {
-            Err(StepError::Layer { layer: 4, layers: 4 }) => assert_eq!(what, "layer"),
+            Err(StepError::Layer {
+                layer: 4,
+                layers: 4,
+            }) => assert_eq!(what, "layer"),
             Err(StepError::ViewShape { field, .. }) => assert_eq!(field, what),
             other => panic!("{what}: {other:?}"),
         }
@@ -266,9 +332,17 @@ fn calibration_is_checked_and_sliced_per_layer() {
     masks[..32].iter_mut().for_each(|m| *m = 1);
     assert!(matches!(
         empty.clone().with_double_sparsity(32, masks),
-        Err(CalibrationError::MaskCount { layer: 0, head: 1, got: 0, r: 32 })
+        Err(CalibrationError::MaskCount {
+            layer: 0,
+            head: 1,
+            got: 0,
+            r: 32
+        })
     ));
-    assert!(empty.clone().with_double_sparsity(0, vec![0; 1024]).is_err());
+    assert!(empty
+        .clone()
+        .with_double_sparsity(0, vec![0; 1024])
+        .is_err());
     let mut rotation = vec![0.0f32; 4 * 2 * 128 * 128];
     rotation[3] = f32::INFINITY;
     assert!(empty.with_rotation(rotation).is_err());
@@ -289,7 +363,12 @@ fn methods_get_what_they_need() {
     ));
     assert!(check(ds, Basis::Raw, Some(&cal), None).is_ok());
     assert!(matches!(
-        check(Method::DoubleSparsity { r: 16 }, Basis::Raw, Some(&cal), None),
+        check(
+            Method::DoubleSparsity { r: 16 },
+            Basis::Raw,
+            Some(&cal),
+            None
+        ),
         Err(StepError::CalibrationMismatch { r: 16, fitted: 32 })
     ));
     let fathom = Method::Fathom { bits: 48.0 };
@@ -346,7 +425,14 @@ fn token_capacity_rounds_up_by_at_most_an_eighth() {
 #[test]
 fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
     let s = shape(4, 40_000, Placement::Hbm);
-    let plan = plan_of(s, Method::Fathom { bits: 48.0 }, Some(Transfer::Memcpy), 256, None).unwrap();
+    let plan = plan_of(
+        s,
+        Method::Fathom { bits: 48.0 },
+        Some(Transfer::Memcpy),
+        256,
+        None,
+    )
+    .unwrap();
     // In HBM the transfer is ignored: the scan reads the store in place.
     assert_eq!(plan.transfer, None);
     let mut want = vec![
@@ -361,7 +447,9 @@ fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
     let ops = &plan.operations;
     let plan_kernel = ops[0].kernel.as_ref().unwrap();
     assert_eq!(plan_kernel.launch.grid, [2, 3, 1]);
-    assert!(plan_kernel.entry.starts_with("fathom_plan_d128_g4_b64_s64_fathom_raw"));
+    assert!(plan_kernel
+        .entry
+        .starts_with("fathom_plan_d128_g4_b64_s64_fathom_raw"));
     let scan = ops[1].kernel.as_ref().unwrap();
     assert!(scan.entry.contains("_hbm_"), "{}", scan.entry);
     // One block per 16-word tile of each of the 3 segments of the 6 (sequence, head) pairs.
@@ -440,7 +528,11 @@ fn host_transfers_differ_only_in_how_planes_reach_the_scan() {
     assert!(scan_entry(&copy).contains("_hbm_"));
     assert!(fused.capturable && copy.capturable && !memcpy.capturable);
     // Row kernels read the host placement whatever the transfer.
-    let fetch = fused.operations.iter().find(|op| op.role == Role::Fetch).unwrap();
+    let fetch = fused
+        .operations
+        .iter()
+        .find(|op| op.role == Role::Fetch)
+        .unwrap();
     assert!(fetch.kernel.as_ref().unwrap().entry.ends_with("_host"));
     // Staging only for the copy transfers: 4r planes per (sequence, head, segment).
     assert_eq!((fused.stage_planes, copy.stage_planes), (0, 64));
@@ -449,7 +541,10 @@ fn host_transfers_differ_only_in_how_planes_reach_the_scan() {
     assert_eq!(copy.sizes.stage_scales, 3 * 2 * 3 * 128 * 64);
     assert_eq!(copy.sizes.staged_runs, copy.sizes.runs);
     // No transfer asked and no record: fused.
-    assert_eq!(plan_of(s, method, None, 128, None).unwrap().transfer, Some(Transfer::Fused));
+    assert_eq!(
+        plan_of(s, method, None, 128, None).unwrap().transfer,
+        Some(Transfer::Fused)
+    );
 }
 
 #[test]
@@ -461,7 +556,12 @@ fn landmark_oracle_and_dense_skip_the_plane_stages() {
     want.extend([Role::Fetch, Role::Attention]);
     assert_eq!(roles(&landmark), want);
     assert_eq!(landmark.transfer, None);
-    assert!(landmark.operations[0].kernel.as_ref().unwrap().entry.ends_with("_host_scan"));
+    assert!(landmark.operations[0]
+        .kernel
+        .as_ref()
+        .unwrap()
+        .entry
+        .ends_with("_host_scan"));
 
     let oracle = plan_of(s, Method::Oracle, None, 64, None).unwrap();
     let mut want = vec![Role::Oracle { whole: true }];
@@ -480,7 +580,10 @@ fn landmark_oracle_and_dense_skip_the_plane_stages() {
     assert_eq!(dense.k, capacity - ALWAYS);
     assert_eq!(dense.sizes.scores, 0);
     assert_eq!(dense.sizes.dense_sel, 3 * 2 * 4 * capacity);
-    assert_eq!(dense.sizes.dense_uni, 3 * 2 * (4 * (capacity - ALWAYS) + ALWAYS));
+    assert_eq!(
+        dense.sizes.dense_uni,
+        3 * 2 * (4 * (capacity - ALWAYS) + ALWAYS)
+    );
     assert_eq!(dense.sizes.rows, dense.sizes.dense_uni * 128);
     assert!(dense.capturable);
 }
@@ -535,10 +638,7 @@ fn k_beyond_k_max_and_bad_grids_are_refused() {
     ));
     assert!(plan_of(s, Method::Oracle, None, 512, None).is_ok());
     // B*H*G query heads beyond a grid's y limit.
-    let huge = StepShape {
-        batch: 9000,
-        ..s
-    };
+    let huge = StepShape { batch: 9000, ..s };
     assert!(matches!(
         plan_of(huge, Method::Oracle, None, 16, None),
         Err(StepError::Size(_))
@@ -590,7 +690,14 @@ fn tuning_records_set_tiles_and_the_transfer() {
     assert_eq!((scan.tile_words, scan.threads), (32, 512));
     assert!(!plan.tuned, "select, fetch ... fell back to defaults");
     // An asked transfer wins over the record.
-    let fused = plan_of(s, Method::Thumbnail, Some(Transfer::Fused), 64, Some(&record)).unwrap();
+    let fused = plan_of(
+        s,
+        Method::Thumbnail,
+        Some(Transfer::Fused),
+        64,
+        Some(&record),
+    )
+    .unwrap();
     assert_eq!(fused.transfer, Some(Transfer::Fused));
 
     let full = Record {
@@ -643,7 +750,8 @@ fn default_scan_tiles_fit_small_segments() {
                 threads,
                 ..codegen::spec::ScanSpec::new(128, 4, Placement::Hbm)
             };
-            spec.validate().unwrap_or_else(|e| panic!("S = {s}, {tile:?}: {e}"));
+            spec.validate()
+                .unwrap_or_else(|e| panic!("S = {s}, {tile:?}: {e}"));
         }
     }
 }

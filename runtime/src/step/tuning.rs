@@ -55,7 +55,10 @@ pub enum Tile {
     /// Words per tile and threads (scan).
     Scan { tile_words: usize, threads: usize },
     /// Loads in flight and threads (gather).
-    Gather { loads_in_flight: usize, threads: usize },
+    Gather {
+        loads_in_flight: usize,
+        threads: usize,
+    },
     /// Threads and scores per thread per chunk (select).
     Select { threads: u32, items_per_thread: u32 },
     /// Threads and rows each warp loads before computing (attention).

@@ -3,7 +3,7 @@
 //! calibration.
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{PlanMethod, Placement};
+use codegen::spec::{Placement, PlanMethod};
 
 use super::calibration::Calibration;
 use super::request::Scoring;
@@ -85,8 +85,16 @@ pub fn check_view(model: &ModelShape, v: &ViewShape) -> Result<(), StepError> {
         });
     }
     let heads = v.batch * v.kv_heads;
-    field("seg_words length (B*H*max_seg)", v.seg_words_len, heads * v.max_seg)?;
-    field("seg_scales length (B*H*max_seg)", v.seg_scales_len, heads * v.max_seg)?;
+    field(
+        "seg_words length (B*H*max_seg)",
+        v.seg_words_len,
+        heads * v.max_seg,
+    )?;
+    field(
+        "seg_scales length (B*H*max_seg)",
+        v.seg_scales_len,
+        heads * v.max_seg,
+    )?;
     field("n_stored length (B)", v.n_stored_len, v.batch)?;
     field("n_total length (B)", v.n_total_len, v.batch)?;
     field("k_rows length (B*H)", v.k_rows_len, heads)?;
