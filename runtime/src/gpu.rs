@@ -6,9 +6,12 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::driver::{
+    result, sys, CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStream, DriverError,
+};
 use thiserror::Error;
 
 /// A failure of the GPU layer, naming what was being done.
@@ -35,6 +38,8 @@ pub enum GpuError {
     },
     #[error(transparent)]
     Nvrtc(#[from] codegen::nvrtc::NvrtcError),
+    #[error("the stream capture recorded no work, so there is no graph to launch")]
+    EmptyGraph,
 }
 
 fn check<T>(call: &'static str, r: Result<T, DriverError>) -> Result<T, GpuError> {
@@ -71,6 +76,8 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
+    /// The stream is being captured into a graph: querying it would end the capture.
+    capturing: AtomicBool,
 }
 
 impl Gpu {
@@ -103,7 +110,12 @@ impl Gpu {
             total_memory: check("cuDeviceTotalMem", ctx.total_mem())?,
             driver_version,
         };
-        Ok(Gpu { ctx, stream, info })
+        Ok(Gpu {
+            ctx,
+            stream,
+            info,
+            capturing: AtomicBool::new(false),
+        })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -249,8 +261,65 @@ impl Gpu {
                 &mut pointers,
             )
         })?;
-        // Launch errors surface asynchronously; a cheap query catches configuration errors now.
+        // Launch errors surface asynchronously; a cheap query catches configuration errors now
+        // (not while capturing: a query of a capturing stream invalidates the capture).
+        if self.capturing.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         check("cuStreamQuery", self.stream_status())
+    }
+
+    /// Starts capturing the stream's work into a graph (thread-local mode: other threads may
+    /// keep using the driver). Until [`Gpu::end_capture`], work queued on the stream is recorded,
+    /// not run.
+    pub fn begin_capture(&self) -> Result<(), GpuError> {
+        check(
+            "cuStreamBeginCapture",
+            self.stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        )?;
+        self.capturing.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends the capture begun by [`Gpu::begin_capture`] and instantiates the graph. Call it
+    /// also after a failed recording: the stream is usable again afterwards either way.
+    pub fn end_capture(&self) -> Result<Graph, GpuError> {
+        self.capturing.store(false, Ordering::Relaxed);
+        let graph = check(
+            "cuStreamEndCapture",
+            self.stream.end_capture(sys::CUgraphInstantiate_flags(0)),
+        )?;
+        graph
+            .map(|graph| Graph { graph })
+            .ok_or(GpuError::EmptyGraph)
+    }
+
+    /// Queues a copy of `bytes` bytes between two device-visible addresses (device memory or
+    /// mapped host memory, told apart by unified addressing).
+    ///
+    /// # Safety
+    /// Both ranges must be valid allocations of at least `bytes` bytes until the copy has run.
+    pub unsafe fn copy_raw(&self, dst: u64, src: u64, bytes: usize) -> Result<(), GpuError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        check("cuMemcpyAsync", unsafe {
+            sys::cuMemcpyAsync(dst, src, bytes, self.stream.cu_stream()).result()
+        })
+    }
+
+    /// Queues a copy of host `data` into the start of `dst`, ordered with the stream's other
+    /// work (so a kernel still reading `dst` is not overtaken).
+    pub fn write<T: Copy>(&self, dst: &DeviceBuffer<T>, data: &[T]) -> Result<(), GpuError> {
+        assert!(data.len() <= dst.len(), "write past the end of a buffer");
+        if data.is_empty() {
+            return Ok(());
+        }
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        check("cuMemcpyHtoDAsync", unsafe {
+            result::memcpy_htod_async(dst.ptr, data, self.stream.cu_stream())
+        })
     }
 
     fn stream_status(&self) -> Result<(), DriverError> {
@@ -319,6 +388,18 @@ impl Gpu {
     /// Free and total device memory, in bytes.
     pub fn memory(&self) -> Result<(usize, usize), GpuError> {
         check("cuMemGetInfo", self.ctx.mem_get_info())
+    }
+}
+
+/// An instantiated CUDA graph of work captured on a [`Gpu`]'s stream.
+pub struct Graph {
+    graph: CudaGraph,
+}
+
+impl Graph {
+    /// Queues one replay of the graph on the stream it was captured on.
+    pub fn launch(&self) -> Result<(), GpuError> {
+        check("cuGraphLaunch", self.graph.launch())
     }
 }
 

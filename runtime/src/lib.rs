@@ -1,14 +1,19 @@
 //! Fathom's runtime: what a serving stack links against.
 //!
-//! Today it holds [`reference`], the f64 CPU implementation of the whole decode step of
-//! `SPEC.md` (encode, plan, scan, select, attention, metrics) that every generated kernel is
-//! tested against, and [`jit`], which compiles kernels for the device on first use and caches
-//! them on disk. The key store on the GPU and the step API build on it.
+//! - [`store`]: the key store of every sequence, on the GPU or in mapped host memory (§2, §7);
+//! - [`step`]: the decode step of one layer for a batch of sequences (§8), over a [`view`] of
+//!   the store;
+//! - [`jit`]: kernels compiled by NVRTC for the device on first use and cached on disk;
+//! - [`reference`]: the f64 CPU implementation of the whole step that every kernel is tested
+//!   against;
+//! - [`gpu`], [`launch`], [`ceilings`]: the checked driver layer, typed device pointers, and the
+//!   copy rates kernels are measured against.
 
 pub mod ceilings;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
 pub mod reference;
+pub mod step;
 pub mod store;
 pub mod view;

@@ -1,0 +1,591 @@
+//! SPEC §8: one decode step of one layer for a batch of sequences of different lengths.
+//!
+//! ```text
+//! plan → transfer → scan → oracle (tail) → select (10 launches) → fetch → attention
+//! ```
+//!
+//! Every stage is one launch for all KV heads of all sequences; grids and buffers are sized
+//! from the host-known capacity ([`launches::token_capacity`] of the view's `max_tokens`) and
+//! kernels read the real lengths from the view on the device, so a step reads nothing back
+//! (except with the memcpy transfer, see [`Transfer::Memcpy`]) and can be captured in a CUDA
+//! graph ([`Decoder::capture`]).
+//!
+//! Per method (§4):
+//! - plane methods (`fathom`, `sparq`, `double_sparsity`, `loki`, `thumbnail`, `uniform`): the
+//!   plan kernel writes the queries in the store basis, depths, class counts and run tables;
+//!   in the host placement the transfer moves the planes (`fused`: the scan reads mapped host
+//!   memory; `copy-kernel`: gather into HBM staging, then the HBM scan of the staged table;
+//!   `memcpy`: the run tables are read back and one copy per active run is queued); the scan
+//!   scores the stored tokens and the oracle kernel the tail `[n_stored, n_total)` exactly.
+//! - `landmark`: the landmark scan of the view's means, then the tail.
+//! - `oracle`: exact scores of `[0, n_total)`.
+//! - `dense`: no scoring and no selection: the counts are set to `n_total` by device copies
+//!   and the row tables are the identity (written when the workspace grows), then fetch and
+//!   attention over every token with `k = capacity − 36`. Its fetched rows cost `G·k·D·4`
+//!   bytes per KV head (the fetch/attention ABI strides by `G*k + 36` rows), so `dense` at
+//!   very long contexts needs a lot of HBM.
+//!
+//! `fathom`'s `σ²` is an input: the calibration's ([`Calibration::with_sigma2`]) or a device
+//! buffer `[B][H][D]` passed with the request (the uncalibrated stand-in of §3, the mean over
+//! stored blocks of `Δ²`, which the store can keep); it is not computed on the GPU here.
+//!
+//! Queries on the device are not checked for NaN before the step (that would need a
+//! read-back); [`Decoder::step_host`] checks host queries, and [`StepOutput::check`] reports
+//! non-finite outputs after the step.
+
+pub mod calibration;
+mod error;
+mod execute;
+pub mod launches;
+mod output;
+pub mod request;
+pub mod source;
+pub mod tuning;
+pub mod validate;
+mod workspace;
+
+#[cfg(test)]
+mod tests;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use codegen::model::{Basis, ModelShape};
+use codegen::spec::select::MAX_K;
+use codegen::spec::shape::{BLOCKS, WORD_TOKENS};
+use cudarc::driver::CudaStream;
+
+pub use calibration::{Calibration, CalibrationError};
+pub use error::StepError;
+pub use launches::{launch_plan, LaunchPlan, StepShape};
+pub use output::{HostStepOutput, OutputLayout, StepOutput};
+pub use request::{Method, Scoring, StepRequest, Transfer};
+pub use source::{KernelSource, NvrtcKernels};
+pub use tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
+
+use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph};
+use crate::view::LayerView;
+use execute::Inputs;
+use output::OutputBuffers;
+use validate::ViewShape;
+use workspace::Workspace;
+
+/// The decoder's fixed parameters: the store layout its kernels are specialised for, the
+/// largest top-k and the default tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderConfig {
+    /// `BLK`, tokens per scale block: 32, 64 or 128.
+    pub block: usize,
+    /// `S`, words per plane per segment: even, holding whole blocks.
+    pub segment_words: usize,
+    /// The largest `k` a request may ask (the select kernel's `k_max`): 1 to 4096.
+    pub k_max: usize,
+    /// Tiles used where no tuning record answers.
+    pub tiles: Tiles,
+}
+
+impl Default for DecoderConfig {
+    /// BLK 64, S 512 (`codegen::kernels::KernelSetOptions`' default), k_max 2048.
+    fn default() -> Self {
+        DecoderConfig {
+            block: 64,
+            segment_words: 512,
+            k_max: 2048,
+            tiles: Tiles::default(),
+        }
+    }
+}
+
+impl DecoderConfig {
+    /// Checks every field, naming the first bad one.
+    pub fn validate(&self) -> Result<(), StepError> {
+        let bad = |field, got: usize, allowed: String| StepError::Config {
+            field,
+            got: got.to_string(),
+            allowed,
+        };
+        if !BLOCKS.contains(&self.block) {
+            return Err(bad("block", self.block, "32, 64 or 128 tokens".into()));
+        }
+        let s = self.segment_words;
+        if s < 2 || !s.is_multiple_of(2) || !(s * WORD_TOKENS).is_multiple_of(self.block) {
+            return Err(bad(
+                "segment_words",
+                s,
+                format!(
+                    "an even number of words, at least 2, holding whole {}-token blocks",
+                    self.block
+                ),
+            ));
+        }
+        if !(1..=MAX_K as usize).contains(&self.k_max) {
+            return Err(bad("k_max", self.k_max, format!("1 to {MAX_K}")));
+        }
+        Ok(())
+    }
+}
+
+/// Calibration uploaded to the device, per layer (uploaded on a layer's first step).
+#[derive(Default)]
+struct DeviceCalibration {
+    rotation: HashMap<usize, Arc<DeviceBuffer<f32>>>,
+    fixed: HashMap<usize, Arc<DeviceBuffer<u8>>>,
+    /// `[rows][H][D]`, the layer's `σ²` repeated for `rows` sequences.
+    sigma2: HashMap<usize, Arc<DeviceBuffer<f32>>>,
+}
+
+/// Runs decode steps of one model on one GPU. Holds the compiled kernels, the calibration and
+/// a workspace that grows to the largest batch and context seen.
+pub struct Decoder {
+    gpu: Arc<Gpu>,
+    model: ModelShape,
+    config: DecoderConfig,
+    kernels: Box<dyn KernelSource>,
+    tuning: Option<Box<dyn Tuning>>,
+    calibration: Option<Calibration>,
+    device_calibration: DeviceCalibration,
+    workspace: Workspace,
+    /// The queries of [`Decoder::step_host`].
+    host_queries: Option<DeviceBuffer<f32>>,
+}
+
+/// A step ready to queue: its plan, kernels and inputs.
+struct Prepared {
+    plan: LaunchPlan,
+    functions: Vec<Option<cudarc::driver::CudaFunction>>,
+    inputs: Inputs,
+    /// Calibration buffers the step reads (a graph keeps them alive).
+    keep: Vec<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Decoder {
+    /// A decoder of `model` on `gpu`, compiling kernels with NVRTC ([`NvrtcKernels`]).
+    pub fn new(gpu: Arc<Gpu>, model: ModelShape, config: DecoderConfig) -> Result<Self, StepError> {
+        model
+            .validate()
+            .map_err(|e| StepError::Model(e.to_string()))?;
+        config.validate()?;
+        Ok(Decoder {
+            gpu,
+            model,
+            config,
+            kernels: Box::new(NvrtcKernels::new()),
+            tuning: None,
+            calibration: None,
+            device_calibration: DeviceCalibration::default(),
+            workspace: Workspace::default(),
+            host_queries: None,
+        })
+    }
+
+    /// Uses `calibration` (it must be of this model's layers, KV heads and head dimension).
+    pub fn with_calibration(mut self, calibration: Calibration) -> Result<Self, StepError> {
+        let want = (self.model.layers, self.model.kv_heads, self.model.head_dim);
+        if calibration.dims() != want {
+            return Err(CalibrationError::Model {
+                got: calibration.dims(),
+                want,
+            }
+            .into());
+        }
+        self.calibration = Some(calibration);
+        self.device_calibration = DeviceCalibration::default();
+        Ok(self)
+    }
+
+    /// Takes tiles and the transfer from `tuning` where it has them.
+    pub fn with_tuning(mut self, tuning: Box<dyn Tuning>) -> Self {
+        self.tuning = Some(tuning);
+        self
+    }
+
+    /// Loads kernels from `source` (e.g. the JIT cache) instead of compiling them here.
+    pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
+        self.kernels = source;
+        self
+    }
+
+    /// The model.
+    pub fn model(&self) -> &ModelShape {
+        &self.model
+    }
+
+    /// The config.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    /// Device bytes the workspace holds now.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.bytes()
+    }
+
+    /// The launch plan a step over `view` with `request` would run (validating everything the
+    /// step validates, except the queries buffer).
+    pub fn launch_plan(
+        &self,
+        view: &LayerView<'_>,
+        request: &StepRequest<'_>,
+    ) -> Result<LaunchPlan, StepError> {
+        self.plan_for(&ViewShape::of(view), request)
+    }
+
+    fn plan_for(&self, v: &ViewShape, request: &StepRequest<'_>) -> Result<LaunchPlan, StepError> {
+        validate::check_view(&self.model, v)?;
+        let scoring = Scoring::of(
+            request.method,
+            self.model.head_dim,
+            self.config.block,
+            self.model.basis,
+        )?;
+        validate::check_needs(
+            &scoring,
+            &request.method.to_string(),
+            self.model.basis,
+            v,
+            self.calibration.as_ref(),
+            request.sigma2.map(|s| s.len()),
+        )?;
+        let plan = launch_plan(&launches::PlanInputs {
+            shape: StepShape {
+                batch: v.batch,
+                kv_heads: v.kv_heads,
+                head_dim: v.head_dim,
+                group: self.model.group_size(),
+                block: self.config.block,
+                segment_words: self.config.segment_words,
+                max_seg: v.max_seg,
+                max_tokens: v.max_tokens,
+                placement: v.placement,
+                basis: self.model.basis,
+            },
+            scoring,
+            transfer: request.transfer,
+            k: request.k,
+            k_max: self.config.k_max,
+            tiles: &self.config.tiles,
+            tuning: self.tuning.as_deref(),
+        })?;
+        if !plan.tuned {
+            tuning::warn_untuned(&format!(
+                "{} (D = {}, G = {}) on {}",
+                self.model.name,
+                self.model.head_dim,
+                self.model.group_size(),
+                self.gpu.info().name
+            ));
+        }
+        Ok(plan)
+    }
+
+    /// Validates, plans, grows the workspace, uploads calibration and loads kernels: all that
+    /// may allocate or synchronise, done before anything of the step is queued.
+    fn prepare(
+        &mut self,
+        view: &LayerView<'_>,
+        queries: &DeviceBuffer<f32>,
+        request: &StepRequest<'_>,
+    ) -> Result<Prepared, StepError> {
+        let v = ViewShape::of(view);
+        let plan = self.plan_for(&v, request)?;
+        validate::check_query_len(&v, self.model.group_size(), queries.len())?;
+        let shape = plan.shape;
+        self.workspace.ensure(
+            &self.gpu,
+            &plan.sizes,
+            shape.batch * shape.kv_heads,
+            shape.group,
+            plan.k,
+        )?;
+        let mut inputs = Inputs {
+            queries: queries.addr(),
+            sigma2: 0,
+            fixed: 0,
+            rotation: 0,
+            budget: 0.0,
+            scale: request
+                .scale
+                .unwrap_or(1.0 / (self.model.head_dim as f32).sqrt()),
+        };
+        let mut keep: Vec<Arc<dyn Any + Send + Sync>> = Vec::new();
+        if let Scoring::Planes {
+            method,
+            budget,
+            fixed_r,
+            ..
+        } = plan.scoring
+        {
+            inputs.budget = budget;
+            let layer = v.layer;
+            // check_needs made sure the calibration holds what is read below.
+            let calibration = self.calibration.as_ref();
+            if self.model.basis == Basis::Klt {
+                let data = calibration
+                    .and_then(|c| c.rotation(layer))
+                    .unwrap_or_default();
+                let buffer = cached(
+                    &self.gpu,
+                    &mut self.device_calibration.rotation,
+                    layer,
+                    || data.to_vec(),
+                )?;
+                inputs.rotation = buffer.addr();
+                keep.push(buffer);
+            }
+            if fixed_r.is_some() {
+                let data = calibration
+                    .and_then(|c| c.double_sparsity(layer))
+                    .map_or(&[][..], |(_, m)| m);
+                let buffer = cached(&self.gpu, &mut self.device_calibration.fixed, layer, || {
+                    data.to_vec()
+                })?;
+                inputs.fixed = buffer.addr();
+                keep.push(buffer);
+            }
+            if method == codegen::spec::PlanMethod::Fathom {
+                if let Some(sigma2) = request.sigma2 {
+                    inputs.sigma2 = sigma2.addr();
+                } else {
+                    let data = calibration
+                        .and_then(|c| c.sigma2(layer))
+                        .unwrap_or_default();
+                    let want = v.batch * data.len();
+                    let map = &mut self.device_calibration.sigma2;
+                    if map.get(&layer).is_some_and(|b| b.len() < want) {
+                        map.remove(&layer);
+                    }
+                    let buffer = cached(&self.gpu, map, layer, || data.repeat(v.batch))?;
+                    inputs.sigma2 = buffer.addr();
+                    keep.push(buffer);
+                }
+            }
+        }
+        let functions = execute::resolve(self.kernels.as_ref(), &self.gpu, &plan)?;
+        Ok(Prepared {
+            plan,
+            functions,
+            inputs,
+            keep,
+        })
+    }
+
+    fn outputs(&self, plan: &LaunchPlan) -> (OutputBuffers, OutputLayout) {
+        let ws = &self.workspace;
+        let get = |b: &workspace::Buf<i32>| b.clone().expect("the launch plan sized every output");
+        let dense = plan.sizes.dense_uni > 0;
+        let buffers = OutputBuffers {
+            sel: get(if dense { &ws.dense_sel } else { &ws.sel }),
+            sel_pos: get(if dense { &ws.dense_sel } else { &ws.sel_pos }),
+            sel_count: get(&ws.sel_count),
+            uni: get(if dense { &ws.dense_uni } else { &ws.uni }),
+            uni_count: get(&ws.uni_count),
+            out: ws.out.clone().expect("the launch plan sizes the output"),
+            plan_status: if plan.stage_planes > 0 {
+                ws.plan_status.clone()
+            } else {
+                None
+            },
+        };
+        let layout = OutputLayout {
+            batch: plan.shape.batch,
+            kv_heads: plan.shape.kv_heads,
+            group: plan.shape.group,
+            head_dim: plan.shape.head_dim,
+            k: plan.k,
+        };
+        (buffers, layout)
+    }
+
+    /// Queues one step over `view` with the raw `queries` `[B][H][G][D]` (query head `h` of KV
+    /// head `h / G`) and returns its results on the device. Nothing is read back (except with
+    /// [`Transfer::Memcpy`]); the workspace grows, outside the queued work, when this batch or
+    /// context is larger than any before.
+    pub fn step(
+        &mut self,
+        view: &LayerView<'_>,
+        queries: &DeviceBuffer<f32>,
+        request: StepRequest<'_>,
+    ) -> Result<StepOutput<'_>, StepError> {
+        let prepared = self.prepare(view, queries, &request)?;
+        execute::record(
+            &self.gpu,
+            &prepared.plan,
+            &prepared.functions,
+            &self.workspace,
+            view,
+            &prepared.inputs,
+        )?;
+        let (buffers, layout) = self.outputs(&prepared.plan);
+        Ok(StepOutput {
+            buffers,
+            layout,
+            gpu: &self.gpu,
+        })
+    }
+
+    /// [`Decoder::step`] with queries from the host: their shape and finiteness are checked
+    /// first, then they are copied (ordered on the stream) into a buffer the decoder keeps.
+    pub fn step_host(
+        &mut self,
+        view: &LayerView<'_>,
+        queries: &[f32],
+        request: StepRequest<'_>,
+    ) -> Result<StepOutput<'_>, StepError> {
+        validate::check_host_queries(&ViewShape::of(view), self.model.group_size(), queries)?;
+        let fits = self
+            .host_queries
+            .as_ref()
+            .is_some_and(|b| b.len() == queries.len());
+        if !fits {
+            self.host_queries = None;
+            self.host_queries = Some(self.gpu.filled(queries.len(), 0)?);
+        }
+        let buffer = self.host_queries.take().expect("allocated above");
+        let result = self
+            .gpu
+            .write(&buffer, queries)
+            .map_err(StepError::from)
+            .and_then(|()| {
+                let prepared = self.prepare(view, &buffer, &request)?;
+                execute::record(
+                    &self.gpu,
+                    &prepared.plan,
+                    &prepared.functions,
+                    &self.workspace,
+                    view,
+                    &prepared.inputs,
+                )?;
+                Ok(prepared.plan)
+            });
+        self.host_queries = Some(buffer);
+        let plan = result?;
+        let (buffers, layout) = self.outputs(&plan);
+        Ok(StepOutput {
+            buffers,
+            layout,
+            gpu: &self.gpu,
+        })
+    }
+
+    /// Captures one step into a CUDA graph: everything that allocates, uploads or compiles
+    /// happens first, then the step's launches are recorded (not run). The graph reads the
+    /// view's, the queries' and `σ²`'s buffers at their current addresses whenever it is
+    /// replayed: keep them alive and update them in place. It serves contexts up to its token
+    /// capacity ([`StepGraph::serves`]). The memcpy transfer cannot be captured.
+    pub fn capture(
+        &mut self,
+        view: &LayerView<'_>,
+        queries: &DeviceBuffer<f32>,
+        request: StepRequest<'_>,
+    ) -> Result<StepGraph, StepError> {
+        let prepared = self.prepare(view, queries, &request)?;
+        if !prepared.plan.capturable {
+            return Err(StepError::NotCapturable);
+        }
+        self.gpu.begin_capture()?;
+        let recorded = execute::record(
+            &self.gpu,
+            &prepared.plan,
+            &prepared.functions,
+            &self.workspace,
+            view,
+            &prepared.inputs,
+        );
+        // End the capture whatever happened, so that the stream is usable again.
+        let graph = self.gpu.end_capture();
+        recorded?;
+        let graph = graph?;
+        let (outputs, layout) = self.outputs(&prepared.plan);
+        let mut keep = self.workspace.keep_alive();
+        keep.extend(prepared.keep);
+        Ok(StepGraph {
+            graph,
+            stream: self.gpu.stream().clone(),
+            _keep: keep,
+            outputs,
+            layout,
+            token_capacity: prepared.plan.token_capacity,
+            view: ViewShape::of(view),
+        })
+    }
+}
+
+/// The buffer of `layer` in `map`, uploaded from `data()` on first use.
+fn cached<T: Copy + Send + Sync + 'static>(
+    gpu: &Gpu,
+    map: &mut HashMap<usize, Arc<DeviceBuffer<T>>>,
+    layer: usize,
+    data: impl FnOnce() -> Vec<T>,
+) -> Result<Arc<DeviceBuffer<T>>, GpuError> {
+    if let Some(buffer) = map.get(&layer) {
+        return Ok(buffer.clone());
+    }
+    let buffer = Arc::new(gpu.upload(&data())?);
+    map.insert(layer, buffer.clone());
+    Ok(buffer)
+}
+
+/// A captured step. Replaying it runs the same launches on the same buffers; its results are
+/// read through [`StepGraph::output`].
+pub struct StepGraph {
+    graph: Graph,
+    stream: Arc<CudaStream>,
+    /// Every buffer the launches write or read that the decoder owns.
+    _keep: Vec<Arc<dyn Any + Send + Sync>>,
+    outputs: OutputBuffers,
+    layout: OutputLayout,
+    token_capacity: usize,
+    view: ViewShape,
+}
+
+impl StepGraph {
+    /// Queues one replay on `gpu`'s stream (the one it was captured on).
+    pub fn replay(&self, gpu: &Gpu) -> Result<(), StepError> {
+        if !Arc::ptr_eq(gpu.stream(), &self.stream) {
+            return Err(StepError::WrongGpu);
+        }
+        Ok(self.graph.launch()?)
+    }
+
+    /// The largest context per sequence the graph's grids and buffers serve.
+    pub fn token_capacity(&self) -> usize {
+        self.token_capacity
+    }
+
+    /// Whether a replay serves `view` now: the same layer, batch and tables, and no sequence
+    /// longer than the capacity.
+    pub fn serves(&self, view: &LayerView<'_>) -> Result<(), StepError> {
+        let now = ViewShape::of(view);
+        if now.max_tokens > self.token_capacity {
+            return Err(StepError::GraphCapacity {
+                capacity: self.token_capacity,
+                tokens: now.max_tokens,
+            });
+        }
+        let same = ViewShape {
+            max_tokens: self.view.max_tokens,
+            ..now
+        } == self.view;
+        if !same {
+            return Err(StepError::ViewShape {
+                field: "layer, batch or tables",
+                got: now.batch,
+                want: format!(
+                    "the captured view's (layer {}, batch {}, max_seg {})",
+                    self.view.layer, self.view.batch, self.view.max_seg
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The results of the last replay.
+    pub fn output<'a>(&'a self, gpu: &'a Gpu) -> StepOutput<'a> {
+        StepOutput {
+            buffers: self.outputs.clone(),
+            layout: self.layout,
+            gpu,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Where a step's tiles and transfer come from: an autotune record when the caller has one
+//! ([`Tuning`]), else the defaults of [`Tiles`], with a warning printed once per process.
+
+use std::sync::Once;
+
+use codegen::spec::Placement;
+
+use super::request::Transfer;
+
+/// The kernel families whose tiles a record may set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TunedFamily {
+    Plan,
+    Gather,
+    Scan,
+    Oracle,
+    Landmark,
+    Select,
+    Fetch,
+    Attention,
+}
+
+impl TunedFamily {
+    /// The family's name, as in `codegen::spec::Family::FAMILY`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TunedFamily::Plan => "plan",
+            TunedFamily::Gather => "gather",
+            TunedFamily::Scan => "scan",
+            TunedFamily::Oracle => "oracle",
+            TunedFamily::Landmark => "landmark",
+            TunedFamily::Select => "select",
+            TunedFamily::Fetch => "fetch",
+            TunedFamily::Attention => "attention",
+        }
+    }
+}
+
+/// What a tuning lookup is keyed by: family, shape, placement of the memory the kernel reads,
+/// and the context bucket `ceil(log2(max tokens))`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TuneKey {
+    pub family: TunedFamily,
+    pub head_dim: usize,
+    pub group: usize,
+    pub placement: Placement,
+    pub context_bucket: u32,
+}
+
+/// A tile: the launch parameters a family is specialised on beyond the shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tile {
+    /// Threads per block (plan, oracle, landmark, fetch).
+    Threads(u32),
+    /// Words per tile and threads (scan).
+    Scan { tile_words: usize, threads: usize },
+    /// Loads in flight and threads (gather).
+    Gather {
+        loads_in_flight: usize,
+        threads: usize,
+    },
+    /// Threads and scores per thread per chunk (select).
+    Select { threads: u32, items_per_thread: u32 },
+    /// Threads and rows each warp loads before computing (attention).
+    Attention { threads: u32, rows_per_warp: u32 },
+}
+
+/// An autotune record, as the step reads it.
+pub trait Tuning {
+    /// The winning tile of `key`, if the record has one.
+    fn tile(&self, key: &TuneKey) -> Option<Tile>;
+    /// The winning host-placement transfer for this shape and context bucket, if recorded.
+    fn transfer(&self, head_dim: usize, group: usize, context_bucket: u32) -> Option<Transfer>;
+}
+
+/// The tiles used when no record answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiles {
+    pub plan_threads: usize,
+    pub gather: (usize, usize),
+    /// `(tile_words, threads)` of the scan reading HBM (staging too).
+    pub scan_hbm: (usize, usize),
+    /// `(tile_words, threads)` of the fused scan reading mapped host memory.
+    pub scan_host: (usize, usize),
+    pub row_threads: u32,
+    /// `(threads, items_per_thread)`.
+    pub select: (u32, u32),
+    /// `(threads, rows_per_warp)`.
+    pub attention: (u32, u32),
+}
+
+impl Default for Tiles {
+    /// The defaults of `codegen::kernels::kernels_for`: short scan tiles in HBM (arithmetic
+    /// bound), long ones from host memory (latency bound), 256 threads elsewhere.
+    fn default() -> Self {
+        Tiles {
+            plan_threads: 256,
+            gather: (4, 256),
+            scan_hbm: (16, 256),
+            scan_host: (64, 1024),
+            row_threads: 256,
+            select: (256, 16),
+            attention: (256, 4),
+        }
+    }
+}
+
+/// The scan tile `(tile_words, threads)` closest to `(tile_words, threads)` that a segment of
+/// `segment_words` words can hold: the largest even divisor of the segment not above the
+/// tile, at the same tokens per thread (at least one warp).
+pub fn fit_scan_tile(tile: (usize, usize), segment_words: usize) -> (usize, usize) {
+    let (tile_words, threads) = tile;
+    if segment_words.is_multiple_of(tile_words) {
+        return tile;
+    }
+    let per_thread = (tile_words * 64 / threads.max(1)).max(1);
+    let fitted = (2..=tile_words.min(segment_words))
+        .rev()
+        .find(|w| w % 2 == 0 && segment_words.is_multiple_of(*w))
+        .unwrap_or(2);
+    (fitted, (fitted * 64 / per_thread).clamp(32, 1024))
+}
+
+/// `ceil(log2(tokens))`, 0 for at most one token.
+pub fn context_bucket(tokens: usize) -> u32 {
+    tokens.max(1).next_power_of_two().trailing_zeros()
+}
+
+/// Prints, once per process, that default tiles are in use and how to tune.
+pub(crate) fn warn_untuned(what: &str) {
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| {
+        eprintln!(
+            "fathom: no autotune record for {what}; using default tiles and transfer. Tune this \
+             GPU with `cargo run --release -p autotune`."
+        );
+    });
+}

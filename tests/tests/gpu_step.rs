@@ -1,0 +1,743 @@
+//! GPU tests of the decode step (`runtime::step`, SPEC §8) against the f64 reference step of
+//! one query group (`runtime::reference::step::step_group`), for every method of §4.
+//!
+//! Fixture: B = 3 sequences of different lengths (one under 100 tokens, so that every token is
+//! selected; one of a few thousand tokens that is not a multiple of the block, so there is a
+//! tail; one of 20k–50k tokens over several segments), H = 2 KV heads, D = 128, BLK = 64,
+//! S = 128 words (8,192 tokens per segment). The reference `HeadStore` of every (sequence,
+//! head) is laid out on the device by hand (`DeviceStore`, in HBM or in mapped host memory),
+//! with the K/V row tables and the landmark means (computed as the landmark build kernel
+//! does: fp32 sum in token order, times 1/8, fp16 round-to-nearest-even) in the same placement.
+//!
+//! Cases:
+//! - `gpu_step_raw_store_g4`: a raw store (QK-norm model), G = 4; `fathom` with the
+//!   uncalibrated `σ²` (the mean square scale of each head's store) passed as a device buffer.
+//! - `gpu_step_rotated_store_g7`: a KLT store (G = 7, Qwen2.5's group), rotations and `σ²`
+//!   from a `Calibration`, plus `loki(32)`.
+//!
+//! In each: both placements, and for the host placement every plane method with all three
+//! transfers. Checks per (sequence, KV head, query head):
+//! - selection: the same count; a token in one selection and not the other is allowed only when
+//!   its reference score is within fp32 tolerance of the k-th reference score (a tie within
+//!   rounding): `|s_ref(t) − s_k| <= tol(t) + tol(t_k)`, `tol(t) = ρ·||q||·(||x_t|| + ||Δ_t||)`
+//!   with `x_t` the key (the landmark mean for `landmark`), `Δ_t` its block's scales (0 for a
+//!   tail token), `ρ = 2(D+2)·2⁻²⁴` (the scan's fp32 accumulation, see `gpu_scan.rs`), plus
+//!   `2·D^1.5·2⁻²⁴` with a rotated store (the query is rotated in fp32 on the GPU);
+//! - union: the sorted, deduplicated union of the GPU's own selections, and `uni[sel_pos[j]] ==
+//!   sel[j]`;
+//! - attention: relative error `<= 1e-3` against the reference output when the selections are
+//!   equal, else against the reference attention over the GPU's selection;
+//! - `dense`: every token selected, output against the reference dense attention.
+//!
+//! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
+//! for bit with the eager step. The memcpy transfer must refuse capture.
+//! `gpu_step_refuses_bad_input`: the typed errors of bad queries, k, layer and calibration.
+
+use std::sync::Arc;
+
+use codegen::model::{Basis, ModelShape};
+use codegen::spec::Placement;
+use fathom_tests::device_store::DeviceStore;
+use fathom_tests::select_kernels::{relative_error, HeadTable, Mismatches};
+use fathom_tests::store_kernels::rotate_keys;
+use fathom_tests::{gpu, inputs};
+use half::{bf16, f16};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use runtime::gpu::{DeviceBuffer, Gpu};
+use runtime::reference::attention::attend;
+use runtime::reference::klt::Klt;
+use runtime::reference::plans::DoubleSparsityCalibration;
+use runtime::reference::step::{step_group, GroupInput, GroupStep, StepConfig};
+use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use runtime::step::{
+    Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
+    StepRequest, Transfer,
+};
+use runtime::view::LayerView;
+
+const BATCH: usize = 3;
+const KV_HEADS: usize = 2;
+const D: usize = 128;
+const BLOCK: usize = 64;
+const SEGMENT_WORDS: usize = 128;
+const LAYERS: usize = 2;
+/// The layer every view is of (calibration of the other layers differs, so a wrong slice
+/// shows).
+const LAYER: usize = 1;
+const K: usize = 96;
+const K_MAX: usize = 512;
+const MAX_RELATIVE_ERROR: f64 = 1e-3;
+const SINK: usize = 4;
+const LOCAL: usize = 32;
+
+/// Keys, values, queries and the reference stores of one batch, with the calibration the
+/// methods need.
+struct Fixture {
+    group: usize,
+    basis: Basis,
+    lengths: Vec<usize>,
+    /// `[b][h]` raw bf16 keys `[n][D]`.
+    keys: Vec<Vec<Vec<bf16>>>,
+    values: Vec<Vec<Vec<bf16>>>,
+    /// `[B][H][G][D]`.
+    queries: Vec<f32>,
+    stores: Vec<Vec<HeadStore>>,
+    /// Per KV head (of layer `LAYER`), rotated stores only.
+    klts: Vec<Klt>,
+    /// Per KV head.
+    double_sparsity: Vec<DoubleSparsityCalibration>,
+    /// `σ²` `[B][H][D]` as the GPU reads it (f64 of these floats for the reference).
+    sigma2: Vec<f32>,
+    /// Whether `σ²` comes from the calibration (else passed with the request).
+    calibrated_sigma2: bool,
+    calibration: Calibration,
+}
+
+fn values(rng: &mut impl Rng, n: usize) -> Vec<bf16> {
+    (0..n * D)
+        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+        .collect()
+}
+
+/// Correlated calibration rows: a few shared factors plus noise, so the KLT is far from the
+/// identity.
+fn calibration_rows(rng: &mut impl Rng, rows: usize) -> Vec<Vec<f64>> {
+    let mixing: Vec<f64> = (0..D * 4).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    (0..rows)
+        .map(|_| {
+            let z: Vec<f64> = (0..4).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            (0..D)
+                .map(|c| {
+                    let shared: f64 = (0..4).map(|k| mixing[c * 4 + k] * z[k]).sum();
+                    shared + 0.1 * rng.gen_range(-1.0..1.0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+impl Fixture {
+    fn new(rng: &mut impl Rng, group: usize, basis: Basis) -> Fixture {
+        let mut lengths = vec![
+            rng.gen_range(40..100),
+            loop {
+                let n = rng.gen_range(3_000..9_000);
+                if n % BLOCK != 0 {
+                    break n;
+                }
+            },
+            rng.gen_range(20_000..50_000),
+        ];
+        lengths.shuffle(rng);
+        let layout = StoreLayout::new(D, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
+        let rotated = basis == Basis::Klt;
+        let mut klts = Vec::new();
+        let mut double_sparsity = Vec::new();
+        for _ in 0..KV_HEADS {
+            let cal_keys = calibration_rows(rng, 2 * D);
+            let cal_queries = calibration_rows(rng, 8 * group);
+            if rotated {
+                klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
+            }
+            double_sparsity.push(
+                DoubleSparsityCalibration::fit(&cal_queries, &cal_keys, 32)
+                    .expect("calibration rows are valid"),
+            );
+        }
+        let rot_f32: Vec<Vec<f32>> = klts
+            .iter()
+            .map(|k| k.basis_row_major().iter().map(|&x| x as f32).collect())
+            .collect();
+        let mut keys = Vec::new();
+        let mut vals = Vec::new();
+        let mut stores = Vec::new();
+        for &n in &lengths {
+            let (mut ks, mut vs, mut ss) = (Vec::new(), Vec::new(), Vec::new());
+            for h in 0..KV_HEADS {
+                let k = inputs::keys(rng, n, D);
+                let stored = match rot_f32.get(h) {
+                    Some(rot) => rotate_keys(rot, D, &k),
+                    None => k.clone(),
+                };
+                let id = HeadId {
+                    layer: LAYER,
+                    kv_head: h,
+                };
+                ss.push(HeadStore::from_keys(layout, id, &stored).expect("random keys encode"));
+                ks.push(k);
+                vs.push(values(rng, n));
+            }
+            keys.push(ks);
+            vals.push(vs);
+            stores.push(ss);
+        }
+        let queries = inputs::vectors(rng, BATCH * KV_HEADS * group, D);
+
+        // Calibration of every layer; layer LAYER holds the fitted data, the other layer
+        // garbage that would show if the wrong layer were read.
+        let per_layer = KV_HEADS * D;
+        let mut masks = vec![0u8; LAYERS * per_layer];
+        let mut rotation = vec![0f32; LAYERS * KV_HEADS * D * D];
+        let cal_sigma2: Vec<f32> = (0..LAYERS * per_layer)
+            .map(|_| rng.gen_range(0.01f32..4.0))
+            .collect();
+        for l in 0..LAYERS {
+            for h in 0..KV_HEADS {
+                let mask = if l == LAYER {
+                    double_sparsity[h].mask()
+                } else {
+                    let mut m = vec![0u8; D];
+                    m[D - 32..].iter_mut().for_each(|x| *x = 1);
+                    m
+                };
+                masks[(l * KV_HEADS + h) * D..][..D].copy_from_slice(&mask);
+                if rotated && l == LAYER {
+                    rotation[(l * KV_HEADS + h) * D * D..][..D * D].copy_from_slice(&rot_f32[h]);
+                }
+            }
+        }
+        let calibrated_sigma2 = rotated;
+        let sigma2: Vec<f32> = if calibrated_sigma2 {
+            (0..BATCH)
+                .flat_map(|_| cal_sigma2[LAYER * per_layer..][..per_layer].to_vec())
+                .collect()
+        } else {
+            // The uncalibrated stand-in of every (sequence, head).
+            stores
+                .iter()
+                .flatten()
+                .flat_map(|s| s.mean_square_scale().into_iter().map(|x| x as f32))
+                .collect()
+        };
+        let mut calibration = Calibration::new(LAYERS, KV_HEADS, D)
+            .with_double_sparsity(32, masks)
+            .expect("fitted masks select 32 channels");
+        if calibrated_sigma2 {
+            calibration = calibration
+                .with_sigma2(cal_sigma2)
+                .expect("random variances are valid");
+        }
+        if rotated {
+            calibration = calibration
+                .with_rotation(rotation)
+                .expect("fitted bases are finite");
+        }
+        Fixture {
+            group,
+            basis,
+            lengths,
+            keys,
+            values: vals,
+            queries,
+            stores,
+            klts,
+            double_sparsity,
+            sigma2,
+            calibrated_sigma2,
+            calibration,
+        }
+    }
+
+    fn model(&self) -> ModelShape {
+        ModelShape {
+            name: format!("test-g{}", self.group),
+            layers: LAYERS,
+            query_heads: KV_HEADS * self.group,
+            kv_heads: KV_HEADS,
+            head_dim: D,
+            qk_norm: self.basis == Basis::Raw,
+            basis: self.basis,
+        }
+    }
+
+    fn query(&self, b: usize, h: usize, g: usize) -> Vec<f64> {
+        let qh = (b * KV_HEADS + h) * self.group + g;
+        self.queries[qh * D..(qh + 1) * D]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect()
+    }
+
+    /// The reference step of every (sequence, head), `[b*H + h]`.
+    fn reference(&self, method: Method) -> Vec<GroupStep> {
+        let mut out = Vec::new();
+        for b in 0..BATCH {
+            for h in 0..KV_HEADS {
+                let queries: Vec<Vec<f64>> = (0..self.group).map(|g| self.query(b, h, g)).collect();
+                let sigma2: Vec<f64> = self.sigma2[(b * KV_HEADS + h) * D..][..D]
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect();
+                let input = GroupInput {
+                    store: &self.stores[b][h],
+                    keys: &self.keys[b][h],
+                    values: &self.values[b][h],
+                    queries: &queries,
+                    klt: self.klts.get(h),
+                    sigma2: Some(&sigma2),
+                    double_sparsity: Some(&self.double_sparsity[h]),
+                };
+                let config = StepConfig {
+                    method,
+                    k: K,
+                    scale: 1.0 / (D as f64).sqrt(),
+                };
+                out.push(
+                    step_group(&input, &config)
+                        .unwrap_or_else(|e| panic!("reference {method} ({b}, {h}): {e}")),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// The fixture's store and rows on the device, in one placement.
+struct DeviceBatch {
+    placement: Placement,
+    store: DeviceStore,
+    n_total: DeviceBuffer<i32>,
+    k_rows: HeadTable<u16>,
+    v_rows: HeadTable<u16>,
+    landmarks: HeadTable<u16>,
+    max_tokens: usize,
+    queries: DeviceBuffer<f32>,
+    sigma2: DeviceBuffer<f32>,
+}
+
+/// The landmark means of `keys` as the build kernel writes them.
+fn landmark_means(keys: &[bf16]) -> Vec<u16> {
+    let groups = keys.len() / D / 8;
+    let mut out = Vec::with_capacity(groups * D);
+    for j in 0..groups {
+        for c in 0..D {
+            let sum = (0..8).fold(0f32, |acc, r| acc + keys[(8 * j + r) * D + c].to_f32());
+            out.push(f16::from_f32(sum * 0.125).to_bits());
+        }
+    }
+    out
+}
+
+impl DeviceBatch {
+    fn new(gpu: &Gpu, f: &Fixture, placement: Placement) -> DeviceBatch {
+        let max_seg = f
+            .stores
+            .iter()
+            .flatten()
+            .map(|s| s.segments().len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let bits = |rows: &Vec<Vec<Vec<bf16>>>| -> Vec<Vec<u16>> {
+            rows.iter()
+                .flatten()
+                .map(|r| r.iter().map(|x| x.to_bits()).collect())
+                .collect()
+        };
+        let means: Vec<Vec<u16>> = f.keys.iter().flatten().map(|k| landmark_means(k)).collect();
+        let totals: Vec<i32> = f.lengths.iter().map(|&n| n as i32).collect();
+        DeviceBatch {
+            placement,
+            store: DeviceStore::new(gpu, placement, &f.stores, max_seg).expect("store uploads"),
+            n_total: gpu.upload(&totals).expect("n_total uploads"),
+            k_rows: HeadTable::upload(gpu, placement, &bits(&f.keys)).expect("keys upload"),
+            v_rows: HeadTable::upload(gpu, placement, &bits(&f.values)).expect("values upload"),
+            landmarks: HeadTable::upload(gpu, placement, &means).expect("means upload"),
+            max_tokens: *f.lengths.iter().max().expect("a batch"),
+            queries: gpu.upload(&f.queries).expect("queries upload"),
+            sigma2: gpu.upload(&f.sigma2).expect("σ² uploads"),
+        }
+    }
+
+    fn view(&self) -> LayerView<'_> {
+        LayerView {
+            layer: LAYER,
+            batch: BATCH,
+            kv_heads: KV_HEADS,
+            head_dim: D,
+            placement: self.placement,
+            max_seg: self.store.max_seg,
+            seg_words: &self.store.seg_words,
+            seg_scales: &self.store.seg_scales,
+            n_stored: &self.store.n_stored,
+            n_total: &self.n_total,
+            k_rows: &self.k_rows.table,
+            v_rows: &self.v_rows.table,
+            max_tokens: self.max_tokens,
+            landmarks: Some(&self.landmarks.table),
+        }
+    }
+}
+
+/// The fp32 rounding a score of token `t` may carry, for the selection's tie tolerance.
+fn tolerance(f: &Fixture, method: Method, b: usize, h: usize, q: &[f64], t: usize) -> f64 {
+    let u = f64::from(f32::EPSILON) / 2.0;
+    let mut rho = 2.0 * (D as f64 + 2.0) * u;
+    if f.basis == Basis::Klt {
+        rho += 2.0 * (D as f64).powf(1.5) * u;
+    }
+    let norm = |x: &mut dyn Iterator<Item = f64>| x.map(|v| v * v).sum::<f64>().sqrt();
+    let qn = norm(&mut q.iter().copied());
+    let keys = &f.keys[b][h];
+    let key = norm(&mut keys[t * D..(t + 1) * D].iter().map(|x| x.to_f64()));
+    let store = &f.stores[b][h];
+    let x = match method {
+        Method::Landmark if t < store.stored_tokens() => {
+            let j = t / 8;
+            norm(&mut (0..D).map(|c| {
+                (0..8)
+                    .map(|r| keys[(8 * j + r) * D + c].to_f64())
+                    .sum::<f64>()
+                    / 8.0
+            }))
+        }
+        Method::Oracle | Method::Landmark => key,
+        // A prefix of t planes errs by at most 2^(3-t)·Δ <= 4Δ per channel.
+        _ if t < store.stored_tokens() => {
+            key + 4.0 * norm(&mut (0..D).map(|c| store.scale(t, c).to_f64()))
+        }
+        _ => key,
+    };
+    rho * qn * x + 1e-30
+}
+
+/// Compares one step's results with the reference of every (sequence, head).
+fn check_step(
+    f: &Fixture,
+    method: Method,
+    got: &HostStepOutput,
+    want: &[GroupStep],
+    m: &mut Mismatches,
+) {
+    for b in 0..BATCH {
+        let n = f.lengths[b];
+        for h in 0..KV_HEADS {
+            let reference = &want[b * KV_HEADS + h];
+            let mut sets = Vec::new();
+            for g in 0..f.group {
+                let q = f.query(b, h, g);
+                let set: Vec<usize> = got.selected(b, h, g).iter().map(|&t| t as usize).collect();
+                let ref_set = &reference.selection.heads[g];
+                let at = format!("{method} ({b}, {h}, {g}) n = {n}");
+                m.check(set.len() == ref_set.len(), || {
+                    format!(
+                        "{at}: {} rows selected, reference {}",
+                        set.len(),
+                        ref_set.len()
+                    )
+                });
+                m.check(
+                    set.windows(2).all(|w| w[0] < w[1]) && set.iter().all(|&t| t < n),
+                    || format!("{at}: selection not ascending within the sequence: {set:?}"),
+                );
+                if method == Method::Dense || n <= SINK + LOCAL + K {
+                    m.check(set == *ref_set, || {
+                        format!("{at}: not every token is selected")
+                    });
+                } else if set != *ref_set && n > SINK + LOCAL + K {
+                    // Differences must be ties within rounding around the k-th score.
+                    let scores = &reference.scores[g];
+                    let mut middle: Vec<usize> = (SINK..n - LOCAL).collect();
+                    middle.sort_by(|&a, &c| scores[c].total_cmp(&scores[a]).then(a.cmp(&c)));
+                    let kth = middle[K - 1];
+                    let tol_k = tolerance(f, method, b, h, &q, kth);
+                    let differing = set
+                        .iter()
+                        .filter(|t| ref_set.binary_search(t).is_err())
+                        .chain(ref_set.iter().filter(|t| set.binary_search(t).is_err()));
+                    for &t in differing {
+                        let gap = (scores[t] - scores[kth]).abs();
+                        let tol = tolerance(f, method, b, h, &q, t) + tol_k;
+                        m.check(gap <= tol, || {
+                            format!(
+                                "{at}: token {t} (reference score {}) differs; the k-th score is \
+                                 {} (token {kth}), gap {gap:e} > tolerance {tol:e}",
+                                scores[t], scores[kth]
+                            )
+                        });
+                    }
+                }
+                // Attention over the selection the GPU made.
+                let want_out = if set == *ref_set {
+                    reference.outputs[g].clone()
+                } else {
+                    attend(
+                        &q,
+                        &f.keys[b][h],
+                        &f.values[b][h],
+                        D,
+                        &set,
+                        1.0 / (D as f64).sqrt(),
+                    )
+                };
+                let err = relative_error(got.output(b, h, g), &want_out);
+                m.check(err <= MAX_RELATIVE_ERROR, || {
+                    format!("{at}: attention relative error {err:e}")
+                });
+                let positions = got.positions(b, h, g);
+                let union = got.union(b, h);
+                for (j, &p) in positions.iter().enumerate() {
+                    let back = usize::try_from(p).ok().and_then(|p| union.get(p)).copied();
+                    m.check(back == Some(set[j] as i32), || {
+                        format!(
+                            "{at}: uni[sel_pos[{j}] = {p}] = {back:?}, sel[{j}] = {}",
+                            set[j]
+                        )
+                    });
+                }
+                sets.push(set);
+            }
+            let mut union: Vec<i32> = sets.iter().flatten().map(|&t| t as i32).collect();
+            union.sort_unstable();
+            union.dedup();
+            m.check(got.union(b, h) == union.as_slice(), || {
+                format!("{method} ({b}, {h}): uni is not the union of the selections")
+            });
+        }
+    }
+}
+
+/// Poisons the step's outputs, so that a replay that writes nothing cannot match. `dense`'s
+/// row tables are constants the step reads (written when the workspace grows), not outputs:
+/// only its counts and attention outputs are poisoned.
+fn poison(gpu: &Gpu, out: &StepOutput<'_>, dense: bool) {
+    let mut buffers = vec![out.sel_count(), out.uni_count()];
+    if !dense {
+        buffers.extend([out.sel(), out.sel_pos(), out.uni()]);
+    }
+    for buffer in buffers {
+        gpu.fill(buffer, 0xff).expect("poison");
+    }
+    gpu.fill(out.out(), 0xff).expect("poison");
+}
+
+fn bits(out: &HostStepOutput) -> Vec<u32> {
+    out.out.iter().map(|x| x.to_bits()).collect()
+}
+
+fn methods(basis: Basis) -> Vec<Method> {
+    let mut methods = vec![
+        Method::Fathom { bits: 48.0 },
+        Method::Fathom { bits: 92.0 },
+        Method::Sparq { r: 16 },
+        Method::DoubleSparsity { r: 32 },
+        Method::Thumbnail,
+        Method::Uniform { t: 3 },
+        Method::Landmark,
+        Method::Oracle,
+        Method::Dense,
+    ];
+    if basis == Basis::Klt {
+        methods.push(Method::Loki { r: 32 });
+    }
+    methods
+}
+
+fn is_plane_method(method: Method) -> bool {
+    !matches!(method, Method::Landmark | Method::Oracle | Method::Dense)
+}
+
+fn run_case(test: &str, group: usize, basis: Basis) {
+    let gpu = Arc::new(gpu());
+    let (mut rng, seed) = inputs::rng_and_seed(test);
+    let f = Fixture::new(&mut rng, group, basis);
+    eprintln!("{test}: lengths {:?}", f.lengths);
+    let config = DecoderConfig {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        k_max: K_MAX,
+        ..DecoderConfig::default()
+    };
+    let mut decoder = Decoder::new(gpu.clone(), f.model(), config)
+        .expect("a valid decoder")
+        .with_calibration(f.calibration.clone())
+        .expect("calibration of the model");
+    let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
+        .into_iter()
+        .map(|p| DeviceBatch::new(&gpu, &f, p))
+        .collect();
+    let mut m = Mismatches::new(test, seed);
+    for method in methods(basis) {
+        let want = f.reference(method);
+        for batch in &batches {
+            let transfers: Vec<Option<Transfer>> =
+                if batch.placement == Placement::Host && is_plane_method(method) {
+                    vec![
+                        Some(Transfer::Fused),
+                        Some(Transfer::CopyKernel),
+                        Some(Transfer::Memcpy),
+                    ]
+                } else {
+                    vec![None]
+                };
+            for transfer in transfers {
+                let what = format!(
+                    "{method} {} {}",
+                    batch.placement.as_str(),
+                    transfer.map_or("-", Transfer::as_str)
+                );
+                let view = batch.view();
+                let request = StepRequest {
+                    method,
+                    transfer,
+                    k: K,
+                    scale: None,
+                    sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
+                };
+                let eager = {
+                    let out = decoder
+                        .step(&view, &batch.queries, request)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    out.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+                    out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
+                };
+                let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
+                check_step(&f, method, &eager, &want, &mut cm);
+                cm.finish();
+
+                if transfer == Some(Transfer::Memcpy) {
+                    assert!(
+                        matches!(
+                            decoder.capture(&view, &batch.queries, request),
+                            Err(StepError::NotCapturable)
+                        ),
+                        "{what}: the memcpy transfer must refuse capture"
+                    );
+                    continue;
+                }
+                let graph = decoder
+                    .capture(&view, &batch.queries, request)
+                    .unwrap_or_else(|e| panic!("{what}: capture: {e}"));
+                graph.serves(&view).expect("the captured view");
+                poison(&gpu, &graph.output(&gpu), method == Method::Dense);
+                graph.replay(&gpu).expect("replay");
+                let replayed = graph.output(&gpu).download().expect("download replay");
+                m.check(
+                    replayed.sel == eager.sel
+                        && replayed.sel_pos == eager.sel_pos
+                        && replayed.sel_count == eager.sel_count
+                        && replayed.uni == eager.uni
+                        && replayed.uni_count == eager.uni_count
+                        && bits(&replayed) == bits(&eager),
+                    || format!("{what}: the replayed graph differs from the eager step"),
+                );
+            }
+        }
+    }
+    m.finish();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_raw_store_g4() {
+    run_case("gpu_step_raw_store_g4", 4, Basis::Raw);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_rotated_store_g7() {
+    run_case("gpu_step_rotated_store_g7", 7, Basis::Klt);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_refuses_bad_input() {
+    let test = "gpu_step_refuses_bad_input";
+    let gpu = Arc::new(gpu());
+    let (mut rng, _) = inputs::rng_and_seed(test);
+    let f = Fixture::new(&mut rng, 4, Basis::Raw);
+    let batch = DeviceBatch::new(&gpu, &f, Placement::Hbm);
+    let config = DecoderConfig {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        k_max: K_MAX,
+        ..DecoderConfig::default()
+    };
+    // No calibration: double_sparsity cannot run, nor fathom without σ².
+    let mut decoder = Decoder::new(gpu.clone(), f.model(), config).expect("a valid decoder");
+    let view = batch.view();
+    let request = |method| StepRequest::new(method, K);
+    let err = |r: Result<StepOutput<'_>, StepError>| r.err().expect("an error");
+    assert!(matches!(
+        err(decoder.step(
+            &view,
+            &batch.queries,
+            request(Method::DoubleSparsity { r: 32 })
+        )),
+        StepError::MissingCalibration { .. }
+    ));
+    assert!(matches!(
+        err(decoder.step(
+            &view,
+            &batch.queries,
+            request(Method::Fathom { bits: 48.0 })
+        )),
+        StepError::MissingCalibration { .. }
+    ));
+    assert!(matches!(
+        err(decoder.step(&view, &batch.queries, request(Method::Fathom { bits: 1.0 }))),
+        StepError::Budget { .. }
+    ));
+    assert!(matches!(
+        err(decoder.step(&view, &batch.queries, request(Method::Sparq { r: 129 }))),
+        StepError::ChannelCount { .. }
+    ));
+    assert!(matches!(
+        err(decoder.step(&view, &batch.queries, request(Method::Loki { r: 32 }))),
+        StepError::NeedsRotatedStore
+    ));
+    assert!(matches!(
+        err(decoder.step(
+            &view,
+            &batch.queries,
+            StepRequest::new(Method::Oracle, K_MAX + 1)
+        )),
+        StepError::K { .. }
+    ));
+    let short = gpu.upload(&f.queries[1..]).expect("upload");
+    assert!(matches!(
+        err(decoder.step(&view, &short, request(Method::Oracle))),
+        StepError::QueryShape { .. }
+    ));
+    let mut nan = f.queries.clone();
+    nan[D + 3] = f32::NAN;
+    assert!(matches!(
+        err(decoder.step_host(&view, &nan, request(Method::Oracle))),
+        StepError::NonFiniteQuery {
+            sequence: 0,
+            query_head: 1,
+            channel: 3,
+            ..
+        }
+    ));
+    let wrong_layer = LayerView {
+        layer: LAYERS,
+        ..batch.view()
+    };
+    assert!(matches!(
+        err(decoder.step(&wrong_layer, &batch.queries, request(Method::Oracle))),
+        StepError::Layer { .. }
+    ));
+    let no_landmarks = LayerView {
+        landmarks: None,
+        ..batch.view()
+    };
+    assert!(matches!(
+        err(decoder.step(&no_landmarks, &batch.queries, request(Method::Landmark))),
+        StepError::MissingLandmarks
+    ));
+    // Host queries that are fine run, and equal the device-query step bit for bit.
+    let from_host = decoder
+        .step_host(&view, &f.queries, request(Method::Oracle))
+        .expect("valid host queries")
+        .download()
+        .expect("download");
+    let from_device = decoder
+        .step(&view, &batch.queries, request(Method::Oracle))
+        .expect("valid device queries")
+        .download()
+        .expect("download");
+    assert_eq!(from_host.sel, from_device.sel);
+    assert_eq!(bits(&from_host), bits(&from_device));
+}
