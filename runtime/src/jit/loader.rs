@@ -103,6 +103,13 @@ impl Jit {
         })
     }
 
+    /// A JIT for `gpu` through the cache in [`JitCache::default_dir`] (`$FATHOM_KERNEL_CACHE`,
+    /// else `kernels/` in fathom's cache directory): what [`crate::store::KeyStore::new`] and
+    /// [`crate::step::Decoder::new`] use.
+    pub fn with_default_cache(gpu: Arc<Gpu>) -> Result<Jit, JitError> {
+        Jit::new(gpu, JitCache::new(JitCache::default_dir()))
+    }
+
     /// The GPU.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu

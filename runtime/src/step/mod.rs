@@ -39,7 +39,6 @@ mod execute;
 pub mod launches;
 mod output;
 pub mod request;
-pub mod source;
 pub mod tuning;
 pub mod validate;
 mod workspace;
@@ -61,10 +60,10 @@ pub use error::StepError;
 pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
-pub use source::{KernelSource, NvrtcKernels};
 pub use tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph};
+use crate::jit::{Jit, KernelSource};
 use crate::view::LayerView;
 use execute::Inputs;
 use output::OutputBuffers;
@@ -141,7 +140,7 @@ pub struct Decoder {
     gpu: Arc<Gpu>,
     model: ModelShape,
     config: DecoderConfig,
-    kernels: Box<dyn KernelSource>,
+    kernels: Arc<dyn KernelSource>,
     tuning: Option<Box<dyn Tuning>>,
     calibration: Option<Calibration>,
     device_calibration: DeviceCalibration,
@@ -160,23 +159,43 @@ struct Prepared {
 }
 
 impl Decoder {
-    /// A decoder of `model` on `gpu`, compiling kernels with NVRTC ([`NvrtcKernels`]).
+    /// A decoder of `model` on `gpu`, loading kernels through a [`Jit`] on the default disk
+    /// cache ([`Jit::with_default_cache`]). Fails with [`StepError::Jit`] when NVRTC cannot be
+    /// found (the error lists where it looked and how to fix it).
     pub fn new(gpu: Arc<Gpu>, model: ModelShape, config: DecoderConfig) -> Result<Self, StepError> {
-        model
-            .validate()
-            .map_err(|e| StepError::Model(e.to_string()))?;
-        config.validate()?;
+        // A bad model or configuration is reported before NVRTC is looked for.
+        Self::check(&model, &config)?;
+        let kernels = Arc::new(Jit::with_default_cache(gpu.clone())?);
+        Self::with_kernels(gpu, model, config, kernels)
+    }
+
+    /// A decoder loading its kernels from `kernels` (e.g. a [`Jit`] shared with the key store,
+    /// or a test's own source), which must load them on `gpu`.
+    pub fn with_kernels(
+        gpu: Arc<Gpu>,
+        model: ModelShape,
+        config: DecoderConfig,
+        kernels: Arc<dyn KernelSource>,
+    ) -> Result<Self, StepError> {
+        Self::check(&model, &config)?;
         Ok(Decoder {
             gpu,
             model,
             config,
-            kernels: Box::new(NvrtcKernels::new()),
+            kernels,
             tuning: None,
             calibration: None,
             device_calibration: DeviceCalibration::default(),
             workspace: Workspace::default(),
             host_queries: None,
         })
+    }
+
+    fn check(model: &ModelShape, config: &DecoderConfig) -> Result<(), StepError> {
+        model
+            .validate()
+            .map_err(|e| StepError::Model(e.to_string()))?;
+        config.validate()
     }
 
     /// Uses `calibration` (it must be of this model's layers, KV heads and head dimension).
@@ -197,12 +216,6 @@ impl Decoder {
     /// Takes tiles and the transfer from `tuning` where it has them.
     pub fn with_tuning(mut self, tuning: Box<dyn Tuning>) -> Self {
         self.tuning = Some(tuning);
-        self
-    }
-
-    /// Loads kernels from `source` (e.g. the JIT cache) instead of compiling them here.
-    pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
-        self.kernels = source;
         self
     }
 
@@ -361,7 +374,7 @@ impl Decoder {
                 }
             }
         }
-        let functions = execute::resolve(self.kernels.as_ref(), &self.gpu, &plan)?;
+        let functions = execute::resolve(self.kernels.as_ref(), &plan)?;
         Ok(Prepared {
             plan,
             functions,

@@ -30,7 +30,6 @@
 
 pub mod device;
 mod error;
-pub mod kernels;
 pub mod ledger;
 pub mod pool;
 pub mod tables;
@@ -42,10 +41,10 @@ use codegen::spec::{EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Pl
 use cudarc::driver::CudaFunction;
 
 pub use error::StoreError;
-pub use kernels::{KernelSource, NvrtcKernels};
 pub use ledger::SequenceId;
 
 use crate::gpu::{Arg, DeviceBuffer, Gpu};
+use crate::jit::{Jit, KernelSource};
 use crate::reference::store::{BlockSize, StoreLayout};
 use crate::view::LayerView;
 use device::{Memory, Uploader};
@@ -254,13 +253,18 @@ pub struct KeyStore {
 }
 
 impl KeyStore {
-    /// A store compiling its kernels with NVRTC ([`NvrtcKernels`]).
+    /// A store loading its kernels through a [`Jit`] on the default disk cache
+    /// ([`Jit::with_default_cache`]). Fails with [`StoreError::Jit`] when NVRTC cannot be found
+    /// (the error lists where it looked and how to fix it).
     pub fn new(gpu: Arc<Gpu>, config: StoreConfig) -> Result<KeyStore, StoreError> {
-        let kernels = NvrtcKernels::new(gpu.clone());
+        // A bad configuration is reported before NVRTC is looked for.
+        config.validate()?;
+        let kernels = Jit::with_default_cache(gpu.clone())?;
         Self::with_kernels(gpu, config, &kernels)
     }
 
-    /// A store loading its kernels from `kernels`.
+    /// A store loading its kernels from `kernels` (e.g. a [`Jit`] shared with the decoder),
+    /// which must load them on `gpu`. The store keeps the functions, not the source.
     pub fn with_kernels(
         gpu: Arc<Gpu>,
         config: StoreConfig,
