@@ -484,8 +484,10 @@ impl Decoder {
     /// Captures one step into a CUDA graph: everything that allocates, uploads or compiles
     /// happens first, then the step's launches are recorded (not run). The graph reads the
     /// view's, the queries' and `σ²`'s buffers at their current addresses whenever it is
-    /// replayed: keep them alive and update them in place. It serves contexts up to its token
-    /// capacity ([`StepGraph::serves`]). The memcpy transfer cannot be captured.
+    /// replayed: keep them alive and update them in place. It serves later views of the same
+    /// tables (a store's `layer_view` of the same layer and batch, after appends) up to its
+    /// token capacity and `max_seg` ([`StepGraph::serves`]). The memcpy transfer cannot be
+    /// captured.
     pub fn capture(
         &mut self,
         view: &LayerView<'_>,
@@ -520,6 +522,7 @@ impl Decoder {
             layout,
             token_capacity: prepared.plan.token_capacity,
             view: ViewShape::of(view),
+            tables: table_addrs(view),
         })
     }
 }
@@ -550,6 +553,21 @@ pub struct StepGraph {
     layout: OutputLayout,
     token_capacity: usize,
     view: ViewShape,
+    /// Addresses of the view's tables: the replay reads these buffers.
+    tables: [u64; 7],
+}
+
+/// The addresses of `view`'s tables, which a captured step reads on every replay.
+fn table_addrs(view: &LayerView<'_>) -> [u64; 7] {
+    [
+        view.seg_words.addr(),
+        view.seg_scales.addr(),
+        view.n_stored.addr(),
+        view.n_total.addr(),
+        view.k_rows.addr(),
+        view.v_rows.addr(),
+        view.landmarks.map_or(0, DeviceBuffer::addr),
+    ]
 }
 
 impl StepGraph {
@@ -566,8 +584,11 @@ impl StepGraph {
         self.token_capacity
     }
 
-    /// Whether a replay serves `view` now: the same layer, batch and tables, and no sequence
-    /// longer than the capacity.
+    /// Whether a replay serves `view` now: the same layer, batch and table buffers (for a
+    /// [`crate::store::KeyStore`]: a `layer_view` of the same layer of the same store, which
+    /// rewrites that layer's tables in place), the same `max_seg`, and no sequence longer than
+    /// the capacity. After appends the replay reads the new lengths and rows; once a sequence
+    /// gains a segment past the captured `max_seg` or outgrows the capacity, capture again.
     pub fn serves(&self, view: &LayerView<'_>) -> Result<(), StepError> {
         let now = ViewShape::of(view);
         if now.max_tokens > self.token_capacity {
@@ -579,13 +600,14 @@ impl StepGraph {
         let same = ViewShape {
             max_tokens: self.view.max_tokens,
             ..now
-        } == self.view;
+        } == self.view
+            && table_addrs(view) == self.tables;
         if !same {
             return Err(StepError::ViewShape {
                 field: "layer, batch or tables",
                 got: now.batch,
                 want: format!(
-                    "the captured view's (layer {}, batch {}, max_seg {})",
+                    "the captured view's (layer {}, batch {}, max_seg {}, the same table buffers)",
                     self.view.layer, self.view.batch, self.view.max_seg
                 ),
             });
