@@ -13,9 +13,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let gpu = Arc::new(Gpu::open(0)?);
     let mut model = preset("qwen3-8b")?; // 8 KV heads, G = 4, D = 128
     model.layers = 1;
-    let mut settings = SyntheticSettings::default(); // the same heads, G and D
-    settings.n = 32_768;
-    let kv = generate(&settings)?;
+    // Keys, values and queries with the structure of real ones; the defaults have the same
+    // KV heads, G and D.
+    let n = 32_768;
+    let kv = generate(&SyntheticSettings {
+        n,
+        ..Default::default()
+    })?;
     let bits = |x: &[half::bf16]| x.iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
     let keys: Vec<u16> = kv.heads.iter().flat_map(|h| bits(&h.keys)).collect(); // [H][n][D]
     let values: Vec<u16> = kv.heads.iter().flat_map(|h| bits(&h.values)).collect();
@@ -43,7 +47,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dense = StepRequest::new(Method::Dense, 0);
     let dense = decoder.step_host(&view, &queries, dense)?.download()?;
 
-    let (picked, n) = (sparse.selected(0, 0, 0), settings.n); // sequence 0, query head 0
+    let picked = sparse.selected(0, 0, 0); // sequence 0, KV head 0, query head 0
     println!("query head 0 picked {} of {n} tokens:", picked.len());
     println!("  {:?} ...", &picked[..16]);
     println!("  needles at {:?}", kv.heads[0].needles);
