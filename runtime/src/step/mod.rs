@@ -72,6 +72,21 @@ use workspace::Workspace;
 
 /// The decoder's fixed parameters: the store layout its kernels are specialised for, the
 /// largest top-k and the default tiles.
+///
+/// ```
+/// use runtime::step::DecoderConfig;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // The block and segment size must be the key store's.
+/// let config = DecoderConfig {
+///     k_max: 1024,
+///     ..DecoderConfig::default()
+/// };
+/// config.validate()?;
+/// assert!(DecoderConfig { block: 48, ..config }.validate().is_err());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecoderConfig {
     /// `BLK`, tokens per scale block: 32, 64 or 128.
@@ -136,6 +151,34 @@ struct DeviceCalibration {
 
 /// Runs decode steps of one model on one GPU. Holds the compiled kernels, the calibration and
 /// a workspace that grows to the largest batch and context seen.
+///
+/// A step can also be captured once ([`Decoder::capture`]) and replayed
+/// ([`StepGraph::replay`]) while [`StepGraph::serves`] the current view.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use codegen::model::preset;
+/// use runtime::gpu::Gpu;
+/// use runtime::step::{Calibration, Decoder, DecoderConfig, Method, StepRequest};
+/// use runtime::store::{KeyStore, SequenceId};
+/// fn decode(
+///     gpu: Arc<Gpu>,
+///     store: &KeyStore,
+///     batch: &[SequenceId],
+///     queries: &[f32],  // [B][H][G][D] raw
+///     sigma2: Vec<f32>, // [L][H][D], fathom's channel variances (§3)
+/// ) -> Result<(), Box<dyn std::error::Error>> {
+///     let model = preset("qwen3-8b")?;
+///     let calibration = Calibration::new(model.layers, model.kv_heads, model.head_dim);
+///     let mut decoder = Decoder::new(gpu, model, DecoderConfig::default())?
+///         .with_calibration(calibration.with_sigma2(sigma2)?)?;
+///     let view = store.layer_view(batch, 3)?; // layer 3
+///     let request = StepRequest::new(Method::Fathom { bits: 48.0 }, 256);
+///     let out = decoder.step_host(&view, queries, request)?.download()?;
+///     println!("{:?}", out.selected(0, 0, 0)); // sequence 0, KV head 0, query head 0
+///     Ok(())
+/// }
+/// ```
 pub struct Decoder {
     gpu: Arc<Gpu>,
     model: ModelShape,
