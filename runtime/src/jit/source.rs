@@ -20,3 +20,38 @@ impl KernelSource for Jit {
         Ok(self.kernel(spec)?.function(entry)?.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use codegen::nvrtc::NvrtcError;
+
+    use super::JitError;
+    use crate::step::StepError;
+    use crate::store::StoreError;
+
+    fn missing() -> JitError {
+        JitError::Nvrtc(NvrtcError::NotFound {
+            searched: vec!["$FATHOM_NVRTC: not set".into()],
+        })
+    }
+
+    /// The store and the step pass a missing NVRTC on as itself: matchable, with NVRTC's own
+    /// message (where it looked and how to fix it).
+    #[test]
+    fn a_missing_nvrtc_stays_typed_through_the_store_and_the_step() {
+        let store = StoreError::from(missing());
+        assert!(matches!(
+            &store,
+            StoreError::Jit(JitError::Nvrtc(NvrtcError::NotFound { .. }))
+        ));
+        let step = StepError::from(missing());
+        assert!(matches!(
+            &step,
+            StepError::Jit(JitError::Nvrtc(NvrtcError::NotFound { .. }))
+        ));
+        for message in [store.to_string(), step.to_string()] {
+            assert!(message.contains("was not found"), "{message}");
+            assert!(message.contains("$FATHOM_NVRTC: not set"), "{message}");
+        }
+    }
+}
