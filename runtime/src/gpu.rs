@@ -72,6 +72,28 @@ impl DeviceInfo {
 }
 
 /// One CUDA device with its own stream.
+///
+/// Everything the store and the decoder queue runs on its stream, in order.
+///
+/// ```no_run
+/// use runtime::gpu::{Gpu, GpuError};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let gpu = match Gpu::open(0) {
+///     Ok(gpu) => gpu,
+///     // Typed: a machine without a driver or a GPU says so.
+///     Err(e @ (GpuError::NoDriver | GpuError::NoDevice { .. })) => {
+///         eprintln!("{e}");
+///         return Ok(());
+///     }
+///     Err(e) => return Err(e.into()),
+/// };
+/// println!("{} ({})", gpu.info().name, gpu.info().arch());
+/// let buffer = gpu.upload(&[1.0f32, 2.0, 3.0])?;
+/// assert_eq!(buffer.download()?, [1.0, 2.0, 3.0]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,

@@ -16,18 +16,9 @@
 //!   from a `Calibration`, plus `loki(32)`.
 //!
 //! In each: both placements, and for the host placement every plane method with all three
-//! transfers. Checks per (sequence, KV head, query head):
-//! - selection: the same count; a token in one selection and not the other is allowed only when
-//!   its reference score is within fp32 tolerance of the k-th reference score (a tie within
-//!   rounding): `|s_ref(t) − s_k| <= tol(t) + tol(t_k)`, `tol(t) = ρ·||q||·(||x_t|| + ||Δ_t||)`
-//!   with `x_t` the key (the landmark mean for `landmark`), `Δ_t` its block's scales (0 for a
-//!   tail token), `ρ = 2(D+2)·2⁻²⁴` (the scan's fp32 accumulation, see `gpu_scan.rs`), plus
-//!   `2·D^1.5·2⁻²⁴` with a rotated store (the query is rotated in fp32 on the GPU);
-//! - union: the sorted, deduplicated union of the GPU's own selections, and `uni[sel_pos[j]] ==
-//!   sel[j]`;
-//! - attention: relative error `<= 1e-3` against the reference output when the selections are
-//!   equal, else against the reference attention over the GPU's selection;
-//! - `dense`: every token selected, output against the reference dense attention.
+//! transfers; each step is compared with the reference as `fathom_tests::step_check` says
+//! (selections equal apart from ties within fp32 rounding, attention relative error
+//! `<= 1e-3`, `dense` selecting every token).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -38,17 +29,19 @@ use std::sync::Arc;
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::Placement;
 use fathom_tests::device_store::DeviceStore;
-use fathom_tests::select_kernels::{relative_error, HeadTable, Mismatches};
+use fathom_tests::select_kernels::{HeadTable, Mismatches};
+use fathom_tests::step_check::{
+    calibration_rows, check_step, is_plane_method, methods, poison, reference_steps,
+    replay_difference, GroupData, StepCheck,
+};
 use fathom_tests::store_kernels::rotate_keys;
 use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use runtime::gpu::{DeviceBuffer, Gpu};
-use runtime::reference::attention::attend;
 use runtime::reference::klt::Klt;
 use runtime::reference::plans::DoubleSparsityCalibration;
-use runtime::reference::step::{step_group, GroupInput, GroupStep, StepConfig};
 use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
@@ -68,8 +61,6 @@ const LAYER: usize = 1;
 const K: usize = 96;
 const K_MAX: usize = 512;
 const MAX_RELATIVE_ERROR: f64 = 1e-3;
-const SINK: usize = 4;
-const LOCAL: usize = 32;
 
 /// Keys, values, queries and the reference stores of one batch, with the calibration the
 /// methods need.
@@ -100,23 +91,6 @@ fn values(rng: &mut impl Rng, n: usize) -> Vec<bf16> {
         .collect()
 }
 
-/// Correlated calibration rows: a few shared factors plus noise, so the KLT is far from the
-/// identity.
-fn calibration_rows(rng: &mut impl Rng, rows: usize) -> Vec<Vec<f64>> {
-    let mixing: Vec<f64> = (0..D * 4).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    (0..rows)
-        .map(|_| {
-            let z: Vec<f64> = (0..4).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            (0..D)
-                .map(|c| {
-                    let shared: f64 = (0..4).map(|k| mixing[c * 4 + k] * z[k]).sum();
-                    shared + 0.1 * rng.gen_range(-1.0..1.0)
-                })
-                .collect()
-        })
-        .collect()
-}
-
 impl Fixture {
     fn new(rng: &mut impl Rng, group: usize, basis: Basis) -> Fixture {
         let mut lengths = vec![
@@ -135,8 +109,8 @@ impl Fixture {
         let mut klts = Vec::new();
         let mut double_sparsity = Vec::new();
         for _ in 0..KV_HEADS {
-            let cal_keys = calibration_rows(rng, 2 * D);
-            let cal_queries = calibration_rows(rng, 8 * group);
+            let cal_keys = calibration_rows(rng, 2 * D, D);
+            let cal_queries = calibration_rows(rng, 8 * group, D);
             if rotated {
                 klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
             }
@@ -259,37 +233,35 @@ impl Fixture {
             .collect()
     }
 
-    /// The reference step of every (sequence, head), `[b*H + h]`.
-    fn reference(&self, method: Method) -> Vec<GroupStep> {
+    /// Every (sequence, head) as the reference sees it, `[b*H + h]`.
+    fn groups(&self) -> Vec<GroupData<'_>> {
         let mut out = Vec::new();
         for b in 0..BATCH {
             for h in 0..KV_HEADS {
-                let queries: Vec<Vec<f64>> = (0..self.group).map(|g| self.query(b, h, g)).collect();
-                let sigma2: Vec<f64> = self.sigma2[(b * KV_HEADS + h) * D..][..D]
-                    .iter()
-                    .map(|&x| f64::from(x))
-                    .collect();
-                let input = GroupInput {
+                out.push(GroupData {
                     store: &self.stores[b][h],
                     keys: &self.keys[b][h],
                     values: &self.values[b][h],
-                    queries: &queries,
+                    queries: (0..self.group).map(|g| self.query(b, h, g)).collect(),
                     klt: self.klts.get(h),
-                    sigma2: Some(&sigma2),
+                    sigma2: self.sigma2[(b * KV_HEADS + h) * D..][..D]
+                        .iter()
+                        .map(|&x| f64::from(x))
+                        .collect(),
                     double_sparsity: Some(&self.double_sparsity[h]),
-                };
-                let config = StepConfig {
-                    method,
-                    k: K,
-                    scale: 1.0 / (D as f64).sqrt(),
-                };
-                out.push(
-                    step_group(&input, &config)
-                        .unwrap_or_else(|e| panic!("reference {method} ({b}, {h}): {e}")),
-                );
+                });
             }
         }
         out
+    }
+
+    fn check(&self) -> StepCheck {
+        StepCheck {
+            k: K,
+            scale: 1.0 / (D as f64).sqrt(),
+            rotated: self.basis == Basis::Klt,
+            max_relative_error: MAX_RELATIVE_ERROR,
+        }
     }
 }
 
@@ -370,204 +342,8 @@ impl DeviceBatch {
     }
 }
 
-/// The fp32 rounding a score of token `t` may carry, for the selection's tie tolerance.
-fn tolerance(f: &Fixture, method: Method, b: usize, h: usize, q: &[f64], t: usize) -> f64 {
-    let u = f64::from(f32::EPSILON) / 2.0;
-    let mut rho = 2.0 * (D as f64 + 2.0) * u;
-    if f.basis == Basis::Klt {
-        rho += 2.0 * (D as f64).powf(1.5) * u;
-    }
-    let norm = |x: &mut dyn Iterator<Item = f64>| x.map(|v| v * v).sum::<f64>().sqrt();
-    let qn = norm(&mut q.iter().copied());
-    let keys = &f.keys[b][h];
-    let key = norm(&mut keys[t * D..(t + 1) * D].iter().map(|x| x.to_f64()));
-    let store = &f.stores[b][h];
-    let x = match method {
-        Method::Landmark if t < store.stored_tokens() => {
-            let j = t / 8;
-            norm(&mut (0..D).map(|c| {
-                (0..8)
-                    .map(|r| keys[(8 * j + r) * D + c].to_f64())
-                    .sum::<f64>()
-                    / 8.0
-            }))
-        }
-        Method::Oracle | Method::Landmark => key,
-        // A prefix of t planes errs by at most 2^(3-t)·Δ <= 4Δ per channel.
-        _ if t < store.stored_tokens() => {
-            key + 4.0 * norm(&mut (0..D).map(|c| store.scale(t, c).to_f64()))
-        }
-        _ => key,
-    };
-    rho * qn * x + 1e-30
-}
-
-/// Compares one step's results with the reference of every (sequence, head).
-fn check_step(
-    f: &Fixture,
-    method: Method,
-    got: &HostStepOutput,
-    want: &[GroupStep],
-    m: &mut Mismatches,
-) {
-    for b in 0..BATCH {
-        let n = f.lengths[b];
-        for h in 0..KV_HEADS {
-            let reference = &want[b * KV_HEADS + h];
-            let mut sets = Vec::new();
-            for g in 0..f.group {
-                let q = f.query(b, h, g);
-                let set: Vec<usize> = got.selected(b, h, g).iter().map(|&t| t as usize).collect();
-                let ref_set = &reference.selection.heads[g];
-                let at = format!("{method} ({b}, {h}, {g}) n = {n}");
-                m.check(set.len() == ref_set.len(), || {
-                    format!(
-                        "{at}: {} rows selected, reference {}",
-                        set.len(),
-                        ref_set.len()
-                    )
-                });
-                m.check(
-                    set.windows(2).all(|w| w[0] < w[1]) && set.iter().all(|&t| t < n),
-                    || format!("{at}: selection not ascending within the sequence: {set:?}"),
-                );
-                if method == Method::Dense || n <= SINK + LOCAL + K {
-                    m.check(set == *ref_set, || {
-                        format!("{at}: not every token is selected")
-                    });
-                } else if set != *ref_set && n > SINK + LOCAL + K {
-                    // Differences must be ties within rounding around the k-th score.
-                    let scores = &reference.scores[g];
-                    let mut middle: Vec<usize> = (SINK..n - LOCAL).collect();
-                    middle.sort_by(|&a, &c| scores[c].total_cmp(&scores[a]).then(a.cmp(&c)));
-                    let kth = middle[K - 1];
-                    let tol_k = tolerance(f, method, b, h, &q, kth);
-                    let differing = set
-                        .iter()
-                        .filter(|t| ref_set.binary_search(t).is_err())
-                        .chain(ref_set.iter().filter(|t| set.binary_search(t).is_err()));
-                    for &t in differing {
-                        let gap = (scores[t] - scores[kth]).abs();
-                        let tol = tolerance(f, method, b, h, &q, t) + tol_k;
-                        m.check(gap <= tol, || {
-                            format!(
-                                "{at}: token {t} (reference score {}) differs; the k-th score is \
-                                 {} (token {kth}), gap {gap:e} > tolerance {tol:e}",
-                                scores[t], scores[kth]
-                            )
-                        });
-                    }
-                }
-                // Attention over the selection the GPU made.
-                let want_out = if set == *ref_set {
-                    reference.outputs[g].clone()
-                } else {
-                    attend(
-                        &q,
-                        &f.keys[b][h],
-                        &f.values[b][h],
-                        D,
-                        &set,
-                        1.0 / (D as f64).sqrt(),
-                    )
-                };
-                let err = relative_error(got.output(b, h, g), &want_out);
-                m.check(err <= MAX_RELATIVE_ERROR, || {
-                    format!("{at}: attention relative error {err:e}")
-                });
-                let positions = got.positions(b, h, g);
-                let union = got.union(b, h);
-                for (j, &p) in positions.iter().enumerate() {
-                    let back = usize::try_from(p).ok().and_then(|p| union.get(p)).copied();
-                    m.check(back == Some(set[j] as i32), || {
-                        format!(
-                            "{at}: uni[sel_pos[{j}] = {p}] = {back:?}, sel[{j}] = {}",
-                            set[j]
-                        )
-                    });
-                }
-                sets.push(set);
-            }
-            let mut union: Vec<i32> = sets.iter().flatten().map(|&t| t as i32).collect();
-            union.sort_unstable();
-            union.dedup();
-            m.check(got.union(b, h) == union.as_slice(), || {
-                format!("{method} ({b}, {h}): uni is not the union of the selections")
-            });
-        }
-    }
-}
-
-/// Poisons the step's outputs, so that a replay that writes nothing cannot match. `dense`'s
-/// row tables are constants the step reads (written when the workspace grows), not outputs:
-/// only its counts and attention outputs are poisoned.
-fn poison(gpu: &Gpu, out: &StepOutput<'_>, dense: bool) {
-    let mut buffers = vec![out.sel_count(), out.uni_count()];
-    if !dense {
-        buffers.extend([out.sel(), out.sel_pos(), out.uni()]);
-    }
-    for buffer in buffers {
-        gpu.fill(buffer, 0xff).expect("poison");
-    }
-    gpu.fill(out.out(), 0xff).expect("poison");
-}
-
-/// The first place where a replayed step differs from the eager one. Only what the step wrote
-/// is compared: rows past a head's count are not part of the output.
-fn replay_difference(eager: &HostStepOutput, replayed: &HostStepOutput) -> Option<String> {
-    let l = eager.layout;
-    for b in 0..l.batch {
-        for h in 0..l.kv_heads {
-            let (e, r) = (eager.union(b, h), replayed.union(b, h));
-            if e != r {
-                return Some(format!("union of ({b}, {h}): {e:?} then {r:?}"));
-            }
-            for g in 0..l.group {
-                let (e, r) = (eager.selected(b, h, g), replayed.selected(b, h, g));
-                if e != r {
-                    return Some(format!("selection of ({b}, {h}, {g}): {e:?} then {r:?}"));
-                }
-                let (e, r) = (eager.positions(b, h, g), replayed.positions(b, h, g));
-                if e != r {
-                    return Some(format!("positions of ({b}, {h}, {g}): {e:?} then {r:?}"));
-                }
-                let (e, r) = (eager.output(b, h, g), replayed.output(b, h, g));
-                if e.iter()
-                    .map(|x| x.to_bits())
-                    .ne(r.iter().map(|x| x.to_bits()))
-                {
-                    return Some(format!("output of ({b}, {h}, {g}): {e:?} then {r:?}"));
-                }
-            }
-        }
-    }
-    None
-}
-
 fn bits(out: &HostStepOutput) -> Vec<u32> {
     out.out.iter().map(|x| x.to_bits()).collect()
-}
-
-fn methods(basis: Basis) -> Vec<Method> {
-    let mut methods = vec![
-        Method::Fathom { bits: 48.0 },
-        Method::Fathom { bits: 92.0 },
-        Method::Sparq { r: 16 },
-        Method::DoubleSparsity { r: 32 },
-        Method::Thumbnail,
-        Method::Uniform { t: 3 },
-        Method::Landmark,
-        Method::Oracle,
-        Method::Dense,
-    ];
-    if basis == Basis::Klt {
-        methods.push(Method::Loki { r: 32 });
-    }
-    methods
-}
-
-fn is_plane_method(method: Method) -> bool {
-    !matches!(method, Method::Landmark | Method::Oracle | Method::Dense)
 }
 
 fn run_case(test: &str, group: usize, basis: Basis) {
@@ -590,8 +366,11 @@ fn run_case(test: &str, group: usize, basis: Basis) {
         .map(|p| DeviceBatch::new(&gpu, &f, p))
         .collect();
     let mut m = Mismatches::new(test, seed);
-    for method in methods(basis) {
-        let want = f.reference(method);
+    let methods = methods(basis == Basis::Klt);
+    let groups = f.groups();
+    let check = f.check();
+    let references = reference_steps(&groups, &methods, &check);
+    for (&method, want) in methods.iter().zip(&references) {
         for batch in &batches {
             let transfers: Vec<Option<Transfer>> =
                 if batch.placement == Placement::Host && is_plane_method(method) {
@@ -625,7 +404,7 @@ fn run_case(test: &str, group: usize, basis: Basis) {
                     out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
                 };
                 let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
-                check_step(&f, method, &eager, &want, &mut cm);
+                check_step(&check, method, &eager, &groups, want, &mut cm);
                 cm.finish();
 
                 if transfer == Some(Transfer::Memcpy) {

@@ -71,6 +71,31 @@ impl std::fmt::Debug for LoadedKernel {
 type Slot = Arc<Mutex<Option<Arc<LoadedKernel>>>>;
 
 /// Kernels of one GPU, compiled for its architecture by the loaded NVRTC through a [`JitCache`].
+///
+/// The runtime's [`super::KernelSource`]: [`crate::store::KeyStore::new`] and
+/// [`crate::step::Decoder::new`] each make one on the default cache; share one between them
+/// with their `with_kernels` constructors.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use codegen::{model::preset, spec::Placement};
+/// use runtime::gpu::Gpu;
+/// use runtime::jit::Jit;
+/// use runtime::step::{Decoder, DecoderConfig};
+/// use runtime::store::{KeyStore, StoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let gpu = Arc::new(Gpu::open(0)?);
+/// // Fails with JitError::Nvrtc (NvrtcError::NotFound lists where it looked) without NVRTC.
+/// let jit = Arc::new(Jit::with_default_cache(gpu.clone())?);
+/// let model = preset("qwen3-8b")?;
+/// let config = StoreConfig::new(model.clone(), Placement::Hbm, 1 << 20);
+/// let store = KeyStore::with_kernels(gpu.clone(), config, jit.as_ref())?;
+/// let decoder = Decoder::with_kernels(gpu, model, DecoderConfig::default(), jit.clone())?;
+/// println!("{:?} in {}", jit.cache().stats(), jit.cache().dir().display());
+/// # Ok(())
+/// # }
+/// ```
 pub struct Jit {
     gpu: Arc<Gpu>,
     cache: JitCache,
@@ -101,6 +126,13 @@ impl Jit {
             nvrtc_version,
             loaded: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A JIT for `gpu` through the cache in [`JitCache::default_dir`] (`$FATHOM_KERNEL_CACHE`,
+    /// else `kernels/` in fathom's cache directory): what [`crate::store::KeyStore::new`] and
+    /// [`crate::step::Decoder::new`] use.
+    pub fn with_default_cache(gpu: Arc<Gpu>) -> Result<Jit, JitError> {
+        Jit::new(gpu, JitCache::new(JitCache::default_dir()))
     }
 
     /// The GPU.

@@ -6,6 +6,9 @@
 //! processes; [`Jit`] loads the PTX into modules on one [`crate::gpu::Gpu`] and keeps them in
 //! memory, so a second request for a kernel is free. Everything but module loading works without
 //! a GPU ([`JitCache::get_or_build`]).
+//!
+//! [`KernelSource`] is how the key store and the decoder ask for kernels; [`Jit`] implements it
+//! and is what both use unless they are given another source.
 
 mod cache;
 pub mod entry;
@@ -13,6 +16,7 @@ mod error;
 mod key;
 mod loader;
 mod report;
+mod source;
 
 pub use cache::{compile, CacheStats, Fetched, JitCache, Lookup, Origin, KERNEL_CACHE_VAR};
 /// The function handle of [`LoadedKernel::functions`], to launch with [`crate::gpu::Gpu::launch`].
@@ -22,3 +26,4 @@ pub use error::JitError;
 pub use key::{cache_key, compile_options, prepare, Prepared, FORMAT_VERSION};
 pub use loader::{Jit, LoadedKernel};
 pub use report::{KernelLoad, LoadReport};
+pub use source::KernelSource;

@@ -22,6 +22,19 @@ use super::store::{BlockSize, PLANES};
 pub const LANDMARK_TOKENS: usize = 8;
 
 /// A method of §4, by its benchmark name (`fathom(48)`, `sparq(32)`, ...).
+///
+/// Re-exported as `runtime::step::Method`, the method of a [`crate::step::StepRequest`].
+///
+/// ```
+/// use runtime::step::Method;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let method: Method = "fathom(48)".parse()?;
+/// assert_eq!(method, Method::Fathom { bits: 48.0 });
+/// assert_eq!(Method::DoubleSparsity { r: 32 }.to_string(), "double_sparsity(32)");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Method {
     /// Per-query water-filling (§3) into `bits` bits per token.

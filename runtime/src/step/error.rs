@@ -5,6 +5,7 @@ use codegen::spec::SpecError;
 use thiserror::Error;
 
 use crate::gpu::GpuError;
+use crate::jit::JitError;
 
 /// A failure of the step API. Input errors say what was wrong and what is allowed.
 #[derive(Debug, Error)]
@@ -116,12 +117,10 @@ pub enum StepError {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Size(#[from] SizeError),
-    #[error("loading kernel {kernel}: {source}")]
-    Kernel {
-        kernel: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    /// A kernel could not be had: NVRTC missing ([`JitError::Nvrtc`]), a compile or load
+    /// failure, naming the kernel.
+    #[error(transparent)]
+    Jit(#[from] JitError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
 }

@@ -4,10 +4,10 @@
 use cudarc::driver::CudaFunction;
 
 use super::launches::{LaunchPlan, Role};
-use super::source::KernelSource;
 use super::workspace::{addr, Workspace};
 use super::StepError;
 use crate::gpu::{Arg, Gpu};
+use crate::jit::KernelSource;
 use crate::view::LayerView;
 use codegen::spec::select::SelectStage;
 use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
@@ -33,7 +33,6 @@ pub(crate) struct Inputs {
 /// anything is queued: loading a module is not something to do while capturing.
 pub(crate) fn resolve(
     source: &dyn KernelSource,
-    gpu: &Gpu,
     plan: &LaunchPlan,
 ) -> Result<Vec<Option<CudaFunction>>, StepError> {
     plan.operations
@@ -41,14 +40,7 @@ pub(crate) fn resolve(
         .map(|op| {
             op.kernel
                 .as_ref()
-                .map(|k| {
-                    source
-                        .function(gpu, &k.spec, &k.entry)
-                        .map_err(|source| StepError::Kernel {
-                            kernel: k.entry.clone(),
-                            source,
-                        })
-                })
+                .map(|k| source.function(&k.spec, &k.entry).map_err(StepError::from))
                 .transpose()
         })
         .collect()

@@ -39,7 +39,6 @@ mod execute;
 pub mod launches;
 mod output;
 pub mod request;
-pub mod source;
 pub mod tuning;
 pub mod validate;
 mod workspace;
@@ -61,10 +60,10 @@ pub use error::StepError;
 pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
-pub use source::{KernelSource, NvrtcKernels};
 pub use tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph};
+use crate::jit::{Jit, KernelSource};
 use crate::view::LayerView;
 use execute::Inputs;
 use output::OutputBuffers;
@@ -73,6 +72,21 @@ use workspace::Workspace;
 
 /// The decoder's fixed parameters: the store layout its kernels are specialised for, the
 /// largest top-k and the default tiles.
+///
+/// ```
+/// use runtime::step::DecoderConfig;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // The block and segment size must be the key store's.
+/// let config = DecoderConfig {
+///     k_max: 1024,
+///     ..DecoderConfig::default()
+/// };
+/// config.validate()?;
+/// assert!(DecoderConfig { block: 48, ..config }.validate().is_err());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecoderConfig {
     /// `BLK`, tokens per scale block: 32, 64 or 128.
@@ -137,11 +151,39 @@ struct DeviceCalibration {
 
 /// Runs decode steps of one model on one GPU. Holds the compiled kernels, the calibration and
 /// a workspace that grows to the largest batch and context seen.
+///
+/// A step can also be captured once ([`Decoder::capture`]) and replayed
+/// ([`StepGraph::replay`]) while [`StepGraph::serves`] the current view.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use codegen::model::preset;
+/// use runtime::gpu::Gpu;
+/// use runtime::step::{Calibration, Decoder, DecoderConfig, Method, StepRequest};
+/// use runtime::store::{KeyStore, SequenceId};
+/// fn decode(
+///     gpu: Arc<Gpu>,
+///     store: &KeyStore,
+///     batch: &[SequenceId],
+///     queries: &[f32],  // [B][H][G][D] raw
+///     sigma2: Vec<f32>, // [L][H][D], fathom's channel variances (§3)
+/// ) -> Result<(), Box<dyn std::error::Error>> {
+///     let model = preset("qwen3-8b")?;
+///     let calibration = Calibration::new(model.layers, model.kv_heads, model.head_dim);
+///     let mut decoder = Decoder::new(gpu, model, DecoderConfig::default())?
+///         .with_calibration(calibration.with_sigma2(sigma2)?)?;
+///     let view = store.layer_view(batch, 3)?; // layer 3
+///     let request = StepRequest::new(Method::Fathom { bits: 48.0 }, 256);
+///     let out = decoder.step_host(&view, queries, request)?.download()?;
+///     println!("{:?}", out.selected(0, 0, 0)); // sequence 0, KV head 0, query head 0
+///     Ok(())
+/// }
+/// ```
 pub struct Decoder {
     gpu: Arc<Gpu>,
     model: ModelShape,
     config: DecoderConfig,
-    kernels: Box<dyn KernelSource>,
+    kernels: Arc<dyn KernelSource>,
     tuning: Option<Box<dyn Tuning>>,
     calibration: Option<Calibration>,
     device_calibration: DeviceCalibration,
@@ -160,23 +202,43 @@ struct Prepared {
 }
 
 impl Decoder {
-    /// A decoder of `model` on `gpu`, compiling kernels with NVRTC ([`NvrtcKernels`]).
+    /// A decoder of `model` on `gpu`, loading kernels through a [`Jit`] on the default disk
+    /// cache ([`Jit::with_default_cache`]). Fails with [`StepError::Jit`] when NVRTC cannot be
+    /// found (the error lists where it looked and how to fix it).
     pub fn new(gpu: Arc<Gpu>, model: ModelShape, config: DecoderConfig) -> Result<Self, StepError> {
-        model
-            .validate()
-            .map_err(|e| StepError::Model(e.to_string()))?;
-        config.validate()?;
+        // A bad model or configuration is reported before NVRTC is looked for.
+        Self::check(&model, &config)?;
+        let kernels = Arc::new(Jit::with_default_cache(gpu.clone())?);
+        Self::with_kernels(gpu, model, config, kernels)
+    }
+
+    /// A decoder loading its kernels from `kernels` (e.g. a [`Jit`] shared with the key store,
+    /// or a test's own source), which must load them on `gpu`.
+    pub fn with_kernels(
+        gpu: Arc<Gpu>,
+        model: ModelShape,
+        config: DecoderConfig,
+        kernels: Arc<dyn KernelSource>,
+    ) -> Result<Self, StepError> {
+        Self::check(&model, &config)?;
         Ok(Decoder {
             gpu,
             model,
             config,
-            kernels: Box::new(NvrtcKernels::new()),
+            kernels,
             tuning: None,
             calibration: None,
             device_calibration: DeviceCalibration::default(),
             workspace: Workspace::default(),
             host_queries: None,
         })
+    }
+
+    fn check(model: &ModelShape, config: &DecoderConfig) -> Result<(), StepError> {
+        model
+            .validate()
+            .map_err(|e| StepError::Model(e.to_string()))?;
+        config.validate()
     }
 
     /// Uses `calibration` (it must be of this model's layers, KV heads and head dimension).
@@ -197,12 +259,6 @@ impl Decoder {
     /// Takes tiles and the transfer from `tuning` where it has them.
     pub fn with_tuning(mut self, tuning: Box<dyn Tuning>) -> Self {
         self.tuning = Some(tuning);
-        self
-    }
-
-    /// Loads kernels from `source` (e.g. the JIT cache) instead of compiling them here.
-    pub fn with_kernel_source(mut self, source: Box<dyn KernelSource>) -> Self {
-        self.kernels = source;
         self
     }
 
@@ -361,7 +417,7 @@ impl Decoder {
                 }
             }
         }
-        let functions = execute::resolve(self.kernels.as_ref(), &self.gpu, &plan)?;
+        let functions = execute::resolve(self.kernels.as_ref(), &plan)?;
         Ok(Prepared {
             plan,
             functions,
@@ -471,8 +527,10 @@ impl Decoder {
     /// Captures one step into a CUDA graph: everything that allocates, uploads or compiles
     /// happens first, then the step's launches are recorded (not run). The graph reads the
     /// view's, the queries' and `σ²`'s buffers at their current addresses whenever it is
-    /// replayed: keep them alive and update them in place. It serves contexts up to its token
-    /// capacity ([`StepGraph::serves`]). The memcpy transfer cannot be captured.
+    /// replayed: keep them alive and update them in place. It serves later views of the same
+    /// tables (a store's `layer_view` of the same layer and batch, after appends) up to its
+    /// token capacity and `max_seg` ([`StepGraph::serves`]). The memcpy transfer cannot be
+    /// captured.
     pub fn capture(
         &mut self,
         view: &LayerView<'_>,
@@ -507,6 +565,7 @@ impl Decoder {
             layout,
             token_capacity: prepared.plan.token_capacity,
             view: ViewShape::of(view),
+            tables: table_addrs(view),
         })
     }
 }
@@ -537,6 +596,21 @@ pub struct StepGraph {
     layout: OutputLayout,
     token_capacity: usize,
     view: ViewShape,
+    /// Addresses of the view's tables: the replay reads these buffers.
+    tables: [u64; 7],
+}
+
+/// The addresses of `view`'s tables, which a captured step reads on every replay.
+fn table_addrs(view: &LayerView<'_>) -> [u64; 7] {
+    [
+        view.seg_words.addr(),
+        view.seg_scales.addr(),
+        view.n_stored.addr(),
+        view.n_total.addr(),
+        view.k_rows.addr(),
+        view.v_rows.addr(),
+        view.landmarks.map_or(0, DeviceBuffer::addr),
+    ]
 }
 
 impl StepGraph {
@@ -553,8 +627,11 @@ impl StepGraph {
         self.token_capacity
     }
 
-    /// Whether a replay serves `view` now: the same layer, batch and tables, and no sequence
-    /// longer than the capacity.
+    /// Whether a replay serves `view` now: the same layer, batch and table buffers (for a
+    /// [`crate::store::KeyStore`]: a `layer_view` of the same layer of the same store, which
+    /// rewrites that layer's tables in place), the same `max_seg`, and no sequence longer than
+    /// the capacity. After appends the replay reads the new lengths and rows; once a sequence
+    /// gains a segment past the captured `max_seg` or outgrows the capacity, capture again.
     pub fn serves(&self, view: &LayerView<'_>) -> Result<(), StepError> {
         let now = ViewShape::of(view);
         if now.max_tokens > self.token_capacity {
@@ -566,13 +643,14 @@ impl StepGraph {
         let same = ViewShape {
             max_tokens: self.view.max_tokens,
             ..now
-        } == self.view;
+        } == self.view
+            && table_addrs(view) == self.tables;
         if !same {
             return Err(StepError::ViewShape {
                 field: "layer, batch or tables",
                 got: now.batch,
                 want: format!(
-                    "the captured view's (layer {}, batch {}, max_seg {})",
+                    "the captured view's (layer {}, batch {}, max_seg {}, the same table buffers)",
                     self.view.layer, self.view.batch, self.view.max_seg
                 ),
             });

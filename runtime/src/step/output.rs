@@ -58,6 +58,26 @@ impl OutputLayout {
 /// `sel_pos` each row's position in the union, `uni[kh*(G*k+36) + u]` ascending for
 /// `u < uni_count[kh]`, `out[qh*D + c]` fp32. Buffers may be longer than the layout (the
 /// workspace only grows).
+///
+/// ```no_run
+/// use runtime::gpu::DeviceBuffer;
+/// use runtime::step::{Decoder, Method, StepRequest};
+/// use runtime::view::LayerView;
+/// fn step(
+///     decoder: &mut Decoder,
+///     view: &LayerView<'_>,
+///     queries: &DeviceBuffer<f32>,
+/// ) -> Result<(), Box<dyn std::error::Error>> {
+///     let out = decoder.step(view, queries, StepRequest::new(Method::Oracle, 256))?;
+///     // The results stay on the device for the next kernels of the layer...
+///     let (_attention, _rows) = (out.out(), out.uni());
+///     // ...or come back to the host (both wait for the step).
+///     out.check()?;
+///     let host = out.download()?;
+///     println!("{:?}", host.output(0, 0, 0)); // D floats
+///     Ok(())
+/// }
+/// ```
 pub struct StepOutput<'a> {
     pub(crate) buffers: OutputBuffers,
     pub(crate) layout: OutputLayout,

@@ -10,6 +10,20 @@ pub use crate::reference::plans::Method;
 
 /// How the planes reach the scan when the store lives in host memory (§7). The HBM placement
 /// ignores it: its scan reads the store in place.
+///
+/// ```
+/// use runtime::step::{Method, StepRequest, Transfer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Fused is the default without a tuning record; memcpy cannot be captured in a graph.
+/// let request = StepRequest {
+///     transfer: Some(Transfer::Fused),
+///     ..StepRequest::new(Method::Fathom { bits: 48.0 }, 256)
+/// };
+/// assert_eq!(Transfer::CopyKernel.as_str(), "copy-kernel");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transfer {
     /// One asynchronous copy per active run into HBM staging, then the HBM scan. The runs are
@@ -34,6 +48,20 @@ impl Transfer {
 }
 
 /// One step's parameters.
+///
+/// ```
+/// use runtime::step::{Method, StepRequest, Transfer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let request = StepRequest {
+///     transfer: Some(Transfer::CopyKernel), // host placement only
+///     scale: Some(0.125),
+///     ..StepRequest::new(Method::Sparq { r: 32 }, 512)
+/// };
+/// assert_eq!((request.k, request.sigma2.is_none()), (512, true));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy)]
 pub struct StepRequest<'a> {
     /// The method of §4.

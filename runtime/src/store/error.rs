@@ -4,6 +4,7 @@ use thiserror::Error;
 
 use super::ledger::SequenceId;
 use crate::gpu::GpuError;
+use crate::jit::JitError;
 
 /// A failure of a [`super::KeyStore`] call. Every variant says what was wrong and what is
 /// allowed; after any of them the store is still usable.
@@ -65,8 +66,10 @@ pub enum StoreError {
         token: usize,
         channel: usize,
     },
-    #[error("building kernel {name}: {message}")]
-    Kernel { name: String, message: String },
+    /// A kernel could not be had: NVRTC missing ([`JitError::Nvrtc`]), a compile or load
+    /// failure, naming the kernel.
+    #[error(transparent)]
+    Jit(#[from] JitError),
     #[error("internal error of the key store: {0}")]
     Internal(String),
     #[error(transparent)]

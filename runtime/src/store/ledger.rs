@@ -8,6 +8,17 @@ use super::error::StoreError;
 
 /// A sequence of the store. Ids are not reused: a freed sequence's id stays invalid even after
 /// its slot serves a new sequence.
+///
+/// ```no_run
+/// use runtime::store::{KeyStore, StoreError};
+/// fn demo(store: &mut KeyStore) -> Result<(), StoreError> {
+///     let (a, b) = (store.create_sequence(), store.create_sequence());
+///     let _batch = store.layer_view(&[a, b], 0)?; // b is sequence 1 of this batch
+///     store.free_sequence(a)?;
+///     assert!(matches!(store.lengths(a, 0), Err(StoreError::FreedSequence { .. })));
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SequenceId {
     index: u32,

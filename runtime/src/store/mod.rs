@@ -30,7 +30,6 @@
 
 pub mod device;
 mod error;
-pub mod kernels;
 pub mod ledger;
 pub mod pool;
 pub mod tables;
@@ -42,10 +41,10 @@ use codegen::spec::{EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Pl
 use cudarc::driver::CudaFunction;
 
 pub use error::StoreError;
-pub use kernels::{KernelSource, NvrtcKernels};
 pub use ledger::SequenceId;
 
 use crate::gpu::{Arg, DeviceBuffer, Gpu};
+use crate::jit::{Jit, KernelSource};
 use crate::reference::store::{BlockSize, StoreLayout};
 use crate::view::LayerView;
 use device::{Memory, Uploader};
@@ -54,6 +53,20 @@ use pool::{Region, RegionPool, Slot, SlotPool};
 use tables::{HostTables, Tables};
 
 /// How a [`KeyStore`] is built.
+///
+/// ```no_run
+/// use codegen::{model::preset, spec::Placement};
+/// use runtime::store::StoreConfig;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = StoreConfig {
+///     max_batch: 32,
+///     keep_landmarks: true, // for the landmark method
+///     ..StoreConfig::new(preset("qwen3-8b")?, Placement::Host, 4 << 20)
+/// };
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     /// The model's attention shape (`L`, `H_kv`, `D`, `G`, basis).
@@ -230,6 +243,36 @@ struct Functions {
 }
 
 /// The key store. See the [module docs](self).
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use codegen::{model::preset, spec::Placement};
+/// use half::bf16;
+/// use runtime::gpu::Gpu;
+/// use runtime::store::{KeyStore, StoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let gpu = Arc::new(Gpu::open(0)?);
+/// let model = preset("qwen3-8b")?;
+/// let (heads, d) = (model.kv_heads, model.head_dim);
+/// let config = StoreConfig::new(model, Placement::Hbm, 1 << 20);
+/// let mut store = KeyStore::new(gpu.clone(), config)?;
+/// let seq = store.create_sequence();
+/// // Prefill layer 0 with 1000 tokens: bf16 bits [H][n][D] on the device.
+/// let one = bf16::from_f32(0.5).to_bits();
+/// let rows = gpu.upload(&vec![one; heads * 1000 * d])?;
+/// store.prefill(seq, 0, &rows, &rows)?;
+/// // Then one token per decode step, [B][H][D]; a filled block is encoded on the device.
+/// let token = gpu.upload(&vec![one; heads * d])?;
+/// store.append(&[seq], 0, &token, &token)?;
+/// store.check()?; // reports a bad key of an encoded block
+/// assert_eq!(store.lengths(seq, 0)?, (960, 1001)); // 15 blocks of 64 stored, 41 in the tail
+/// let _view = store.layer_view(&[seq], 0)?; // what a decode step of layer 0 reads
+/// store.free_sequence(seq)?;
+/// store.trim()?; // gives unused pool memory back
+/// # Ok(())
+/// # }
+/// ```
 pub struct KeyStore {
     gpu: Arc<Gpu>,
     config: StoreConfig,
@@ -254,13 +297,18 @@ pub struct KeyStore {
 }
 
 impl KeyStore {
-    /// A store compiling its kernels with NVRTC ([`NvrtcKernels`]).
+    /// A store loading its kernels through a [`Jit`] on the default disk cache
+    /// ([`Jit::with_default_cache`]). Fails with [`StoreError::Jit`] when NVRTC cannot be found
+    /// (the error lists where it looked and how to fix it).
     pub fn new(gpu: Arc<Gpu>, config: StoreConfig) -> Result<KeyStore, StoreError> {
-        let kernels = NvrtcKernels::new(gpu.clone());
+        // A bad configuration is reported before NVRTC is looked for.
+        config.validate()?;
+        let kernels = Jit::with_default_cache(gpu.clone())?;
         Self::with_kernels(gpu, config, &kernels)
     }
 
-    /// A store loading its kernels from `kernels`.
+    /// A store loading its kernels from `kernels` (e.g. a [`Jit`] shared with the decoder),
+    /// which must load them on `gpu`. The store keeps the functions, not the source.
     pub fn with_kernels(
         gpu: Arc<Gpu>,
         config: StoreConfig,

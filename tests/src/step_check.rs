@@ -1,0 +1,345 @@
+//! Checks of a whole decode step (`runtime::step`) against the f64 reference step of each query
+//! group (`runtime::reference::step::step_group`), shared by `gpu_step.rs` (views built by
+//! hand) and `gpu_decode.rs` (views of the key store).
+//!
+//! Per (sequence, KV head, query head):
+//! - selection: the same count; a token in one selection and not the other is allowed only when
+//!   its reference score is within fp32 tolerance of the k-th reference score (a tie within
+//!   rounding): `|s_ref(t) − s_k| <= tol(t) + tol(t_k)`, `tol(t) = ρ·||q||·(||x_t|| + 4||Δ_t||)`
+//!   with `x_t` the key (the landmark mean for `landmark`), `Δ_t` its block's scales (0 for a
+//!   tail token or an exact method), `ρ = 2(D+2)·2⁻²⁴` (the scan's fp32 accumulation, see
+//!   `gpu_scan.rs`), plus `2·D^1.5·2⁻²⁴` with a rotated store (the query is rotated in fp32 on
+//!   the GPU);
+//! - union: the sorted, deduplicated union of the GPU's own selections, and `uni[sel_pos[j]] ==
+//!   sel[j]`;
+//! - attention: relative error `<= max_relative_error` against the reference output when the
+//!   selections are equal, else against the reference attention over the GPU's selection;
+//! - `dense` (and any sequence of at most `SINK + LOCAL + k` tokens): every token selected.
+
+use half::bf16;
+use runtime::gpu::Gpu;
+use runtime::reference::attention::attend;
+use runtime::reference::klt::Klt;
+use runtime::reference::plans::DoubleSparsityCalibration;
+use runtime::reference::select::{LOCAL, SINK};
+use runtime::reference::step::{step_group, GroupInput, GroupStep, StepConfig};
+use runtime::reference::store::HeadStore;
+use runtime::step::{HostStepOutput, Method, StepOutput};
+
+use crate::select_kernels::{relative_error, Mismatches};
+
+/// One query group of a step (one KV head of one sequence) as the reference sees it.
+pub struct GroupData<'a> {
+    /// The reference store of the head, in the store basis.
+    pub store: &'a HeadStore,
+    /// Raw bf16 keys of every token, `[n][D]`.
+    pub keys: &'a [bf16],
+    /// bf16 values of every token, `[n][D]`.
+    pub values: &'a [bf16],
+    /// The `G` raw queries, as the GPU read them (fp32 values).
+    pub queries: Vec<Vec<f64>>,
+    /// The KLT basis of a rotated store.
+    pub klt: Option<&'a Klt>,
+    /// `σ²` in the store basis, as the GPU read it (fp32 values).
+    pub sigma2: Vec<f64>,
+    /// `double_sparsity`'s fixed channels.
+    pub double_sparsity: Option<&'a DoubleSparsityCalibration>,
+}
+
+/// The step's parameters and the checks' tolerance.
+#[derive(Clone, Copy, Debug)]
+pub struct StepCheck {
+    /// Top-k per query head.
+    pub k: usize,
+    /// The softmax scale.
+    pub scale: f64,
+    /// Whether the store is rotated (KLT): the GPU rotates the query in fp32.
+    pub rotated: bool,
+    /// The largest attention relative error allowed.
+    pub max_relative_error: f64,
+}
+
+/// The reference step of every group for every method, `[method][group]`, computed on all
+/// cores (long contexts make the f64 reference the slow part of a test).
+pub fn reference_steps(
+    groups: &[GroupData<'_>],
+    methods: &[Method],
+    check: &StepCheck,
+) -> Vec<Vec<GroupStep>> {
+    let tasks: Vec<(usize, usize)> = (0..methods.len())
+        .flat_map(|m| (0..groups.len()).map(move |g| (m, g)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, tasks.len().max(1));
+    let mut done: Vec<(usize, GroupStep)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(m, g)) = tasks.get(i) else { break };
+                        out.push((i, reference_step(&groups[g], methods[m], check)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    let mut steps = done.into_iter().map(|(_, step)| step);
+    methods
+        .iter()
+        .map(|_| steps.by_ref().take(groups.len()).collect())
+        .collect()
+}
+
+/// The reference step of one group.
+pub fn reference_step(group: &GroupData<'_>, method: Method, check: &StepCheck) -> GroupStep {
+    let input = GroupInput {
+        store: group.store,
+        keys: group.keys,
+        values: group.values,
+        queries: &group.queries,
+        klt: group.klt,
+        sigma2: Some(&group.sigma2),
+        double_sparsity: group.double_sparsity,
+    };
+    let config = StepConfig {
+        method,
+        k: check.k,
+        scale: check.scale,
+    };
+    step_group(&input, &config).unwrap_or_else(|e| panic!("reference {method}: {e}"))
+}
+
+/// The fp32 rounding a score of token `t` may carry, for the selection's tie tolerance.
+pub fn tolerance(
+    check: &StepCheck,
+    method: Method,
+    group: &GroupData<'_>,
+    q: &[f64],
+    t: usize,
+) -> f64 {
+    let d = q.len();
+    let u = f64::from(f32::EPSILON) / 2.0;
+    let mut rho = 2.0 * (d as f64 + 2.0) * u;
+    if check.rotated {
+        rho += 2.0 * (d as f64).powf(1.5) * u;
+    }
+    let norm = |x: &mut dyn Iterator<Item = f64>| x.map(|v| v * v).sum::<f64>().sqrt();
+    let qn = norm(&mut q.iter().copied());
+    let keys = group.keys;
+    let key = norm(&mut keys[t * d..(t + 1) * d].iter().map(|x| x.to_f64()));
+    let store = group.store;
+    let x = match method {
+        Method::Landmark if t < store.stored_tokens() => {
+            let j = t / 8;
+            norm(&mut (0..d).map(|c| {
+                (0..8)
+                    .map(|r| keys[(8 * j + r) * d + c].to_f64())
+                    .sum::<f64>()
+                    / 8.0
+            }))
+        }
+        Method::Oracle | Method::Landmark => key,
+        // A prefix of t planes errs by at most 2^(3-t)·Δ <= 4Δ per channel.
+        _ if t < store.stored_tokens() => {
+            key + 4.0 * norm(&mut (0..d).map(|c| store.scale(t, c).to_f64()))
+        }
+        _ => key,
+    };
+    rho * qn * x + 1e-30
+}
+
+/// Compares one step's results with the reference of every group, `groups[b*H + h]` and
+/// `want[b*H + h]` (see the module docs for what is compared).
+pub fn check_step(
+    check: &StepCheck,
+    method: Method,
+    got: &HostStepOutput,
+    groups: &[GroupData<'_>],
+    want: &[GroupStep],
+    m: &mut Mismatches,
+) {
+    let layout = got.layout;
+    let k = check.k;
+    for b in 0..layout.batch {
+        for h in 0..layout.kv_heads {
+            let group = &groups[b * layout.kv_heads + h];
+            let n = group.store.total_tokens();
+            let d = layout.head_dim;
+            let reference = &want[b * layout.kv_heads + h];
+            let mut sets = Vec::new();
+            for g in 0..layout.group {
+                let q = &group.queries[g];
+                let set: Vec<usize> = got.selected(b, h, g).iter().map(|&t| t as usize).collect();
+                let ref_set = &reference.selection.heads[g];
+                let at = format!("{method} ({b}, {h}, {g}) n = {n}");
+                m.check(set.len() == ref_set.len(), || {
+                    format!(
+                        "{at}: {} rows selected, reference {}",
+                        set.len(),
+                        ref_set.len()
+                    )
+                });
+                m.check(
+                    set.windows(2).all(|w| w[0] < w[1]) && set.iter().all(|&t| t < n),
+                    || format!("{at}: selection not ascending within the sequence: {set:?}"),
+                );
+                if method == Method::Dense || n <= SINK + LOCAL + k {
+                    m.check(set == *ref_set, || {
+                        format!("{at}: not every token is selected")
+                    });
+                } else if set != *ref_set {
+                    // Differences must be ties within rounding around the k-th score.
+                    let scores = &reference.scores[g];
+                    // The k-th of the middle tokens by descending score, ties to the lower
+                    // token (a total order, so it is unique); a selection, not a sort: long
+                    // contexts have hundreds of thousands of tokens.
+                    let mut middle: Vec<usize> = (SINK..n - LOCAL).collect();
+                    let (_, &mut kth, _) = middle.select_nth_unstable_by(k - 1, |&a, &c| {
+                        scores[c].total_cmp(&scores[a]).then(a.cmp(&c))
+                    });
+                    let tol_k = tolerance(check, method, group, q, kth);
+                    let differing = set
+                        .iter()
+                        .filter(|t| ref_set.binary_search(t).is_err())
+                        .chain(ref_set.iter().filter(|t| set.binary_search(t).is_err()));
+                    for &t in differing {
+                        let gap = (scores[t] - scores[kth]).abs();
+                        let tol = tolerance(check, method, group, q, t) + tol_k;
+                        m.check(gap <= tol, || {
+                            format!(
+                                "{at}: token {t} (reference score {}) differs; the k-th score is \
+                                 {} (token {kth}), gap {gap:e} > tolerance {tol:e}",
+                                scores[t], scores[kth]
+                            )
+                        });
+                    }
+                }
+                // Attention over the selection the GPU made.
+                let want_out = if set == *ref_set {
+                    reference.outputs[g].clone()
+                } else {
+                    attend(q, group.keys, group.values, d, &set, check.scale)
+                };
+                let err = relative_error(got.output(b, h, g), &want_out);
+                m.check(err <= check.max_relative_error, || {
+                    format!("{at}: attention relative error {err:e}")
+                });
+                let positions = got.positions(b, h, g);
+                let union = got.union(b, h);
+                for (j, &p) in positions.iter().enumerate() {
+                    let back = usize::try_from(p).ok().and_then(|p| union.get(p)).copied();
+                    m.check(back == Some(set[j] as i32), || {
+                        format!(
+                            "{at}: uni[sel_pos[{j}] = {p}] = {back:?}, sel[{j}] = {}",
+                            set[j]
+                        )
+                    });
+                }
+                sets.push(set);
+            }
+            let mut union: Vec<i32> = sets.iter().flatten().map(|&t| t as i32).collect();
+            union.sort_unstable();
+            union.dedup();
+            m.check(got.union(b, h) == union.as_slice(), || {
+                format!("{method} ({b}, {h}): uni is not the union of the selections")
+            });
+        }
+    }
+}
+
+/// Poisons the step's outputs, so that a replay that writes nothing cannot match. `dense`'s
+/// row tables are constants the step reads (written when the workspace grows), not outputs:
+/// only its counts and attention outputs are poisoned.
+pub fn poison(gpu: &Gpu, out: &StepOutput<'_>, dense: bool) {
+    let mut buffers = vec![out.sel_count(), out.uni_count()];
+    if !dense {
+        buffers.extend([out.sel(), out.sel_pos(), out.uni()]);
+    }
+    for buffer in buffers {
+        gpu.fill(buffer, 0xff).expect("poison");
+    }
+    gpu.fill(out.out(), 0xff).expect("poison");
+}
+
+/// The first place where a replayed step differs from the eager one. Only what the step wrote
+/// is compared: rows past a head's count are not part of the output.
+pub fn replay_difference(eager: &HostStepOutput, replayed: &HostStepOutput) -> Option<String> {
+    let l = eager.layout;
+    for b in 0..l.batch {
+        for h in 0..l.kv_heads {
+            let (e, r) = (eager.union(b, h), replayed.union(b, h));
+            if e != r {
+                return Some(format!("union of ({b}, {h}): {e:?} then {r:?}"));
+            }
+            for g in 0..l.group {
+                let (e, r) = (eager.selected(b, h, g), replayed.selected(b, h, g));
+                if e != r {
+                    return Some(format!("selection of ({b}, {h}, {g}): {e:?} then {r:?}"));
+                }
+                let (e, r) = (eager.positions(b, h, g), replayed.positions(b, h, g));
+                if e != r {
+                    return Some(format!("positions of ({b}, {h}, {g}): {e:?} then {r:?}"));
+                }
+                let (e, r) = (eager.output(b, h, g), replayed.output(b, h, g));
+                if e.iter()
+                    .map(|x| x.to_bits())
+                    .ne(r.iter().map(|x| x.to_bits()))
+                {
+                    return Some(format!("output of ({b}, {h}, {g}): {e:?} then {r:?}"));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The methods of SPEC §4 a step test runs: `loki` only on a rotated store.
+pub fn methods(rotated: bool) -> Vec<Method> {
+    let mut methods = vec![
+        Method::Fathom { bits: 48.0 },
+        Method::Fathom { bits: 92.0 },
+        Method::Sparq { r: 16 },
+        Method::DoubleSparsity { r: 32 },
+        Method::Thumbnail,
+        Method::Uniform { t: 3 },
+        Method::Landmark,
+        Method::Oracle,
+        Method::Dense,
+    ];
+    if rotated {
+        methods.push(Method::Loki { r: 32 });
+    }
+    methods
+}
+
+/// Whether `method` scores bit planes (and so has a host-placement transfer).
+pub fn is_plane_method(method: Method) -> bool {
+    !matches!(method, Method::Landmark | Method::Oracle | Method::Dense)
+}
+
+/// Correlated calibration rows of `d` channels: a few shared factors plus noise, so that the
+/// KLT is far from the identity.
+pub fn calibration_rows(rng: &mut impl rand::Rng, rows: usize, d: usize) -> Vec<Vec<f64>> {
+    let mixing: Vec<f64> = (0..d * 4).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    (0..rows)
+        .map(|_| {
+            let z: Vec<f64> = (0..4).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            (0..d)
+                .map(|c| {
+                    let shared: f64 = (0..4).map(|k| mixing[c * 4 + k] * z[k]).sum();
+                    shared + 0.1 * rng.gen_range(-1.0..1.0)
+                })
+                .collect()
+        })
+        .collect()
+}

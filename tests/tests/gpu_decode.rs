@@ -1,0 +1,602 @@
+//! End-to-end GPU test of decoding (SPEC §8): the key store (`runtime::store::KeyStore`) fed by
+//! prefill and per-token appends, and decode steps (`runtime::step::Decoder`) over its
+//! `layer_view`, for every method of §4, against the f64 reference step of every query group
+//! (`runtime::reference::step::step_group`) run on reference `HeadStore`s fed the same keys
+//! (rotated as the encode kernel rotates them: `fathom_tests::store_kernels::rotate_keys`).
+//!
+//! Each case builds two stores (HBM and mapped host memory), two layers, H = 2 KV heads,
+//! D = 128, BLK = 64, S = 128 words (8,192-token segments), and prefills three sequences: one
+//! under 100 tokens (every token is selected), one of a few thousand that is not a multiple of
+//! the block (a tail), and one long one, in two chunks (the second continues a tail). Layer 0
+//! gets other keys, so that a view or encode of the wrong layer shows.
+//!
+//! - `gpu_decode_raw_g4`: a raw store (QK-norm, qwen3-like with fewer heads), G = 4, a long
+//!   sequence of about 300k tokens; `fathom` with the uncalibrated `σ²` (the mean square scale
+//!   of each reference store, recomputed as blocks are encoded) passed in a device buffer.
+//! - `gpu_decode_klt_g7`: a KLT store, G = 7, a long sequence of 20k–50k tokens; rotations from
+//!   the reference `Klt` fit, given to the store config and the decoder's calibration (with
+//!   `σ²` and `double_sparsity`'s channels), plus `loki(32)`.
+//!
+//! Decoding: steps at three checkpoints, after the prefill, after one appended token and after
+//! 64 more (so every sequence crosses a block boundary and the append encodes a block
+//! mid-decode); every token is appended to both layers of both stores, the queries are new at
+//! every checkpoint and written in place. At each checkpoint every method runs over each
+//! store's view (the host store with the fused, copy-kernel and memcpy transfers for plane
+//! methods) and is compared with the reference as `fathom_tests::step_check` says: selections
+//! equal apart from ties within fp32 rounding, attention relative error `<= 1e-3`. The host
+//! lengths of the store are checked against the reference store's.
+//!
+//! Graphs: every capturable step of the first checkpoint is captured and replayed at the later
+//! ones, after the appends, and must equal the eager step there bit for bit. A graph serves a
+//! view of the same layer of the same store with the same batch (`StepGraph::serves`): the
+//! store rewrites that layer's tables in place, so a replay reads the new lengths and rows, as
+//! long as no sequence needs more segments than the captured `max_seg` and the longest stays
+//! within the graph's token capacity. The long length is drawn so that the appends cross
+//! neither (the replays must be served).
+//!
+//! Finally every sequence is freed and `trim()` returns each store to its baseline memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use codegen::model::{Basis, ModelShape};
+use codegen::spec::Placement;
+use fathom_tests::select_kernels::Mismatches;
+use fathom_tests::step_check::{
+    calibration_rows, check_step, is_plane_method, methods, poison, reference_steps,
+    replay_difference, GroupData, StepCheck,
+};
+use fathom_tests::store_kernels::rotate_keys;
+use fathom_tests::{gpu, inputs};
+use half::bf16;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use runtime::gpu::{DeviceBuffer, Gpu};
+use runtime::jit::Jit;
+use runtime::reference::klt::Klt;
+use runtime::reference::plans::DoubleSparsityCalibration;
+use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use runtime::step::launches::token_capacity;
+use runtime::step::{
+    Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Transfer,
+};
+use runtime::store::{KeyStore, SequenceId, StoreConfig};
+
+const BATCH: usize = 3;
+const KV_HEADS: usize = 2;
+const D: usize = 128;
+const BLOCK: usize = 64;
+const SEGMENT_WORDS: usize = 128;
+/// Tokens per segment: `S · 64`.
+const SEGMENT_TOKENS: usize = SEGMENT_WORDS * 64;
+const LAYERS: usize = 2;
+/// The layer the steps are of.
+const LAYER: usize = 1;
+const K: usize = 96;
+const K_MAX: usize = 512;
+const MAX_RELATIVE_ERROR: f64 = 1e-3;
+/// Tokens appended before each checkpoint: one, then a whole block.
+const APPENDS: [usize; 3] = [0, 1, BLOCK];
+const PLACEMENTS: [Placement; 2] = [Placement::Hbm, Placement::Host];
+
+/// What the reference knows of one sequence at `LAYER`: raw keys and values, and the store.
+struct Sequence {
+    /// `[h]` raw bf16 keys `[n][D]`.
+    keys: Vec<Vec<bf16>>,
+    values: Vec<Vec<bf16>>,
+    /// `[h]` in the store basis.
+    stores: Vec<HeadStore>,
+}
+
+/// One case: the model, its calibration, the reference sequences and the stores on the GPU.
+struct Case {
+    group: usize,
+    basis: Basis,
+    /// `[h]` the KLT of `LAYER`, rotated stores only.
+    klts: Vec<Klt>,
+    /// `[h]` f32 rotations of `LAYER` as the store and the decoder read them.
+    rotations: Vec<Vec<f32>>,
+    double_sparsity: Vec<DoubleSparsityCalibration>,
+    /// The calibrated `σ²` of `LAYER` `[H][D]` (rotated stores), else none: the stand-in is
+    /// passed with the request.
+    calibrated_sigma2: Option<Vec<f32>>,
+    calibration: Calibration,
+    sequences: Vec<Sequence>,
+    /// Raw queries of the current checkpoint `[B][H][G][D]`.
+    queries: Vec<f32>,
+}
+
+fn model(group: usize, basis: Basis) -> ModelShape {
+    ModelShape {
+        name: format!("decode-g{group}"),
+        layers: LAYERS,
+        query_heads: KV_HEADS * group,
+        kv_heads: KV_HEADS,
+        head_dim: D,
+        qk_norm: basis == Basis::Raw,
+        basis,
+    }
+}
+
+fn bits(x: &[bf16]) -> Vec<u16> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+fn values(rng: &mut impl Rng, n: usize) -> Vec<bf16> {
+    (0..n * D)
+        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+        .collect()
+}
+
+/// The lengths of the batch: short, one with a tail, and a long one drawn from `long` so that
+/// the appends of the test cross neither a segment nor a token-capacity boundary.
+fn lengths(rng: &mut impl Rng, long: std::ops::Range<usize>) -> Vec<usize> {
+    let appended: usize = APPENDS.iter().sum();
+    let long = loop {
+        let n = rng.gen_range(long.clone());
+        let end = n + appended;
+        if n.div_ceil(SEGMENT_TOKENS) == end.div_ceil(SEGMENT_TOKENS)
+            && token_capacity(n) == token_capacity(end)
+        {
+            break n;
+        }
+    };
+    let mut lengths = vec![
+        rng.gen_range(40..100),
+        loop {
+            let n = rng.gen_range(3_000..9_000);
+            if n % BLOCK != 0 {
+                break n;
+            }
+        },
+        long,
+    ];
+    lengths.shuffle(rng);
+    lengths
+}
+
+impl Case {
+    fn new(rng: &mut impl Rng, group: usize, basis: Basis, lengths: &[usize]) -> Case {
+        let rotated = basis == Basis::Klt;
+        let mut klts = Vec::new();
+        let mut double_sparsity = Vec::new();
+        for _ in 0..KV_HEADS {
+            let cal_keys = calibration_rows(rng, 2 * D, D);
+            let cal_queries = calibration_rows(rng, 8 * group, D);
+            if rotated {
+                klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
+            }
+            double_sparsity.push(
+                DoubleSparsityCalibration::fit(&cal_queries, &cal_keys, 32)
+                    .expect("calibration rows are valid"),
+            );
+        }
+        let rotations: Vec<Vec<f32>> = klts
+            .iter()
+            .map(|k| k.basis_row_major().iter().map(|&x| x as f32).collect())
+            .collect();
+
+        // The decoder's calibration of every layer: layer LAYER holds the fitted data, layer 0
+        // other data that would show if the wrong layer were read.
+        let per_layer = KV_HEADS * D;
+        let mut masks = vec![0u8; LAYERS * per_layer];
+        let mut rotation = vec![0f32; LAYERS * KV_HEADS * D * D];
+        let sigma2: Vec<f32> = (0..LAYERS * per_layer)
+            .map(|_| rng.gen_range(0.01f32..4.0))
+            .collect();
+        for l in 0..LAYERS {
+            for h in 0..KV_HEADS {
+                let mask = if l == LAYER {
+                    double_sparsity[h].mask()
+                } else {
+                    let mut m = vec![0u8; D];
+                    m[D - 32..].iter_mut().for_each(|x| *x = 1);
+                    m
+                };
+                masks[(l * KV_HEADS + h) * D..][..D].copy_from_slice(&mask);
+                if rotated && l == LAYER {
+                    rotation[(l * KV_HEADS + h) * D * D..][..D * D].copy_from_slice(&rotations[h]);
+                }
+            }
+        }
+        let mut calibration = Calibration::new(LAYERS, KV_HEADS, D)
+            .with_double_sparsity(32, masks)
+            .expect("fitted masks select 32 channels");
+        let mut calibrated_sigma2 = None;
+        if rotated {
+            calibration = calibration
+                .with_sigma2(sigma2.clone())
+                .expect("random variances are valid")
+                .with_rotation(rotation)
+                .expect("fitted bases are finite");
+            calibrated_sigma2 = Some(sigma2[LAYER * per_layer..][..per_layer].to_vec());
+        }
+
+        let layout = StoreLayout::new(D, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
+        let sequences = lengths
+            .iter()
+            .map(|&n| {
+                let keys: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, n, D)).collect();
+                let values = (0..KV_HEADS).map(|_| values(rng, n)).collect();
+                let stores = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(h, k)| {
+                        let id = HeadId {
+                            layer: LAYER,
+                            kv_head: h,
+                        };
+                        let stored = match rotations.get(h) {
+                            Some(rot) => rotate_keys(rot, D, k),
+                            None => k.clone(),
+                        };
+                        HeadStore::from_keys(layout, id, &stored).expect("random keys encode")
+                    })
+                    .collect();
+                Sequence {
+                    keys,
+                    values,
+                    stores,
+                }
+            })
+            .collect();
+        Case {
+            group,
+            basis,
+            klts,
+            rotations,
+            double_sparsity,
+            calibrated_sigma2,
+            calibration,
+            sequences,
+            queries: Vec::new(),
+        }
+    }
+
+    /// The store rotations `[L][H][D][D]`: LAYER's fitted ones, layer 0 another valid basis.
+    fn store_rotations(&self, rng: &mut impl Rng) -> Option<Vec<f32>> {
+        if self.basis != Basis::Klt {
+            return None;
+        }
+        let mut all = Vec::with_capacity(LAYERS * KV_HEADS * D * D);
+        for l in 0..LAYERS {
+            for h in 0..KV_HEADS {
+                if l == LAYER {
+                    all.extend(&self.rotations[h]);
+                } else {
+                    let klt = Klt::fit(
+                        &calibration_rows(rng, 2 * D, D),
+                        &calibration_rows(rng, 8, D),
+                    )
+                    .expect("calibration rows are valid");
+                    all.extend(klt.basis_row_major().iter().map(|&x| x as f32));
+                }
+            }
+        }
+        Some(all)
+    }
+
+    /// Appends one token to every sequence of the reference, returning the raw keys and values
+    /// `[B][H][D]`.
+    fn append(&mut self, rng: &mut impl Rng) -> (Vec<bf16>, Vec<bf16>) {
+        let keys = inputs::keys(rng, BATCH * KV_HEADS, D);
+        let vals = values(rng, BATCH * KV_HEADS);
+        for (b, sequence) in self.sequences.iter_mut().enumerate() {
+            for h in 0..KV_HEADS {
+                let row = (b * KV_HEADS + h) * D..(b * KV_HEADS + h + 1) * D;
+                sequence.keys[h].extend(&keys[row.clone()]);
+                sequence.values[h].extend(&vals[row.clone()]);
+                let stored = match self.rotations.get(h) {
+                    Some(rot) => rotate_keys(rot, D, &keys[row]),
+                    None => keys[row].to_vec(),
+                };
+                sequence.stores[h]
+                    .append(&stored)
+                    .expect("random keys encode");
+            }
+        }
+        (keys, vals)
+    }
+
+    /// `σ²` `[B][H][D]` as the GPU reads it: the calibration's, or the stand-in of each store.
+    fn sigma2(&self) -> Vec<f32> {
+        match &self.calibrated_sigma2 {
+            Some(s) => (0..BATCH).flat_map(|_| s.iter().copied()).collect(),
+            None => self
+                .sequences
+                .iter()
+                .flat_map(|s| &s.stores)
+                .flat_map(|s| s.mean_square_scale().into_iter().map(|x| x as f32))
+                .collect(),
+        }
+    }
+
+    /// Every (sequence, head) as the reference sees it, `[b*H + h]`.
+    fn groups(&self) -> Vec<GroupData<'_>> {
+        let sigma2 = self.sigma2();
+        let mut out = Vec::new();
+        for (b, s) in self.sequences.iter().enumerate() {
+            for h in 0..KV_HEADS {
+                let queries = (0..self.group)
+                    .map(|g| {
+                        let qh = (b * KV_HEADS + h) * self.group + g;
+                        self.queries[qh * D..(qh + 1) * D]
+                            .iter()
+                            .map(|&x| f64::from(x))
+                            .collect()
+                    })
+                    .collect();
+                out.push(GroupData {
+                    store: &s.stores[h],
+                    keys: &s.keys[h],
+                    values: &s.values[h],
+                    queries,
+                    klt: self.klts.get(h),
+                    sigma2: sigma2[(b * KV_HEADS + h) * D..][..D]
+                        .iter()
+                        .map(|&x| f64::from(x))
+                        .collect(),
+                    double_sparsity: Some(&self.double_sparsity[h]),
+                });
+            }
+        }
+        out
+    }
+}
+
+fn upload<T: Copy>(gpu: &Gpu, data: &[T], what: &str) -> DeviceBuffer<T> {
+    gpu.upload(data)
+        .unwrap_or_else(|e| panic!("uploading {what}: {e}"))
+}
+
+/// `[H][n][D]` bits of tokens `range` of every head.
+fn head_major(rows: &[Vec<bf16>], range: std::ops::Range<usize>) -> Vec<u16> {
+    rows.iter()
+        .flat_map(|r| bits(&r[range.start * D..range.end * D]))
+        .collect()
+}
+
+/// Prefills every sequence of `case` into `store` (the long one in two chunks), and layer 0
+/// with other keys.
+fn prefill(gpu: &Gpu, store: &mut KeyStore, case: &Case, rng: &mut impl Rng) -> Vec<SequenceId> {
+    let mut ids = Vec::new();
+    for s in &case.sequences {
+        let id = store.create_sequence();
+        let n = s.keys[0].len() / D;
+        let cut = if n > 10_000 { n / 3 } else { n };
+        for range in [0..cut, cut..n] {
+            if range.is_empty() {
+                continue;
+            }
+            let k = upload(gpu, &head_major(&s.keys, range.clone()), "prefill keys");
+            let v = upload(gpu, &head_major(&s.values, range), "prefill values");
+            store
+                .prefill(id, LAYER, &k, &v)
+                .unwrap_or_else(|e| panic!("prefill: {e}"));
+        }
+        let other = n.min(1_000);
+        let k = upload(
+            gpu,
+            &bits(&inputs::keys(rng, KV_HEADS * other, D)),
+            "layer 0 keys",
+        );
+        store
+            .prefill(id, 0, &k, &k)
+            .unwrap_or_else(|e| panic!("prefill of layer 0: {e}"));
+        ids.push(id);
+    }
+    ids
+}
+
+/// The transfers a step of `method` runs with in `placement`.
+fn transfers(placement: Placement, method: Method) -> Vec<Option<Transfer>> {
+    if placement == Placement::Host && is_plane_method(method) {
+        vec![
+            Some(Transfer::Fused),
+            Some(Transfer::CopyKernel),
+            Some(Transfer::Memcpy),
+        ]
+    } else {
+        vec![None]
+    }
+}
+
+fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>) {
+    let gpu = Arc::new(gpu());
+    let (mut rng, seed) = inputs::rng_and_seed(test);
+    let lengths = lengths(&mut rng, long);
+    eprintln!("{test}: lengths {lengths:?}");
+    let mut case = Case::new(&mut rng, group, basis, &lengths);
+    let model = model(group, basis);
+
+    let rotations = case.store_rotations(&mut rng);
+    let capacity = lengths.iter().sum::<usize>() + BATCH * APPENDS.iter().sum::<usize>();
+    let mut stores: Vec<KeyStore> = PLACEMENTS
+        .iter()
+        .map(|&placement| {
+            let config = StoreConfig {
+                block: BLOCK,
+                segment_words: SEGMENT_WORDS,
+                max_batch: 4,
+                rotations: rotations.clone(),
+                keep_landmarks: true,
+                ..StoreConfig::new(model.clone(), placement, capacity)
+            };
+            KeyStore::new(gpu.clone(), config).unwrap_or_else(|e| panic!("building the store: {e}"))
+        })
+        .collect();
+    let baselines: Vec<_> = stores.iter().map(KeyStore::memory).collect();
+    let ids: Vec<Vec<SequenceId>> = stores
+        .iter_mut()
+        .map(|store| prefill(&gpu, store, &case, &mut rng))
+        .collect();
+
+    // The decoder's kernels through one JIT (the disk cache), as a serving stack shares it.
+    let jit = Arc::new(Jit::with_default_cache(gpu.clone()).expect("NVRTC"));
+    let config = DecoderConfig {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        k_max: K_MAX,
+        ..DecoderConfig::default()
+    };
+    let mut decoder = Decoder::with_kernels(gpu.clone(), model, config, jit.clone())
+        .expect("a valid decoder")
+        .with_calibration(case.calibration.clone())
+        .expect("calibration of the model");
+
+    let check = StepCheck {
+        k: K,
+        scale: 1.0 / (D as f64).sqrt(),
+        rotated: basis == Basis::Klt,
+        max_relative_error: MAX_RELATIVE_ERROR,
+    };
+    let methods = methods(basis == Basis::Klt);
+    let queries = gpu
+        .filled::<f32>(BATCH * KV_HEADS * group * D, 0)
+        .expect("queries");
+    let sigma2 = gpu.filled::<f32>(BATCH * KV_HEADS * D, 0).expect("σ²");
+    let mut graphs: HashMap<(usize, usize, Option<Transfer>), StepGraph> = HashMap::new();
+    let mut replays = 0;
+    let mut m = Mismatches::new(test, seed);
+
+    for (checkpoint, &appends) in APPENDS.iter().enumerate() {
+        for _ in 0..appends {
+            let (keys, vals) = case.append(&mut rng);
+            let (k, v) = (
+                upload(&gpu, &bits(&keys), "append keys"),
+                upload(&gpu, &bits(&vals), "append values"),
+            );
+            let other = upload(
+                &gpu,
+                &bits(&inputs::keys(&mut rng, BATCH * KV_HEADS, D)),
+                "layer 0 keys",
+            );
+            for (store, ids) in stores.iter_mut().zip(&ids) {
+                store
+                    .append(ids, LAYER, &k, &v)
+                    .unwrap_or_else(|e| panic!("append: {e}"));
+                store
+                    .append(ids, 0, &other, &other)
+                    .unwrap_or_else(|e| panic!("append to layer 0: {e}"));
+            }
+        }
+        for (store, ids) in stores.iter().zip(&ids) {
+            store
+                .check()
+                .unwrap_or_else(|e| panic!("check after valid appends: {e}"));
+            for (s, &id) in case.sequences.iter().zip(ids) {
+                let want = (s.stores[0].stored_tokens(), s.stores[0].total_tokens());
+                assert_eq!(
+                    store.lengths(id, LAYER).expect("a live sequence"),
+                    want,
+                    "{test} checkpoint {checkpoint}: store lengths (FATHOM_TEST_SEED={seed})"
+                );
+            }
+        }
+
+        // New queries (and σ²) in place: the graphs read these buffers.
+        case.queries = inputs::vectors(&mut rng, BATCH * KV_HEADS * group, D);
+        gpu.write(&queries, &case.queries).expect("queries");
+        gpu.write(&sigma2, &case.sigma2()).expect("σ²");
+        let groups = case.groups();
+        let references = reference_steps(&groups, &methods, &check);
+
+        for (mi, (&method, want)) in methods.iter().zip(&references).enumerate() {
+            for (p, (store, ids)) in stores.iter().zip(&ids).enumerate() {
+                for transfer in transfers(PLACEMENTS[p], method) {
+                    let what = format!(
+                        "checkpoint {checkpoint}: {method} {} {}",
+                        PLACEMENTS[p].as_str(),
+                        transfer.map_or("-", Transfer::as_str)
+                    );
+                    let view = store
+                        .layer_view(ids, LAYER)
+                        .unwrap_or_else(|e| panic!("{what}: layer_view: {e}"));
+                    let request = StepRequest {
+                        method,
+                        transfer,
+                        k: K,
+                        scale: None,
+                        sigma2: case.calibrated_sigma2.is_none().then_some(&sigma2),
+                    };
+                    let eager = {
+                        let out = decoder
+                            .step(&view, &queries, request)
+                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        out.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+                        out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
+                    };
+                    let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
+                    check_step(&check, method, &eager, &groups, want, &mut cm);
+                    cm.finish();
+
+                    if transfer == Some(Transfer::Memcpy) {
+                        continue;
+                    }
+                    let key = (mi, p, transfer);
+                    if checkpoint == 0 {
+                        let graph = decoder
+                            .capture(&view, &queries, request)
+                            .unwrap_or_else(|e| panic!("{what}: capture: {e}"));
+                        graphs.insert(key, graph);
+                        continue;
+                    }
+                    let graph = &graphs[&key];
+                    graph
+                        .serves(&view)
+                        .unwrap_or_else(|e| panic!("{what}: the graph must serve: {e}"));
+                    poison(&gpu, &graph.output(&gpu), method == Method::Dense);
+                    graph.replay(&gpu).expect("replay");
+                    let replayed = graph.output(&gpu).download().expect("download replay");
+                    let differs = replay_difference(&eager, &replayed);
+                    m.check(differs.is_none(), || {
+                        format!(
+                            "{what}: the graph captured at checkpoint 0, replayed, differs from \
+                             the eager step: {}",
+                            differs.unwrap_or_default()
+                        )
+                    });
+                    replays += 1;
+                }
+            }
+        }
+    }
+    m.finish();
+    assert!(replays > 0, "no graph was replayed");
+    let stats = jit.cache().stats();
+    assert!(
+        stats.hits + stats.compiled > 0,
+        "the decoder's kernels came through its JIT"
+    );
+
+    // Everything back: free every sequence, trim, and the stores hold their baseline.
+    drop(graphs);
+    drop(decoder);
+    for ((store, ids), baseline) in stores.iter_mut().zip(&ids).zip(&baselines) {
+        let used = store.memory();
+        assert!(used.pool_bytes_in_use > 0);
+        for &id in ids {
+            store.free_sequence(id).expect("a live sequence");
+        }
+        assert_eq!(store.tokens_in_use(), 0);
+        assert_eq!(store.memory().pool_bytes_in_use, 0);
+        store.trim().expect("trim");
+        assert_eq!(
+            store.memory(),
+            *baseline,
+            "{test}: freeing every sequence and trimming returns to the baseline"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decode_raw_g4() {
+    run_case("gpu_decode_raw_g4", 4, Basis::Raw, 280_000..320_000);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decode_klt_g7() {
+    run_case("gpu_decode_klt_g7", 7, Basis::Klt, 20_000..50_000);
+}
