@@ -366,8 +366,8 @@ fn run(o: &Options) -> Result<Record, String> {
     };
     let (gather_module, gather_name) = load(&gpu, gather_spec)?;
     let gather = gather_module.function(&gather_name).map_err(e)?;
-    let host_tiles = [(64, 1024), (128, 1024), (64, 512), (32, 256)];
-    let hbm_tiles = [(16, 256), (8, 256), (16, 512), (32, 512), (32, 256)];
+    let host_tiles = [(64, 1024), (16, 256), (32, 512), (32, 256)];
+    let hbm_tiles = [(16, 256), (8, 256), (8, 128), (16, 512), (32, 512)];
     let mut rows = Vec::new();
     let mut best_hbm: Vec<(String, f64)> = Vec::new();
     for (label, method, budget) in &methods {

@@ -5,15 +5,30 @@ use super::shape::{self, LaunchDims};
 use super::{Family, Placement, SpecError};
 use serde::{Deserialize, Serialize};
 
-/// Shared memory for the plane words of one chunk of runs.
-pub const PLANE_SHARED_BYTES: usize = 16 * 1024;
+/// Static shared memory a thread block may use at most (CUDA's limit without opting in).
+pub const SHARED_LIMIT_BYTES: usize = 48 * 1024;
+/// Shared memory of one multiprocessor (Hopper), shared by its resident thread blocks, less the
+/// 1 KB the runtime reserves per block.
+pub const SM_SHARED_BYTES: usize = 228 * 1024;
+/// Registers of one multiprocessor.
+pub const SM_REGISTERS: usize = 64 * 1024;
+/// Threads one multiprocessor holds at most.
+pub const SM_THREADS: usize = 2048;
+/// Thread blocks one multiprocessor holds at most on every target (sm_86 and sm_89 hold 16 or
+/// 24, sm_80 and sm_90 32; ptxas ignores a larger `__launch_bounds__` minimum with a warning).
+pub const SM_BLOCKS: usize = 16;
 /// Shared memory for the coefficients of one chunk of runs.
-pub const COEF_SHARED_BYTES: usize = 12 * 1024;
+pub const COEF_SHARED_BYTES: usize = 8 * 1024;
+/// Grids aim at this many thread blocks at least (several waves of a large GPU) before a block
+/// takes more than one tile of a segment.
+pub const TARGET_BLOCKS: usize = 2048;
+/// Tiles one thread block scores at most (its stripe of a segment).
+pub const MAX_STRIPE: usize = 8;
 /// The tokens one thread may score: its accumulators are `tokens × G` registers.
 pub const THREAD_TOKENS: [usize; 4] = [1, 2, 4, 8];
 
-/// A scan kernel: one thread block per tile of `tile_words` words (64 tokens each) of one
-/// segment of one (sequence, KV head).
+/// A scan kernel: one thread block per stripe of consecutive tiles of `tile_words` words (64
+/// tokens each) of one segment of one (sequence, KV head); `launch_dims` sets the stripes.
 ///
 /// Parameters, in order:
 ///
@@ -79,24 +94,110 @@ impl ScanSpec {
         self.tile_words * shape::WORD_TOKENS / self.block
     }
 
-    /// Plane pieces (one plane of one run over the tile) staged in shared memory at a time.
-    pub fn plane_cap(&self) -> usize {
-        (PLANE_SHARED_BYTES / (self.tile_words * 8)).min(4 * self.head_dim)
+    /// Registers a thread is expected to need: its accumulators (`tokens × G`), the plane halves
+    /// of one run (`4 × tokens`) and the addresses and counters of the loops.
+    fn register_estimate(&self) -> usize {
+        let tokens = self.thread_tokens();
+        (32 + tokens * (self.group + 4)).div_ceil(8) * 8
     }
 
-    /// Runs staged in shared memory at a time.
+    /// Thread blocks one multiprocessor is meant to hold at once, bounded by its registers and
+    /// threads: the kernel's `__launch_bounds__` minimum, so the compiler keeps within
+    /// `SM_REGISTERS / (threads × blocks)` registers, and the shared memory is sized to match.
+    pub fn min_blocks(&self) -> usize {
+        let by_registers = SM_REGISTERS / (self.threads * self.register_estimate());
+        by_registers
+            .min(SM_THREADS / self.threads)
+            .clamp(1, SM_BLOCKS)
+    }
+
+    /// Static shared memory one block may use so that `min_blocks` blocks fit a multiprocessor.
+    fn shared_budget(&self) -> usize {
+        (SM_SHARED_BYTES / self.min_blocks() - 1024).min(SHARED_LIMIT_BYTES)
+    }
+
+    /// Runs staged in shared memory at a time (their coefficients fit `COEF_SHARED_BYTES`).
     pub fn run_cap(&self) -> usize {
         let per_run = self.tile_blocks() * self.padded_group() * 4;
-        (COEF_SHARED_BYTES / per_run)
-            .min(self.head_dim)
-            .min(self.plane_cap())
+        (COEF_SHARED_BYTES / per_run).min(self.head_dim)
     }
 
-    /// One thread block per tile of every segment of every (sequence, head).
+    /// Bytes of one copy of a run's scales: the largest of 16, 8, 4 and 2 that divides the
+    /// tile's scales of one run.
+    fn scale_copy(&self) -> usize {
+        let bytes = self.tile_blocks() * 2;
+        [16, 8, 4, 2]
+            .into_iter()
+            .find(|&b| bytes.is_multiple_of(b))
+            .unwrap_or(2)
+    }
+
+    /// Chunks a plan can need at most with these caps: every chunk but the last is full in runs
+    /// (`run_cap`) or in planes (more than `plane_cap − 4`), and every chunk holds a run.
+    fn chunk_cap_for(&self, plane_cap: usize) -> usize {
+        let d = self.head_dim;
+        match self.run_cap() {
+            0 => 0,
+            run_cap if plane_cap >= 4 => (d / run_cap + 4 * d / (plane_cap - 3) + 1).min(d),
+            _ => 0,
+        }
+    }
+
+    /// Static shared memory of the kernel with `plane_cap` plane pieces per buffer (its
+    /// `Shared` struct, each member rounded up to 16 bytes).
+    fn shared_bytes_for(&self, plane_cap: usize) -> usize {
+        let (d, tw, tb) = (self.head_dim, self.tile_words, self.tile_blocks());
+        let run_cap = self.run_cap();
+        let up = |b: usize| b.div_ceil(16) * 16;
+        up(2 * plane_cap * tw * 8)
+            + up(run_cap * tb * self.padded_group() * 4)
+            + up(2 * run_cap * tb * 2)
+            + up(self.group * d * 4)
+            + up(d * 8) * 2
+            + up(d * 4)
+            + up(self.chunk_cap_for(plane_cap) * 28 + 8)
+    }
+
+    /// Plane pieces (one plane of one run over the tile) staged per buffer: as many as the
+    /// shared budget of `min_blocks` resident blocks holds beside everything else, up to every
+    /// plane of every channel. Where the rest alone (queries, run table) exceeds that budget,
+    /// the fewest pieces within the static limit (fewer blocks are then resident); 0 when not
+    /// even one run's four planes fit that.
+    pub fn plane_cap(&self) -> usize {
+        let largest = |budget: usize| {
+            (4..=4 * self.head_dim)
+                .rev()
+                .find(|&p| self.shared_bytes_for(p) <= budget)
+        };
+        largest(self.shared_budget())
+            .or_else(|| (self.shared_bytes_for(4) <= SHARED_LIMIT_BYTES).then_some(4))
+            .unwrap_or(0)
+    }
+
+    /// Static shared memory of one thread block.
+    pub fn shared_bytes(&self) -> usize {
+        self.shared_bytes_for(self.plane_cap())
+    }
+
+    /// Tiles of a segment one thread block scores: 1 unless the grid has at least
+    /// `TARGET_BLOCKS` blocks with more, then the largest divisor of the segment's tiles up to
+    /// `MAX_STRIPE` that keeps it so (longer stripes pay the per-block prologue more rarely).
+    pub fn stripe_tiles(&self, batch: usize, heads: usize, max_seg: usize) -> usize {
+        let seg_tiles = self.segment_words / self.tile_words;
+        let total = batch * heads * max_seg * seg_tiles;
+        (1..=MAX_STRIPE.min(seg_tiles))
+            .filter(|&k| seg_tiles.is_multiple_of(k) && total / k >= TARGET_BLOCKS)
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// One thread block per stripe of tiles of every segment of every (sequence, head); the
+    /// kernel reads the stripe length from the grid.
     pub fn launch_dims(&self, batch: usize, heads: usize, max_seg: usize) -> LaunchDims {
+        let seg_tiles = self.segment_words / self.tile_words;
         (
             (
-                shape::dim(self.segment_words / self.tile_words),
+                shape::dim(seg_tiles / self.stripe_tiles(batch, heads, max_seg)),
                 shape::dim(max_seg),
                 shape::dim(batch * heads),
             ),
@@ -156,14 +257,15 @@ impl Family for ScanSpec {
                 ),
             ));
         }
-        if self.plane_cap() < 4 || self.run_cap() == 0 {
+        if self.run_cap() == 0 || self.plane_cap() < 4 {
             return Err(SpecError::new(
                 Self::FAMILY,
                 "tile_words",
                 tile_words,
                 format!(
-                    "a tile whose four plane words of one run fit {PLANE_SHARED_BYTES} bytes and \
-                     whose coefficients fit {COEF_SHARED_BYTES} bytes of shared memory"
+                    "a tile whose coefficients of one run fit {COEF_SHARED_BYTES} bytes and whose \
+                     two buffers of four plane words of one run fit, beside the rest, \
+                     {SHARED_LIMIT_BYTES} bytes of shared memory"
                 ),
             ));
         }
@@ -198,6 +300,9 @@ impl Family for ScanSpec {
         c.insert("thread_tokens", &self.thread_tokens());
         c.insert("plane_cap", &self.plane_cap());
         c.insert("run_cap", &self.run_cap());
+        c.insert("chunk_cap", &self.chunk_cap_for(self.plane_cap()));
+        c.insert("scale_copy", &self.scale_copy());
+        c.insert("min_blocks", &self.min_blocks());
         c.insert("host", &(self.placement == Placement::Host));
         c
     }
