@@ -77,6 +77,19 @@ pub fn check_view(model: &ModelShape, v: &ViewShape) -> Result<(), StepError> {
     };
     field("head_dim", v.head_dim, model.head_dim)?;
     field("kv_heads", v.kv_heads, model.kv_heads)?;
+    // Tables may have room for more than this batch (a store sizes them once, for its largest
+    // batch): the kernels only index the first entries.
+    let room = |field: &'static str, got: usize, want: usize| {
+        if got >= want {
+            Ok(())
+        } else {
+            Err(StepError::ViewShape {
+                field,
+                got,
+                want: format!("at least {want}"),
+            })
+        }
+    };
     if v.max_seg == 0 {
         return Err(StepError::ViewShape {
             field: "max_seg",
@@ -85,22 +98,22 @@ pub fn check_view(model: &ModelShape, v: &ViewShape) -> Result<(), StepError> {
         });
     }
     let heads = v.batch * v.kv_heads;
-    field(
+    room(
         "seg_words length (B*H*max_seg)",
         v.seg_words_len,
         heads * v.max_seg,
     )?;
-    field(
+    room(
         "seg_scales length (B*H*max_seg)",
         v.seg_scales_len,
         heads * v.max_seg,
     )?;
-    field("n_stored length (B)", v.n_stored_len, v.batch)?;
-    field("n_total length (B)", v.n_total_len, v.batch)?;
-    field("k_rows length (B*H)", v.k_rows_len, heads)?;
-    field("v_rows length (B*H)", v.v_rows_len, heads)?;
+    room("n_stored length (B)", v.n_stored_len, v.batch)?;
+    room("n_total length (B)", v.n_total_len, v.batch)?;
+    room("k_rows length (B*H)", v.k_rows_len, heads)?;
+    room("v_rows length (B*H)", v.v_rows_len, heads)?;
     if let Some(len) = v.landmarks_len {
-        field("landmarks length (B*H)", len, heads)?;
+        room("landmarks length (B*H)", len, heads)?;
     }
     // Scores, selections and kernel arguments index tokens with 32-bit ints.
     if v.max_tokens > i32::MAX as usize / 2 {
