@@ -144,14 +144,6 @@ pub fn emit(
     out: &Path,
 ) -> Result<Manifest, EmitError> {
     let (kernels, manifest) = build_model(model, options, arch)?;
-    let io = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| EmitError::Io {
-            action,
-            path,
-            source,
-        }
-    };
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -182,16 +174,18 @@ pub fn emit(
     result.map(|()| manifest)
 }
 
+/// The error of an I/O `action` on `path`, for `map_err`.
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EmitError {
+    let path = path.to_path_buf();
+    move |source| EmitError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
 /// Moves `from` to `to`; an existing `to` is moved aside first and removed after.
 fn replace_dir(from: &Path, to: &Path) -> Result<(), EmitError> {
-    let io = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| EmitError::Io {
-            action,
-            path,
-            source,
-        }
-    };
     if to.exists() {
         let aside = from.with_extension("old");
         std::fs::rename(to, &aside).map_err(io("moving aside", to))?;

@@ -101,34 +101,9 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
     }
     let (head_dim, group) = (d as u32, g as u32);
     for placement in [Placement::Hbm, Placement::Host] {
-        let (threads, placement) = (THREADS, placement);
-        specs.push(
-            OracleSpec {
-                head_dim,
-                group,
-                threads,
-                placement,
-            }
-            .into(),
-        );
-        specs.push(
-            LandmarkSpec {
-                head_dim,
-                group,
-                threads,
-                placement,
-            }
-            .into(),
-        );
-        specs.push(
-            FetchSpec {
-                head_dim,
-                group,
-                threads,
-                placement,
-            }
-            .into(),
-        );
+        specs.push(OracleSpec::new(head_dim, group, THREADS, placement).into());
+        specs.push(LandmarkSpec::new(head_dim, group, THREADS, placement).into());
+        specs.push(FetchSpec::new(head_dim, group, THREADS, placement).into());
     }
     specs.push(
         SelectSpec {

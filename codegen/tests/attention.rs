@@ -2,12 +2,9 @@
 
 mod family_checks;
 
-use codegen::render::{render, RenderError};
 use codegen::spec::attention::AttentionSpec;
 use codegen::spec::Family;
-use family_checks::{
-    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
-};
+use family_checks::{assert_compiles, assert_renders, grid4};
 use serde_json::json;
 
 fn base() -> AttentionSpec {
@@ -20,81 +17,41 @@ fn base() -> AttentionSpec {
 }
 
 fn grid() -> Vec<AttentionSpec> {
-    let mut specs = Vec::new();
-    for head_dim in [64, 128, 256] {
-        for group in 1..=8 {
-            for threads in [32, 256, 1024] {
-                for rows_per_warp in [1, 4, 8] {
-                    specs.push(AttentionSpec {
-                        head_dim,
-                        group,
-                        threads,
-                        rows_per_warp,
-                    });
-                }
-            }
-        }
-    }
-    specs
+    grid4(
+        &[64, 128, 256],
+        &[1, 2, 3, 4, 5, 6, 7, 8],
+        &[32, 256, 1024],
+        &[1, 4, 8],
+        |head_dim, group, threads, rows_per_warp| AttentionSpec {
+            head_dim,
+            group,
+            threads,
+            rows_per_warp,
+        },
+    )
+}
+
+family_checks::family_tests! {
+    base: base(),
+    grid: grid(),
+    alternatives: [
+        ("head_dim", json!(256)),
+        ("group", json!(7)),
+        ("threads", json!(128)),
+        ("rows_per_warp", json!(2)),
+    ],
+    bad_fields: [
+        ("head_dim", json!(512)),
+        ("group", json!(0)),
+        ("threads", json!(16)),
+        ("rows_per_warp", json!(0)),
+        ("rows_per_warp", json!(9)),
+    ],
 }
 
 #[test]
-fn every_field_is_in_the_name() {
-    assert_every_field_in_name(
-        &base(),
-        &[
-            ("head_dim", json!(256)),
-            ("group", json!(7)),
-            ("threads", json!(128)),
-            ("rows_per_warp", json!(2)),
-        ],
-    );
+fn the_name_spells_the_fields() {
     assert_eq!(base().kernel_name(), "fathom_attention_d128_g4_t256_r4");
-}
-
-#[test]
-fn names_are_injective() {
-    assert_names_injective(&grid());
-}
-
-#[test]
-fn bad_fields_are_named() {
-    let cases = [
-        (
-            AttentionSpec {
-                head_dim: 512,
-                ..base()
-            },
-            "head_dim",
-        ),
-        (AttentionSpec { group: 0, ..base() }, "group"),
-        (
-            AttentionSpec {
-                threads: 16,
-                ..base()
-            },
-            "threads",
-        ),
-        (
-            AttentionSpec {
-                rows_per_warp: 0,
-                ..base()
-            },
-            "rows_per_warp",
-        ),
-        (
-            AttentionSpec {
-                rows_per_warp: 9,
-                ..base()
-            },
-            "rows_per_warp",
-        ),
-    ];
-    for (spec, field) in cases {
-        let err = spec.validate().unwrap_err();
-        assert_eq!((err.family, err.field), ("attention", field));
-        assert!(matches!(render(&spec), Err(RenderError::Spec(_))));
-    }
 }
 
 #[test]

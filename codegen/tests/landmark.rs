@@ -1,97 +1,41 @@
 //! The landmark family: names, validation, rendering of both entry points.
 
 mod family_checks;
+mod row_checks;
 
-use codegen::render::{render, RenderError};
 use codegen::spec::landmark::LandmarkSpec;
-use codegen::spec::{Family, Placement};
-use family_checks::{
-    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
-};
+use codegen::spec::Placement;
+use family_checks::{assert_compiles, assert_renders};
+use row_checks::{row_alternatives, row_grid, row_samples};
 use serde_json::json;
 
 fn base() -> LandmarkSpec {
-    LandmarkSpec {
-        head_dim: 128,
-        group: 4,
-        threads: 256,
-        placement: Placement::Hbm,
-    }
+    LandmarkSpec::new(128, 4, 256, Placement::Hbm)
 }
 
 fn grid() -> Vec<LandmarkSpec> {
-    let mut specs = Vec::new();
-    for head_dim in [64, 128, 256] {
-        for group in 1..=8 {
-            for threads in [32, 256, 1024] {
-                for placement in [Placement::Hbm, Placement::Host] {
-                    specs.push(LandmarkSpec {
-                        head_dim,
-                        group,
-                        threads,
-                        placement,
-                    });
-                }
-            }
-        }
-    }
-    specs
+    row_grid(&[32, 256, 1024], LandmarkSpec::new)
+}
+
+family_checks::family_tests! {
+    base: base(),
+    grid: grid(),
+    alternatives: row_alternatives(256, 7, 512, Placement::Host),
+    bad_fields: [
+        ("head_dim", json!(32)),
+        ("group", json!(0)),
+        ("group", json!(16)),
+        ("threads", json!(48)),
+    ],
 }
 
 #[test]
-fn every_field_is_in_the_name() {
-    assert_every_field_in_name(
-        &base(),
-        &[
-            ("head_dim", json!(256)),
-            ("group", json!(7)),
-            ("threads", json!(512)),
-            ("placement", json!("host")),
-        ],
-    );
+fn the_name_spells_the_fields() {
     assert_eq!(
         base().build_entry(),
         "fathom_landmark_d128_g4_t256_hbm_build"
     );
     assert_eq!(base().scan_entry(), "fathom_landmark_d128_g4_t256_hbm_scan");
-}
-
-#[test]
-fn names_are_injective() {
-    assert_names_injective(&grid());
-}
-
-#[test]
-fn bad_fields_are_named() {
-    let cases = [
-        (
-            LandmarkSpec {
-                head_dim: 32,
-                ..base()
-            },
-            "head_dim",
-        ),
-        (LandmarkSpec { group: 0, ..base() }, "group"),
-        (
-            LandmarkSpec {
-                group: 16,
-                ..base()
-            },
-            "group",
-        ),
-        (
-            LandmarkSpec {
-                threads: 48,
-                ..base()
-            },
-            "threads",
-        ),
-    ];
-    for (spec, field) in cases {
-        let err = spec.validate().unwrap_err();
-        assert_eq!((err.family, err.field), ("landmark", field));
-        assert!(matches!(render(&spec), Err(RenderError::Spec(_))));
-    }
 }
 
 #[test]
@@ -116,17 +60,7 @@ fn launches_scale_with_the_context() {
 
 #[test]
 fn a_sampled_grid_compiles_without_warnings() {
-    for head_dim in [64, 128, 256] {
-        for placement in [Placement::Hbm, Placement::Host] {
-            for (group, threads) in [(7, 256), (1, 32)] {
-                let spec = LandmarkSpec {
-                    head_dim,
-                    group,
-                    threads,
-                    placement,
-                };
-                assert_compiles(&spec, &[spec.build_entry(), spec.scan_entry()]);
-            }
-        }
+    for spec in row_samples(&[(7, 256), (1, 32)], LandmarkSpec::new) {
+        assert_compiles(&spec, &[spec.build_entry(), spec.scan_entry()]);
     }
 }

@@ -1,101 +1,39 @@
 //! The oracle family: names, validation, rendering.
 
 mod family_checks;
+mod row_checks;
 
-use codegen::render::{render, RenderError};
 use codegen::spec::oracle::OracleSpec;
 use codegen::spec::{Family, Placement};
-use family_checks::{
-    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
-};
+use family_checks::{assert_compiles, assert_renders};
+use row_checks::{row_alternatives, row_grid, row_samples};
 use serde_json::json;
 
 fn base() -> OracleSpec {
-    OracleSpec {
-        head_dim: 128,
-        group: 4,
-        threads: 256,
-        placement: Placement::Hbm,
-    }
+    OracleSpec::new(128, 4, 256, Placement::Hbm)
 }
 
 fn grid() -> Vec<OracleSpec> {
-    let mut specs = Vec::new();
-    for head_dim in [64, 128, 256] {
-        for group in 1..=8 {
-            for threads in [32, 128, 256, 1024] {
-                for placement in [Placement::Hbm, Placement::Host] {
-                    specs.push(OracleSpec {
-                        head_dim,
-                        group,
-                        threads,
-                        placement,
-                    });
-                }
-            }
-        }
-    }
-    specs
+    row_grid(&[32, 128, 256, 1024], OracleSpec::new)
+}
+
+family_checks::family_tests! {
+    base: base(),
+    grid: grid(),
+    alternatives: row_alternatives(64, 7, 128, Placement::Host),
+    bad_fields: [
+        ("head_dim", json!(96)),
+        ("group", json!(0)),
+        ("group", json!(9)),
+        ("threads", json!(0)),
+        ("threads", json!(100)),
+        ("threads", json!(2048)),
+    ],
 }
 
 #[test]
-fn every_field_is_in_the_name() {
-    assert_every_field_in_name(
-        &base(),
-        &[
-            ("head_dim", json!(64)),
-            ("group", json!(7)),
-            ("threads", json!(128)),
-            ("placement", json!("host")),
-        ],
-    );
+fn the_name_spells_the_fields() {
     assert_eq!(base().kernel_name(), "fathom_oracle_d128_g4_t256_hbm");
-}
-
-#[test]
-fn names_are_injective() {
-    assert_names_injective(&grid());
-}
-
-#[test]
-fn bad_fields_are_named() {
-    let cases = [
-        (
-            OracleSpec {
-                head_dim: 96,
-                ..base()
-            },
-            "head_dim",
-        ),
-        (OracleSpec { group: 0, ..base() }, "group"),
-        (OracleSpec { group: 9, ..base() }, "group"),
-        (
-            OracleSpec {
-                threads: 0,
-                ..base()
-            },
-            "threads",
-        ),
-        (
-            OracleSpec {
-                threads: 100,
-                ..base()
-            },
-            "threads",
-        ),
-        (
-            OracleSpec {
-                threads: 2048,
-                ..base()
-            },
-            "threads",
-        ),
-    ];
-    for (spec, field) in cases {
-        let err = spec.validate().unwrap_err();
-        assert_eq!((err.family, err.field), ("oracle", field));
-        assert!(matches!(render(&spec), Err(RenderError::Spec(_))));
-    }
 }
 
 #[test]
@@ -125,17 +63,7 @@ fn launch_covers_the_range() {
 
 #[test]
 fn a_sampled_grid_compiles_without_warnings() {
-    for head_dim in [64, 128, 256] {
-        for placement in [Placement::Hbm, Placement::Host] {
-            for (group, threads) in [(7, 256), (8, 1024)] {
-                let spec = OracleSpec {
-                    head_dim,
-                    group,
-                    threads,
-                    placement,
-                };
-                assert_compiles(&spec, &[spec.kernel_name()]);
-            }
-        }
+    for spec in row_samples(&[(7, 256), (8, 1024)], OracleSpec::new) {
+        assert_compiles(&spec, &[spec.kernel_name()]);
     }
 }

@@ -2,12 +2,9 @@
 
 mod family_checks;
 
-use codegen::render::{render, RenderError};
 use codegen::spec::select::{SelectSpec, SelectStage, STATE_WORDS};
 use codegen::spec::Family;
-use family_checks::{
-    assert_compiles, assert_every_field_in_name, assert_names_injective, assert_renders,
-};
+use family_checks::{assert_compiles, assert_renders, grid4};
 use serde_json::json;
 
 fn base() -> SelectSpec {
@@ -20,86 +17,46 @@ fn base() -> SelectSpec {
 }
 
 fn grid() -> Vec<SelectSpec> {
-    let mut specs = Vec::new();
-    for group in 1..=8 {
-        for k_max in [1, 128, 4096] {
-            for threads in [32, 256, 1024] {
-                for items_per_thread in [1, 16, 32] {
-                    specs.push(SelectSpec {
-                        group,
-                        k_max,
-                        threads,
-                        items_per_thread,
-                    });
-                }
-            }
-        }
-    }
-    specs
+    grid4(
+        &[1, 2, 3, 4, 5, 6, 7, 8],
+        &[1, 128, 4096],
+        &[32, 256, 1024],
+        &[1, 16, 32],
+        |group, k_max, threads, items_per_thread| SelectSpec {
+            group,
+            k_max,
+            threads,
+            items_per_thread,
+        },
+    )
+}
+
+family_checks::family_tests! {
+    base: base(),
+    grid: grid(),
+    alternatives: [
+        ("group", json!(7)),
+        ("k_max", json!(4096)),
+        ("threads", json!(512)),
+        ("items_per_thread", json!(8)),
+    ],
+    bad_fields: [
+        ("group", json!(0)),
+        ("k_max", json!(0)),
+        ("k_max", json!(4097)),
+        ("threads", json!(1000)),
+        ("items_per_thread", json!(0)),
+        ("items_per_thread", json!(33)),
+    ],
 }
 
 #[test]
-fn every_field_is_in_the_name() {
-    assert_every_field_in_name(
-        &base(),
-        &[
-            ("group", json!(7)),
-            ("k_max", json!(4096)),
-            ("threads", json!(512)),
-            ("items_per_thread", json!(8)),
-        ],
-    );
+fn the_name_spells_the_fields() {
     assert_eq!(base().kernel_name(), "fathom_select_g4_k512_t256_i16");
     assert_eq!(
         base().entry(SelectStage::Hist(2)),
         "fathom_select_g4_k512_t256_i16_hist"
     );
-}
-
-#[test]
-fn names_are_injective() {
-    assert_names_injective(&grid());
-}
-
-#[test]
-fn bad_fields_are_named() {
-    let cases = [
-        (SelectSpec { group: 0, ..base() }, "group"),
-        (SelectSpec { k_max: 0, ..base() }, "k_max"),
-        (
-            SelectSpec {
-                k_max: 4097,
-                ..base()
-            },
-            "k_max",
-        ),
-        (
-            SelectSpec {
-                threads: 1000,
-                ..base()
-            },
-            "threads",
-        ),
-        (
-            SelectSpec {
-                items_per_thread: 0,
-                ..base()
-            },
-            "items_per_thread",
-        ),
-        (
-            SelectSpec {
-                items_per_thread: 33,
-                ..base()
-            },
-            "items_per_thread",
-        ),
-    ];
-    for (spec, field) in cases {
-        let err = spec.validate().unwrap_err();
-        assert_eq!((err.family, err.field), ("select", field));
-        assert!(matches!(render(&spec), Err(RenderError::Spec(_))));
-    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use super::launch::{
     blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
 };
-use super::{checks, Family, Placement, SpecError};
+use super::{row, Family, Placement};
 use serde::{Deserialize, Serialize};
 
 /// Tokens that share one mean key.
@@ -97,32 +97,4 @@ impl LandmarkSpec {
     }
 }
 
-impl Family for LandmarkSpec {
-    const FAMILY: &'static str = "landmark";
-
-    fn validate(&self) -> Result<(), SpecError> {
-        checks::head_dim(Self::FAMILY, self.head_dim)?;
-        checks::group(Self::FAMILY, self.group)?;
-        checks::threads(Self::FAMILY, self.threads)
-    }
-
-    fn kernel_name(&self) -> String {
-        format!(
-            "fathom_landmark_d{}_g{}_t{}_{}",
-            self.head_dim,
-            self.group,
-            self.threads,
-            self.placement.as_str()
-        )
-    }
-
-    fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        context.insert("head_dim", &self.head_dim);
-        context.insert("group", &self.group);
-        context.insert("threads", &self.threads);
-        context.insert("placement", self.placement.as_str());
-        context.insert("unroll", &rows_in_flight(self.placement));
-        context
-    }
-}
+row::row_family!(LandmarkSpec, "landmark");

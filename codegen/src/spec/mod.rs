@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod landmark;
 pub mod launch;
 pub mod oracle;
+mod row;
 pub mod select;
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@
 use super::launch::{
     blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
 };
-use super::{checks, Family, Placement, SpecError};
+use super::{row, Family, Placement};
 use serde::{Deserialize, Serialize};
 
 /// Spec of an oracle kernel.
@@ -55,32 +55,4 @@ impl OracleSpec {
     }
 }
 
-impl Family for OracleSpec {
-    const FAMILY: &'static str = "oracle";
-
-    fn validate(&self) -> Result<(), SpecError> {
-        checks::head_dim(Self::FAMILY, self.head_dim)?;
-        checks::group(Self::FAMILY, self.group)?;
-        checks::threads(Self::FAMILY, self.threads)
-    }
-
-    fn kernel_name(&self) -> String {
-        format!(
-            "fathom_oracle_d{}_g{}_t{}_{}",
-            self.head_dim,
-            self.group,
-            self.threads,
-            self.placement.as_str()
-        )
-    }
-
-    fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        context.insert("head_dim", &self.head_dim);
-        context.insert("group", &self.group);
-        context.insert("threads", &self.threads);
-        context.insert("placement", self.placement.as_str());
-        context.insert("unroll", &rows_in_flight(self.placement));
-        context
-    }
-}
+row::row_family!(OracleSpec, "oracle");

@@ -1,6 +1,6 @@
 //! Checks every kernel family of the selection pipeline must pass, shared by their test files.
 
-use codegen::render::render;
+use codegen::render::{render, RenderError};
 use codegen::spec::Family;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -40,6 +40,45 @@ where
             base.kernel_name(),
             "changing `{field}` must change the kernel name"
         );
+    }
+}
+
+/// Every spec of the four axes, the first outermost: a family's grid of specs.
+pub fn grid4<A: Copy, B: Copy, C: Copy, D: Copy, F>(
+    a: &[A],
+    b: &[B],
+    c: &[C],
+    d: &[D],
+    spec: impl Fn(A, B, C, D) -> F,
+) -> Vec<F> {
+    let mut specs = Vec::new();
+    for &a in a {
+        for &b in b {
+            for &c in c {
+                for &d in d {
+                    specs.push(spec(a, b, c, d));
+                }
+            }
+        }
+    }
+    specs
+}
+
+/// For every `(field, value)` of `cases`, `base` with that one field set to that bad value fails
+/// validation naming its family and that field, and does not render.
+pub fn assert_bad_fields_named<F>(base: &F, cases: &[(&str, serde_json::Value)])
+where
+    F: Family + Serialize + DeserializeOwned,
+{
+    let json = serde_json::to_value(base).expect("a spec serialises");
+    for (field, value) in cases {
+        let mut changed = json.clone();
+        assert!(changed.get(*field).is_some(), "{field} is not a spec field");
+        changed[*field] = value.clone();
+        let spec: F = serde_json::from_value(changed).expect("the bad value deserialises");
+        let err = spec.validate().unwrap_err();
+        assert_eq!((err.family, err.field), (F::FAMILY, *field), "{value}");
+        assert!(matches!(render(&spec), Err(RenderError::Spec(_))));
     }
 }
 
@@ -114,3 +153,32 @@ pub fn assert_compiles<F: Family>(spec: &F, entries: &[String]) {
         }
     }
 }
+
+/// The tests every family gets from the checks above, over its `base` spec and `grid`:
+/// `every_field_is_in_the_name` (with `alternatives` for
+/// [`assert_every_field_in_name`]), `names_are_injective` and `bad_fields_are_named` (with
+/// the `(field, bad value)` pairs of `bad_fields`).
+macro_rules! family_tests {
+    (
+        base: $base:expr,
+        grid: $grid:expr,
+        alternatives: $alternatives:expr,
+        bad_fields: $bad_fields:expr $(,)?
+    ) => {
+        #[test]
+        fn every_field_is_in_the_name() {
+            $crate::family_checks::assert_every_field_in_name(&$base, &$alternatives);
+        }
+
+        #[test]
+        fn names_are_injective() {
+            $crate::family_checks::assert_names_injective(&$grid);
+        }
+
+        #[test]
+        fn bad_fields_are_named() {
+            $crate::family_checks::assert_bad_fields_named(&$base, &$bad_fields);
+        }
+    };
+}
+pub(crate) use family_tests;

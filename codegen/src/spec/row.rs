@@ -1,0 +1,96 @@
+//! What the row families (oracle, landmark, fetch) share: kernels that read whole bf16 key rows,
+//! specialised on the same four fields (head dimension, query group, threads per block,
+//! placement), so they validate, name and parametrise their templates the same way.
+
+use super::launch::rows_in_flight;
+use super::{checks, Placement, SpecError};
+
+/// The four fields of a row family's spec, seen together.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowFields {
+    pub(crate) head_dim: u32,
+    pub(crate) group: u32,
+    pub(crate) threads: u32,
+    pub(crate) placement: Placement,
+}
+
+impl RowFields {
+    /// Checks every field for `family`, naming the first bad one (placement is always valid).
+    pub(crate) fn validate(self, family: &'static str) -> Result<(), SpecError> {
+        checks::head_dim(family, self.head_dim)?;
+        checks::group(family, self.group)?;
+        checks::threads(family, self.threads)
+    }
+
+    /// `fathom_<family>_d<D>_g<G>_t<threads>_<placement>`: every field, so distinct specs of one
+    /// family never share a name.
+    pub(crate) fn kernel_name(self, family: &str) -> String {
+        format!(
+            "fathom_{family}_d{}_g{}_t{}_{}",
+            self.head_dim,
+            self.group,
+            self.threads,
+            self.placement.as_str()
+        )
+    }
+
+    /// The template variables of every row template; `unroll` follows from the placement.
+    pub(crate) fn context(self) -> tera::Context {
+        let mut context = tera::Context::new();
+        context.insert("head_dim", &self.head_dim);
+        context.insert("group", &self.group);
+        context.insert("threads", &self.threads);
+        context.insert("placement", self.placement.as_str());
+        context.insert("unroll", &rows_in_flight(self.placement));
+        context
+    }
+}
+
+/// Gives a row family's spec (a struct of exactly the four [`RowFields`]) its constructor and
+/// its [`Family`](super::Family) impl, named `$family`.
+macro_rules! row_family {
+    ($spec:ident, $family:literal) => {
+        impl $spec {
+            /// The spec of these four fields (`head_dim`, `group`, `threads`, `placement`).
+            pub fn new(
+                head_dim: u32,
+                group: u32,
+                threads: u32,
+                placement: $crate::spec::Placement,
+            ) -> Self {
+                $spec {
+                    head_dim,
+                    group,
+                    threads,
+                    placement,
+                }
+            }
+
+            fn row_fields(&self) -> $crate::spec::row::RowFields {
+                $crate::spec::row::RowFields {
+                    head_dim: self.head_dim,
+                    group: self.group,
+                    threads: self.threads,
+                    placement: self.placement,
+                }
+            }
+        }
+
+        impl $crate::spec::Family for $spec {
+            const FAMILY: &'static str = $family;
+
+            fn validate(&self) -> Result<(), $crate::spec::SpecError> {
+                self.row_fields().validate(Self::FAMILY)
+            }
+
+            fn kernel_name(&self) -> String {
+                self.row_fields().kernel_name(Self::FAMILY)
+            }
+
+            fn context(&self) -> tera::Context {
+                self.row_fields().context()
+            }
+        }
+    };
+}
+pub(crate) use row_family;
