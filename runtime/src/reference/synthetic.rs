@@ -78,6 +78,11 @@ pub struct SyntheticSettings {
     pub needles: usize,
     /// Needle key norm over the typical key norm.
     pub needle_norm: f64,
+    /// Standard deviation of the attention logits `q·k/sqrt(D)` of each query over the
+    /// ordinary keys: queries drawn from the key statistics would give logits in the hundreds
+    /// (one-hot attention, where every method's error is zero); real models' logits spread over
+    /// a few units, so each query is scaled to this spread.
+    pub logit_std: f64,
 }
 
 impl Default for SyntheticSettings {
@@ -97,6 +102,7 @@ impl Default for SyntheticSettings {
             sink_norm: 8.0,
             needles: 4,
             needle_norm: 3.0,
+            logit_std: 2.0,
         }
     }
 }
@@ -137,7 +143,7 @@ impl SyntheticSettings {
     pub fn describe(&self) -> String {
         format!(
             "synthetic(seed={}, n={}, d={}, kv_heads={}, G={}, scale_sigma={}, outliers={}x{}, \
-             mean_factor={}, rope_base={:e}, sink={}x{}, needles={}x{})",
+             mean_factor={}, rope_base={:e}, sink={}x{}, needles={}x{}, logit_std={})",
             self.seed,
             self.n,
             self.head_dim,
@@ -152,6 +158,7 @@ impl SyntheticSettings {
             self.sink_norm,
             self.needles,
             self.needle_norm,
+            self.logit_std,
         )
     }
 
@@ -205,6 +212,7 @@ impl SyntheticSettings {
             ("rope_base", self.rope_base, true),
             ("sink_norm", self.sink_norm, true),
             ("needle_norm", self.needle_norm, true),
+            ("logit_std", self.logit_std, true),
         ];
         for (what, got, positive) in factors {
             let ok = got.is_finite() && if positive { got > 0.0 } else { got >= 0.0 };
@@ -281,6 +289,30 @@ pub fn apply_rope(x: &[f64], position: usize, base: f64) -> Vec<f64> {
         out[i + half] = x[i] * sin + x[i + half] * cos;
     }
     out
+}
+
+/// `q` scaled so that its logits `q·k/sqrt(D)` over (a strided sample of) the keys have the
+/// standard deviation `s.logit_std`; rounded to f32 like every query. Scaling keeps the
+/// direction, so the needles planted along `q` stay aligned with it.
+fn scale_to_logit_std(q: &[f64], keys: &[bf16], s: &SyntheticSettings) -> Vec<f64> {
+    let d = s.head_dim;
+    let n = keys.len() / d;
+    let stride = n.div_ceil(4096).max(1);
+    let logits: Vec<f64> = (s.sink_tokens.min(n)..n)
+        .step_by(stride)
+        .map(|i| {
+            let k = &keys[i * d..(i + 1) * d];
+            q.iter().zip(k).map(|(a, b)| a * b.to_f64()).sum::<f64>() / (d as f64).sqrt()
+        })
+        .collect();
+    let mean = logits.iter().sum::<f64>() / logits.len().max(1) as f64;
+    let var = logits.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / logits.len().max(1) as f64;
+    let factor = if var > 0.0 {
+        s.logit_std / var.sqrt()
+    } else {
+        1.0
+    };
+    q.iter().map(|x| (x * factor) as f32 as f64).collect()
 }
 
 fn normal(rng: &mut ChaCha8Rng) -> f64 {
@@ -396,6 +428,10 @@ pub fn generate_head(
         keys.extend(key.into_iter().map(bf16::from_f64));
         values.extend((0..d).map(|_| bf16::from_f64(normal(&mut rng))));
     }
+    let queries = queries
+        .iter()
+        .map(|q| scale_to_logit_std(q, &keys, s))
+        .collect();
     Ok(SyntheticHead {
         keys,
         values,
