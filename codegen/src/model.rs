@@ -32,6 +32,11 @@ pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// The largest group size `G` (query heads per KV head) the kernels are specialised for (SPEC §1).
 pub const MAX_GROUP_SIZE: usize = 8;
 
+/// The largest layer or head count accepted: kernels take head counts as C `int`s, and the
+/// runtime sizes its tables by products of these counts, so a count from a config must stay far
+/// from overflow. Real models have at most a few hundred of either.
+pub const MAX_COUNT: usize = 1 << 16;
+
 /// The basis the key store is kept in (SPEC §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -87,8 +92,9 @@ impl ModelShape {
         self.query_heads / self.kv_heads
     }
 
-    /// Checks the shape against what the kernels support: every count positive, `D` in
-    /// [`HEAD_DIMS`], `H_q` a multiple of `H_kv`, and `G` in `1..=`[`MAX_GROUP_SIZE`].
+    /// Checks the shape against what the kernels support: every count positive and at most
+    /// [`MAX_COUNT`], `D` in [`HEAD_DIMS`], `H_q` a multiple of `H_kv`, and `G` in
+    /// `1..=`[`MAX_GROUP_SIZE`].
     ///
     /// Shapes from [`preset`] and [`from_config_json`] are already validated; this is for
     /// shapes built by hand.
@@ -103,6 +109,12 @@ impl ModelShape {
                 return Err(ModelError::NotPositive {
                     field: field.to_string(),
                     value: 0,
+                });
+            }
+            if value > MAX_COUNT {
+                return Err(ModelError::TooLarge {
+                    field: field.to_string(),
+                    value,
                 });
             }
         }
@@ -175,6 +187,14 @@ pub enum ModelError {
         field: String,
         /// Its value.
         value: i64,
+    },
+    /// A count is larger than any model's.
+    #[error("`{field}` is {value}; it must be at most {MAX_COUNT}")]
+    TooLarge {
+        /// The field.
+        field: String,
+        /// Its value.
+        value: usize,
     },
     /// `head_dim` is absent and `hidden_size` is not a multiple of `num_attention_heads`.
     #[error(

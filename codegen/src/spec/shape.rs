@@ -53,20 +53,26 @@ pub(crate) fn check_block(family: &'static str, block: usize) -> Result<(), Spec
     }
 }
 
-/// A segment must hold whole scale blocks; `even` also asks for an even word count, which the
-/// 16-byte (two-word) loads of gather and scan need.
+/// The largest `S`: the templates count a segment's words and tokens in C `int`s, and the
+/// words of one segment of the widest head, `256 · 4 · S`, must fit one.
+pub const MAX_SEGMENT_WORDS: usize = i32::MAX as usize / (256 * 4);
+
+/// A segment must hold whole scale blocks and at most [`MAX_SEGMENT_WORDS`] words; `even` also
+/// asks for an even word count, which the 16-byte (two-word) loads of gather and scan need.
 pub(crate) fn check_segment_words(
     family: &'static str,
     segment_words: usize,
     block: usize,
     even: bool,
 ) -> Result<(), SpecError> {
-    let whole_blocks = segment_words >= 1 && (segment_words * WORD_TOKENS).is_multiple_of(block);
+    // The upper bound comes first so that `S * 64` cannot overflow.
+    let whole_blocks = (1..=MAX_SEGMENT_WORDS).contains(&segment_words)
+        && (segment_words * WORD_TOKENS).is_multiple_of(block);
     if !whole_blocks || (even && !segment_words.is_multiple_of(2)) {
         let allowed = if even {
-            "an even number of words, at least 2".to_string()
+            format!("an even number of words from 2 to {MAX_SEGMENT_WORDS}")
         } else {
-            format!("at least 1 word holding whole {block}-token blocks")
+            format!("1 to {MAX_SEGMENT_WORDS} words holding whole {block}-token blocks")
         };
         return Err(SpecError::new(
             family,

@@ -214,7 +214,18 @@ pub fn depth_at(log2_gain: f64, x: f64) -> u8 {
 /// `log2(3 w_c)` for every channel, `None` where `w_c = 0` (never read).
 fn log2_gains(w: &[f64]) -> Vec<Option<f64>> {
     w.iter()
-        .map(|&w| (w > 0.0).then(|| (3.0 * w).log2()))
+        .map(|&w| {
+            (w > 0.0).then(|| {
+                // Above f64::MAX / 3 the product overflows to +inf, whose channel would never be
+                // read; the sum of logs is the same gain without the overflow.
+                let gain = 3.0 * w;
+                if gain.is_finite() {
+                    gain.log2()
+                } else {
+                    w.log2() + 3f64.log2()
+                }
+            })
+        })
         .collect()
 }
 

@@ -63,11 +63,20 @@ pub enum LayoutError {
     #[error("block size {got} is not supported; allowed: 32, 64 or 128 tokens")]
     BlockSize { got: usize },
     #[error(
-        "segment of {got} words ({tokens} tokens) does not hold a whole number of {block}-token \
-         blocks; use at least one word, and an even number of words for 128-token blocks",
-        tokens = got * WORD_TOKENS
+        "segment of {got} words ({got} x 64 tokens) does not hold a whole number of \
+         {block}-token blocks; use at least one word, and an even number of words for \
+         128-token blocks"
     )]
     SegmentWords { got: usize, block: usize },
+    #[error(
+        "segment of {got} words is too large: its {head_dim}-channel plane words cannot be \
+         counted; allowed: at most {max} words"
+    )]
+    SegmentTooLarge {
+        got: usize,
+        head_dim: usize,
+        max: usize,
+    },
 }
 
 /// The shape of one segment: head dimension `D`, block size `BLK` and `S` words per plane.
@@ -87,6 +96,16 @@ impl StoreLayout {
     ) -> Result<Self, LayoutError> {
         if !HEAD_DIMS.contains(&head_dim) {
             return Err(LayoutError::HeadDim { got: head_dim });
+        }
+        // D * 4 >= 64 words per token-word, so this bound keeps every segment size (tokens,
+        // words, scales) representable; a larger value would wrap and pass the check below.
+        let max = usize::MAX / (head_dim * PLANES);
+        if segment_words > max {
+            return Err(LayoutError::SegmentTooLarge {
+                got: segment_words,
+                head_dim,
+                max,
+            });
         }
         if segment_words == 0 || !(segment_words * WORD_TOKENS).is_multiple_of(block.tokens()) {
             return Err(LayoutError::SegmentWords {
@@ -235,7 +254,8 @@ pub fn encode_block(
     id: HeadId,
     first_token: usize,
 ) -> Result<EncodedBlock, EncodeError> {
-    if !keys.len().is_multiple_of(head_dim) {
+    // A zero head dimension has no whole keys (and would divide by zero below).
+    if head_dim == 0 || !keys.len().is_multiple_of(head_dim) {
         return Err(EncodeError::Shape {
             values: keys.len(),
             head_dim,
