@@ -322,7 +322,7 @@ fn rerunning_merges_and_a_mismatched_record_is_refused() {
     // A second run of one case replaces that entry only.
     let second = tune(
         &mut FakeBench::new(1.0).with("scan w16 t128", Fake::Times(vec![0.1])),
-        &[b.clone()],
+        std::slice::from_ref(&b),
         meta(),
         &settings(),
         &mut crate::tuner::Silent,

@@ -39,6 +39,9 @@ pub const FLUSH_BYTES: usize = 256 << 20;
 /// Tokens of each head compared with the reference (plus the first and the last).
 pub const SAMPLE_TOKENS: usize = 2048;
 
+/// One kernel launch: function, grid, block, arguments.
+type Launch = (CudaFunction, (u32, u32, u32), (u32, u32, u32), Vec<Arg>);
+
 fn gpu_err(e: GpuError) -> String {
     e.to_string()
 }
@@ -188,12 +191,11 @@ impl<'g> GpuBench<'g> {
     }
 
     /// The launches of `parts`: (function, grid, block, arguments).
-    #[allow(clippy::type_complexity)]
     fn launches(
         &mut self,
         case: &Case,
         parts: Vec<(KernelSpec, bool)>,
-    ) -> Result<Vec<(CudaFunction, (u32, u32, u32), (u32, u32, u32), Vec<Arg>)>, String> {
+    ) -> Result<Vec<Launch>, String> {
         let heads = case.kv_heads;
         let mut out = Vec::new();
         for (spec, staged) in parts {
@@ -244,10 +246,7 @@ impl<'g> GpuBench<'g> {
         Ok(out)
     }
 
-    fn run(
-        &self,
-        launches: &[(CudaFunction, (u32, u32, u32), (u32, u32, u32), Vec<Arg>)],
-    ) -> Result<(), GpuError> {
+    fn run(&self, launches: &[Launch]) -> Result<(), GpuError> {
         for (f, grid, block, args) in launches {
             self.gpu.launch(f, *grid, *block, 0, args)?;
         }
@@ -267,7 +266,9 @@ impl<'g> GpuBench<'g> {
                     let (want, bound) = p.want[k];
                     k += 1;
                     let got = row[i];
-                    if !((f64::from(got) - want).abs() <= bound) {
+                    // NaN is a mismatch too.
+                    let within = (f64::from(got) - want).abs() <= bound;
+                    if !within {
                         return Err(format!(
                             "head {h} query {gi} token {i}: {got}, want {want} (tolerance {bound:.3e})"
                         ));

@@ -140,7 +140,8 @@ mod tests {
     fn every_field_is_a_typed_reason() {
         let base = meta();
         assert_eq!(base.check(&base, MetaCheck::Full), Ok(()));
-        let cases: Vec<(RecordMeta, fn(&MetaMismatch) -> bool)> = vec![
+        type Is = fn(&MetaMismatch) -> bool;
+        let cases: Vec<(RecordMeta, Is)> = vec![
             (
                 RecordMeta {
                     gpu: "NVIDIA A100".into(),

@@ -289,7 +289,7 @@ impl TuningRecord {
                 source,
             })?;
         // A hand-edited file may be out of order; lookups bisect.
-        record.entries.sort_by(|a, b| a.key.cmp(&b.key));
+        record.entries.sort_by_key(|e| e.key);
         record
             .entries
             .dedup_by(|later, earlier| later.key == earlier.key);
