@@ -10,6 +10,7 @@
 //! `cargo run --release -p autotune -- [--model qwen3-8b] [--config scan/hbm/128k] [--quick]`
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use autotune::candidates::{candidate_checksum, enumerate, Case};
@@ -66,7 +67,7 @@ impl Observer for Bar {
 
 fn run(args: &Args) -> Result<(), String> {
     let cases = select(&args.model, &args.config, args.quick).map_err(|e| e.to_string())?;
-    let gpu = Gpu::open(args.device).map_err(|e| e.to_string())?;
+    let gpu = Arc::new(Gpu::open(args.device).map_err(|e| e.to_string())?);
     let info = gpu.info().clone();
     let nvrtc = codegen::nvrtc::version().map_err(|e| e.to_string())?;
     let nvrtc = format!("{}.{}", nvrtc.0, nvrtc.1);
@@ -113,7 +114,7 @@ fn run(args: &Args) -> Result<(), String> {
         .progress_chars("=> "),
     );
     bar.enable_steady_tick(Duration::from_millis(500));
-    let mut bench = GpuBench::new(&gpu, ceilings.clone())?;
+    let mut bench = GpuBench::new(gpu.clone(), ceilings.clone())?;
     let mut record = TuningRecord::new(meta);
     let mut observer = Bar(bar);
     for case in &cases {

@@ -15,15 +15,16 @@
 mod store;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use codegen::emit::build_kernel;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, ScanSpec};
 use cudarc::driver::CudaFunction;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use runtime::ceilings::Ceilings;
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, Module};
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
+use runtime::jit::Jit;
 use runtime::reference::store::HeadStore;
 use runtime::step::tuning::fit_scan_tile;
 use runtime::step::{Tile, Tiles, Transfer, TunedFamily};
@@ -60,26 +61,30 @@ struct Prepared {
 }
 
 /// Times candidates on one GPU.
-pub struct GpuBench<'g> {
-    gpu: &'g Gpu,
+pub struct GpuBench {
+    gpu: Arc<Gpu>,
+    /// Kernels compiled on all cores and cached on disk (a second run compiles nothing).
+    jit: Jit,
     ceilings: Ceilings,
-    references: Option<((usize, usize, usize), Vec<HeadStore>)>,
+    /// Reference stores by (head dimension, tokens), as many heads as any case asked for:
+    /// encoding 1M tokens on the CPU is the slowest part of a case, so it is done once.
+    references: HashMap<(usize, usize), Vec<HeadStore>>,
     prepared: Option<Prepared>,
-    kernels: HashMap<String, (Module, CudaFunction)>,
     flush: DeviceBuffer<u8>,
     winners: HashMap<EntryKey, Tile>,
 }
 
-impl<'g> GpuBench<'g> {
-    /// A bench on `gpu`, judging rates against `ceilings`.
-    pub fn new(gpu: &'g Gpu, ceilings: Ceilings) -> Result<Self, String> {
+impl GpuBench {
+    /// A bench on `gpu`, judging rates against `ceilings`, loading kernels through a [`Jit`]
+    /// on the default kernel cache.
+    pub fn new(gpu: Arc<Gpu>, ceilings: Ceilings) -> Result<Self, String> {
         Ok(GpuBench {
+            jit: Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?,
+            flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
             gpu,
             ceilings,
-            references: None,
+            references: HashMap::new(),
             prepared: None,
-            kernels: HashMap::new(),
-            flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
             winners: HashMap::new(),
         })
     }
@@ -137,16 +142,12 @@ impl<'g> GpuBench<'g> {
         gather_spec(case, l, t)
     }
 
-    fn function(&mut self, spec: KernelSpec) -> Result<CudaFunction, String> {
-        let name = spec.kernel_name();
-        if let Some((_, f)) = self.kernels.get(&name) {
-            return Ok(f.clone());
-        }
-        let built = build_kernel(&spec, &self.gpu.info().arch()).map_err(|e| e.to_string())?;
-        let module = self.gpu.load_ptx(&built.ptx).map_err(gpu_err)?;
-        let f = module.function(&name).map_err(gpu_err)?;
-        self.kernels.insert(name, (module, f.clone()));
-        Ok(f)
+    fn function(&self, spec: KernelSpec) -> Result<CudaFunction, String> {
+        let kernel = self.jit.kernel(&spec).map_err(|e| e.to_string())?;
+        let f = kernel
+            .function(&spec.kernel_name())
+            .map_err(|e| e.to_string())?;
+        Ok(f.clone())
     }
 
     fn prepared(&self) -> Result<&Prepared, String> {
@@ -317,7 +318,7 @@ fn reference_sample(
     out
 }
 
-impl Bench for GpuBench<'_> {
+impl Bench for GpuBench {
     fn prepare(&mut self, case: &Case) -> Result<CaseInfo, String> {
         let (d, g, heads, n) = (case.head_dim, case.group, case.kv_heads, case.tokens);
         let store_placement = match case.subject {
@@ -328,14 +329,16 @@ impl Bench for GpuBench<'_> {
         if self.prepared.as_ref().map(|p| p.ident) != Some(ident) {
             // Free the previous case's memory before allocating this one's.
             self.prepared = None;
-            if self.references.as_ref().map(|r| r.0) != Some((d, heads, n)) {
-                self.references = None;
-                self.references = Some(((d, heads, n), reference_stores(d, heads, n)?));
+            if self.references.get(&(d, n)).is_none_or(|r| r.len() < heads) {
+                self.references
+                    .insert((d, n), reference_stores(d, heads, n)?);
             }
-            let stores = &self.references.as_ref().expect("built above").1;
-            let store = DeviceStore::new(self.gpu, store_placement, stores)?;
-            let staging = Staging::new(self.gpu, heads, store.max_seg, d)?;
-            let plan = store::plan(self.gpu, &store, &staging, heads, d, g, n)?;
+            let stores = &self.references[&(d, n)][..heads];
+            let store = DeviceStore::new(&self.gpu, store_placement, stores)?;
+            let staging = Staging::new(&self.gpu, heads, store.max_seg, d)?;
+            let plan_spec = store::plan_spec(d, g);
+            let plan_kernel = self.function(plan_spec.into())?;
+            let plan = store::plan(&self.gpu, &plan_kernel, plan_spec, &store, &staging, g, n)?;
             let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
             let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
             sample.shuffle(&mut rng);
@@ -353,6 +356,15 @@ impl Bench for GpuBench<'_> {
                 want,
             });
         }
+        // Compile every candidate of the case on all cores now; one that fails is disqualified
+        // when it is verified, by its own error.
+        let specs: Vec<KernelSpec> = crate::candidates::enumerate(case)
+            .iter()
+            .filter_map(|v| self.parts(case, v, true).ok())
+            .flatten()
+            .map(|(spec, _)| spec)
+            .collect();
+        let _ = self.jit.load_set(&specs);
         let p = self.prepared()?;
         let ceiling = match (case.subject, case.placement) {
             (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => (

@@ -2,12 +2,12 @@
 //! device or mapped host memory in the layout of `templates/ABI.md`, and a `fathom(48)` plan
 //! made on the device by the plan kernel.
 
-use codegen::emit::build_kernel;
-use codegen::spec::{KernelSpec, Placement, PlanMethod, PlanSpec};
+use codegen::spec::{Placement, PlanMethod, PlanSpec};
+use cudarc::driver::CudaFunction;
 use half::bf16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, MappedBuffer, Module};
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, MappedBuffer};
 use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 use crate::candidates::{BLOCK, SEGMENT_WORDS};
@@ -97,6 +97,8 @@ pub struct DeviceStore {
     /// Stored tokens of the sequence.
     pub n_stored: DeviceBuffer<i32>,
     pub max_seg: usize,
+    /// KV heads.
+    pub heads: usize,
 }
 
 impl DeviceStore {
@@ -125,6 +127,7 @@ impl DeviceStore {
             seg_scales: gpu.upload(&scale_table).map_err(e)?,
             n_stored: gpu.upload(&[n]).map_err(e)?,
             max_seg,
+            heads: stores.len(),
         })
     }
 }
@@ -168,31 +171,30 @@ pub struct DevicePlan {
     pub queries: Vec<f32>,
     /// Bytes of planes and scales the plan reads in one step (all heads).
     pub bytes: u64,
-    _module: Module,
 }
 
-/// Plans `store` with `fathom(PLAN_BITS)` on the device, for `group` query heads.
+/// The plan kernel of every case: `fathom` without rotation, on the tuner's block and segment.
+pub fn plan_spec(d: usize, group: usize) -> PlanSpec {
+    PlanSpec {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        ..PlanSpec::new(d, group, PlanMethod::Fathom, false)
+    }
+}
+
+/// Plans `store` (every head of it) with `fathom(PLAN_BITS)` on the device with `function`,
+/// the kernel of `spec`, for `group` query heads.
 pub fn plan(
     gpu: &Gpu,
+    function: &CudaFunction,
+    spec: PlanSpec,
     store: &DeviceStore,
     staging: &Staging,
-    heads: usize,
-    d: usize,
     group: usize,
     tokens: usize,
 ) -> Result<DevicePlan, String> {
     let e = |x: runtime::gpu::GpuError| x.to_string();
-    let spec = PlanSpec {
-        block: BLOCK,
-        segment_words: SEGMENT_WORDS,
-        ..PlanSpec::new(d, group, PlanMethod::Fathom, false)
-    };
-    let built =
-        build_kernel(&KernelSpec::from(spec), &gpu.info().arch()).map_err(|e| e.to_string())?;
-    let module = gpu.load_ptx(&built.ptx).map_err(e)?;
-    let function = module
-        .function(&KernelSpec::from(spec).kernel_name())
-        .map_err(e)?;
+    let (heads, d) = (store.heads, spec.head_dim);
     let mut rng = ChaCha8Rng::seed_from_u64(0x9e11 ^ tokens as u64);
     let queries: Vec<f32> = (0..heads * group * d)
         .map(|_| rng.gen_range(-1.0f32..1.0))
@@ -231,7 +233,7 @@ pub fn plan(
         status.arg(),
     ];
     let (grid, block, shared) = spec.launch_dims(1, heads);
-    gpu.launch(&function, grid, block, shared, &args)
+    gpu.launch(function, grid, block, shared, &args)
         .map_err(e)?;
     gpu.synchronize().map_err(e)?;
     let status = status.download().map_err(e)?;
@@ -250,6 +252,5 @@ pub fn plan(
         q_store,
         depths,
         bytes: bytes as u64,
-        _module: module,
     })
 }
