@@ -8,6 +8,7 @@
 //!   against;
 //! - [`gpu`], [`launch`], [`ceilings`]: the checked driver layer, typed device pointers, and the
 //!   copy rates kernels are measured against.
+//! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
 //!
 //! # The types a serving stack touches
 //!
@@ -82,4 +83,5 @@ pub mod launch;
 pub mod reference;
 pub mod step;
 pub mod store;
+pub mod tuning;
 pub mod view;

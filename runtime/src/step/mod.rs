@@ -213,7 +213,9 @@ impl Decoder {
     }
 
     /// A decoder loading its kernels from `kernels` (e.g. a [`Jit`] shared with the key store,
-    /// or a test's own source), which must load them on `gpu`.
+    /// or a test's own source), which must load them on `gpu`. Tiles and the transfer come
+    /// from the autotune record of the GPU's model where one fits ([`crate::tuning`]), else
+    /// from `config.tiles`, with a warning once.
     pub fn with_kernels(
         gpu: Arc<Gpu>,
         model: ModelShape,
@@ -221,12 +223,15 @@ impl Decoder {
         kernels: Arc<dyn KernelSource>,
     ) -> Result<Self, StepError> {
         Self::check(&model, &config)?;
+        // The record of this GPU model, if one fits (`crate::tuning::locate`); `with_tuning`
+        // replaces it.
+        let tuning = crate::tuning::record_for(gpu.info()).map(|r| Box::new(r) as Box<dyn Tuning>);
         Ok(Decoder {
             gpu,
             model,
             config,
             kernels,
-            tuning: None,
+            tuning,
             calibration: None,
             device_calibration: DeviceCalibration::default(),
             workspace: Workspace::default(),

@@ -3,6 +3,7 @@
 
 use codegen::model::Basis;
 use codegen::spec::PlanMethod;
+use serde::{Deserialize, Serialize};
 
 use super::StepError;
 use crate::gpu::DeviceBuffer;
@@ -24,7 +25,8 @@ pub use crate::reference::plans::Method;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Transfer {
     /// One asynchronous copy per active run into HBM staging, then the HBM scan. The runs are
     /// known only on the device, so this strategy reads the plan back (one host

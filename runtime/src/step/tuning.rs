@@ -4,11 +4,13 @@
 use std::sync::Once;
 
 use codegen::spec::Placement;
+use serde::{Deserialize, Serialize};
 
 use super::request::Transfer;
 
 /// The kernel families whose tiles a record may set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TunedFamily {
     Plan,
     Gather,
@@ -21,6 +23,23 @@ pub enum TunedFamily {
 }
 
 impl TunedFamily {
+    /// Every family, in declaration order.
+    pub const ALL: [TunedFamily; 8] = [
+        TunedFamily::Plan,
+        TunedFamily::Gather,
+        TunedFamily::Scan,
+        TunedFamily::Oracle,
+        TunedFamily::Landmark,
+        TunedFamily::Select,
+        TunedFamily::Fetch,
+        TunedFamily::Attention,
+    ];
+
+    /// The family called `name` (as [`TunedFamily::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<TunedFamily> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
     /// The family's name, as in `codegen::spec::Family::FAMILY`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -38,7 +57,7 @@ impl TunedFamily {
 
 /// What a tuning lookup is keyed by: family, shape, placement of the memory the kernel reads,
 /// and the context bucket `ceil(log2(max tokens))`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TuneKey {
     pub family: TunedFamily,
     pub head_dim: usize,
@@ -48,7 +67,8 @@ pub struct TuneKey {
 }
 
 /// A tile: the launch parameters a family is specialised on beyond the shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Tile {
     /// Threads per block (plan, oracle, landmark, fetch).
     Threads(u32),
@@ -132,7 +152,8 @@ pub(crate) fn warn_untuned(what: &str) {
     WARNED.call_once(|| {
         eprintln!(
             "fathom: no autotune record for {what}; using default tiles and transfer. Tune this \
-             GPU with `cargo run --release -p autotune`."
+             GPU with `cargo run --release -p autotune` (records are read from \
+             $FATHOM_TUNING_DIR, <cache dir>/tuning and the repository's autotune/records)."
         );
     });
 }

@@ -1,0 +1,408 @@
+//! The [`Bench`] of a real GPU: stores built from random keys through the reference store,
+//! planned on the device with `fathom(48)`, every candidate checked against the f64 reference
+//! on a sample of tokens, then timed with CUDA events.
+//!
+//! Timing: two warm-up runs, then `reps` runs, each after the L2 cache is overwritten (a
+//! memset of [`FLUSH_BYTES`] outside the timed window), so that every run reads its inputs
+//! fresh from HBM or host memory as a decode step does, not from a warm L2.
+//!
+//! What each subject times: a scan tile, the scan alone (source runs, in the case's
+//! placement); a gather tile, the gather alone (host to staging); a transfer, everything the
+//! transfer puts between the plan and the scores: `fused` is the host scan, `copy-kernel` the
+//! gather and the HBM scan of the staged runs, each with the best tile found earlier in the run
+//! (cases are ordered so that the scan and gather come first) or the runtime's default.
+
+mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use codegen::spec::{GatherSpec, KernelSpec, Placement, ScanSpec};
+use cudarc::driver::CudaFunction;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use runtime::ceilings::Ceilings;
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
+use runtime::jit::Jit;
+use runtime::reference::store::HeadStore;
+use runtime::step::tuning::fit_scan_tile;
+use runtime::step::{Tile, Tiles, Transfer, TunedFamily};
+use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
+
+pub use store::{reference_stores, DevicePlan, DeviceStore, Staging, PLAN_BITS};
+
+use crate::candidates::{gather_spec, scan_spec, Case, SEGMENT_WORDS};
+use crate::tuner::{Bench, CaseInfo};
+
+/// Bytes overwritten between timed runs: several times any L2 cache.
+pub const FLUSH_BYTES: usize = 256 << 20;
+/// Tokens of each head compared with the reference (plus the first and the last).
+pub const SAMPLE_TOKENS: usize = 2048;
+
+/// One kernel launch: function, grid, block, arguments.
+type Launch = (CudaFunction, (u32, u32, u32), (u32, u32, u32), Vec<Arg>);
+
+fn gpu_err(e: GpuError) -> String {
+    e.to_string()
+}
+
+/// The inputs of the cases of one (shape, heads, context, placement).
+struct Prepared {
+    ident: (usize, usize, usize, usize, Placement),
+    store: DeviceStore,
+    /// Where the staged run table points: kept alive, never read here.
+    _staging: Staging,
+    plan: DevicePlan,
+    scores: DeviceBuffer<f32>,
+    /// Token positions compared, and per `(h, g, sample)` the reference score and tolerance.
+    sample: Vec<usize>,
+    want: Vec<(f64, f64)>,
+}
+
+/// Times candidates on one GPU.
+pub struct GpuBench {
+    gpu: Arc<Gpu>,
+    /// Kernels compiled on all cores and cached on disk (a second run compiles nothing).
+    jit: Jit,
+    ceilings: Ceilings,
+    /// Reference stores by (head dimension, tokens), as many heads as any case asked for:
+    /// encoding 1M tokens on the CPU is the slowest part of a case, so it is done once.
+    references: HashMap<(usize, usize), Vec<HeadStore>>,
+    prepared: Option<Prepared>,
+    flush: DeviceBuffer<u8>,
+    winners: HashMap<EntryKey, Tile>,
+}
+
+impl GpuBench {
+    /// A bench on `gpu`, judging rates against `ceilings`, loading kernels through a [`Jit`]
+    /// on the default kernel cache.
+    pub fn new(gpu: Arc<Gpu>, ceilings: Ceilings) -> Result<Self, String> {
+        Ok(GpuBench {
+            jit: Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?,
+            flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
+            gpu,
+            ceilings,
+            references: HashMap::new(),
+            prepared: None,
+            winners: HashMap::new(),
+        })
+    }
+
+    /// Uses the winning tile of `entry` for later cases that need that family as a part.
+    pub fn adopt(&mut self, entry: &EntryRecord) {
+        if let Some(Variant::Tile(tile)) = entry.winner.as_ref().map(|w| w.variant) {
+            self.winners.insert(entry.key, tile);
+        }
+    }
+
+    fn tile(&self, case: &Case, family: TunedFamily, placement: Placement) -> Option<Tile> {
+        let key = EntryKey {
+            subject: Subject::Kernel(family),
+            placement,
+            ..case.key()
+        };
+        self.winners.get(&key).copied()
+    }
+
+    /// The scan of `case`'s shape in `placement`: the adopted winner, else the default.
+    fn part_scan(&self, case: &Case, placement: Placement) -> ScanSpec {
+        let defaults = Tiles::default();
+        let (w, t) = match self.tile(case, TunedFamily::Scan, placement) {
+            Some(Tile::Scan {
+                tile_words,
+                threads,
+            }) => (tile_words, threads),
+            _ => fit_scan_tile(
+                match placement {
+                    Placement::Hbm => defaults.scan_hbm,
+                    Placement::Host => defaults.scan_host,
+                },
+                SEGMENT_WORDS,
+            ),
+        };
+        scan_spec(
+            &Case {
+                placement,
+                ..case.clone()
+            },
+            w,
+            t,
+        )
+    }
+
+    fn part_gather(&self, case: &Case) -> GatherSpec {
+        let (l, t) = match self.tile(case, TunedFamily::Gather, Placement::Host) {
+            Some(Tile::Gather {
+                loads_in_flight,
+                threads,
+            }) => (loads_in_flight, threads),
+            _ => Tiles::default().gather,
+        };
+        gather_spec(case, l, t)
+    }
+
+    fn function(&self, spec: KernelSpec) -> Result<CudaFunction, String> {
+        let kernel = self.jit.kernel(&spec).map_err(|e| e.to_string())?;
+        let f = kernel
+            .function(&spec.kernel_name())
+            .map_err(|e| e.to_string())?;
+        Ok(f.clone())
+    }
+
+    fn prepared(&self) -> Result<&Prepared, String> {
+        self.prepared
+            .as_ref()
+            .ok_or_else(|| "the case was not prepared".to_string())
+    }
+
+    /// The kernels `variant` runs, in order, each with whether its scan reads the staged run
+    /// table; `checking` adds what makes a gather's output comparable with the reference (the
+    /// HBM scan of what it staged).
+    fn parts(
+        &self,
+        case: &Case,
+        variant: &Variant,
+        checking: bool,
+    ) -> Result<Vec<(KernelSpec, bool)>, String> {
+        Ok(match *variant {
+            Variant::Tile(Tile::Scan {
+                tile_words,
+                threads,
+            }) => vec![(scan_spec(case, tile_words, threads).into(), false)],
+            Variant::Tile(Tile::Gather {
+                loads_in_flight,
+                threads,
+            }) => {
+                let mut parts = vec![(gather_spec(case, loads_in_flight, threads).into(), false)];
+                if checking {
+                    parts.push((self.part_scan(case, Placement::Hbm).into(), true));
+                }
+                parts
+            }
+            Variant::Transfer(Transfer::Fused) => {
+                vec![(self.part_scan(case, Placement::Host).into(), false)]
+            }
+            Variant::Transfer(Transfer::CopyKernel) => vec![
+                (self.part_gather(case).into(), false),
+                (self.part_scan(case, Placement::Hbm).into(), true),
+            ],
+            other => return Err(format!("{} is not timed by this bench", other.name())),
+        })
+    }
+
+    /// The launches of `parts`: (function, grid, block, arguments).
+    fn launches(
+        &mut self,
+        case: &Case,
+        parts: Vec<(KernelSpec, bool)>,
+    ) -> Result<Vec<Launch>, String> {
+        let heads = case.kv_heads;
+        let mut out = Vec::new();
+        for (spec, staged) in parts {
+            let f = self.function(spec)?;
+            let p = self.prepared()?;
+            let max_seg = p.store.max_seg;
+            let (grid, block, args) = match spec {
+                KernelSpec::Scan(s) => {
+                    let (grid, block, _) = s.launch_dims(1, heads, max_seg);
+                    let runs = if staged {
+                        &p.plan.staged_runs
+                    } else {
+                        &p.plan.runs
+                    };
+                    let args = vec![
+                        runs.arg(),
+                        p.plan.class_count.arg(),
+                        p.plan.q_store.arg(),
+                        p.store.n_stored.arg(),
+                        Arg::I32(max_seg as i32),
+                        Arg::I32(heads as i32),
+                        p.scores.arg(),
+                        Arg::I32(case.tokens as i32),
+                    ];
+                    (grid, block, args)
+                }
+                KernelSpec::Gather(g) => {
+                    let (grid, block, _) = g.launch_dims(1, heads, max_seg);
+                    let args = vec![
+                        p.plan.runs.arg(),
+                        p.plan.staged_runs.arg(),
+                        p.plan.class_count.arg(),
+                        p.store.n_stored.arg(),
+                        Arg::I32(max_seg as i32),
+                        Arg::I32(heads as i32),
+                    ];
+                    (grid, block, args)
+                }
+                other => {
+                    return Err(format!(
+                        "{} is not timed by this bench",
+                        other.kernel_name()
+                    ))
+                }
+            };
+            out.push((f, grid, block, args));
+        }
+        Ok(out)
+    }
+
+    fn run(&self, launches: &[Launch]) -> Result<(), GpuError> {
+        for (f, grid, block, args) in launches {
+            self.gpu.launch(f, *grid, *block, 0, args)?;
+        }
+        Ok(())
+    }
+
+    /// Compares the sampled scores with the reference.
+    fn compare(&self, case: &Case) -> Result<(), String> {
+        let p = self.prepared()?;
+        let scores = p.scores.download().map_err(gpu_err)?;
+        let (g, n) = (case.group, case.tokens);
+        let mut k = 0;
+        for h in 0..case.kv_heads {
+            for gi in 0..g {
+                let row = &scores[(h * g + gi) * n..(h * g + gi + 1) * n];
+                for &i in &p.sample {
+                    let (want, bound) = p.want[k];
+                    k += 1;
+                    let got = row[i];
+                    // NaN is a mismatch too.
+                    let within = (f64::from(got) - want).abs() <= bound;
+                    if !within {
+                        return Err(format!(
+                            "head {h} query {gi} token {i}: {got}, want {want} (tolerance {bound:.3e})"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The reference score of each sampled token, with the scan's tolerance: the sum of
+/// `q_c · x̂_c` over the plan's active channels, as `score_stored` forms it from the
+/// reference's own decode (computed for the sample only: all of a 1M-token head would take
+/// longer than tuning it), and `(m + 2)·2⁻²⁴·Σ|q_c·x̂_c|` (the bound of the scan's tests).
+fn reference_sample(
+    stores: &[HeadStore],
+    plan: &DevicePlan,
+    g: usize,
+    sample: &[usize],
+) -> Vec<(f64, f64)> {
+    let d = stores[0].layout().head_dim();
+    let mut out = Vec::new();
+    for (h, store) in stores.iter().enumerate() {
+        let depths = &plan.depths[h * d..(h + 1) * d];
+        let active: Vec<(usize, u8)> = depths
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| t > 0)
+            .map(|(c, &t)| (c, t))
+            .collect();
+        for gi in 0..g {
+            let q = &plan.queries[(h * g + gi) * d..(h * g + gi + 1) * d];
+            for &i in sample {
+                let (mut sum, mut mass) = (0.0, 0.0);
+                for &(c, t) in &active {
+                    let term = f64::from(q[c]) * store.decode(i, c, t);
+                    sum += term;
+                    mass += term.abs();
+                }
+                let bound = (active.len() + 2) as f64 * 2f64.powi(-24) * mass + 1e-30;
+                out.push((sum, bound));
+            }
+        }
+    }
+    out
+}
+
+impl Bench for GpuBench {
+    fn prepare(&mut self, case: &Case) -> Result<CaseInfo, String> {
+        let (d, g, heads, n) = (case.head_dim, case.group, case.kv_heads, case.tokens);
+        let store_placement = match case.subject {
+            Subject::Kernel(TunedFamily::Scan) => case.placement,
+            _ => Placement::Host,
+        };
+        let ident = (d, g, heads, n, store_placement);
+        if self.prepared.as_ref().map(|p| p.ident) != Some(ident) {
+            // Free the previous case's memory before allocating this one's.
+            self.prepared = None;
+            if self.references.get(&(d, n)).is_none_or(|r| r.len() < heads) {
+                self.references
+                    .insert((d, n), reference_stores(d, heads, n)?);
+            }
+            let stores = &self.references[&(d, n)][..heads];
+            let store = DeviceStore::new(&self.gpu, store_placement, stores)?;
+            let staging = Staging::new(&self.gpu, heads, store.max_seg, d)?;
+            let plan_spec = store::plan_spec(d, g);
+            let plan_kernel = self.function(plan_spec.into())?;
+            let plan = store::plan(&self.gpu, &plan_kernel, plan_spec, &store, &staging, g, n)?;
+            let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
+            let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
+            sample.shuffle(&mut rng);
+            sample.truncate(SAMPLE_TOKENS);
+            sample.extend([0, n - 1]);
+            let want = reference_sample(stores, &plan, g, &sample);
+            let scores = self.gpu.filled(heads * g * n, 0xff).map_err(gpu_err)?;
+            self.prepared = Some(Prepared {
+                ident,
+                store,
+                _staging: staging,
+                plan,
+                scores,
+                sample,
+                want,
+            });
+        }
+        // Compile every candidate of the case on all cores now; one that fails is disqualified
+        // when it is verified, by its own error.
+        let specs: Vec<KernelSpec> = crate::candidates::enumerate(case)
+            .iter()
+            .filter_map(|v| self.parts(case, v, true).ok())
+            .flatten()
+            .map(|(spec, _)| spec)
+            .collect();
+        let _ = self.jit.load_set(&specs);
+        let p = self.prepared()?;
+        let ceiling = match (case.subject, case.placement) {
+            (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => (
+                "HBM read (copy / 2)".to_string(),
+                self.ceilings.hbm_copy_gbps / 2.0,
+            ),
+            _ => ("pinned copy".to_string(), self.ceilings.pinned_copy_gbps),
+        };
+        Ok(CaseInfo {
+            bytes: Some(p.plan.bytes),
+            ceiling: Some(ceiling),
+        })
+    }
+
+    fn verify(&mut self, case: &Case, variant: &Variant) -> Result<(), String> {
+        let parts = self.parts(case, variant, true)?;
+        let launches = self.launches(case, parts)?;
+        self.gpu
+            .fill(&self.prepared()?.scores, 0xff)
+            .map_err(gpu_err)?;
+        self.run(&launches).map_err(gpu_err)?;
+        self.gpu.synchronize().map_err(gpu_err)?;
+        self.compare(case)
+    }
+
+    fn time(&mut self, case: &Case, variant: &Variant, reps: usize) -> Result<Vec<f64>, String> {
+        let parts = self.parts(case, variant, false)?;
+        let launches = self.launches(case, parts)?;
+        for _ in 0..2 {
+            self.run(&launches).map_err(gpu_err)?;
+        }
+        self.gpu.synchronize().map_err(gpu_err)?;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            self.gpu.fill(&self.flush, 0x5a).map_err(gpu_err)?;
+            let ms = self.gpu.time_ms(|| self.run(&launches)).map_err(gpu_err)?;
+            times.push(f64::from(ms));
+        }
+        Ok(times)
+    }
+}

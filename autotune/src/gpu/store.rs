@@ -1,0 +1,256 @@
+//! The inputs every candidate of a case reads: reference stores of random keys, their copy in
+//! device or mapped host memory in the layout of `templates/ABI.md`, and a `fathom(48)` plan
+//! made on the device by the plan kernel.
+
+use codegen::spec::{Placement, PlanMethod, PlanSpec};
+use cudarc::driver::CudaFunction;
+use half::bf16;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, MappedBuffer};
+use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+
+use crate::candidates::{BLOCK, SEGMENT_WORDS};
+
+/// The plan budget every candidate is timed with, in bits per token: the plan decides which
+/// runs are read, not how fast a variant reads them.
+pub const PLAN_BITS: f32 = 48.0;
+
+/// `n` random keys of `d` channels (token-major), channel scales spread over two orders of
+/// magnitude like real keys.
+fn random_keys(rng: &mut ChaCha8Rng, n: usize, d: usize) -> Vec<bf16> {
+    let scales: Vec<f32> = (0..d)
+        .map(|_| 10f32.powf(rng.gen_range(-1.0..1.0)))
+        .collect();
+    (0..n * d)
+        .map(|i| bf16::from_f32(scales[i % d] * rng.gen_range(-1.0f32..1.0)))
+        .collect()
+}
+
+/// Reference stores of `heads` KV heads of `tokens` random keys each, built on all cores.
+pub fn reference_stores(d: usize, heads: usize, tokens: usize) -> Result<Vec<HeadStore>, String> {
+    let block = match BLOCK {
+        32 => BlockSize::B32,
+        64 => BlockSize::B64,
+        _ => BlockSize::B128,
+    };
+    let layout = StoreLayout::new(d, block, SEGMENT_WORDS).map_err(|e| e.to_string())?;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..heads)
+            .map(|h| {
+                scope.spawn(move || {
+                    let mut rng = ChaCha8Rng::seed_from_u64(0x7e57 + h as u64);
+                    let keys = random_keys(&mut rng, tokens, d);
+                    let id = HeadId {
+                        layer: 0,
+                        kv_head: h,
+                    };
+                    HeadStore::from_keys(layout, id, &keys).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .map_err(|_| "encoding a store panicked".to_string())?
+            })
+            .collect()
+    })
+}
+
+/// Memory of a segment: on the device or mapped from the host.
+enum Memory<T> {
+    Device(DeviceBuffer<T>),
+    Mapped(MappedBuffer<T>),
+}
+
+impl<T: Copy> Memory<T> {
+    fn new(gpu: &Gpu, placement: Placement, data: &[T]) -> Result<Self, String> {
+        let e = |x: runtime::gpu::GpuError| x.to_string();
+        Ok(match placement {
+            Placement::Hbm => Memory::Device(gpu.upload(data).map_err(e)?),
+            Placement::Host => {
+                let mut mapped = gpu.mapped::<T>(data.len(), 0).map_err(e)?;
+                mapped.as_mut_slice().copy_from_slice(data);
+                Memory::Mapped(mapped)
+            }
+        })
+    }
+
+    fn addr(&self) -> u64 {
+        match self {
+            Memory::Device(b) => b.addr(),
+            Memory::Mapped(b) => b.addr(),
+        }
+    }
+}
+
+/// One sequence's store of one layer (every head) in one placement, with its segment tables.
+pub struct DeviceStore {
+    _words: Vec<Memory<u64>>,
+    _scales: Vec<Memory<u16>>,
+    /// `[h * max_seg + s]` addresses of each segment's words.
+    pub seg_words: DeviceBuffer<u64>,
+    /// The same for scales.
+    pub seg_scales: DeviceBuffer<u64>,
+    /// Stored tokens of the sequence.
+    pub n_stored: DeviceBuffer<i32>,
+    pub max_seg: usize,
+    /// KV heads.
+    pub heads: usize,
+}
+
+impl DeviceStore {
+    /// Copies `stores` (one per head, equally long) into `placement`.
+    pub fn new(gpu: &Gpu, placement: Placement, stores: &[HeadStore]) -> Result<Self, String> {
+        let e = |x: runtime::gpu::GpuError| x.to_string();
+        let max_seg = stores.first().map_or(0, |s| s.segments().len());
+        let (mut words, mut scales) = (Vec::new(), Vec::new());
+        let mut word_table = vec![0u64; stores.len() * max_seg];
+        let mut scale_table = vec![0u64; stores.len() * max_seg];
+        for (h, store) in stores.iter().enumerate() {
+            for (s, segment) in store.segments().iter().enumerate() {
+                let w = Memory::new(gpu, placement, &segment.words)?;
+                let sc = Memory::new(gpu, placement, &segment.scales)?;
+                word_table[h * max_seg + s] = w.addr();
+                scale_table[h * max_seg + s] = sc.addr();
+                words.push(w);
+                scales.push(sc);
+            }
+        }
+        let n = stores.first().map_or(0, |s| s.stored_tokens()) as i32;
+        Ok(DeviceStore {
+            _words: words,
+            _scales: scales,
+            seg_words: gpu.upload(&word_table).map_err(e)?,
+            seg_scales: gpu.upload(&scale_table).map_err(e)?,
+            n_stored: gpu.upload(&[n]).map_err(e)?,
+            max_seg,
+            heads: stores.len(),
+        })
+    }
+}
+
+/// Staging in HBM for the copy-kernel transfer: every plane of every segment of every head.
+pub struct Staging {
+    pub words: DeviceBuffer<u64>,
+    pub scales: DeviceBuffer<u16>,
+    /// Planes per (head, segment).
+    pub planes: usize,
+}
+
+impl Staging {
+    /// Staging for `heads` heads of `max_seg` segments of head dimension `d`.
+    pub fn new(gpu: &Gpu, heads: usize, max_seg: usize, d: usize) -> Result<Self, String> {
+        let e = |x: runtime::gpu::GpuError| x.to_string();
+        let planes = 4 * d;
+        Ok(Staging {
+            words: gpu
+                .filled(heads * max_seg * planes * SEGMENT_WORDS, 0xff)
+                .map_err(e)?,
+            scales: gpu
+                .filled(heads * max_seg * d * SEGMENT_WORDS * 64 / BLOCK, 0xff)
+                .map_err(e)?,
+            planes,
+        })
+    }
+}
+
+/// A plan on the device and what verification needs of it.
+pub struct DevicePlan {
+    /// Source run table, `[H][max_seg][D][4]`.
+    pub runs: DeviceBuffer<u64>,
+    /// Staged run table (into [`Staging`]).
+    pub staged_runs: DeviceBuffer<u64>,
+    pub class_count: DeviceBuffer<u32>,
+    /// Queries in the store basis, `[H][G][D]`.
+    pub q_store: DeviceBuffer<f32>,
+    /// Depths `[H][D]` and queries `[H][G][D]`, downloaded.
+    pub depths: Vec<u8>,
+    pub queries: Vec<f32>,
+    /// Bytes of planes and scales the plan reads in one step (all heads).
+    pub bytes: u64,
+}
+
+/// The plan kernel of every case: `fathom` without rotation, on the tuner's block and segment.
+pub fn plan_spec(d: usize, group: usize) -> PlanSpec {
+    PlanSpec {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        ..PlanSpec::new(d, group, PlanMethod::Fathom, false)
+    }
+}
+
+/// Plans `store` (every head of it) with `fathom(PLAN_BITS)` on the device with `function`,
+/// the kernel of `spec`, for `group` query heads.
+pub fn plan(
+    gpu: &Gpu,
+    function: &CudaFunction,
+    spec: PlanSpec,
+    store: &DeviceStore,
+    staging: &Staging,
+    group: usize,
+    tokens: usize,
+) -> Result<DevicePlan, String> {
+    let e = |x: runtime::gpu::GpuError| x.to_string();
+    let (heads, d) = (store.heads, spec.head_dim);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x9e11 ^ tokens as u64);
+    let queries: Vec<f32> = (0..heads * group * d)
+        .map(|_| rng.gen_range(-1.0f32..1.0))
+        .collect();
+    let sigma2: Vec<f32> = (0..heads * d)
+        .map(|_| 10f32.powf(rng.gen_range(-1.0f32..1.0)))
+        .collect();
+    let table = heads * store.max_seg * d * 4;
+    let runs = gpu.filled::<u64>(table, 0xff).map_err(e)?;
+    let staged_runs = gpu.filled::<u64>(table, 0xff).map_err(e)?;
+    let class_count = gpu.filled::<u32>(heads * 4, 0xff).map_err(e)?;
+    let q_store = gpu.filled::<f32>(heads * group * d, 0xff).map_err(e)?;
+    let q = gpu.upload(&queries).map_err(e)?;
+    let s2 = gpu.upload(&sigma2).map_err(e)?;
+    let depths = gpu.filled::<u8>(heads * d, 0xff).map_err(e)?;
+    let status = gpu.upload(&[0i32; 3]).map_err(e)?;
+    let args = [
+        q.arg(),
+        s2.arg(),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::F32(PLAN_BITS),
+        store.seg_words.arg(),
+        store.seg_scales.arg(),
+        Arg::I32(store.max_seg as i32),
+        store.n_stored.arg(),
+        Arg::I32(heads as i32),
+        q_store.arg(),
+        depths.arg(),
+        class_count.arg(),
+        runs.arg(),
+        staged_runs.arg(),
+        staging.words.arg(),
+        staging.scales.arg(),
+        Arg::I32(staging.planes as i32),
+        status.arg(),
+    ];
+    let (grid, block, shared) = spec.launch_dims(1, heads);
+    gpu.launch(function, grid, block, shared, &args)
+        .map_err(e)?;
+    gpu.synchronize().map_err(e)?;
+    let status = status.download().map_err(e)?;
+    if status[0] != 0 {
+        return Err(format!("plan: staging too small, status {status:?}"));
+    }
+    let depths = depths.download().map_err(e)?;
+    let planes: usize = depths.iter().map(|&t| t as usize).sum();
+    let active = depths.iter().filter(|&&t| t > 0).count();
+    let bytes = planes * (tokens / 64) * 8 + active * (tokens / BLOCK) * 2;
+    Ok(DevicePlan {
+        queries: q_store.download().map_err(e)?,
+        runs,
+        staged_runs,
+        class_count,
+        q_store,
+        depths,
+        bytes: bytes as u64,
+    })
+}

@@ -1,0 +1,25 @@
+//! `autotune`: benchmarks kernel variants in host (PCIe) and HBM placements and records the
+//! winners per GPU model (SPEC §9, DESIGN "Tuning and its records").
+//!
+//! - [`candidates`]: the cases of a run and the candidate variants of each;
+//! - [`tuner`]: verify, time, disqualify, and pick the simplest candidate within noise, through
+//!   the [`tuner::Bench`] trait (GPU-free; tested on a fake timer);
+//! - [`stats`]: quartiles and the relative spread of repeated timings;
+//! - [`selection`]: the cases a run tunes (`--model`, `--config`, `--quick`);
+//! - [`records`]: where records are written and how a run merges into one;
+//! - [`report`]: the summary table and the SVG plot of achieved bandwidth;
+//! - [`gpu`]: the [`tuner::Bench`] that builds stores and plans on the GPU and times with
+//!   events.
+//!
+//! The record types themselves live in `runtime::tuning`, which reads them.
+
+pub mod candidates;
+pub mod gpu;
+pub mod records;
+pub mod report;
+pub mod selection;
+pub mod stats;
+pub mod tuner;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,357 @@
+//! The tuner on a fake timer: enumeration, disqualification, noise band, simpler-wins, merge
+//! and refusal, with no GPU.
+
+use std::collections::HashMap;
+
+use codegen::spec::Placement;
+use runtime::step::{Tile, Transfer, TuneKey, TunedFamily, Tuning};
+use runtime::tuning::{
+    CandidateRecord, MetaMismatch, Outcome, RecordError, RecordMeta, Subject, TuningRecord, Variant,
+};
+
+use crate::candidates::{candidate_checksum, enumerate, Case};
+use crate::records::merge_into;
+use crate::tuner::{choose, simplicity, tune, tune_case, Bench, CaseInfo, Observer, Settings};
+
+/// How the fake bench treats a candidate (by name); unnamed ones take `default_ms` exactly.
+#[derive(Clone)]
+enum Fake {
+    /// Timings cycling through these values.
+    Times(Vec<f64>),
+    /// Verification finds a wrong answer.
+    Wrong,
+    /// Verification panics.
+    Panics,
+    /// Timing fails.
+    TimeFails,
+    /// Timing returns garbage.
+    Garbage,
+}
+
+struct FakeBench {
+    default_ms: f64,
+    plan: HashMap<String, Fake>,
+    prepare_fails: bool,
+    timed: Vec<String>,
+}
+
+impl FakeBench {
+    fn new(default_ms: f64) -> Self {
+        FakeBench {
+            default_ms,
+            plan: HashMap::new(),
+            prepare_fails: false,
+            timed: Vec::new(),
+        }
+    }
+
+    fn with(mut self, name: &str, fake: Fake) -> Self {
+        self.plan.insert(name.to_string(), fake);
+        self
+    }
+}
+
+impl Bench for FakeBench {
+    fn prepare(&mut self, _case: &Case) -> Result<CaseInfo, String> {
+        if self.prepare_fails {
+            return Err("out of device memory".into());
+        }
+        Ok(CaseInfo {
+            bytes: Some(1_000_000),
+            ceiling: Some(("hbm copy".into(), 4000.0)),
+        })
+    }
+
+    fn verify(&mut self, _case: &Case, variant: &Variant) -> Result<(), String> {
+        match self.plan.get(&variant.name()) {
+            Some(Fake::Wrong) => Err("token 17: got 1.5, want 2.5".into()),
+            Some(Fake::Panics) => panic!("index out of bounds"),
+            _ => Ok(()),
+        }
+    }
+
+    fn time(&mut self, _case: &Case, variant: &Variant, reps: usize) -> Result<Vec<f64>, String> {
+        self.timed.push(variant.name());
+        match self.plan.get(&variant.name()) {
+            Some(Fake::Times(t)) => Ok((0..reps).map(|i| t[i % t.len()]).collect()),
+            Some(Fake::TimeFails) => Err("launch failed: too many resources".into()),
+            Some(Fake::Garbage) => Ok(vec![f64::NAN; reps]),
+            _ => Ok(vec![self.default_ms; reps]),
+        }
+    }
+}
+
+fn case(subject: Subject, placement: Placement, tokens: usize) -> Case {
+    Case {
+        subject,
+        head_dim: 128,
+        group: 4,
+        kv_heads: 8,
+        placement,
+        tokens,
+    }
+}
+
+fn hbm_scan() -> Case {
+    case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 17)
+}
+
+fn meta() -> RecordMeta {
+    RecordMeta {
+        gpu: "NVIDIA H200".into(),
+        compute_capability: "9.0".into(),
+        multiprocessors: 132,
+        driver: "13.0".into(),
+        nvrtc: "13.0".into(),
+        project_version: env!("CARGO_PKG_VERSION").into(),
+        candidate_checksum: candidate_checksum(),
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        reps: 9,
+        noise_floor: 0.02,
+    }
+}
+
+fn outcome<'a>(entry: &'a [CandidateRecord], name: &str) -> &'a Outcome {
+    &entry.iter().find(|c| c.name == name).unwrap().outcome
+}
+
+#[test]
+fn every_enumerated_candidate_is_verified_and_timed_once() {
+    let mut bench = FakeBench::new(1.0);
+    let c = hbm_scan();
+    let entry = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent);
+    let names: Vec<String> = enumerate(&c).iter().map(Variant::name).collect();
+    assert_eq!(bench.timed, names);
+    assert_eq!(entry.candidates.len(), names.len());
+    assert_eq!(entry.key, c.key());
+    // 1 MB in 1 ms is 1 GB/s.
+    match outcome(&entry.candidates, &names[0]) {
+        Outcome::Timed { gbps, samples, .. } => {
+            assert_eq!(*samples, 9);
+            assert!((gbps.unwrap() - 1.0).abs() < 1e-9);
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn wrong_failing_and_panicking_candidates_are_disqualified_not_fatal() {
+    let fast = "scan w16 t256";
+    let mut bench = FakeBench::new(2.0)
+        .with("scan w8 t128", Fake::Wrong)
+        .with("scan w16 t128", Fake::Panics)
+        .with("scan w32 t256", Fake::TimeFails)
+        .with("scan w32 t512", Fake::Garbage)
+        // Wrong but "fastest": must not win.
+        .with("scan w8 t64", Fake::Wrong)
+        .with(fast, Fake::Times(vec![1.0]));
+    let entry = tune_case(
+        &mut bench,
+        &hbm_scan(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    let reason = |name: &str| match outcome(&entry.candidates, name) {
+        Outcome::Disqualified { reason } => reason.clone(),
+        o => panic!("{name}: {o:?}"),
+    };
+    assert!(reason("scan w8 t128").starts_with("verify: token 17"));
+    assert!(reason("scan w16 t128").contains("panicked: index out of bounds"));
+    assert!(reason("scan w32 t256").starts_with("time: launch failed"));
+    assert!(reason("scan w32 t512").contains("no usable timings"));
+    // A disqualified candidate is never timed after failing verification.
+    assert!(!bench.timed.contains(&"scan w8 t128".to_string()));
+    assert_eq!(entry.winner.unwrap().name, fast);
+}
+
+#[test]
+fn nothing_valid_means_no_winner() {
+    let mut bench = FakeBench::new(1.0);
+    bench.prepare_fails = true;
+    let entry = tune_case(
+        &mut bench,
+        &hbm_scan(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    assert!(entry.winner.is_none());
+    assert!(entry.candidates.iter().all(|c| matches!(
+        &c.outcome,
+        Outcome::Disqualified { reason } if reason.contains("out of device memory")
+    )));
+    assert!(bench.timed.is_empty());
+}
+
+#[test]
+fn the_simpler_candidate_wins_within_the_noise_band() {
+    // The fastest (32 words, 512 threads) has a 10% interquartile spread; a simpler one is
+    // 5% slower: a tie, and the simpler wins.
+    let mut bench = FakeBench::new(3.0)
+        .with("scan w32 t512", Fake::Times(vec![0.95, 1.0, 1.05]))
+        .with("scan w16 t256", Fake::Times(vec![1.05]));
+    let entry = tune_case(
+        &mut bench,
+        &hbm_scan(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    let w = entry.winner.unwrap();
+    assert_eq!(w.fastest, "scan w32 t512");
+    assert_eq!(w.name, "scan w16 t256");
+    assert!((w.noise_band - 0.10).abs() < 1e-9, "{}", w.noise_band);
+    assert_eq!(w.within_noise.len(), 2);
+
+    // With a quiet fastest, the floor (2%) holds and 5% slower is slower.
+    let mut bench = FakeBench::new(3.0)
+        .with("scan w32 t512", Fake::Times(vec![1.0]))
+        .with("scan w16 t256", Fake::Times(vec![1.05]));
+    let w = tune_case(
+        &mut bench,
+        &hbm_scan(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    )
+    .winner
+    .unwrap();
+    assert_eq!((w.name.as_str(), w.noise_band), ("scan w32 t512", 0.02));
+    assert_eq!(w.within_noise, ["scan w32 t512"]);
+}
+
+#[test]
+fn simpler_is_fused_then_fewer_threads_then_smaller_tiles() {
+    let t = |x| simplicity(&Variant::Transfer(x));
+    assert!(t(Transfer::Fused) < t(Transfer::CopyKernel));
+    assert!(t(Transfer::CopyKernel) < t(Transfer::Memcpy));
+    let s = |tile_words, threads| {
+        simplicity(&Variant::Tile(Tile::Scan {
+            tile_words,
+            threads,
+        }))
+    };
+    assert!(s(64, 256) < s(8, 512));
+    assert!(s(8, 256) < s(16, 256));
+    // Exact ties between transfers go to fused.
+    let mut bench = FakeBench::new(1.0);
+    let c = case(Subject::Transfer, Placement::Host, 1 << 15);
+    let w = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent)
+        .winner
+        .unwrap();
+    assert_eq!(w.variant, Variant::Transfer(Transfer::Fused));
+}
+
+#[test]
+fn choose_ignores_disqualified_and_needs_a_timed_candidate() {
+    let dq = CandidateRecord {
+        name: "scan w8 t64".into(),
+        variant: Variant::Tile(Tile::Scan {
+            tile_words: 8,
+            threads: 64,
+        }),
+        outcome: Outcome::Disqualified {
+            reason: "wrong".into(),
+        },
+    };
+    assert!(choose(std::slice::from_ref(&dq), 0.02).is_none());
+}
+
+struct Count(usize, usize);
+
+impl Observer for Count {
+    fn case_started(&mut self, _: &Case, n: usize) {
+        self.0 += n;
+    }
+    fn candidate_done(&mut self, _: &Case, _: &CandidateRecord) {
+        self.1 += 1;
+    }
+}
+
+#[test]
+fn a_run_reports_progress_and_its_record_answers_the_runtime() {
+    let cases = [
+        hbm_scan(),
+        case(Subject::Transfer, Placement::Host, 1 << 20),
+        case(
+            Subject::Kernel(TunedFamily::Gather),
+            Placement::Host,
+            1 << 20,
+        ),
+    ];
+    let mut bench = FakeBench::new(1.0)
+        .with("transfer fused", Fake::Times(vec![2.0]))
+        .with("gather l8 t128", Fake::Times(vec![0.5]));
+    let mut count = Count(0, 0);
+    let record = tune(&mut bench, &cases, meta(), &settings(), &mut count);
+    assert_eq!(count.0, count.1);
+    assert!(count.0 > 0);
+    assert_eq!(record.entries.len(), 3);
+    assert_eq!(record.transfer(128, 4, 20), Some(Transfer::CopyKernel));
+    let key = TuneKey {
+        family: TunedFamily::Gather,
+        head_dim: 128,
+        group: 4,
+        placement: Placement::Host,
+        context_bucket: 20,
+    };
+    assert_eq!(
+        record.tile(&key),
+        Some(Tile::Gather {
+            loads_in_flight: 8,
+            threads: 128
+        })
+    );
+}
+
+#[test]
+fn rerunning_merges_and_a_mismatched_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nvidia-h200.json");
+    let a = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 15);
+    let b = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 20);
+    let first = tune(
+        &mut FakeBench::new(1.0).with("scan w8 t64", Fake::Times(vec![0.1])),
+        &[a.clone(), b.clone()],
+        meta(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    merge_into(&path, first).unwrap();
+    // A second run of one case replaces that entry only.
+    let second = tune(
+        &mut FakeBench::new(1.0).with("scan w16 t128", Fake::Times(vec![0.1])),
+        std::slice::from_ref(&b),
+        meta(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    let merged = merge_into(&path, second).unwrap();
+    assert_eq!(merged, TuningRecord::read(&path).unwrap());
+    assert_eq!(merged.entries.len(), 2);
+    let winner = |c: &Case| merged.entry(&c.key()).unwrap().winner.clone().unwrap().name;
+    assert_eq!(winner(&a), "scan w8 t64");
+    assert_eq!(winner(&b), "scan w16 t128");
+
+    // Another candidate set: refused with the reason, the file untouched.
+    let before = std::fs::read_to_string(&path).unwrap();
+    let other = tune(
+        &mut FakeBench::new(1.0),
+        &[a],
+        RecordMeta {
+            candidate_checksum: "0".repeat(64),
+            ..meta()
+        },
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    match merge_into(&path, other) {
+        Err(RecordError::Mismatch {
+            reason: MetaMismatch::CandidateSet { .. },
+            ..
+        }) => {}
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+}
