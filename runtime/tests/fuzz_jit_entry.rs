@@ -52,6 +52,8 @@ fn apply(bytes: &[u8], damage: &Damage) -> Option<Vec<u8>> {
     let at = |i: usize, len: usize| if len == 0 { 0 } else { i % len };
     match damage {
         Damage::Truncate(i) => out.truncate(at(*i, bytes.len())),
+        // A flip or a removal has nothing to act on once earlier damage emptied the bytes.
+        Damage::Flip(_, _) | Damage::Remove(_) if out.is_empty() => {}
         Damage::Flip(i, x) => {
             let i = at(*i, out.len());
             out[i] ^= x;
