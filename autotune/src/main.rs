@@ -7,7 +7,7 @@
 //! whose header differs, with the reason), prints a summary table and writes an SVG plot of
 //! every candidate's achieved bandwidth beside the record.
 //!
-//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config scan/hbm/128k] [--quick]`
+//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick]`
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use autotune::candidates::{candidate_checksum, enumerate, Case};
 use autotune::gpu::GpuBench;
 use autotune::records::{default_dir, merge_into, record_path};
 use autotune::report::{bandwidth_svg, summary_table};
-use autotune::selection::select;
+use autotune::selection::select_shapes;
 use autotune::tuner::{tune_case, Observer, Settings};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -31,9 +31,12 @@ struct Args {
     /// Tune only these presets' shapes (repeatable; default: every preset's distinct shape).
     #[arg(long)]
     model: Vec<String>,
+    /// Tune the shape of a model's Hugging Face `config.json` (repeatable).
+    #[arg(long)]
+    config: Vec<std::path::PathBuf>,
     /// Tune only SUBJECT[/PLACEMENT[/CONTEXT]], e.g. `scan/hbm/128k` (repeatable).
     #[arg(long)]
-    config: Vec<String>,
+    only: Vec<String>,
     /// Contexts 32k and 128k only, fewer repetitions.
     #[arg(long)]
     quick: bool,
@@ -66,7 +69,14 @@ impl Observer for Bar {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let cases = select(&args.model, &args.config, args.quick).map_err(|e| e.to_string())?;
+    let shapes = args
+        .config
+        .iter()
+        .map(codegen::model::from_config_path)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let cases =
+        select_shapes(&args.model, &shapes, &args.only, args.quick).map_err(|e| e.to_string())?;
     let gpu = Arc::new(Gpu::open(args.device).map_err(|e| e.to_string())?);
     let info = gpu.info().clone();
     let nvrtc = codegen::nvrtc::version().map_err(|e| e.to_string())?;

@@ -85,7 +85,18 @@ pub fn select(
     configs: &[String],
     quick: bool,
 ) -> Result<Vec<Case>, SelectionError> {
-    let shapes: Vec<codegen::model::ModelShape> = if models.is_empty() {
+    select_shapes(models, &[], configs, quick)
+}
+
+/// [`select`] with shapes read from `config.json` files (`--config`) beside the presets
+/// named in `models`; with neither, every preset's shape.
+pub fn select_shapes(
+    models: &[String],
+    extra: &[codegen::model::ModelShape],
+    configs: &[String],
+    quick: bool,
+) -> Result<Vec<Case>, SelectionError> {
+    let mut shapes: Vec<codegen::model::ModelShape> = if models.is_empty() && extra.is_empty() {
         presets().iter().map(|p| p.shape()).collect()
     } else {
         models
@@ -102,6 +113,7 @@ pub fn select(
             })
             .collect::<Result<_, _>>()?
     };
+    shapes.extend(extra.iter().cloned());
     let filters: Vec<ConfigFilter> = configs
         .iter()
         .map(|c| ConfigFilter::parse(c))
@@ -204,5 +216,23 @@ mod tests {
             select(&[], &["transfer/hbm".into()], false),
             Err(SelectionError::Empty { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn a_config_shape_is_tuned_beside_the_named_presets() {
+        let mut shape = preset("qwen3-8b").unwrap();
+        shape.name = "custom".into();
+        shape.head_dim = 64;
+        let only_config = select_shapes(&[], &[shape.clone()], &[], true).unwrap();
+        assert!(only_config.iter().all(|c| c.head_dim == 64));
+        assert!(!only_config.is_empty());
+        let both = select_shapes(&["qwen3-8b".into()], &[shape], &[], true).unwrap();
+        assert!(both.iter().any(|c| c.head_dim == 64));
+        assert!(both.iter().any(|c| c.head_dim == 128));
     }
 }
