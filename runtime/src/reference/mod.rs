@@ -13,11 +13,13 @@
 //! | [`metrics`] | §9 | fidelity, recall@k, bytes per step |
 //! | [`model`] | §10 | model presets and Hugging Face `config.json` parsing |
 //! | [`synthetic`], [`activations`] | §11 | seeded synthetic keys, real activations |
+//! | [`pariskv`] | §12 | ParisKV retrieval: the Hadamard-rotated centroid index, tiers, votes, rerank |
 
 pub mod activations;
 pub mod attention;
 pub mod klt;
 pub mod metrics;
+pub mod pariskv;
 pub mod planner;
 pub mod plans;
 pub mod score;
