@@ -53,15 +53,23 @@ pub enum RenderError {
     Template { template: String, message: String },
 }
 
-fn engine() -> Result<tera::Tera, RenderError> {
-    let mut tera = tera::Tera::default();
-    tera.autoescape_on(vec![]);
-    tera.add_raw_templates(TEMPLATES.iter().copied())
-        .map_err(|e| RenderError::Template {
+/// The engine with every template parsed, built once per process: parsing the templates costs
+/// far more than rendering one.
+fn engine() -> Result<&'static tera::Tera, RenderError> {
+    static ENGINE: std::sync::OnceLock<Result<tera::Tera, String>> = std::sync::OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut tera = tera::Tera::default();
+            tera.autoescape_on(vec![]);
+            tera.add_raw_templates(TEMPLATES.iter().copied())
+                .map_err(|e| error_chain(&e))?;
+            Ok(tera)
+        })
+        .as_ref()
+        .map_err(|message| RenderError::Template {
             template: "(all)".into(),
-            message: error_chain(&e),
-        })?;
-    Ok(tera)
+            message: message.clone(),
+        })
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
