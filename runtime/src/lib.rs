@@ -8,6 +8,8 @@
 //!   against;
 //! - [`gpu`], [`launch`], [`ceilings`]: the checked driver layer, typed device pointers, and the
 //!   copy rates kernels are measured against.
+//! - [`fidelity`]: §9 fidelity and recall@k of every method on real activations, through the
+//!   reference (the `fathom-fidelity` benchmark);
 //! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
 //!
 //! # The types a serving stack touches
@@ -77,6 +79,7 @@
 //! ```
 
 pub mod ceilings;
+pub mod fidelity;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
