@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod pariskv;
 pub mod planner;
 pub mod plans;
+pub mod queries;
 pub mod score;
 pub mod select;
 pub mod step;

@@ -38,6 +38,7 @@
 //! - **Zero query mean**: `q̄/||q̄||` uses `max(||q̄||, 1e-8)` like the key side, so `q̄ = 0` gives
 //!   `q̃ = 0`, every centroid ties (ranked by id) and every `ŝ = 0`.
 
+use super::queries::QueryFault;
 use half::bf16;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -534,23 +535,18 @@ fn check_queries(queries: &[Vec<f64>], d: usize) -> Result<(), PariskvError> {
     if queries.is_empty() {
         return Err(PariskvError::NoQueries);
     }
-    for (head, q) in queries.iter().enumerate() {
-        if q.len() != d {
-            return Err(PariskvError::QueryShape {
-                head,
-                got: q.len(),
-                want: d,
-            });
-        }
-        if let Some(channel) = q.iter().position(|x| !x.is_finite()) {
-            return Err(PariskvError::NonFiniteQuery {
-                head,
-                channel,
-                value: q[channel],
-            });
-        }
-    }
-    Ok(())
+    super::queries::check_queries(queries, d).map_err(|fault| match fault {
+        QueryFault::Shape { head, got, want } => PariskvError::QueryShape { head, got, want },
+        QueryFault::NonFinite {
+            head,
+            channel,
+            value,
+        } => PariskvError::NonFiniteQuery {
+            head,
+            channel,
+            value,
+        },
+    })
 }
 
 /// Runs the query side of §12 for one query group over a sequence of `n_total` tokens.

@@ -13,6 +13,7 @@ use super::metrics::{bytes_per_step, winner_row_bytes, StepBytes};
 use super::planner::PlanError;
 use super::plans::PlanContext;
 use super::plans::{depth_plan, CalibrationError, DepthPlan, DoubleSparsityCalibration, Method};
+use super::queries::{check_queries, QueryFault};
 use super::score::{score_all, score_exact, score_landmark, with_exact_tail};
 use super::select::Selection;
 use super::store::HeadStore;
@@ -44,6 +45,23 @@ pub enum StepError {
     },
     #[error("the store is rotated (KLT basis): pass its basis")]
     MissingBasis,
+}
+
+impl From<QueryFault> for StepError {
+    fn from(fault: QueryFault) -> Self {
+        match fault {
+            QueryFault::Shape { head, got, want } => StepError::QueryShape { head, got, want },
+            QueryFault::NonFinite {
+                head,
+                channel,
+                value,
+            } => StepError::NonFiniteQuery {
+                head,
+                channel,
+                value,
+            },
+        }
+    }
 }
 
 /// One query group's inputs.
@@ -178,22 +196,7 @@ fn check_inputs(input: &GroupInput<'_>, d: usize, n: usize) -> Result<(), StepEr
             return Err(StepError::Rows { rows, tokens: n });
         }
     }
-    for (head, q) in input.queries.iter().enumerate() {
-        if q.len() != d {
-            return Err(StepError::QueryShape {
-                head,
-                got: q.len(),
-                want: d,
-            });
-        }
-        if let Some(channel) = q.iter().position(|x| !x.is_finite()) {
-            return Err(StepError::NonFiniteQuery {
-                head,
-                channel,
-                value: q[channel],
-            });
-        }
-    }
+    check_queries(input.queries, d)?;
     Ok(())
 }
 
