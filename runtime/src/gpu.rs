@@ -50,6 +50,26 @@ fn is_oom(e: &DriverError) -> bool {
     e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
 }
 
+/// A failed allocation: out of memory names the memory and what was asked for; anything else
+/// is the driver call's own error.
+fn allocation_error(
+    e: DriverError,
+    call: &'static str,
+    memory: &'static str,
+    what: impl FnOnce() -> String,
+    bytes: usize,
+) -> GpuError {
+    if is_oom(&e) {
+        GpuError::OutOfMemory {
+            memory,
+            what: what(),
+            bytes,
+        }
+    } else {
+        GpuError::Driver { call, source: e }
+    }
+}
+
 /// What the device is, for records and error messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -197,18 +217,13 @@ impl Gpu {
         // A zero-byte allocation is an error for the driver; keep one byte so every buffer has
         // a valid address.
         let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| {
-            if is_oom(&e) {
-                GpuError::OutOfMemory {
-                    memory: "device",
-                    what: format!("a buffer of {len} {}", std::any::type_name::<T>()),
-                    bytes,
-                }
-            } else {
-                GpuError::Driver {
-                    call: "cuMemAlloc",
-                    source: e,
-                }
-            }
+            allocation_error(
+                e,
+                "cuMemAlloc",
+                "device",
+                || format!("a buffer of {len} {}", std::any::type_name::<T>()),
+                bytes,
+            )
         })?;
         Ok(DeviceBuffer {
             ptr,
@@ -226,18 +241,13 @@ impl Gpu {
         // Not write-combined: the host reads these buffers back too.
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
         let host = unsafe { result::malloc_host(bytes, flags) }.map_err(|e| {
-            if is_oom(&e) {
-                GpuError::OutOfMemory {
-                    memory: "pinned host",
-                    what: format!("a mapped buffer of {len} {}", std::any::type_name::<T>()),
-                    bytes,
-                }
-            } else {
-                GpuError::Driver {
-                    call: "cuMemHostAlloc",
-                    source: e,
-                }
-            }
+            allocation_error(
+                e,
+                "cuMemHostAlloc",
+                "pinned host",
+                || format!("a mapped buffer of {len} {}", std::any::type_name::<T>()),
+                bytes,
+            )
         })?;
         unsafe { std::ptr::write_bytes(host as *mut u8, byte, bytes) };
         let mut device: sys::CUdeviceptr = 0;
@@ -554,5 +564,40 @@ impl<T> Drop for MappedBuffer<T> {
         if self.ctx.bind_to_thread().is_ok() {
             let _ = unsafe { result::free_host(self.host as *mut c_void) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_memory_names_the_memory_and_the_request() {
+        let oom = DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY);
+        let e = allocation_error(oom, "cuMemAlloc", "device", || "a buffer".into(), 64);
+        assert!(matches!(
+            e,
+            GpuError::OutOfMemory {
+                memory: "device",
+                bytes: 64,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("out of device memory"), "{e}");
+        let other = DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE);
+        let e = allocation_error(
+            other,
+            "cuMemHostAlloc",
+            "pinned host",
+            || unreachable!(),
+            64,
+        );
+        assert!(matches!(
+            e,
+            GpuError::Driver {
+                call: "cuMemHostAlloc",
+                ..
+            }
+        ));
     }
 }
