@@ -5,7 +5,7 @@
 //! - [`tuner`]: verify, time, disqualify, and pick the simplest candidate within noise, through
 //!   the [`tuner::Bench`] trait (GPU-free; tested on a fake timer);
 //! - [`stats`]: quartiles and the relative spread of repeated timings;
-//! - [`selection`]: the cases a run tunes (`--model`, `--config`, `--quick`);
+//! - [`selection`]: the cases a run tunes (`--model`, `--config`, `--only`, `--quick`);
 //! - [`records`]: where records are written and how a run merges into one;
 //! - [`report`]: the summary table and the SVG plot of achieved bandwidth;
 //! - [`gpu`]: the [`tuner::Bench`] that builds stores and plans on the GPU and times with

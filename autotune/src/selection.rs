@@ -1,5 +1,5 @@
 //! Which cases a run tunes: every preset's distinct shape by default, narrowed by `--model`,
-//! `--config` and `--quick`.
+//! `--config`, `--only` and `--quick`.
 
 use codegen::model::{preset, presets};
 use codegen::spec::Placement;
@@ -14,27 +14,27 @@ pub enum SelectionError {
     #[error("unknown model {got:?}; allowed: {allowed}")]
     Model { got: String, allowed: String },
     #[error(
-        "bad --config {got:?}: {why}; the form is SUBJECT[/PLACEMENT[/CONTEXT]] with SUBJECT \
+        "bad --only {got:?}: {why}; the form is SUBJECT[/PLACEMENT[/CONTEXT]] with SUBJECT \
          one of scan, gather, transfer, PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m \
          (e.g. scan/hbm/128k)"
     )]
-    Config { got: String, why: String },
-    #[error("the selection is empty: --config {config:?} names no case that is tuned")]
-    Empty { config: String },
+    Only { got: String, why: String },
+    #[error("the selection is empty: --only {only:?} names no case that is tuned")]
+    Empty { only: String },
 }
 
-/// One `--config` filter; `None` fields match everything.
+/// One `--only` filter; `None` fields match everything.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConfigFilter {
+pub struct OnlyFilter {
     pub subject: Option<Subject>,
     pub placement: Option<Placement>,
     pub tokens: Option<usize>,
 }
 
-impl ConfigFilter {
+impl OnlyFilter {
     /// Parses `SUBJECT[/PLACEMENT[/CONTEXT]]`.
     pub fn parse(text: &str) -> Result<Self, SelectionError> {
-        let bad = |why: String| SelectionError::Config {
+        let bad = |why: String| SelectionError::Only {
             got: text.to_string(),
             why,
         };
@@ -64,7 +64,7 @@ impl ConfigFilter {
         if let Some(extra) = parts.next() {
             return Err(bad(format!("unexpected {extra:?}")));
         }
-        Ok(ConfigFilter {
+        Ok(OnlyFilter {
             subject: Some(subject),
             placement,
             tokens,
@@ -82,10 +82,10 @@ impl ConfigFilter {
 /// before the transfer that is built from them.
 pub fn select(
     models: &[String],
-    configs: &[String],
+    only: &[String],
     quick: bool,
 ) -> Result<Vec<Case>, SelectionError> {
-    select_shapes(models, &[], configs, quick)
+    select_shapes(models, &[], only, quick)
 }
 
 /// [`select`] with shapes read from `config.json` files (`--config`) beside the presets
@@ -93,7 +93,7 @@ pub fn select(
 pub fn select_shapes(
     models: &[String],
     extra: &[codegen::model::ModelShape],
-    configs: &[String],
+    only: &[String],
     quick: bool,
 ) -> Result<Vec<Case>, SelectionError> {
     let mut shapes: Vec<codegen::model::ModelShape> = if models.is_empty() && extra.is_empty() {
@@ -114,9 +114,9 @@ pub fn select_shapes(
             .collect::<Result<_, _>>()?
     };
     shapes.extend(extra.iter().cloned());
-    let filters: Vec<ConfigFilter> = configs
+    let filters: Vec<OnlyFilter> = only
         .iter()
-        .map(|c| ConfigFilter::parse(c))
+        .map(|c| OnlyFilter::parse(c))
         .collect::<Result<_, _>>()?;
     // One case per distinct (D, G); the first preset of a shape sets its KV heads.
     let mut distinct: Vec<(usize, usize, usize)> = Vec::new();
@@ -147,7 +147,7 @@ pub fn select_shapes(
     }
     if cases.is_empty() {
         return Err(SelectionError::Empty {
-            config: configs.join(" "),
+            only: only.join(" "),
         });
     }
     Ok(cases)
@@ -210,7 +210,7 @@ mod tests {
             "scan/hbm/1m/x",
         ] {
             let err = select(&[], &[bad.into()], false).unwrap_err();
-            assert!(matches!(err, SelectionError::Config { .. }), "{bad}: {err}");
+            assert!(matches!(err, SelectionError::Only { .. }), "{bad}: {err}");
         }
         assert!(matches!(
             select(&[], &["transfer/hbm".into()], false),

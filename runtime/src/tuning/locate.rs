@@ -5,7 +5,8 @@
 //! 1. `$FATHOM_TUNING_DIR`, when set;
 //! 2. `<cache dir>/tuning`, the cache directory of `codegen::nvrtc::cache_dir` (where
 //!    `autotune` writes by default);
-//! 3. the repository's committed `autotune/records`.
+//! 3. the repository's committed `autotune/records`, as compiled into this binary (so a
+//!    binary carried to another machine still finds them).
 //!
 //! The first record whose header fits this process is used; one that does not fit is refused
 //! with its reason, and the next place is tried.
@@ -37,14 +38,19 @@ pub fn record_file_name(gpu_model: &str) -> String {
     )
 }
 
-/// The directories searched, in order (see the module documentation).
+include!(concat!(env!("OUT_DIR"), "/embedded_records.rs"));
+
+/// The place name given to the records compiled into the binary.
+pub const EMBEDDED_DIR: &str = "<compiled-in autotune/records>";
+
+/// The directories searched, in order, before the compiled-in records (see the module
+/// documentation).
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(dir) = std::env::var_os(TUNING_DIR_VAR).filter(|d| !d.is_empty()) {
         dirs.push(PathBuf::from(dir));
     }
     dirs.push(codegen::nvrtc::cache_dir().join("tuning"));
-    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../autotune/records"));
     dirs
 }
 
@@ -59,30 +65,40 @@ pub struct Located {
     pub searched: Vec<PathBuf>,
 }
 
-/// Finds the record of `current.gpu` in `dirs` whose header fits `current` (the candidate set
-/// aside: [`MetaCheck::Runtime`]).
-pub fn find_record(dirs: &[PathBuf], current: &RecordMeta) -> Located {
+/// Finds the record of `current.gpu` in `dirs`, then in `embedded` (`(file name, contents)`),
+/// whose header fits `current` (the candidate set aside: [`MetaCheck::Runtime`]).
+pub fn find_record(dirs: &[PathBuf], embedded: &[(&str, &str)], current: &RecordMeta) -> Located {
     let name = record_file_name(&current.gpu);
     let mut found = Located {
         record: None,
         refused: Vec::new(),
         searched: Vec::new(),
     };
-    for dir in dirs {
+    let on_disk = dirs.iter().map(|dir| {
         let path = dir.join(&name);
+        let read = path.is_file().then(|| TuningRecord::read(&path));
+        (path, read)
+    });
+    let compiled_in = embedded
+        .iter()
+        .filter(|(file, _)| *file == name)
+        .map(|(file, text)| {
+            let path = Path::new(EMBEDDED_DIR).join(file);
+            let read = TuningRecord::from_json(text, &path);
+            (path, Some(read))
+        });
+    for (path, read) in on_disk.chain(compiled_in) {
         found.searched.push(path.clone());
-        if !path.is_file() {
-            continue;
-        }
-        match TuningRecord::read(&path) {
-            Ok(record) => match record.meta.check(current, MetaCheck::Runtime) {
+        match read {
+            None => continue,
+            Some(Ok(record)) => match record.meta.check(current, MetaCheck::Runtime) {
                 Ok(()) => {
                     found.record = Some((path, record));
                     break;
                 }
                 Err(reason) => found.refused.push(RecordError::Mismatch { path, reason }),
             },
-            Err(e) => found.refused.push(e),
+            Some(Err(e)) => found.refused.push(e),
         }
     }
     found
@@ -94,7 +110,7 @@ pub fn record_for(device: &DeviceInfo) -> Option<TuningRecord> {
     let nvrtc = codegen::nvrtc::version()
         .map_or_else(|_| "unknown".to_string(), |(a, b)| format!("{a}.{b}"));
     let current = RecordMeta::current(device, nvrtc, String::new());
-    let found = find_record(&search_dirs(), &current);
+    let found = find_record(&search_dirs(), EMBEDDED_RECORDS, &current);
     if !found.refused.is_empty() {
         static REPORTED: Once = Once::new();
         REPORTED.call_once(|| {
@@ -148,7 +164,7 @@ mod tests {
             ..meta("13.0")
         };
         let dirs = [a.path().to_path_buf(), b.path().to_path_buf()];
-        let found = find_record(&dirs, &current);
+        let found = find_record(&dirs, &[], &current);
         let (path, record) = found.record.expect("the second record fits");
         assert_eq!(path, b.path().join(&file));
         assert_eq!(record.meta.driver, "13.0");
@@ -161,7 +177,7 @@ mod tests {
             }
         ));
         // Without the fitting one, nothing is used and the reason is kept.
-        let found = find_record(&dirs[..1], &current);
+        let found = find_record(&dirs[..1], &[], &current);
         assert!(found.record.is_none());
         assert!(
             found.refused[0].to_string().contains("driver"),
@@ -173,8 +189,42 @@ mod tests {
     #[test]
     fn no_record_is_no_record() {
         let dir = tempfile::tempdir().unwrap();
-        let found = find_record(&[dir.path().to_path_buf()], &meta("13.0"));
+        let found = find_record(&[dir.path().to_path_buf()], &[], &meta("13.0"));
         assert!(found.record.is_none() && found.refused.is_empty());
         assert_eq!(found.searched, [dir.path().join("nvidia-h200.json")]);
+    }
+
+    #[test]
+    fn compiled_in_records_answer_last() {
+        let text = serde_json::to_string(&TuningRecord::new(meta("13.0"))).unwrap();
+        let embedded = [("nvidia-h200.json", text.as_str()), ("other.json", "{")];
+        let dir = tempfile::tempdir().unwrap();
+        let found = find_record(&[dir.path().to_path_buf()], &embedded, &meta("13.0"));
+        let (path, _) = found.record.expect("the compiled-in record fits");
+        assert!(path.starts_with(EMBEDDED_DIR), "{}", path.display());
+        assert!(found.refused.is_empty(), "other GPUs' records are not read");
+        // A record on disk that fits wins over the compiled-in one.
+        TuningRecord::new(meta("13.0"))
+            .write(&dir.path().join("nvidia-h200.json"))
+            .unwrap();
+        let found = find_record(&[dir.path().to_path_buf()], &embedded, &meta("13.0"));
+        assert_eq!(found.record.unwrap().0, dir.path().join("nvidia-h200.json"));
+        // A compiled-in record of another header is refused with its reason.
+        let found = find_record(&[], &embedded, &meta("12.8"));
+        assert!(found.record.is_none());
+        assert!(found.refused[0].to_string().contains("driver"));
+    }
+
+    #[test]
+    fn the_committed_records_parse() {
+        assert!(
+            !EMBEDDED_RECORDS.is_empty(),
+            "autotune/records holds the H200 record"
+        );
+        for (file, text) in EMBEDDED_RECORDS {
+            let record = TuningRecord::from_json(text, Path::new(file)).unwrap();
+            assert_eq!(record_file_name(&record.meta.gpu), *file);
+            assert!(!record.entries.is_empty(), "{file} has no entries");
+        }
     }
 }

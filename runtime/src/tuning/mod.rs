@@ -12,7 +12,9 @@ pub mod locate;
 pub mod meta;
 pub mod record;
 
-pub use locate::{find_record, record_file_name, record_for, search_dirs, Located, TUNING_DIR_VAR};
+pub use locate::{
+    find_record, record_file_name, record_for, search_dirs, Located, EMBEDDED_DIR, TUNING_DIR_VAR,
+};
 pub use meta::{MetaCheck, MetaMismatch, RecordMeta};
 pub use record::{
     CandidateRecord, EntryKey, EntryRecord, Outcome, RecordError, Subject, TuningRecord, Variant,
