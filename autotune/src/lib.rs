@@ -19,6 +19,7 @@ pub mod records;
 pub mod report;
 pub mod selection;
 pub mod stats;
+pub mod stepbench;
 pub mod tuner;
 
 #[cfg(test)]

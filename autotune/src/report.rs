@@ -66,7 +66,8 @@ pub fn summary_table(record: &TuningRecord) -> String {
     out
 }
 
-fn escape(s: &str) -> String {
+/// `s` with the characters XML reserves escaped, for SVG text.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -1,0 +1,104 @@
+//! `step-bench`: the SPEC §9 decode-step benchmark (issue #6) on the GPU: every method,
+//! context, batch and placement of a preset, all layers per step, with the floor, the ratio to
+//! sparq(32), fidelity and recall; a table on stdout, a JSON record and two SVG plots under
+//! `--out`, and the issue's targets.
+//!
+//! `cargo run --release -p autotune --bin step-bench -- --model qwen3-8b --commit $(git rev-parse --short HEAD)`
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use autotune::stepbench::args::{Args, Options};
+use autotune::stepbench::figures::fill_ratios;
+use autotune::stepbench::plots::{fidelity_vs_bits, time_vs_context};
+use autotune::stepbench::record::{file_stem, Header, Record, Row};
+use autotune::stepbench::run::run;
+use autotune::stepbench::table::table;
+use autotune::stepbench::targets::verdicts;
+use clap::Parser;
+
+/// The record of `rows` with ratios and targets filled in.
+fn record(header: &Header, rows: &[Row], largest: usize) -> Record {
+    let mut rows = rows.to_vec();
+    fill_ratios(&mut rows);
+    let targets = verdicts(&rows, largest)
+        .into_iter()
+        .map(|v| (v.target, v.outcome))
+        .collect();
+    Record {
+        header: header.clone(),
+        rows,
+        targets,
+    }
+}
+
+/// Writes the JSON and the plots; returns the JSON path.
+fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let h = &record.header;
+    let stem = file_stem(&h.gpu, &h.date, &h.commit);
+    let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;
+    let path = dir.join(format!("{stem}.json"));
+    std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let mut placements: Vec<&str> = Vec::new();
+    for r in &record.rows {
+        if !placements.contains(&r.placement.as_str()) {
+            placements.push(&r.placement);
+        }
+    }
+    for p in placements {
+        let title = format!(
+            "{} {}: GPU time per decode step (batch 1, {p})",
+            h.model, h.gpu
+        );
+        let svg = time_vs_context(&record.rows, p, 1, &title);
+        let file = dir.join(format!("{stem}-time-{p}.svg"));
+        std::fs::write(&file, svg).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    }
+    let title = format!("{}: error vs bits read at {} tokens", h.model, largest);
+    let file = dir.join(format!("{stem}-fidelity.svg"));
+    std::fs::write(&file, fidelity_vs_bits(&record.rows, largest, &title))
+        .map_err(|e| format!("writing {}: {e}", file.display()))?;
+    Ok(path.display().to_string())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let options = match Options::from_args(&args, std::env::var("FATHOM_COMMIT").ok()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("step-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (dir, largest) = (options.out.clone(), options.max_context());
+    let mut partial = |header: &Header, rows: &[Row]| {
+        if let Err(e) = write(&dir, &record(header, rows, largest), largest) {
+            eprintln!("step-bench: {e}");
+        }
+    };
+    match run(options, &mut partial) {
+        Ok((header, rows)) => {
+            let record = record(&header, &rows, largest);
+            print!("{}", table(&record.rows));
+            println!("targets (batch 1):");
+            for (target, outcome) in &record.targets {
+                println!("  {target}: {outcome}");
+            }
+            match write(&dir, &record, largest) {
+                Ok(path) => {
+                    println!("record: {path} (plots beside it)");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("step-bench: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("step-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The command line of `step-bench` and its validation into [`Options`].
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use codegen::spec::Placement;
+use runtime::reference::plans::{Method, MethodParseError};
+use thiserror::Error;
+
+/// Runs the SPEC §9 decode-step protocol on the GPU for a preset and writes the results.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "step-bench")]
+pub struct Args {
+    /// The preset whose shape (layers, KV heads, group, head dim) is stepped.
+    #[arg(long, default_value = "qwen3-8b")]
+    pub model: String,
+    /// Contexts, comma-separated: `32k`, `128k`, `1m` or token counts (default
+    /// 32k,128k,256k,1m; with --quick 32k,128k).
+    #[arg(long)]
+    pub contexts: Option<String>,
+    /// Batch sizes, comma-separated (default 1,4; with --quick 1).
+    #[arg(long)]
+    pub batch: Option<String>,
+    /// Placements, comma-separated: host, hbm (default both).
+    #[arg(long)]
+    pub placement: Option<String>,
+    /// Methods, comma-separated, e.g. "fathom(48),sparq(32),dense" (default: the §9 list).
+    #[arg(long)]
+    pub methods: Option<String>,
+    /// Timed steps per cell after warm-up, at least 1 (default 20; with --quick 5).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Directory of the JSON record and the plots.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Smoke run: contexts 32k and 128k, batch 1, 5 steps.
+    #[arg(long)]
+    pub quick: bool,
+    /// Commit named in the record (default: $FATHOM_COMMIT, else "unknown").
+    #[arg(long)]
+    pub commit: Option<String>,
+    /// Distinct synthetic layers per store; layer l of a step reads slot l % slots.
+    #[arg(long, default_value_t = 4)]
+    pub slots: usize,
+    /// Timing budget of one cell in seconds: a cell whose warm-up step says that `--steps`
+    /// steps would take longer times fewer (at least 3), and its row says how many.
+    #[arg(long, default_value_t = 3.0)]
+    pub cell_seconds: f64,
+    /// Seed of the synthetic generator (slot s uses seed + s).
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+}
+
+/// The §9 method list of issue #6.
+pub const DEFAULT_METHODS: &str = "fathom(48),fathom(64),fathom(92),sparq(16),sparq(32),\
+double_sparsity(32),loki(32),thumbnail,landmark,oracle,dense";
+
+/// The fewest timed steps a time-capped cell still takes.
+pub const MIN_STEPS: usize = 3;
+
+/// A validated run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub model: String,
+    /// Tokens per sequence, ascending, distinct.
+    pub contexts: Vec<usize>,
+    /// Ascending, distinct.
+    pub batches: Vec<usize>,
+    pub placements: Vec<Placement>,
+    pub methods: Vec<Method>,
+    pub steps: usize,
+    pub out: PathBuf,
+    pub commit: String,
+    pub slots: usize,
+    pub cell_seconds: f64,
+    pub seed: u64,
+    pub device: usize,
+}
+
+/// A command line that cannot run, saying what is allowed.
+#[derive(Debug, Error, PartialEq)]
+pub enum ArgsError {
+    #[error("--contexts: `{got}` is not a context; write a token count or 32k, 128k, 1m (a multiple of {block} tokens, at most 2^30)")]
+    Context { got: String, block: usize },
+    #[error("--batch: `{got}` is not a batch size; allowed: 1 to 64")]
+    Batch { got: String },
+    #[error("--placement: `{got}` is not a placement; allowed: host, hbm")]
+    Placement { got: String },
+    #[error("--methods: {0}")]
+    Method(#[from] MethodParseError),
+    #[error("--{flag}: the list is empty; give at least one value")]
+    Empty { flag: &'static str },
+    #[error("--steps must be at least 1")]
+    Steps,
+    #[error("--slots must be 1 to 64, got {0}")]
+    Slots(usize),
+    #[error("--cell-seconds must be a positive number of seconds, got {0}")]
+    CellSeconds(f64),
+}
+
+/// Tokens per scale block of the stores built here: a context must hold whole blocks.
+pub const BLOCK: usize = 64;
+
+/// Parses `32k`, `128K`, `1m` or a plain token count.
+pub fn parse_context(text: &str) -> Result<usize, ArgsError> {
+    let bad = || ArgsError::Context {
+        got: text.to_string(),
+        block: BLOCK,
+    };
+    let t = text.trim().to_ascii_lowercase();
+    let (digits, unit) = match t.strip_suffix('k') {
+        Some(d) => (d, 1usize << 10),
+        None => match t.strip_suffix('m') {
+            Some(d) => (d, 1 << 20),
+            None => (t.as_str(), 1),
+        },
+    };
+    let n = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|v| v.checked_mul(unit))
+        .ok_or_else(bad)?;
+    if n == 0 || !n.is_multiple_of(BLOCK) || n > 1 << 30 {
+        return Err(bad());
+    }
+    Ok(n)
+}
+
+/// `32768` → `32k`, `1048576` → `1m`, else the count.
+pub fn context_label(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{}m", n >> 20)
+    } else if n.is_multiple_of(1 << 10) {
+        format!("{}k", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Splits a list at the commas outside parentheses, dropping empty items.
+fn items(list: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
+    for ch in list.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    out.push(cur);
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn non_empty<T>(flag: &'static str, v: Vec<T>) -> Result<Vec<T>, ArgsError> {
+    if v.is_empty() {
+        Err(ArgsError::Empty { flag })
+    } else {
+        Ok(v)
+    }
+}
+
+/// Parses a method list like `fathom(48),sparq(32),dense`.
+pub fn parse_methods(list: &str) -> Result<Vec<Method>, ArgsError> {
+    let methods = items(list)
+        .iter()
+        .map(|m| m.parse::<Method>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out: Vec<Method> = Vec::new();
+    for m in methods {
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    non_empty("methods", out)
+}
+
+fn sorted_unique(mut v: Vec<usize>) -> Vec<usize> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl Options {
+    /// Validates `args`; `env_commit` is `$FATHOM_COMMIT` (taken when `--commit` is absent).
+    pub fn from_args(args: &Args, env_commit: Option<String>) -> Result<Options, ArgsError> {
+        let contexts = match &args.contexts {
+            Some(list) => items(list)
+                .iter()
+                .map(|c| parse_context(c))
+                .collect::<Result<Vec<_>, _>>()?,
+            None if args.quick => vec![32 << 10, 128 << 10],
+            None => vec![32 << 10, 128 << 10, 256 << 10, 1 << 20],
+        };
+        let batches = match &args.batch {
+            Some(list) => items(list)
+                .iter()
+                .map(|b| match b.parse::<usize>() {
+                    Ok(v) if (1..=64).contains(&v) => Ok(v),
+                    _ => Err(ArgsError::Batch { got: b.clone() }),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None if args.quick => vec![1],
+            None => vec![1, 4],
+        };
+        let placements = match &args.placement {
+            Some(list) => {
+                let mut out = Vec::new();
+                for p in items(list) {
+                    let placement = match p.to_ascii_lowercase().as_str() {
+                        "host" => Placement::Host,
+                        "hbm" => Placement::Hbm,
+                        _ => return Err(ArgsError::Placement { got: p }),
+                    };
+                    if !out.contains(&placement) {
+                        out.push(placement);
+                    }
+                }
+                out
+            }
+            None => vec![Placement::Host, Placement::Hbm],
+        };
+        let methods = parse_methods(args.methods.as_deref().unwrap_or(DEFAULT_METHODS))?;
+        let steps = args.steps.unwrap_or(if args.quick { 5 } else { 20 });
+        if steps == 0 {
+            return Err(ArgsError::Steps);
+        }
+        if !(1..=64).contains(&args.slots) {
+            return Err(ArgsError::Slots(args.slots));
+        }
+        if !(args.cell_seconds.is_finite() && args.cell_seconds > 0.0) {
+            return Err(ArgsError::CellSeconds(args.cell_seconds));
+        }
+        let commit = args
+            .commit
+            .clone()
+            .or(env_commit)
+            .filter(|c| !c.trim().is_empty())
+            .unwrap_or_else(|| "unknown".into());
+        Ok(Options {
+            model: args.model.clone(),
+            contexts: non_empty("contexts", sorted_unique(contexts))?,
+            batches: non_empty("batch", sorted_unique(batches))?,
+            placements: non_empty("placement", placements)?,
+            methods,
+            steps,
+            out: args.out.clone(),
+            commit,
+            slots: args.slots,
+            cell_seconds: args.cell_seconds,
+            seed: args.seed,
+            device: args.device,
+        })
+    }
+
+    /// The largest context: the length every store is built at.
+    pub fn max_context(&self) -> usize {
+        *self.contexts.last().expect("validated non-empty")
+    }
+}

@@ -1,0 +1,123 @@
+//! The per-cell figures computed on the host: medians, floors, the ratio to sparq(32), bytes
+//! per step, and fidelity/recall of a sampled step against the f64 reference.
+
+use runtime::reference::metrics::{
+    bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes,
+};
+use runtime::reference::plans::Method;
+use runtime::reference::store::BlockSize;
+
+use super::record::Row;
+
+/// The median of `values` (the upper one of an even count); `None` when empty or not finite.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() || v.len() != values.len() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+/// Milliseconds to move `bytes` at `gbps` (10^9 bytes per second).
+pub fn floor_ms(bytes: u64, gbps: f64) -> Option<f64> {
+    (gbps > 0.0 && gbps.is_finite()).then(|| bytes as f64 / (gbps * 1e9) * 1e3)
+}
+
+/// The label sparq(32) rows carry.
+pub const SPARQ32: &str = "sparq(32)";
+
+/// Fills `ratio_to_sparq32` of every row that ran: sparq(32)'s `gpu_ms` of the same context,
+/// batch and placement over the row's.
+pub fn fill_ratios(rows: &mut [Row]) {
+    let base: Vec<((usize, usize, String), f64)> = rows
+        .iter()
+        .filter(|r| r.method == SPARQ32)
+        .filter_map(|r| Some(((r.context, r.batch, r.placement.clone()), r.gpu_ms?)))
+        .collect();
+    for row in rows.iter_mut() {
+        let key = (row.context, row.batch, row.placement.clone());
+        row.ratio_to_sparq32 = base
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, s)| Some(s / row.gpu_ms.filter(|&g| g > 0.0)?));
+    }
+}
+
+/// How many timed steps a cell takes: `requested`, unless one step (as long as `step_s`)
+/// would make them exceed `budget_s`; then as many as fit, but at least `min`.
+pub fn steps_within(requested: usize, step_s: f64, budget_s: f64, min: usize) -> usize {
+    if step_s.is_nan() || step_s <= 0.0 || step_s * requested as f64 <= budget_s {
+        return requested;
+    }
+    ((budget_s / step_s).floor() as usize).clamp(min.min(requested), requested)
+}
+
+/// Bytes one query group (KV head) of one layer reads in a step of `method` over `n` stored
+/// tokens of `d` channels, with `union_rows` winner rows fetched. `depths` is the depth plan
+/// (plane methods only).
+pub fn group_bytes(
+    method: Method,
+    depths: Option<&[u8]>,
+    n: usize,
+    d: usize,
+    block: BlockSize,
+    union_rows: usize,
+) -> StepBytes {
+    match (method, depths) {
+        (Method::Landmark, _) => landmark_bytes_per_step(n, d, union_rows),
+        // Exact scores read every bf16 K row.
+        (Method::Oracle, _) => StepBytes {
+            planes: n * d * 2,
+            scales: 0,
+            rows: winner_row_bytes(union_rows, d),
+        },
+        // Attention reads every K and V row.
+        (Method::Dense, _) => StepBytes {
+            planes: 0,
+            scales: 0,
+            rows: winner_row_bytes(n, d),
+        },
+        (_, Some(depths)) => bytes_per_step(depths, n, block, union_rows),
+        (_, None) => StepBytes {
+            planes: 0,
+            scales: 0,
+            rows: winner_row_bytes(union_rows, d),
+        },
+    }
+}
+
+/// recall@k of a selection: the share of `truth` (the exact top-k of the candidates) that
+/// `selected` holds; `None` when there is no truth to find.
+pub fn recall(selected: &[i32], truth: &[usize]) -> Option<f64> {
+    if truth.is_empty() {
+        return None;
+    }
+    let mut sel: Vec<i64> = selected.iter().map(|&i| i64::from(i)).collect();
+    sel.sort_unstable();
+    let hits = truth
+        .iter()
+        .filter(|&&t| sel.binary_search(&(t as i64)).is_ok())
+        .count();
+    Some(hits as f64 / truth.len() as f64)
+}
+
+/// Device bytes a step's workspace needs (elements of [`WorkspaceSizes`] times their width;
+/// `sel`/`sel_pos` and the K/V row buffers are two buffers each).
+///
+/// [`WorkspaceSizes`]: runtime::step::launches::WorkspaceSizes
+pub fn workspace_bytes(s: &runtime::step::launches::WorkspaceSizes) -> usize {
+    s.q_store * 4
+        + s.depths
+        + s.class_count * 4
+        + (s.runs + s.staged_runs + s.stage_words) * 8
+        + s.stage_scales * 2
+        + s.plan_status * 4
+        + s.scores * 4
+        + (s.select_state + s.chunk_counts + s.scratch) * 4
+        + 2 * s.sel * 4
+        + (s.sel_count + s.uni + s.uni_count) * 4
+        + 2 * s.rows * 2
+        + s.out * 4
+        + (s.dense_uni + s.dense_sel) * 4
+}

@@ -1,0 +1,185 @@
+//! The JSON record of a run: a header naming the GPU, software, commit, date, ceilings and the
+//! generator, and one [`Row`] per cell (method, context, batch, placement).
+
+use runtime::ceilings::Ceilings;
+use serde::{Deserialize, Serialize};
+
+/// One cell's figures. Times and fidelity are `None` when the cell did not run (`status`
+/// says why).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub model: String,
+    /// Written as the issue writes it, e.g. `fathom(48)`.
+    pub method: String,
+    /// Bits per token per KV head the scoring reads (the plan's mean over the sampled heads
+    /// for plane methods; landmark `16 D / 8`, oracle `16 D`, dense `32 D`: K and V rows).
+    pub bits: Option<f64>,
+    pub context: usize,
+    pub batch: usize,
+    /// `host` or `hbm`.
+    pub placement: String,
+    /// `ok`, `skipped: <why>` or `failed: <error>`.
+    pub status: String,
+    /// Median CUDA-event time of one step of every layer.
+    pub gpu_ms: Option<f64>,
+    /// Median host wall-clock of one step (queueing through completion).
+    pub wall_ms: Option<f64>,
+    /// `bytes_per_step` at the measured floor rate of the placement.
+    pub floor_ms: Option<f64>,
+    /// sparq(32)'s `gpu_ms` over this cell's, same context, batch and placement.
+    pub ratio_to_sparq32: Option<f64>,
+    /// Plane and scale bytes (landmark: means; oracle: K rows; dense: K and V rows) plus the
+    /// winner K/V rows, all layers and sequences of one step.
+    pub bytes_per_step: Option<u64>,
+    /// Mean relative attention-output error against f64 dense attention (§9) over the
+    /// sampled query heads.
+    pub fidelity: Option<f64>,
+    /// Mean recall@k against the exact f64 top-k over the sampled query heads.
+    pub recall: Option<f64>,
+    /// Timed steps the median is of.
+    pub steps: usize,
+    /// `graph` (each layer's step captured once, replayed) or `eager` (`Decoder::step`).
+    pub launch: String,
+}
+
+impl Row {
+    /// A row of a cell that did not run.
+    pub fn not_run(
+        model: &str,
+        method: &str,
+        context: usize,
+        batch: usize,
+        placement: &str,
+        status: String,
+    ) -> Row {
+        Row {
+            model: model.into(),
+            method: method.into(),
+            bits: None,
+            context,
+            batch,
+            placement: placement.into(),
+            status,
+            gpu_ms: None,
+            wall_ms: None,
+            floor_ms: None,
+            ratio_to_sparq32: None,
+            bytes_per_step: None,
+            fidelity: None,
+            recall: None,
+            steps: 0,
+            launch: "-".into(),
+        }
+    }
+
+    /// Whether the cell ran.
+    pub fn ok(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+/// The synthetic generator's settings (SPEC §11) every slot was made with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Generator {
+    /// `runtime::reference::synthetic::SyntheticSettings::describe` of slot 0.
+    pub describe: String,
+    /// Slot `s` is generated with `seed + s`.
+    pub seed: u64,
+    pub slots: usize,
+    pub tokens: usize,
+    pub scale_sigma: f64,
+    pub outlier_channels: usize,
+    pub outlier_factor: f64,
+    pub mean_factor: f64,
+    pub rope_base: f64,
+    pub sink_tokens: usize,
+    pub sink_norm: f64,
+    pub needles: usize,
+    pub needle_norm: f64,
+    pub logit_std: f64,
+    /// How calibration (σ², KLT, double_sparsity channels) was fitted.
+    pub calibration: String,
+}
+
+/// Who measured what, where and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub gpu: String,
+    pub compute_capability: String,
+    pub driver_cuda: String,
+    pub nvrtc: String,
+    pub commit: String,
+    /// `YYYY-MM-DD` (UTC).
+    pub date: String,
+    pub date_unix: u64,
+    pub model: String,
+    pub layers: usize,
+    pub kv_heads: usize,
+    pub group: usize,
+    pub head_dim: usize,
+    pub block: usize,
+    pub segment_words: usize,
+    /// Top-k per query head (`paper_k` of each context).
+    pub k: String,
+    pub steps: usize,
+    pub cell_seconds: f64,
+    pub ceilings: Ceilings,
+    /// Which rate each placement's floor uses.
+    pub floor_rates: Vec<(String, String, f64)>,
+    pub generator: Generator,
+    /// What the fidelity and recall columns are measured on.
+    pub sample: String,
+}
+
+/// A whole run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub header: Header,
+    pub rows: Vec<Row>,
+    /// The issue's targets, each `met` or how much it missed by.
+    pub targets: Vec<(String, String)>,
+}
+
+/// `NVIDIA H200` → `h200`: lowercase, the vendor dropped, runs of other characters one `-`.
+pub fn gpu_slug(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let trimmed = lower.trim().trim_start_matches("nvidia").trim();
+    let mut slug = String::new();
+    for ch in trimmed.chars() {
+        if ch.is_ascii_alphanumeric() {
+            slug.push(ch);
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug = slug.trim_matches('-').to_string();
+    if slug.is_empty() {
+        "gpu".into()
+    } else {
+        slug
+    }
+}
+
+/// `YYYY-MM-DD` of a Unix time (UTC), by the civil-from-days algorithm.
+pub fn date_of(unix: u64) -> String {
+    let days = (unix / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// `step-<gpu-slug>-<date>-<commit>`: the stem of the JSON file and its plots.
+pub fn file_stem(gpu: &str, date: &str, commit: &str) -> String {
+    let commit: String = commit
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("step-{}-{date}-{commit}", gpu_slug(gpu))
+}

@@ -1,0 +1,196 @@
+//! The key stores of a run on the GPU: one [`KeyStore`] per (basis, placement) holding one
+//! sequence whose layers are the slots, and the per-layer views a step reads, composed from the
+//! slots' tables (a batch element per slot, the first `n` tokens of each).
+
+use std::sync::Arc;
+
+use codegen::model::ModelShape;
+use codegen::spec::Placement;
+use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
+use runtime::jit::KernelSource;
+use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::view::LayerView;
+
+/// The device tables of one slot, downloaded once: `[h][segment]` addresses and `[h]` rows.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SlotTables {
+    pub seg_words: Vec<Vec<u64>>,
+    pub seg_scales: Vec<Vec<u64>>,
+    pub k_rows: Vec<u64>,
+    pub v_rows: Vec<u64>,
+    pub landmarks: Option<Vec<u64>>,
+}
+
+/// Host copies of a view's tables, in the layout of [`LayerView`].
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct HostTables {
+    pub seg_words: Vec<u64>,
+    pub seg_scales: Vec<u64>,
+    pub k_rows: Vec<u64>,
+    pub v_rows: Vec<u64>,
+    pub landmarks: Option<Vec<u64>>,
+}
+
+/// The tables of a batch whose element `b` is `slots[b]`, `max_seg` segments each. `None`
+/// when a slot holds fewer segments.
+pub fn compose(slots: &[&SlotTables], max_seg: usize) -> Option<HostTables> {
+    let mut t = HostTables {
+        landmarks: slots.iter().all(|s| s.landmarks.is_some()).then(Vec::new),
+        ..HostTables::default()
+    };
+    for s in slots {
+        for h in 0..s.k_rows.len() {
+            t.seg_words.extend(s.seg_words.get(h)?.get(..max_seg)?);
+            t.seg_scales.extend(s.seg_scales.get(h)?.get(..max_seg)?);
+            t.k_rows.push(s.k_rows[h]);
+            t.v_rows.push(*s.v_rows.get(h)?);
+            if let (Some(all), Some(mine)) = (t.landmarks.as_mut(), s.landmarks.as_ref()) {
+                all.push(*mine.get(h)?);
+            }
+        }
+    }
+    Some(t)
+}
+
+/// Splits a flat `[(h)*max_seg + s]` table into `[h][s]`.
+pub fn per_head(flat: &[u64], heads: usize) -> Vec<Vec<u64>> {
+    let per = flat.len() / heads.max(1);
+    flat.chunks(per.max(1)).map(<[u64]>::to_vec).collect()
+}
+
+/// One store and its slots' tables.
+pub struct StoreSet {
+    pub store: KeyStore,
+    pub id: SequenceId,
+    pub placement: Placement,
+    pub slots: Vec<SlotTables>,
+}
+
+impl StoreSet {
+    /// An empty store of `slots` layers of `model`'s heads for one sequence of `tokens`.
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        kernels: &dyn KernelSource,
+        model: &ModelShape,
+        placement: Placement,
+        tokens: usize,
+        rotations: Option<Vec<f32>>,
+        landmarks: bool,
+    ) -> Result<StoreSet, StoreError> {
+        let config = StoreConfig {
+            max_batch: 1,
+            rotations,
+            keep_landmarks: landmarks,
+            ..StoreConfig::new(model.clone(), placement, tokens)
+        };
+        let mut store = KeyStore::with_kernels(gpu.clone(), config, kernels)?;
+        let id = store.create_sequence();
+        Ok(StoreSet {
+            store,
+            id,
+            placement,
+            slots: Vec::new(),
+        })
+    }
+
+    /// Prefills slot (layer) `slot` with bf16 keys and values `[H][n][D]` and downloads its
+    /// tables.
+    pub fn fill(
+        &mut self,
+        slot: usize,
+        keys: &DeviceBuffer<u16>,
+        values: &DeviceBuffer<u16>,
+    ) -> Result<(), StoreError> {
+        self.store.prefill(self.id, slot, keys, values)?;
+        let heads = self.store.config().model.kv_heads;
+        let view = self.store.layer_view(&[self.id], slot)?;
+        let tables = SlotTables {
+            seg_words: per_head(&view.seg_words.download()?, heads),
+            seg_scales: per_head(&view.seg_scales.download()?, heads),
+            k_rows: view.k_rows.download()?,
+            v_rows: view.v_rows.download()?,
+            landmarks: view.landmarks.map(DeviceBuffer::download).transpose()?,
+        };
+        if self.slots.len() <= slot {
+            self.slots.resize(slot + 1, SlotTables::default());
+        }
+        self.slots[slot] = tables;
+        Ok(())
+    }
+}
+
+/// One layer's view of a batch, owning its tables on the device.
+pub struct LayerTables {
+    pub layer: usize,
+    pub batch: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub placement: Placement,
+    pub max_seg: usize,
+    pub tokens: usize,
+    seg_words: DeviceBuffer<u64>,
+    seg_scales: DeviceBuffer<u64>,
+    n_stored: DeviceBuffer<i32>,
+    n_total: DeviceBuffer<i32>,
+    k_rows: DeviceBuffer<u64>,
+    v_rows: DeviceBuffer<u64>,
+    landmarks: Option<DeviceBuffer<u64>>,
+}
+
+impl LayerTables {
+    /// Uploads the view of layer `layer` over `tables` (a batch of `batch` sequences of
+    /// `tokens` stored tokens each, no tail).
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload(
+        gpu: &Gpu,
+        layer: usize,
+        batch: usize,
+        model: &ModelShape,
+        placement: Placement,
+        max_seg: usize,
+        tokens: usize,
+        tables: &HostTables,
+    ) -> Result<LayerTables, GpuError> {
+        let lengths = vec![tokens as i32; batch];
+        Ok(LayerTables {
+            layer,
+            batch,
+            kv_heads: model.kv_heads,
+            head_dim: model.head_dim,
+            placement,
+            max_seg,
+            tokens,
+            seg_words: gpu.upload(&tables.seg_words)?,
+            seg_scales: gpu.upload(&tables.seg_scales)?,
+            n_stored: gpu.upload(&lengths)?,
+            n_total: gpu.upload(&lengths)?,
+            k_rows: gpu.upload(&tables.k_rows)?,
+            v_rows: gpu.upload(&tables.v_rows)?,
+            landmarks: tables
+                .landmarks
+                .as_ref()
+                .map(|l| gpu.upload(l))
+                .transpose()?,
+        })
+    }
+
+    /// The view the decoder reads.
+    pub fn view(&self) -> LayerView<'_> {
+        LayerView {
+            layer: self.layer,
+            batch: self.batch,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            placement: self.placement,
+            max_seg: self.max_seg,
+            seg_words: &self.seg_words,
+            seg_scales: &self.seg_scales,
+            n_stored: &self.n_stored,
+            n_total: &self.n_total,
+            k_rows: &self.k_rows,
+            v_rows: &self.v_rows,
+            max_tokens: self.tokens,
+            landmarks: self.landmarks.as_ref(),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The targets of issue #6 (batch 1), each met or missed by how much, from a run's rows.
+
+use super::figures::SPARQ32;
+use super::record::Row;
+
+/// One target's verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// What the target asks.
+    pub target: String,
+    /// `met (...)`, `missed by ...` or `not measured: ...`.
+    pub outcome: String,
+}
+
+fn find<'a>(rows: &'a [Row], method: &str, context: usize, placement: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.ok()
+            && r.batch == 1
+            && r.method == method
+            && r.context == context
+            && r.placement == placement
+    })
+}
+
+fn label(context: usize) -> String {
+    super::args::context_label(context)
+}
+
+/// `gpu_ms(sparq(32)) / gpu_ms(fathom(48)) >= need` at `context`, `placement`.
+fn speedup(rows: &[Row], context: usize, placement: &str, need: f64) -> Verdict {
+    let target = format!(
+        "{placement} {}: fathom(48) at least {need}x faster than sparq(32)",
+        label(context)
+    );
+    let outcome = match (
+        find(rows, "fathom(48)", context, placement),
+        find(rows, SPARQ32, context, placement),
+    ) {
+        (Some(f), Some(s)) => match (f.gpu_ms, s.gpu_ms) {
+            (Some(f), Some(s)) if f > 0.0 => {
+                let got = s / f;
+                if got >= need {
+                    format!("met ({got:.2}x)")
+                } else {
+                    format!("missed by {:.2}x ({got:.2}x of {need}x)", need / got)
+                }
+            }
+            _ => "not measured: no GPU time".into(),
+        },
+        _ => "not measured: a cell is missing or did not run".into(),
+    };
+    Verdict { target, outcome }
+}
+
+/// The verdicts at `largest` (the 1M context when run) for batch 1.
+pub fn verdicts(rows: &[Row], largest: usize) -> Vec<Verdict> {
+    let mut out = vec![
+        speedup(rows, 1 << 20, "host", 2.3),
+        speedup(rows, 256 << 10, "host", 2.0),
+    ];
+    // Link floor.
+    let target = "host 1m: fathom(48) within 1.25x of its link floor".to_string();
+    let outcome = match find(rows, "fathom(48)", 1 << 20, "host") {
+        Some(r) => match (r.gpu_ms, r.floor_ms) {
+            (Some(g), Some(f)) if f > 0.0 => {
+                let x = g / f;
+                if x <= 1.25 {
+                    format!("met ({x:.2}x the floor)")
+                } else {
+                    format!("missed by {:.2}x ({x:.2}x the floor)", x / 1.25)
+                }
+            }
+            _ => "not measured: no time or floor".into(),
+        },
+        None => "not measured: the cell is missing or did not run".into(),
+    };
+    out.push(Verdict { target, outcome });
+    out.push(speedup(rows, 1 << 20, "hbm", 1.5));
+    for placement in ["host", "hbm"] {
+        out.push(fewer_bytes(rows, largest, placement));
+    }
+    for placement in ["host", "hbm"] {
+        out.push(fidelity_136(rows, largest, placement));
+    }
+    out
+}
+
+/// fathom(48) reads at least 18% fewer bytes than sparq(16) in no more GPU time, with lower
+/// error.
+fn fewer_bytes(rows: &[Row], context: usize, placement: &str) -> Verdict {
+    let target = format!(
+        "{placement} {}: fathom(48) reads >= 18% fewer bytes than sparq(16), in no more GPU time, with lower error",
+        label(context)
+    );
+    let (Some(f), Some(s)) = (
+        find(rows, "fathom(48)", context, placement),
+        find(rows, "sparq(16)", context, placement),
+    ) else {
+        return Verdict {
+            target,
+            outcome: "not measured: a cell is missing or did not run".into(),
+        };
+    };
+    let (Some(fb), Some(sb), Some(ft), Some(st), Some(fe), Some(se)) = (
+        f.bytes_per_step,
+        s.bytes_per_step,
+        f.gpu_ms,
+        s.gpu_ms,
+        f.fidelity,
+        s.fidelity,
+    ) else {
+        return Verdict {
+            target,
+            outcome: "not measured: bytes, time or error missing".into(),
+        };
+    };
+    let saving = 1.0 - fb as f64 / sb as f64;
+    let mut misses = Vec::new();
+    if saving < 0.18 {
+        misses.push(format!("bytes {:.1}% fewer (needs 18%)", 100.0 * saving));
+    }
+    if ft > st {
+        misses.push(format!("time {:.2}x sparq(16)'s", ft / st));
+    }
+    if fe >= se {
+        misses.push(format!("error {fe:.3e} vs {se:.3e}"));
+    }
+    let outcome = if misses.is_empty() {
+        format!(
+            "met ({:.1}% fewer bytes, {:.2}x the time, error {fe:.3e} vs {se:.3e})",
+            100.0 * saving,
+            ft / st
+        )
+    } else {
+        format!("missed by {}", misses.join("; "))
+    };
+    Verdict { target, outcome }
+}
+
+/// The 136-bit scans: r = 32 channels at depth 4 with 64-token scale blocks.
+pub const SCANS_136: [&str; 3] = ["sparq(32)", "double_sparsity(32)", "loki(32)"];
+
+/// fathom(92) error at most the best 136-bit scan's.
+fn fidelity_136(rows: &[Row], context: usize, placement: &str) -> Verdict {
+    let target = format!(
+        "{placement} {}: fathom(92) error at most the best 136-bit scan's",
+        label(context)
+    );
+    let best = SCANS_136
+        .iter()
+        .filter_map(|m| Some((*m, find(rows, m, context, placement)?.fidelity?)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let outcome = match (
+        find(rows, "fathom(92)", context, placement).and_then(|r| r.fidelity),
+        best,
+    ) {
+        (Some(f), Some((m, b))) => {
+            if f <= b {
+                format!("met ({f:.3e} vs {m} {b:.3e})")
+            } else {
+                format!("missed by {:.2}x ({f:.3e} vs {m} {b:.3e})", f / b)
+            }
+        }
+        _ => "not measured: fathom(92) or every 136-bit scan is missing".into(),
+    };
+    Verdict { target, outcome }
+}

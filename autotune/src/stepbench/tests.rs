@@ -1,0 +1,470 @@
+//! GPU-free tests of the benchmark: arguments, figures, record, plots, targets, table
+//! composition, data and the reference comparison.
+
+use clap::Parser;
+use codegen::model::preset;
+use codegen::spec::Placement;
+use runtime::reference::metrics::bytes_per_step;
+use runtime::reference::plans::Method;
+use runtime::reference::store::BlockSize;
+use runtime::reference::synthetic::{generate_head, SyntheticSettings};
+use runtime::step::launches::WorkspaceSizes;
+use runtime::step::{HostStepOutput, OutputLayout};
+
+use super::args::{context_label, parse_context, parse_methods, Args, ArgsError, Options};
+use super::data;
+use super::figures::{
+    fill_ratios, floor_ms, group_bytes, median, recall, steps_within, workspace_bytes,
+};
+use super::plots::{fidelity_vs_bits, pareto_front, time_vs_context};
+use super::record::{date_of, file_stem, gpu_slug, Record, Row};
+use super::reference::{compare, context_truth};
+use super::stores::{compose, per_head, SlotTables};
+use super::targets::verdicts;
+
+fn options(cli: &[&str]) -> Result<Options, ArgsError> {
+    let mut argv = vec!["step-bench"];
+    argv.extend(cli);
+    Options::from_args(&Args::try_parse_from(argv).expect("clap accepts it"), None)
+}
+
+#[test]
+fn default_grid_is_the_issue_grid() {
+    let o = options(&[]).unwrap();
+    assert_eq!(o.contexts, vec![32 << 10, 128 << 10, 256 << 10, 1 << 20]);
+    assert_eq!(o.batches, vec![1, 4]);
+    assert_eq!(o.placements, vec![Placement::Host, Placement::Hbm]);
+    let names: Vec<String> = o.methods.iter().map(Method::to_string).collect();
+    assert_eq!(
+        names,
+        [
+            "fathom(48)",
+            "fathom(64)",
+            "fathom(92)",
+            "sparq(16)",
+            "sparq(32)",
+            "double_sparsity(32)",
+            "loki(32)",
+            "thumbnail",
+            "landmark",
+            "oracle",
+            "dense"
+        ]
+    );
+    assert_eq!((o.steps, o.commit.as_str()), (20, "unknown"));
+    let q = options(&["--quick"]).unwrap();
+    assert_eq!(
+        (q.contexts, q.batches, q.steps),
+        (vec![32 << 10, 128 << 10], vec![1], 5)
+    );
+    let q = options(&["--quick", "--steps", "7", "--batch", "4,1,4"]).unwrap();
+    assert_eq!((q.batches, q.steps), (vec![1, 4], 7));
+}
+
+#[test]
+fn bad_arguments_are_typed_errors() {
+    assert!(matches!(
+        options(&["--contexts", "33"]),
+        Err(ArgsError::Context { .. })
+    ));
+    assert!(matches!(
+        options(&["--contexts", ""]),
+        Err(ArgsError::Empty { flag: "contexts" })
+    ));
+    assert!(matches!(
+        options(&["--batch", "0"]),
+        Err(ArgsError::Batch { .. })
+    ));
+    assert!(matches!(
+        options(&["--placement", "disk"]),
+        Err(ArgsError::Placement { .. })
+    ));
+    assert!(matches!(
+        options(&["--methods", "fathom(48),sparq"]),
+        Err(ArgsError::Method(_))
+    ));
+    assert!(matches!(options(&["--steps", "0"]), Err(ArgsError::Steps)));
+    assert!(matches!(
+        options(&["--slots", "0"]),
+        Err(ArgsError::Slots(0))
+    ));
+    assert!(matches!(
+        options(&["--cell-seconds=-1"]),
+        Err(ArgsError::CellSeconds(_))
+    ));
+    let msg = options(&["--placement", "disk"]).unwrap_err().to_string();
+    assert!(msg.contains("host, hbm"), "{msg}");
+}
+
+#[test]
+fn contexts_and_methods_parse() {
+    assert_eq!(parse_context("32k").unwrap(), 32768);
+    assert_eq!(parse_context("1M").unwrap(), 1 << 20);
+    assert_eq!(parse_context("4096").unwrap(), 4096);
+    assert!(parse_context("1g").is_err());
+    assert!(parse_context("0").is_err());
+    assert_eq!(context_label(1 << 20), "1m");
+    assert_eq!(context_label(256 << 10), "256k");
+    let m = parse_methods(" fathom(48), sparq(32) ,dense,fathom(48)").unwrap();
+    assert_eq!(
+        m,
+        vec![
+            Method::Fathom { bits: 48.0 },
+            Method::Sparq { r: 32 },
+            Method::Dense
+        ]
+    );
+    assert_eq!(m[0].to_string(), "fathom(48)");
+    let o = Options::from_args(
+        &Args::parse_from(["x", "--contexts", "128k,32k,32k"]),
+        Some("abc1234".into()),
+    )
+    .unwrap();
+    assert_eq!(
+        (o.contexts, o.commit.as_str()),
+        (vec![32768, 131072], "abc1234")
+    );
+    let o = Options::from_args(
+        &Args::parse_from(["x", "--commit", "def"]),
+        Some("abc".into()),
+    )
+    .unwrap();
+    assert_eq!(o.commit, "def");
+}
+
+fn row(method: &str, context: usize, placement: &str, gpu_ms: f64) -> Row {
+    Row {
+        status: "ok".into(),
+        gpu_ms: Some(gpu_ms),
+        ..Row::not_run("qwen3-8b", method, context, 1, placement, String::new())
+    }
+}
+
+#[test]
+fn figures() {
+    assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+    assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(3.0));
+    assert_eq!(median(&[]), None);
+    assert_eq!(median(&[1.0, f64::NAN]), None);
+    // 55 GB at 55 GB/s is one second.
+    assert!((floor_ms(55_000_000_000, 55.0).unwrap() - 1000.0).abs() < 1e-9);
+    assert_eq!(floor_ms(1, 0.0), None);
+    assert_eq!(steps_within(20, 0.01, 3.0, 3), 20);
+    assert_eq!(steps_within(20, 0.5, 3.0, 3), 6);
+    assert_eq!(steps_within(20, 10.0, 3.0, 3), 3);
+    assert_eq!(steps_within(2, 10.0, 3.0, 3), 2);
+    assert_eq!(recall(&[1, 5, 9], &[5, 9, 11, 12]), Some(0.5));
+    assert_eq!(recall(&[1], &[]), None);
+
+    let mut rows = vec![
+        row("fathom(48)", 1 << 20, "host", 10.0),
+        row("sparq(32)", 1 << 20, "host", 25.0),
+        row("fathom(48)", 1 << 20, "hbm", 2.0),
+    ];
+    fill_ratios(&mut rows);
+    assert_eq!(rows[0].ratio_to_sparq32, Some(2.5));
+    assert_eq!(rows[1].ratio_to_sparq32, Some(1.0));
+    assert_eq!(rows[2].ratio_to_sparq32, None);
+}
+
+#[test]
+fn bytes_per_group() {
+    let (n, d, b) = (4096, 128, BlockSize::B64);
+    let depths: Vec<u8> = (0..d).map(|c| (c % 5) as u8).collect();
+    let plane = group_bytes(Method::Sparq { r: 32 }, Some(&depths), n, d, b, 100);
+    assert_eq!(plane, bytes_per_step(&depths, n, b, 100));
+    let dense = group_bytes(Method::Dense, None, n, d, b, 0);
+    assert_eq!(dense.total(), n * d * 4);
+    let oracle = group_bytes(Method::Oracle, None, n, d, b, 10);
+    assert_eq!(oracle.total(), n * d * 2 + 10 * d * 4);
+    let landmark = group_bytes(Method::Landmark, None, n, d, b, 0);
+    assert_eq!(landmark.total(), n / 8 * d * 2);
+    let sizes = WorkspaceSizes {
+        rows: 10,
+        sel: 3,
+        depths: 5,
+        scores: 2,
+        ..WorkspaceSizes::default()
+    };
+    assert_eq!(workspace_bytes(&sizes), 10 * 4 + 3 * 8 + 5 + 2 * 4);
+}
+
+#[test]
+fn record_round_trips_and_names() {
+    let mut r = row("fathom(48)", 32768, "host", 1.5);
+    r.fidelity = Some(0.01);
+    r.bytes_per_step = Some(123);
+    let json = serde_json::to_value(&r).unwrap();
+    for field in [
+        "model",
+        "method",
+        "bits",
+        "context",
+        "batch",
+        "placement",
+        "gpu_ms",
+        "wall_ms",
+        "floor_ms",
+        "ratio_to_sparq32",
+        "bytes_per_step",
+        "fidelity",
+        "recall",
+        "status",
+    ] {
+        assert!(json.get(field).is_some(), "row lacks {field}");
+    }
+    assert_eq!(json["method"], "fathom(48)");
+    let back: Row = serde_json::from_value(json).unwrap();
+    assert_eq!(back, r);
+    assert_eq!(gpu_slug("NVIDIA H200"), "h200");
+    assert_eq!(gpu_slug("NVIDIA A100-SXM4-80GB"), "a100-sxm4-80gb");
+    assert_eq!(gpu_slug("  "), "gpu");
+    assert_eq!(date_of(0), "1970-01-01");
+    assert_eq!(date_of(951_782_400), "2000-02-29");
+    assert_eq!(date_of(1_764_374_400), "2025-11-29");
+    assert_eq!(
+        file_stem("NVIDIA H200", "2026-11-29", "abc/12"),
+        "step-h200-2026-11-29-abc-12"
+    );
+}
+
+#[test]
+fn record_header_round_trips() {
+    let text = r#"{"header":{"gpu":"g","compute_capability":"9.0","driver_cuda":"13.0","nvrtc":"13.0",
+      "commit":"c","date":"2026-01-01","date_unix":1,"model":"m","layers":36,"kv_heads":8,"group":4,
+      "head_dim":128,"block":64,"segment_words":512,"k":"512","steps":20,"cell_seconds":3.0,
+      "ceilings":{"pinned_copy_gbps":55.0,"mapped_read_gbps":50.0,"hbm_copy_gbps":4000.0,"bytes":1,"repetitions":2},
+      "floor_rates":[["host","pinned copy",55.0]],
+      "generator":{"describe":"d","seed":1,"slots":4,"tokens":2,"scale_sigma":0.5,"outlier_channels":4,
+      "outlier_factor":10.0,"mean_factor":1.0,"rope_base":1e6,"sink_tokens":1,"sink_norm":8.0,"needles":4,
+      "needle_norm":3.0,"logit_std":2.0,"calibration":"c"},"sample":"s"},
+      "rows":[],"targets":[["t","met"]]}"#;
+    let record: Record = serde_json::from_str(text).unwrap();
+    let again: Record = serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
+    assert_eq!(record, again);
+    assert_eq!(record.header.generator.logit_std, 2.0);
+}
+
+#[test]
+fn plots() {
+    let front = pareto_front(&[
+        (48.0, 0.02),
+        (64.0, 0.03),
+        (136.0, 0.01),
+        (30.0, 0.5),
+        (136.0, 0.2),
+    ]);
+    assert_eq!(front, vec![(30.0, 0.5), (48.0, 0.02), (136.0, 0.01)]);
+    let mut rows = vec![
+        row("fathom(48)", 32768, "host", 1.0),
+        row("fathom(48)", 1 << 20, "host", 20.0),
+        row("sparq(32)", 32768, "host", 2.0),
+        row("sparq(32)", 1 << 20, "hbm", 9.0),
+    ];
+    rows[1].bits = Some(48.0);
+    rows[1].fidelity = Some(0.02);
+    let svg = time_vs_context(&rows, "host", 1, "t <&>");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("fathom(48)") && svg.contains("sparq(32)"));
+    assert!(svg.contains("t &lt;&amp;&gt;"));
+    assert_eq!(
+        svg.matches("<polyline").count(),
+        1,
+        "only fathom(48) has two host points"
+    );
+    let svg = fidelity_vs_bits(&rows, 1 << 20, "f");
+    assert!(svg.contains("Pareto front") && svg.contains("fathom(48)"));
+    assert!(
+        !svg.contains("sparq(32)"),
+        "sparq(32) has no fidelity at 1m"
+    );
+}
+
+#[test]
+fn targets() {
+    let m = 1 << 20;
+    let mut rows = vec![
+        row("fathom(48)", m, "host", 10.0),
+        row("sparq(32)", m, "host", 30.0),
+        row("fathom(48)", 256 << 10, "host", 10.0),
+        row("sparq(32)", 256 << 10, "host", 15.0),
+        row("fathom(48)", m, "hbm", 1.0),
+        row("sparq(32)", m, "hbm", 1.2),
+        row("sparq(16)", m, "host", 11.0),
+        row("fathom(92)", m, "host", 20.0),
+        row("loki(32)", m, "host", 30.0),
+    ];
+    rows[0].floor_ms = Some(9.0);
+    rows[0].bytes_per_step = Some(70);
+    rows[6].bytes_per_step = Some(100);
+    rows[0].fidelity = Some(0.01);
+    rows[6].fidelity = Some(0.02);
+    rows[7].fidelity = Some(0.005);
+    rows[8].fidelity = Some(0.004);
+    let v = verdicts(&rows, m);
+    let get = |prefix: &str| {
+        v.iter()
+            .find(|x| x.target.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no target {prefix}"))
+            .outcome
+            .clone()
+    };
+    assert!(get("host 1m: fathom(48) at least 2.3x").starts_with("met (3.00x)"));
+    assert!(
+        get("host 256k").starts_with("missed by 1.33x"),
+        "{}",
+        get("host 256k")
+    );
+    assert!(get("host 1m: fathom(48) within").starts_with("met"));
+    assert!(get("hbm 1m: fathom(48) at least").starts_with("missed by 1.25x"));
+    assert!(get("host 1m: fathom(48) reads").starts_with("met (30.0% fewer"));
+    assert!(get("hbm 1m: fathom(48) reads").starts_with("not measured"));
+    let f = get("host 1m: fathom(92)");
+    assert!(
+        f.starts_with("missed by 1.25x") && f.contains("loki(32)"),
+        "{f}"
+    );
+    rows[0].gpu_ms = Some(12.0);
+    let v = verdicts(&rows, m);
+    let o = &v
+        .iter()
+        .find(|x| x.target.starts_with("host 1m: fathom(48) reads"))
+        .unwrap()
+        .outcome;
+    assert!(o.contains("time 1.09x"), "{o}");
+}
+
+#[test]
+fn tables_compose_per_batch_element() {
+    let slot = |base: u64| SlotTables {
+        seg_words: per_head(&[base, base + 1, base + 2, base + 3], 2),
+        seg_scales: per_head(&[base + 10, base + 11, base + 12, base + 13], 2),
+        k_rows: vec![base + 20, base + 21],
+        v_rows: vec![base + 30, base + 31],
+        landmarks: Some(vec![base + 40, base + 41]),
+    };
+    let (a, b) = (slot(100), slot(200));
+    let t = compose(&[&a, &b], 1).unwrap();
+    assert_eq!(t.seg_words, vec![100, 102, 200, 202]);
+    assert_eq!(t.seg_scales, vec![110, 112, 210, 212]);
+    assert_eq!(t.k_rows, vec![120, 121, 220, 221]);
+    assert_eq!(t.landmarks, Some(vec![140, 141, 240, 241]));
+    let t = compose(&[&b], 2).unwrap();
+    assert_eq!(t.seg_words, vec![200, 201, 202, 203]);
+    assert!(compose(&[&a], 3).is_none());
+    let no_landmarks = SlotTables {
+        landmarks: None,
+        ..slot(0)
+    };
+    assert_eq!(compose(&[&a, &no_landmarks], 1).unwrap().landmarks, None);
+}
+
+fn small_settings(n: usize) -> SyntheticSettings {
+    SyntheticSettings {
+        seed: 3,
+        n,
+        head_dim: 32,
+        kv_heads: 2,
+        group: 2,
+        ..SyntheticSettings::default()
+    }
+}
+
+#[test]
+fn data_slots_queries_and_calibration() {
+    let shape = preset("qwen3-8b").unwrap();
+    let s = data::settings(&shape, 10, 2, 4096);
+    assert_eq!(
+        (s.seed, s.n, s.kv_heads, s.group, s.head_dim),
+        (12, 4096, 8, 4, 128)
+    );
+
+    let settings = vec![
+        small_settings(2048),
+        SyntheticSettings {
+            seed: 4,
+            ..small_settings(2048)
+        },
+    ];
+    let count = std::sync::atomic::AtomicUsize::new(0);
+    let slots = data::generate_slots(&settings, 3, &|| {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .unwrap();
+    assert_eq!(count.into_inner(), 4);
+    assert_eq!(slots[1][1], generate_head(&settings[1], 1).unwrap());
+    assert_ne!(slots[0][0].keys, slots[1][0].keys);
+
+    let head = &slots[0][0];
+    let back = data::rope_shift(&data::rope_shift(&head.queries[0], -1000, 1e6), 1000, 1e6);
+    for (a, b) in back.iter().zip(&head.queries[0]) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+    assert_eq!(data::queries_at(head, 2048, 2048, 1e6), head.queries);
+    let moved = data::queries_at(head, 2048, 1024, 1e6);
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm(&moved[0]) - norm(&head.queries[0])).abs() < 1e-4 * norm(&head.queries[0]));
+    assert_ne!(moved[0], head.queries[0]);
+
+    let cal = data::calibrate(head, &settings[0], 0, 0, 8).unwrap();
+    assert_eq!(cal.sigma2.len(), 32);
+    assert_eq!(cal.double_sparsity.channels().len(), 8);
+    assert_eq!(cal.klt.head_dim(), 32);
+}
+
+#[test]
+fn reference_comparison() {
+    let settings = small_settings(1024);
+    let heads: Vec<_> = (0..2)
+        .map(|h| generate_head(&settings, h).unwrap())
+        .collect();
+    let queries: Vec<Vec<Vec<f64>>> = heads.iter().map(|h| h.queries.clone()).collect();
+    let (n, k, d) = (512, 16, 32);
+    let truth = context_truth(&heads, &queries, n, k, 1.0 / (d as f64).sqrt(), 3);
+    assert_eq!(truth.queries.len(), 4);
+    assert!(truth
+        .queries
+        .iter()
+        .all(|t| t.top.len() == k && t.output.len() == d));
+    // A step that got everything right: outputs of the truth, selections = top-k.
+    let layout = OutputLayout {
+        batch: 1,
+        kv_heads: 2,
+        group: 2,
+        head_dim: d,
+        k,
+    };
+    let stride = layout.sel_stride();
+    let mut out = HostStepOutput {
+        layout,
+        sel: vec![0; 4 * stride],
+        sel_pos: vec![0; 4 * stride],
+        sel_count: vec![k as i32; 4],
+        uni: vec![0; 2 * layout.uni_stride()],
+        uni_count: vec![0; 2],
+        out: truth
+            .queries
+            .iter()
+            .flat_map(|t| t.output.iter().map(|&x| x as f32))
+            .collect(),
+    };
+    for (i, t) in truth.queries.iter().enumerate() {
+        for (j, &tok) in t.top.iter().enumerate() {
+            out.sel[i * stride + j] = tok as i32;
+        }
+    }
+    let (error, rec) = compare(&truth, &out, true);
+    assert!(error < 1e-6, "{error}");
+    assert_eq!(rec, Some(1.0));
+    // Half the selection wrong and the outputs off.
+    for i in 0..4 {
+        for j in 0..k / 2 {
+            out.sel[i * stride + j] = -1;
+        }
+    }
+    out.out.iter_mut().for_each(|x| *x *= 1.5);
+    let (error, rec) = compare(&truth, &out, true);
+    assert!((error - 0.5).abs() < 1e-3, "{error}");
+    assert_eq!(rec, Some(0.5));
+    assert_eq!(compare(&truth, &out, false).1, None);
+}
