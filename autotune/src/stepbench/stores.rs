@@ -52,10 +52,19 @@ pub fn compose(slots: &[&SlotTables], max_seg: usize) -> Option<HostTables> {
     Some(t)
 }
 
-/// Splits a flat `[(h)*max_seg + s]` table into `[h][s]`.
-pub fn per_head(flat: &[u64], heads: usize) -> Vec<Vec<u64>> {
-    let per = flat.len() / heads.max(1);
-    flat.chunks(per.max(1)).map(<[u64]>::to_vec).collect()
+/// Splits a flat `[h*max_seg + s]` table into `[h][s]`. The store's buffer may be longer than
+/// `heads * max_seg` (it is sized for its capacity), so the view's `max_seg` is the stride.
+pub fn per_head(flat: &[u64], heads: usize, max_seg: usize) -> Vec<Vec<u64>> {
+    flat.chunks(max_seg.max(1))
+        .take(heads)
+        .map(<[u64]>::to_vec)
+        .collect()
+}
+
+/// The first `heads` entries of a `[b*H + h]` table of one sequence (the buffer may be longer).
+fn first(mut table: Vec<u64>, heads: usize) -> Vec<u64> {
+    table.truncate(heads);
+    table
 }
 
 /// One store and its slots' tables.
@@ -105,11 +114,15 @@ impl StoreSet {
         let heads = self.store.config().model.kv_heads;
         let view = self.store.layer_view(&[self.id], slot)?;
         let tables = SlotTables {
-            seg_words: per_head(&view.seg_words.download()?, heads),
-            seg_scales: per_head(&view.seg_scales.download()?, heads),
-            k_rows: view.k_rows.download()?,
-            v_rows: view.v_rows.download()?,
-            landmarks: view.landmarks.map(DeviceBuffer::download).transpose()?,
+            seg_words: per_head(&view.seg_words.download()?, heads, view.max_seg),
+            seg_scales: per_head(&view.seg_scales.download()?, heads, view.max_seg),
+            k_rows: first(view.k_rows.download()?, heads),
+            v_rows: first(view.v_rows.download()?, heads),
+            landmarks: view
+                .landmarks
+                .map(DeviceBuffer::download)
+                .transpose()?
+                .map(|l| first(l, heads)),
         };
         if self.slots.len() <= slot {
             self.slots.resize(slot + 1, SlotTables::default());

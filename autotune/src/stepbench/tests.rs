@@ -337,8 +337,8 @@ fn targets() {
 #[test]
 fn tables_compose_per_batch_element() {
     let slot = |base: u64| SlotTables {
-        seg_words: per_head(&[base, base + 1, base + 2, base + 3], 2),
-        seg_scales: per_head(&[base + 10, base + 11, base + 12, base + 13], 2),
+        seg_words: per_head(&[base, base + 1, base + 2, base + 3], 2, 2),
+        seg_scales: per_head(&[base + 10, base + 11, base + 12, base + 13], 2, 2),
         k_rows: vec![base + 20, base + 21],
         v_rows: vec![base + 30, base + 31],
         landmarks: Some(vec![base + 40, base + 41]),
@@ -467,4 +467,13 @@ fn reference_comparison() {
     assert!((error - 0.5).abs() < 1e-3, "{error}");
     assert_eq!(rec, Some(0.5));
     assert_eq!(compare(&truth, &out, false).1, None);
+}
+
+#[test]
+fn per_head_strides_by_the_views_segments_not_the_buffer() {
+    use super::stores::per_head;
+    // A store's table sized for 4 segments of 2 heads, viewed with one segment each.
+    let flat = [10, 20, 0, 0, 0, 0, 0, 0];
+    assert_eq!(per_head(&flat, 2, 1), vec![vec![10], vec![20]]);
+    assert_eq!(per_head(&flat[..4], 2, 2), vec![vec![10, 20], vec![0, 0]]);
 }

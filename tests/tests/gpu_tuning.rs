@@ -1,0 +1,118 @@
+//! GPU test of issue #5's last step: a decoder opened the way a user opens it
+//! (`Decoder::new`, no tuning passed) uses the committed autotune record of this GPU's model,
+//! compiled into the binary, for its tiles and transfer; on a GPU without a committed record it
+//! uses the defaults. Either way the tuned step runs and its output is finite.
+
+use std::sync::Arc;
+
+use codegen::model::preset;
+use codegen::spec::Placement;
+use fathom_tests::{gpu, inputs};
+use runtime::step::tuning::{context_bucket, fit_scan_tile};
+use runtime::step::{Decoder, DecoderConfig, Method, StepRequest, Transfer, TuneKey, TunedFamily};
+use runtime::step::{Tiles, Tuning};
+use runtime::store::{KeyStore, StoreConfig};
+use runtime::tuning::{record_file_name, record_for, EMBEDDED_DIR};
+
+const TOKENS: usize = 20_000;
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decoder_uses_the_record_of_this_gpu() {
+    let gpu = Arc::new(gpu());
+    let mut model = preset("qwen3-8b").expect("a preset");
+    model.layers = 1;
+    let (d, g) = (model.head_dim, model.group_size());
+    let mut rng = inputs::rng("gpu_decoder_uses_the_record_of_this_gpu");
+
+    let config = StoreConfig::new(model.clone(), Placement::Host, 1 << 15);
+    let mut store = KeyStore::new(gpu.clone(), config).expect("a host store");
+    let seq = store.create_sequence();
+    let bits = |x: Vec<half::bf16>| x.into_iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
+    let keys = bits(inputs::keys(&mut rng, model.kv_heads * TOKENS, d));
+    let values = bits(inputs::keys(&mut rng, model.kv_heads * TOKENS, d));
+    store
+        .prefill(
+            seq,
+            0,
+            &gpu.upload(&keys).expect("upload keys"),
+            &gpu.upload(&values).expect("upload values"),
+        )
+        .expect("prefill");
+    let view = store.layer_view(&[seq], 0).expect("a view");
+
+    let record = record_for(gpu.info());
+    let name = record_file_name(&gpu.info().name);
+    let committed = runtime::tuning::locate::EMBEDDED_RECORDS
+        .iter()
+        .any(|(file, _)| *file == name);
+    eprintln!(
+        "GPU {:?}: committed record {name}: {committed}; record in use: {}",
+        gpu.info().name,
+        record.as_ref().map_or("none".into(), |r| r.meta.gpu.clone())
+    );
+    if committed {
+        assert!(
+            record.is_some(),
+            "{name} is compiled in ({EMBEDDED_DIR}) but no record fits this process"
+        );
+    }
+
+    let mut sigma2 = vec![1.0f32; model.kv_heads * d];
+    sigma2.iter_mut().enumerate().for_each(|(i, s)| *s += (i % 7) as f32);
+    let mut decoder = Decoder::new(gpu.clone(), model.clone(), DecoderConfig::default())
+        .expect("a decoder")
+        .with_calibration(
+            runtime::step::Calibration::new(1, model.kv_heads, d)
+                .with_sigma2(sigma2)
+                .expect("positive variances"),
+        )
+        .expect("calibration of the model");
+    let request = StepRequest::new(Method::Fathom { bits: 48.0 }, 256);
+    let plan = decoder.launch_plan(&view, &request).expect("a launch plan");
+    let scan = plan.specs.scan.expect("fathom scans");
+    let segment_words = DecoderConfig::default().segment_words;
+    let bucket = context_bucket(TOKENS);
+    let key = TuneKey {
+        family: TunedFamily::Scan,
+        head_dim: d,
+        group: g,
+        placement: Placement::Host,
+        context_bucket: bucket,
+    };
+    let (want_tile, want_transfer) = match &record {
+        Some(r) => {
+            let tile = match r.tile(&key) {
+                Some(runtime::step::Tile::Scan {
+                    tile_words,
+                    threads,
+                }) => (tile_words, threads),
+                other => panic!("the record has no scan tile for {key:?}: {other:?}"),
+            };
+            let transfer = r
+                .transfer(d, g, bucket)
+                .expect("the record has a transfer winner");
+            (fit_scan_tile(tile, segment_words), transfer)
+        }
+        None => (
+            fit_scan_tile(Tiles::default().scan_host, segment_words),
+            Transfer::Fused,
+        ),
+    };
+    assert_eq!(
+        (scan.tile_words, scan.threads),
+        want_tile,
+        "the step's host scan tile is not the record's"
+    );
+    assert_eq!(plan.transfer, Some(want_transfer));
+
+    let queries = inputs::vectors(&mut rng, model.kv_heads * g, d);
+    let out = decoder
+        .step_host(&view, &queries, request)
+        .expect("the tuned step runs");
+    out.check().expect("finite outputs");
+    let host = out.download().expect("download");
+    let picked = host.selected(0, 0, 0);
+    assert!(picked.len() >= 256, "{} tokens selected", picked.len());
+    assert!(picked.iter().all(|&t| (0..TOKENS as i32).contains(&t)));
+}
