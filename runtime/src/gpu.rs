@@ -147,7 +147,10 @@ impl PinnedLedger {
         let limit = self.limit.load(Ordering::Relaxed);
         let mut now = self.in_use.load(Ordering::Relaxed);
         loop {
-            let after = now.checked_add(bytes).filter(|&a| a <= limit).ok_or(limit)?;
+            let after = now
+                .checked_add(bytes)
+                .filter(|&a| a <= limit)
+                .ok_or(limit)?;
             match self.in_use.compare_exchange_weak(
                 now,
                 after,

@@ -101,7 +101,9 @@ pub fn check_contents(
 ) {
     let layout = *store.layout();
     let (heads, d) = (store.config().model.kv_heads, store.config().model.head_dim);
-    let view = store.layer_view(ids, layer).expect("a view of live sequences");
+    let view = store
+        .layer_view(ids, layer)
+        .expect("a view of live sequences");
     let download = |b: &DeviceBuffer<i32>| b.download().expect("download a table");
     let download64 = |b: &DeviceBuffer<u64>| b.download().expect("download a table");
     let (n_stored, n_total) = (download(view.n_stored), download(view.n_total));
@@ -122,12 +124,9 @@ pub fn check_contents(
         );
         for h in 0..heads {
             let bh = b * heads + h;
-            let reference = HeadStore::from_keys(
-                layout,
-                HeadId { layer, kv_head: h },
-                &e.keys[layer][h],
-            )
-            .expect("random keys encode");
+            let reference =
+                HeadStore::from_keys(layout, HeadId { layer, kv_head: h }, &e.keys[layer][h])
+                    .expect("random keys encode");
             let segments = n.div_ceil(layout.segment_tokens());
             for s in 0..view.max_seg {
                 let (wa, sa) = (
@@ -147,7 +146,11 @@ pub fn check_contents(
                     Some(seg) => (seg.words.clone(), seg.scales.clone()),
                     None => (vec![0; layout.words_len()], vec![0; layout.scales_len()]),
                 };
-                let bad_words = words.iter().zip(&want_words).filter(|(a, b)| a != b).count();
+                let bad_words = words
+                    .iter()
+                    .zip(&want_words)
+                    .filter(|(a, b)| a != b)
+                    .count();
                 let bad_scales = scales
                     .iter()
                     .zip(&want_scales)

@@ -84,7 +84,8 @@ fn nvrtc_child() {
 
 fn child_missing_file(dir: &Path) {
     let missing = dir.join("no-such-dir").join("libnvrtc.so.13");
-    let is_ours = |e: &NvrtcError| matches!(e, NvrtcError::BadFathomNvrtc { path } if *path == missing);
+    let is_ours =
+        |e: &NvrtcError| matches!(e, NvrtcError::BadFathomNvrtc { path } if *path == missing);
     let e = nvrtc::load().expect_err("FATHOM_NVRTC names a missing file");
     assert!(is_ours(&e), "load: {e:?}");
     // Not cached: a second call searches again and fails the same way.
@@ -137,7 +138,9 @@ fn child_nowhere(dir: &Path) {
     expected.push(format!("fathom cache (pinned wheel): {}", cache.display()));
     assert_eq!(*searched, expected, "every place, in order");
     assert!(
-        searched.iter().any(|s| s.ends_with("/usr/local/cuda/lib64")),
+        searched
+            .iter()
+            .any(|s| s.ends_with("/usr/local/cuda/lib64")),
         "{searched:?}"
     );
     // The runtime's JIT reports the same.
