@@ -1,12 +1,17 @@
-//! A thin, checked layer over the CUDA driver: one device, one stream, raw buffers.
+//! A thin, checked layer over the CUDA driver: one device, one stream per handle, raw buffers.
 //!
 //! Kernels take plain device addresses (tables of segment pointers, run tables), so buffers here
 //! are raw allocations that hand out their address, not cudarc's tracked slices. Every driver
 //! call's status is checked and turned into a [`GpuError`] naming the call.
+//!
+//! A [`Gpu`] queues everything on its one stream; [`Gpu::with_new_stream`] gives a second handle
+//! on the same context with a stream of its own, so that two stores and decoders can run
+//! concurrently (memory of either handle is valid on both). Pinned host memory is counted per
+//! context ([`Gpu::pinned_bytes`]) and may be capped ([`Gpu::limit_pinned`]).
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -120,6 +125,47 @@ pub struct Gpu {
     info: DeviceInfo,
     /// The stream is being captured into a graph: querying it would end the capture.
     capturing: AtomicBool,
+    /// Pinned host memory of this context, shared by every handle of it.
+    pinned: Arc<PinnedLedger>,
+}
+
+/// Pinned (page-locked) host bytes held through one context's handles, and the cap on them.
+///
+/// Page-locked memory cannot be swapped, so a process that pins too much starves the host; a
+/// serving stack caps it here, and tests use the cap to provoke running out of pinned memory
+/// without taking the machine's RAM.
+#[derive(Debug)]
+struct PinnedLedger {
+    in_use: AtomicUsize,
+    /// `usize::MAX` when there is no cap.
+    limit: AtomicUsize,
+}
+
+impl PinnedLedger {
+    /// Takes `bytes` from the cap; the limit in effect when refused.
+    fn reserve(&self, bytes: usize) -> Result<(), usize> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut now = self.in_use.load(Ordering::Relaxed);
+        loop {
+            let after = now
+                .checked_add(bytes)
+                .filter(|&a| a <= limit)
+                .ok_or(limit)?;
+            match self.in_use.compare_exchange_weak(
+                now,
+                after,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    fn release(&self, bytes: usize) {
+        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+    }
 }
 
 impl Gpu {
@@ -157,7 +203,41 @@ impl Gpu {
             stream,
             info,
             capturing: AtomicBool::new(false),
+            pinned: Arc::new(PinnedLedger {
+                in_use: AtomicUsize::new(0),
+                limit: AtomicUsize::new(usize::MAX),
+            }),
         })
+    }
+
+    /// A second handle on the same device and context with a new stream of its own: work
+    /// queued through it runs concurrently with this handle's (buffers of either are valid on
+    /// both; order work between the two streams yourself, e.g. by synchronising). The pinned
+    /// memory count and cap are shared.
+    pub fn with_new_stream(&self) -> Result<Gpu, GpuError> {
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        let stream = check("cuStreamCreate", self.ctx.new_stream())?;
+        Ok(Gpu {
+            ctx: self.ctx.clone(),
+            stream,
+            info: self.info.clone(),
+            capturing: AtomicBool::new(false),
+            pinned: self.pinned.clone(),
+        })
+    }
+
+    /// Pinned host bytes held now by [`MappedBuffer`]s of this context (every handle).
+    pub fn pinned_bytes(&self) -> usize {
+        self.pinned.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Caps the pinned host memory of this context at `limit` bytes (`None`: no cap, the
+    /// default). A [`Gpu::mapped`] allocation past the cap fails as the driver's would, with
+    /// [`GpuError::OutOfMemory`] of `"pinned host"` memory; buffers already held are kept.
+    pub fn limit_pinned(&self, limit: Option<usize>) {
+        self.pinned
+            .limit
+            .store(limit.unwrap_or(usize::MAX), Ordering::Relaxed);
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -237,29 +317,54 @@ impl Gpu {
     /// every byte set to `byte`.
     pub fn mapped<T: Copy>(&self, len: usize, byte: u8) -> Result<MappedBuffer<T>, GpuError> {
         let bytes = (len * std::mem::size_of::<T>()).max(1);
+        let what = || format!("a mapped buffer of {len} {}", std::any::type_name::<T>());
+        if let Err(limit) = self.pinned.reserve(bytes) {
+            return Err(GpuError::OutOfMemory {
+                memory: "pinned host",
+                what: format!(
+                    "{} (past the cap of {limit} pinned bytes, {} held)",
+                    what(),
+                    self.pinned_bytes()
+                ),
+                bytes,
+            });
+        }
+        let allocated = self.alloc_mapped::<T>(len, bytes, byte, what);
+        if allocated.is_err() {
+            self.pinned.release(bytes);
+        }
+        allocated
+    }
+
+    /// The driver's half of [`Gpu::mapped`], `bytes` already reserved in the pinned ledger.
+    fn alloc_mapped<T: Copy>(
+        &self,
+        len: usize,
+        bytes: usize,
+        byte: u8,
+        what: impl FnOnce() -> String,
+    ) -> Result<MappedBuffer<T>, GpuError> {
         check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
         // Not write-combined: the host reads these buffers back too.
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        let host = unsafe { result::malloc_host(bytes, flags) }.map_err(|e| {
-            allocation_error(
-                e,
-                "cuMemHostAlloc",
-                "pinned host",
-                || format!("a mapped buffer of {len} {}", std::any::type_name::<T>()),
-                bytes,
-            )
-        })?;
+        let host = unsafe { result::malloc_host(bytes, flags) }
+            .map_err(|e| allocation_error(e, "cuMemHostAlloc", "pinned host", what, bytes))?;
         unsafe { std::ptr::write_bytes(host as *mut u8, byte, bytes) };
         let mut device: sys::CUdeviceptr = 0;
+        let mut mapped = MappedBuffer {
+            host: host as *mut T,
+            device: 0,
+            len,
+            bytes,
+            ctx: self.ctx.clone(),
+            pinned: self.pinned.clone(),
+        };
+        // From here `mapped` frees the allocation (and releases the ledger) if anything fails.
         check("cuMemHostGetDevicePointer", unsafe {
             sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result()
         })?;
-        Ok(MappedBuffer {
-            host: host as *mut T,
-            device,
-            len,
-            ctx: self.ctx.clone(),
-        })
+        mapped.device = device;
+        Ok(mapped)
     }
 
     /// Launches `function` on this device's stream.
@@ -528,7 +633,10 @@ pub struct MappedBuffer<T> {
     host: *mut T,
     device: sys::CUdeviceptr,
     len: usize,
+    /// Bytes allocated (at least one), as counted in the ledger.
+    bytes: usize,
     ctx: Arc<CudaContext>,
+    pinned: Arc<PinnedLedger>,
 }
 
 impl<T> MappedBuffer<T> {
@@ -564,12 +672,37 @@ impl<T> Drop for MappedBuffer<T> {
         if self.ctx.bind_to_thread().is_ok() {
             let _ = unsafe { result::free_host(self.host as *mut c_void) };
         }
+        self.pinned.release(self.bytes);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pinned_ledger_refuses_past_its_cap_and_counts_releases() {
+        let ledger = PinnedLedger {
+            in_use: AtomicUsize::new(0),
+            limit: AtomicUsize::new(100),
+        };
+        assert_eq!(ledger.reserve(60), Ok(()));
+        assert_eq!(ledger.reserve(41), Err(100));
+        assert_eq!(ledger.in_use.load(Ordering::Relaxed), 60);
+        assert_eq!(ledger.reserve(40), Ok(()));
+        ledger.release(60);
+        assert_eq!(ledger.in_use.load(Ordering::Relaxed), 40);
+        ledger.limit.store(usize::MAX, Ordering::Relaxed);
+        assert_eq!(ledger.reserve(usize::MAX - 40), Ok(()));
+        assert_eq!(ledger.reserve(1), Err(usize::MAX), "overflow is refused");
+    }
+
+    #[test]
+    fn a_gpu_handle_can_move_to_another_thread() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Gpu>();
+        send_sync::<DeviceBuffer<f32>>();
+    }
 
     #[test]
     fn running_out_of_memory_names_the_memory_and_the_request() {

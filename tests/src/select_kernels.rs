@@ -249,17 +249,24 @@ impl Mismatches {
         self.count
     }
 
-    /// Panics, listing the first failures, if there were any.
-    pub fn finish(self) {
-        if self.count > 0 {
-            panic!(
+    /// The failures, the first few listed, if there were any.
+    pub fn report(&self) -> Option<String> {
+        (self.count > 0).then(|| {
+            format!(
                 "{}: {} of {} checks failed (FATHOM_TEST_SEED={} replays it); first:\n  {}",
                 self.what,
                 self.count,
                 self.checked,
                 self.seed,
                 self.first.join("\n  ")
-            );
+            )
+        })
+    }
+
+    /// Panics, listing the first failures, if there were any.
+    pub fn finish(self) {
+        if let Some(report) = self.report() {
+            panic!("{report}");
         }
     }
 }
