@@ -10,6 +10,9 @@
 //!   copy rates kernels are measured against.
 //! - [`fidelity`]: §9 fidelity and recall@k of every method on real activations, through the
 //!   reference (the `fathom-fidelity` benchmark);
+//! - [`drift`]: issue #8's long-generation drift scenario, recall@k of Fathom and ParisKV over
+//!   thousands of decode steps whose keys move away from the prefill's (the `fathom-drift`
+//!   program), and [`plot`], the SVG line chart it draws;
 //! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
 //!
 //! # The types a serving stack touches
@@ -79,10 +82,12 @@
 //! ```
 
 pub mod ceilings;
+pub mod drift;
 pub mod fidelity;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
+pub mod plot;
 pub mod reference;
 pub mod step;
 pub mod store;

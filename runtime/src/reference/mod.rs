@@ -14,9 +14,11 @@
 //! | [`model`] | §10 | model presets and Hugging Face `config.json` parsing |
 //! | [`synthetic`], [`activations`] | §11 | seeded synthetic keys, real activations |
 //! | [`pariskv`] | §12 | ParisKV retrieval: the Hadamard-rotated centroid index, tiers, votes, rerank |
+//! | [`drift`] | #8 | long-generation drift: decode keys and queries that move away from the prefill |
 
 pub mod activations;
 pub mod attention;
+pub mod drift;
 pub mod klt;
 pub mod metrics;
 pub mod pariskv;
