@@ -2,9 +2,9 @@
 
 use crate::model::{Basis, ModelShape};
 use crate::spec::{
-    AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec,
-    LandmarkSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
-    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+    AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec,
+    OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
+    PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
 
 /// Threads per thread block of the families whose tile is not tuned yet.

@@ -146,7 +146,19 @@ mod rerank_family {
     use super::*;
     family_checks::family_tests! {
         base: rerank(),
-        grid: [rerank(), PariskvRerankSpec { k_max: 512, ..rerank() }],
+        grid: family_checks::grid4(
+            &HEAD_DIMS,
+            &[1, 4, 8],
+            &[1, 512, 4096],
+            &[Placement::Hbm, Placement::Host],
+            |head_dim, group, k_max, placement| PariskvRerankSpec {
+                head_dim,
+                group,
+                k_max,
+                threads: 256,
+                placement,
+            },
+        ),
         alternatives: [
             ("head_dim", json!(64)),
             ("group", json!(8)),
@@ -208,7 +220,10 @@ fn every_spec_of_the_grid_renders_its_entries() {
     assert_renders(&query(), &[query().kernel_name()]);
     assert_renders(&vote(), &[vote().kernel_name()]);
     assert_renders(&topc(), &[topc().count_entry(), topc().write_entry()]);
-    assert_renders(&rerank(), &[rerank().score_entry(), rerank().select_entry()]);
+    assert_renders(
+        &rerank(),
+        &[rerank().score_entry(), rerank().select_entry()],
+    );
 }
 
 #[test]
@@ -238,7 +253,10 @@ fn launches_follow_the_abi() {
     assert_eq!(rerank().launch_select(2, 4).unwrap().grid, [4, 2, 1]);
     assert!(rerank().launch_score(0, 4, 10).is_err());
     assert_eq!(vote_bins(128), 97);
-    assert_eq!(candidate_capacity(1 << 20), ((1u64 << 20) - 36).div_ceil(10));
+    assert_eq!(
+        candidate_capacity(1 << 20),
+        ((1u64 << 20) - 36).div_ceil(10)
+    );
 }
 
 #[test]
