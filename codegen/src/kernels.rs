@@ -2,8 +2,9 @@
 
 use crate::model::{Basis, ModelShape};
 use crate::spec::{
-    AttentionSpec, EncodeMode, EncodeSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec,
-    OracleSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+    AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec,
+    OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
+    PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
 
 /// Threads per thread block of the families whose tile is not tuned yet.
@@ -48,9 +49,60 @@ fn plan_methods(basis: Basis) -> Vec<PlanMethod> {
     methods
 }
 
+/// The ParisKV specs (§12) of a head dimension `d` and group `g`: the index, vote and rerank for
+/// both placements, the query and the top-C. Empty when ParisKV does not support `d` (it is an
+/// optional method, so such a model simply has no ParisKV kernels).
+fn pariskv_specs(d: u32, g: u32) -> Vec<KernelSpec> {
+    let query = PariskvQuerySpec {
+        head_dim: d,
+        group: g,
+    };
+    if query.validate().is_err() {
+        return Vec::new();
+    }
+    let mut specs: Vec<KernelSpec> = vec![query.into()];
+    for placement in [Placement::Hbm, Placement::Host] {
+        specs.push(
+            PariskvIndexSpec {
+                head_dim: d,
+                threads: THREADS,
+                placement,
+            }
+            .into(),
+        );
+        specs.push(
+            PariskvVoteSpec {
+                head_dim: d,
+                threads: THREADS,
+                placement,
+            }
+            .into(),
+        );
+        specs.push(
+            PariskvRerankSpec {
+                head_dim: d,
+                group: g,
+                k_max: K_MAX,
+                threads: THREADS,
+                placement,
+            }
+            .into(),
+        );
+    }
+    specs.push(
+        PariskvTopcSpec {
+            head_dim: d,
+            threads: THREADS,
+        }
+        .into(),
+    );
+    specs
+}
+
 /// The default specs of `model`: encode (bulk and append), a plan per method of §9, gather,
-/// the scan, oracle, landmark and fetch for both placements, select and attention. Specs are
-/// not validated here; rendering validates them.
+/// the scan, oracle, landmark and fetch for both placements, select and attention, and the
+/// ParisKV families when the head dimension allows them. Specs are not validated here;
+/// rendering validates them.
 pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<KernelSpec> {
     let d = model.head_dim;
     let g = model.group_size();
@@ -123,5 +175,6 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
         }
         .into(),
     );
+    specs.extend(pariskv_specs(head_dim, group));
     specs
 }

@@ -43,6 +43,30 @@ const TEMPLATES: &[(&str, &str)] = &[
         "attention.cu.tera",
         include_str!("../../templates/attention.cu.tera"),
     ),
+    (
+        "pariskv_common.cuh.tera",
+        include_str!("../../templates/pariskv_common.cuh.tera"),
+    ),
+    (
+        "pariskv_index.cu.tera",
+        include_str!("../../templates/pariskv_index.cu.tera"),
+    ),
+    (
+        "pariskv_query.cu.tera",
+        include_str!("../../templates/pariskv_query.cu.tera"),
+    ),
+    (
+        "pariskv_vote.cu.tera",
+        include_str!("../../templates/pariskv_vote.cu.tera"),
+    ),
+    (
+        "pariskv_topc.cu.tera",
+        include_str!("../../templates/pariskv_topc.cu.tera"),
+    ),
+    (
+        "pariskv_rerank.cu.tera",
+        include_str!("../../templates/pariskv_rerank.cu.tera"),
+    ),
 ];
 
 #[derive(Debug, Error)]

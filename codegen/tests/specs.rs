@@ -458,6 +458,11 @@ fn default_sets_cover_every_family_and_follow_the_shape() {
                 "gather",
                 "landmark",
                 "oracle",
+                "pariskv_index",
+                "pariskv_query",
+                "pariskv_rerank",
+                "pariskv_topc",
+                "pariskv_vote",
                 "plan",
                 "scan",
                 "select"

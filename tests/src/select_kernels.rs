@@ -73,13 +73,13 @@ impl From<GpuError> for KernelError {
 }
 
 /// Renders `spec` and compiles it for this device.
-fn compile<F: Family>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError> {
+pub(crate) fn compile<F: Family>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError> {
     let source = render(spec)?;
     Ok(gpu.load(&source, &format!("{}.cu", spec.kernel_name()))?)
 }
 
 /// Launches entry point `entry` of `module` with the geometry `launch`.
-fn launch(
+pub(crate) fn launch(
     gpu: &Gpu,
     module: &Module,
     entry: &str,
@@ -99,7 +99,7 @@ fn launch(
 }
 
 /// A run-time integer argument; the tests' sizes always fit an `int`.
-fn int(value: usize, what: &str) -> Arg {
+pub(crate) fn int(value: usize, what: &str) -> Arg {
     Arg::I32(i32::try_from(value).unwrap_or_else(|_| panic!("{what} = {value} exceeds an int")))
 }
 

@@ -1,8 +1,9 @@
 //! [`KernelSpec`]: any family's spec as one value, for kernel sets, manifests and the CLI.
 
 use super::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec, PlanSpec,
-    ScanSpec, SelectSpec, SpecError,
+    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec,
+    PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,
+    PlanSpec, ScanSpec, SelectSpec, SpecError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -11,9 +12,9 @@ use serde::{Deserialize, Serialize};
 macro_rules! kernel_specs {
     ($($variant:ident($spec:ty)),+ $(,)?) => {
         /// A spec of any family. Serialised with its family as the `family` tag:
-        /// `{"family": "scan", "head_dim": 128, ...}`.
+        /// `{"family": "scan", "head_dim": 128, ...}` (`pariskv_index` for `PariskvIndex`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        #[serde(tag = "family", rename_all = "lowercase")]
+        #[serde(tag = "family", rename_all = "snake_case")]
         pub enum KernelSpec {
             $($variant($spec),)+
         }
@@ -74,6 +75,11 @@ kernel_specs!(
     Select(SelectSpec),
     Fetch(FetchSpec),
     Attention(AttentionSpec),
+    PariskvIndex(PariskvIndexSpec),
+    PariskvQuery(PariskvQuerySpec),
+    PariskvVote(PariskvVoteSpec),
+    PariskvTopc(PariskvTopcSpec),
+    PariskvRerank(PariskvRerankSpec),
 );
 
 impl KernelSpec {
@@ -82,6 +88,8 @@ impl KernelSpec {
     pub fn entry_points(&self) -> Vec<String> {
         match self {
             KernelSpec::Landmark(s) => vec![s.build_entry(), s.scan_entry()],
+            KernelSpec::PariskvTopc(s) => vec![s.count_entry(), s.write_entry()],
+            KernelSpec::PariskvRerank(s) => vec![s.score_entry(), s.select_entry()],
             KernelSpec::Select(s) => {
                 let mut entries: Vec<String> = Vec::new();
                 for stage in super::select::SelectStage::ORDER {

@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod landmark;
 pub mod launch;
 pub mod oracle;
+pub mod pariskv;
 mod row;
 pub mod select;
 
@@ -32,6 +33,9 @@ pub use gather::GatherSpec;
 pub use kernel::KernelSpec;
 pub use landmark::LandmarkSpec;
 pub use oracle::OracleSpec;
+pub use pariskv::{
+    PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,
+};
 pub use plan::{PlanMethod, PlanSpec};
 pub use scan::ScanSpec;
 pub use select::SelectSpec;

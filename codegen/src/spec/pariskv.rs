@@ -1,0 +1,521 @@
+//! The ParisKV families (SPEC §12): the index build, the query transform with the centroid tiers,
+//! the collision vote, the candidate top-C and the fused rerank with the group's top-k.
+//!
+//! A ParisKV step of one layer is seven launches, in this order on one stream:
+//! `pariskv_query` (also zeroes the vote histograms), `pariskv_vote`, `pariskv_topc` `_count`
+//! and `_write`, `pariskv_rerank` `_score` and `_select`; then the shared `fetch` and `attention`
+//! of §6 read the `sel`/`uni` arrays that `_select` writes in the `select` family's layout.
+//! `pariskv_index` runs when keys enter the store (prefill and appended blocks alike).
+//!
+//! Every computation that decides which token is selected (rotation, centroid ids, codes,
+//! weights, centroid ranking, tiers, votes, `ŝ`) is done in f64 with the operations in the
+//! order of `runtime::reference::pariskv` and no fused multiply-adds, so the kernels reproduce
+//! the reference bit for bit; the bf16 rounding of the weights mirrors the `half` crate's
+//! `bf16::from_f64` (it drops the low 32 mantissa bits before rounding).
+//!
+//! Device layout of one (layer, KV head) index, token-major (see `templates/ABI.md`):
+//! ids `[n][NS]` u8, codes `[n][D/2]` u8 (coordinate `c` in the low nibble of byte `c/2` when
+//! `c` is even, else the high nibble), weights `[n][NS]` bf16, histograms `[NS][256]` u32, with
+//! `NS = D/8` subspaces. Ids, codes and weights live in the spec's placement; the histograms
+//! always in device memory (the index kernel adds to them with atomics, which mapped host memory
+//! does not support over PCIe).
+
+use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
+use super::select::{LOCAL, MAX_K, SINK};
+use super::{checks, Family, Placement, SpecError};
+use serde::{Deserialize, Serialize};
+
+/// Coordinates per subspace `m`.
+pub const SUBSPACE: u32 = 8;
+/// Centroids per subspace (sign patterns of 8 coordinates).
+pub const CENTROIDS: u32 = 256;
+/// Tiers per subspace (`τ` has six mass fractions).
+pub const TIERS: u32 = 6;
+/// Threads of the query kernel's block: one per centroid.
+pub const QUERY_THREADS: u32 = CENTROIDS;
+/// Votes per thread per chunk of the `pariskv_topc` kernels.
+pub const TOPC_ITEMS: u32 = 16;
+
+/// Subspaces `NS = D/8`.
+pub fn subspaces(head_dim: u32) -> u32 {
+    head_dim / SUBSPACE
+}
+
+/// Bins of a vote histogram: votes lie in `0 ..= 6 NS`.
+pub fn vote_bins(head_dim: u32) -> u32 {
+    TIERS * subspaces(head_dim) + 1
+}
+
+/// Retrievable tokens `N_r` of a sequence of `n_total` tokens (§12: `SINK .. n_total - LOCAL`).
+pub fn retrievable(n_total: u64) -> u64 {
+    let needed = n_total.saturating_sub(LOCAL);
+    needed - needed.min(SINK)
+}
+
+/// `ρ` and `β` in hundredths for `N_r` retrievable tokens (§12).
+pub fn rho_beta_percent(n_r: u64) -> (u64, u64) {
+    match n_r {
+        0..=4_999 => (50, 50),
+        5_000..=9_999 => (30, 25),
+        10_000..=29_999 => (25, 20),
+        _ => (20, 10),
+    }
+}
+
+/// Candidates `C = min(ceil(β N_r), N_r)` of `N_r` retrievable tokens.
+pub fn candidate_count(n_r: u64) -> u64 {
+    let (_, beta) = rho_beta_percent(n_r);
+    (n_r * beta).div_ceil(100).min(n_r)
+}
+
+/// The largest `C` of any sequence of at most `max_tokens` tokens: the `ld_cand` the candidate
+/// buffers need. `C` is not monotonic in `N_r` (β drops at 5k, 10k and 30k), so this is the
+/// maximum over the four β ranges.
+pub fn candidate_capacity(max_tokens: u64) -> u64 {
+    let top = retrievable(max_tokens);
+    [4_999, 9_999, 29_999, u64::MAX]
+        .iter()
+        .map(|&last| candidate_count(top.min(last)))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Head dimensions of ParisKV: the subspaces need a multiple of 8 and the Hadamard transform a
+/// power of two, and the kernels are written for 64, 128 and 256 (as the reference).
+fn check_head_dim(family: &'static str, head_dim: u32) -> Result<(), SpecError> {
+    if checks::HEAD_DIMS.contains(&head_dim) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            family,
+            "head_dim",
+            head_dim,
+            "64, 128 or 256 (a multiple of 8 for the subspaces of 8 coordinates, and a power of \
+             two for the Hadamard transform)",
+        ))
+    }
+}
+
+fn rows_grid(
+    family: &'static str,
+    batch: u64,
+    kv_heads: u64,
+    units: u64,
+    per_block: u64,
+    threads: u32,
+) -> Result<Launch, SizeError> {
+    let z = grid_dim(family, "batch", batch, MAX_GRID_YZ)?;
+    let y = grid_dim(family, "kv_heads", kv_heads, MAX_GRID_YZ)?;
+    let x = blocks_for(units, per_block).min(MAX_GRID_X) as u32;
+    Ok(Launch::new([x, y, z], threads))
+}
+
+fn insert_common(context: &mut tera::Context, head_dim: u32) {
+    context.insert("head_dim", &head_dim);
+    context.insert("sink", &SINK);
+    context.insert("local", &LOCAL);
+}
+
+/// Spec of the index build.
+///
+/// `extern "C" __global__ void <kernel_name>(...)`, parameters in order:
+///
+/// 1. `const unsigned short* const* k_rows`: `[B*H]` pointers to bf16 keys `[capacity][D]`
+///    (raw basis), in `placement`.
+/// 2. `const float* signs`: `[D]`, the sign vector `s` (±1), `reference::pariskv::signs(D)`.
+/// 3. `unsigned char* const* ids`: `[B*H]` pointers to `[capacity][NS]`, in `placement`.
+/// 4. `unsigned char* const* codes`: `[B*H]` pointers to `[capacity][D/2]` (4-byte aligned).
+/// 5. `unsigned short* const* weights`: `[B*H]` pointers to bf16 `[capacity][NS]`.
+/// 6. `unsigned int* const* hist`: `[B*H]` pointers to `[NS][256]` counts, device memory.
+/// 7. `const int* range_start`: `[B]`, may be NULL (0).
+/// 8. `const int* range_end`: `[B]`.
+/// 9. `int num_kv_heads`: `H`.
+/// 10. `int* status`: `[4]` `{kind, b, h, token}`, 0 = ok, 1 = a non-finite key, 2 = a weight
+///     that overflows bf16; the first fault wins.
+///
+/// Tokens `[range_start, range_end)` get their ids, codes and weights written and their ids
+/// added to the histograms; a faulty token writes nothing (and the caller must treat the index
+/// as unusable). Grid `(x, H, B)` ([`PariskvIndexSpec::launch`]), any `x >= 1`; one warp per
+/// token; block `threads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PariskvIndexSpec {
+    /// `D`: 64, 128 or 256.
+    pub head_dim: u32,
+    /// Threads per block: a multiple of 32, at most 1024.
+    pub threads: u32,
+    /// Where the keys and the index rows live.
+    pub placement: Placement,
+}
+
+impl PariskvIndexSpec {
+    /// Launch for `batch` sequences of `kv_heads` KV heads whose longest range is `max_tokens`
+    /// tokens: about four tokens per warp.
+    pub fn launch(&self, batch: u64, kv_heads: u64, max_tokens: u64) -> Result<Launch, SizeError> {
+        let warps = u64::from(self.threads / 32);
+        rows_grid(
+            Self::FAMILY,
+            batch,
+            kv_heads,
+            max_tokens,
+            4 * warps,
+            self.threads,
+        )
+    }
+}
+
+impl Family for PariskvIndexSpec {
+    const FAMILY: &'static str = "pariskv_index";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        check_head_dim(Self::FAMILY, self.head_dim)?;
+        checks::threads(Self::FAMILY, self.threads)
+    }
+
+    fn kernel_name(&self) -> String {
+        format!(
+            "fathom_pariskv_index_d{}_t{}_{}",
+            self.head_dim,
+            self.threads,
+            self.placement.as_str()
+        )
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut context = tera::Context::new();
+        insert_common(&mut context, self.head_dim);
+        context.insert("threads", &self.threads);
+        context.insert("placement", self.placement.as_str());
+        context
+    }
+}
+
+/// Spec of the query transform and the centroid tiers, one block of [`QUERY_THREADS`] per
+/// (sequence, KV head).
+///
+/// Parameters in order:
+///
+/// 1. `const float* q`: raw queries `[B][H][G][D]` fp32.
+/// 2. `const float* signs`: `[D]`, as for the index.
+/// 3. `const unsigned int* const* hist`: `[B*H]` pointers to the index's `[NS][256]` counts.
+/// 4. `const int* n_total`: `[B]`.
+/// 5. `double* q_tilde`: `[B][H][D]`, `q̃ = H (s ⊙ q̄/max(||q̄||, 1e-8)) / sqrt(D)`.
+/// 6. `double* q_norm`: `[B][H]`, `||q̄||`.
+/// 7. `unsigned char* tiers`: `[B][H][NS][256]`, per subspace and centroid id the number of tiers
+///    (0..=6) holding it.
+/// 8. `int* tier_len`: `[B][H][NS][6]`, the tier lengths (best-ranked prefix lengths).
+/// 9. `unsigned int* vote_hist`: `[B][H][6 NS + 1]`, zeroed here for `pariskv_vote`.
+/// 10. `int num_kv_heads`: `H`.
+///
+/// Grid `(H, B)` ([`PariskvQuerySpec::launch`]), block [`QUERY_THREADS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PariskvQuerySpec {
+    /// `D`: 64, 128 or 256.
+    pub head_dim: u32,
+    /// `G`, query heads per KV head: 1..=8.
+    pub group: u32,
+}
+
+impl PariskvQuerySpec {
+    /// Launch for `batch` sequences of `kv_heads` KV heads.
+    pub fn launch(&self, batch: u64, kv_heads: u64) -> Result<Launch, SizeError> {
+        let y = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
+        let x = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_X)?;
+        Ok(Launch::new([x, y, 1], QUERY_THREADS))
+    }
+}
+
+impl Family for PariskvQuerySpec {
+    const FAMILY: &'static str = "pariskv_query";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        check_head_dim(Self::FAMILY, self.head_dim)?;
+        checks::group(Self::FAMILY, self.group)
+    }
+
+    fn kernel_name(&self) -> String {
+        format!("fathom_pariskv_query_d{}_g{}", self.head_dim, self.group)
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut context = tera::Context::new();
+        insert_common(&mut context, self.head_dim);
+        context.insert("group", &self.group);
+        context.insert("threads", &QUERY_THREADS);
+        context
+    }
+}
+
+/// Spec of the collision vote.
+///
+/// Parameters in order:
+///
+/// 1. `const unsigned char* const* ids`: the index's `[B*H]` pointers to `[capacity][NS]`.
+/// 2. `const unsigned char* tiers`: `[B][H][NS][256]` from `pariskv_query`.
+/// 3. `const int* n_total`: `[B]`.
+/// 4. `unsigned short* votes`: `[B][H][ld_votes]`; `votes[t] = Σ_b tiers[b][ids[t][b]]` for every
+///    retrievable token `t` (`4 .. n_total - 32`); nothing else is written.
+/// 5. `int ld_votes`: row stride of `votes` (at least the largest `n_total - 32`).
+/// 6. `unsigned int* vote_hist`: `[B][H][6 NS + 1]`, zeroed by `pariskv_query`; every vote is
+///    counted into it.
+/// 7. `int num_kv_heads`: `H`.
+///
+/// Grid `(x, H, B)` ([`PariskvVoteSpec::launch`]), any `x >= 1`; block `threads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PariskvVoteSpec {
+    /// `D`: 64, 128 or 256.
+    pub head_dim: u32,
+    /// Threads per block: a multiple of 32, at most 1024.
+    pub threads: u32,
+    /// Where the index rows live.
+    pub placement: Placement,
+}
+
+impl PariskvVoteSpec {
+    /// Launch when the longest sequence has `max_tokens` tokens: about eight tokens per thread.
+    pub fn launch(&self, batch: u64, kv_heads: u64, max_tokens: u64) -> Result<Launch, SizeError> {
+        rows_grid(
+            Self::FAMILY,
+            batch,
+            kv_heads,
+            retrievable(max_tokens),
+            8 * u64::from(self.threads),
+            self.threads,
+        )
+    }
+}
+
+impl Family for PariskvVoteSpec {
+    const FAMILY: &'static str = "pariskv_vote";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        check_head_dim(Self::FAMILY, self.head_dim)?;
+        checks::threads(Self::FAMILY, self.threads)
+    }
+
+    fn kernel_name(&self) -> String {
+        format!(
+            "fathom_pariskv_vote_d{}_t{}_{}",
+            self.head_dim,
+            self.threads,
+            self.placement.as_str()
+        )
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut context = tera::Context::new();
+        insert_common(&mut context, self.head_dim);
+        context.insert("threads", &self.threads);
+        context.insert("placement", self.placement.as_str());
+        context
+    }
+}
+
+/// Spec of the candidate top-C: the `C` retrievable tokens with the most votes, ties by the
+/// lower index, written in ascending token order. Two entry points, launched in this order
+/// with the same grid:
+///
+/// - `<name>_count(const unsigned short* votes, int ld_votes, const unsigned int* vote_hist,
+///   const int* n_total, unsigned long long* chunk_counts, int num_kv_heads)`
+/// - `<name>_write(const unsigned short* votes, int ld_votes, const unsigned int* vote_hist,
+///   const int* n_total, const unsigned long long* chunk_counts, int* cand, int* cand_count,
+///   int ld_cand, int num_kv_heads)`
+///
+/// `chunk_counts` is a workspace of `B*H*chunks` words (no zeroing needed); `cand`
+/// `[B][H][ld_cand]` with `ld_cand >= `[`candidate_capacity`]; `cand_count` `[B*H]` gets `C`.
+/// Grid `(chunks, H, B)` ([`PariskvTopcSpec::launch`]), chunk `threads * 16` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PariskvTopcSpec {
+    /// `D`: 64, 128 or 256 (it sets the vote range).
+    pub head_dim: u32,
+    /// Threads per block: a multiple of 32, at most 1024.
+    pub threads: u32,
+}
+
+impl PariskvTopcSpec {
+    /// Name of the entry point that counts each chunk's candidates.
+    pub fn count_entry(&self) -> String {
+        format!("{}_count", self.kernel_name())
+    }
+
+    /// Name of the entry point that writes the candidates.
+    pub fn write_entry(&self) -> String {
+        format!("{}_write", self.kernel_name())
+    }
+
+    /// Tokens per chunk (one block).
+    pub fn chunk(&self) -> u64 {
+        u64::from(self.threads) * u64::from(TOPC_ITEMS)
+    }
+
+    /// The launch of both entry points and the `chunk_counts` words it needs.
+    pub fn launch(
+        &self,
+        batch: u64,
+        kv_heads: u64,
+        max_tokens: u64,
+    ) -> Result<(Launch, u64), SizeError> {
+        let launch = rows_grid(
+            Self::FAMILY,
+            batch,
+            kv_heads,
+            retrievable(max_tokens) + SINK,
+            self.chunk(),
+            self.threads,
+        )?;
+        let words = u64::from(launch.grid[0]) * kv_heads * batch;
+        Ok((launch, words))
+    }
+}
+
+impl Family for PariskvTopcSpec {
+    const FAMILY: &'static str = "pariskv_topc";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        check_head_dim(Self::FAMILY, self.head_dim)?;
+        checks::threads(Self::FAMILY, self.threads)
+    }
+
+    fn kernel_name(&self) -> String {
+        format!("fathom_pariskv_topc_d{}_t{}", self.head_dim, self.threads)
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut context = tera::Context::new();
+        insert_common(&mut context, self.head_dim);
+        context.insert("threads", &self.threads);
+        context.insert("items", &TOPC_ITEMS);
+        context
+    }
+}
+
+/// Spec of the fused rerank and the group's top-k. Two entry points, in this order:
+///
+/// - `<name>_score(const unsigned char* const* codes, const unsigned short* const* weights,
+///   const double* q_tilde, const double* q_norm, const int* cand, const int* cand_count,
+///   double* cand_score, int ld_cand, int num_kv_heads)`: `cand_score[i] = ŝ` of candidate
+///   `cand[i]`, grid `(x, H, B)` ([`PariskvRerankSpec::launch_score`]), any `x >= 1`.
+/// - `<name>_select(const double* cand_score, const int* cand, const int* cand_count,
+///   int ld_cand, const int* n_total, int k, int* sel, int* sel_pos, int* sel_count, int* uni,
+///   int* uni_count, int num_kv_heads)`: grid `(H, B)` ([`PariskvRerankSpec::launch_select`]).
+///
+/// `_select` writes the `select` family's outputs (`k` clamped to `0..=k_max`, `SC = k + 36`,
+/// `UC = G*k + 36`): when `n_total <= 36 + k` every token; else, for every query head of the
+/// group, the sink, the top `min(k, C)` candidates by `ŝ` (ties by the lower index) and the local
+/// window, ascending; `sel_pos[j] = j` and `uni` is the same set. Block `threads` for both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PariskvRerankSpec {
+    /// `D`: 64, 128 or 256.
+    pub head_dim: u32,
+    /// `G`, query heads per KV head: 1..=8.
+    pub group: u32,
+    /// Largest run-time `k`: 1..=4096.
+    pub k_max: u32,
+    /// Threads per block: a multiple of 32, at most 1024.
+    pub threads: u32,
+    /// Where the index rows live.
+    pub placement: Placement,
+}
+
+impl PariskvRerankSpec {
+    /// Name of the entry point that scores the candidates.
+    pub fn score_entry(&self) -> String {
+        format!("{}_score", self.kernel_name())
+    }
+
+    /// Name of the entry point that selects the top-k and writes the selection.
+    pub fn select_entry(&self) -> String {
+        format!("{}_select", self.kernel_name())
+    }
+
+    /// Launch of `_score` for at most `max_cand` candidates per KV head: about four per thread.
+    pub fn launch_score(
+        &self,
+        batch: u64,
+        kv_heads: u64,
+        max_cand: u64,
+    ) -> Result<Launch, SizeError> {
+        rows_grid(
+            Self::FAMILY,
+            batch,
+            kv_heads,
+            max_cand,
+            4 * u64::from(self.threads),
+            self.threads,
+        )
+    }
+
+    /// Launch of `_select`: one block per (sequence, KV head).
+    pub fn launch_select(&self, batch: u64, kv_heads: u64) -> Result<Launch, SizeError> {
+        let y = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
+        let x = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_X)?;
+        Ok(Launch::new([x, y, 1], self.threads))
+    }
+}
+
+impl Family for PariskvRerankSpec {
+    const FAMILY: &'static str = "pariskv_rerank";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        check_head_dim(Self::FAMILY, self.head_dim)?;
+        checks::group(Self::FAMILY, self.group)?;
+        if !(1..=MAX_K).contains(&self.k_max) {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "k_max",
+                self.k_max,
+                format!("1..={MAX_K}"),
+            ));
+        }
+        checks::threads(Self::FAMILY, self.threads)
+    }
+
+    fn kernel_name(&self) -> String {
+        format!(
+            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}",
+            self.head_dim,
+            self.group,
+            self.k_max,
+            self.threads,
+            self.placement.as_str()
+        )
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut context = tera::Context::new();
+        insert_common(&mut context, self.head_dim);
+        context.insert("group", &self.group);
+        context.insert("k_max", &self.k_max);
+        context.insert("threads", &self.threads);
+        context.insert("placement", self.placement.as_str());
+        context
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidate_capacity_covers_every_length() {
+        for max in [0u64, 1, 36, 40, 5_035, 5_036, 10_100, 40_000, 200_000] {
+            let want = (0..=max)
+                .map(|n| candidate_count(retrievable(n)))
+                .max()
+                .unwrap();
+            assert_eq!(candidate_capacity(max), want, "max_tokens {max}");
+        }
+    }
+
+    #[test]
+    fn retrievable_follows_sink_and_window() {
+        assert_eq!(retrievable(0), 0);
+        assert_eq!(retrievable(36), 0);
+        assert_eq!(retrievable(37), 1);
+        assert_eq!(retrievable(1000), 964);
+    }
+}

@@ -1,0 +1,278 @@
+//! The ParisKV families: names, validation (the head dimension error says why), rendering of
+//! every entry point, launches, and NVRTC compiling a sampled grid without a warning.
+
+mod family_checks;
+
+use codegen::render::render;
+use codegen::spec::pariskv::{candidate_capacity, vote_bins, QUERY_THREADS};
+use codegen::spec::{
+    Family, KernelSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
+    PariskvVoteSpec, Placement,
+};
+use family_checks::{assert_compiles, assert_renders};
+use serde_json::json;
+
+const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+
+fn index() -> PariskvIndexSpec {
+    PariskvIndexSpec {
+        head_dim: 128,
+        threads: 256,
+        placement: Placement::Hbm,
+    }
+}
+
+fn query() -> PariskvQuerySpec {
+    PariskvQuerySpec {
+        head_dim: 128,
+        group: 4,
+    }
+}
+
+fn vote() -> PariskvVoteSpec {
+    PariskvVoteSpec {
+        head_dim: 128,
+        threads: 256,
+        placement: Placement::Hbm,
+    }
+}
+
+fn topc() -> PariskvTopcSpec {
+    PariskvTopcSpec {
+        head_dim: 128,
+        threads: 256,
+    }
+}
+
+fn rerank() -> PariskvRerankSpec {
+    PariskvRerankSpec {
+        head_dim: 128,
+        group: 4,
+        k_max: 2048,
+        threads: 256,
+        placement: Placement::Hbm,
+    }
+}
+
+/// Every spec of a sampled grid over the fields, each family with its entry points.
+fn grid() -> Vec<(KernelSpec, Vec<String>)> {
+    let mut specs: Vec<(KernelSpec, Vec<String>)> = Vec::new();
+    for head_dim in HEAD_DIMS {
+        for (i, placement) in [Placement::Hbm, Placement::Host].into_iter().enumerate() {
+            for threads in [32, 256, 1024] {
+                let s = PariskvIndexSpec {
+                    head_dim,
+                    threads,
+                    placement,
+                };
+                specs.push((s.into(), vec![s.kernel_name()]));
+                let s = PariskvVoteSpec {
+                    head_dim,
+                    threads,
+                    placement,
+                };
+                specs.push((s.into(), vec![s.kernel_name()]));
+                let s = PariskvRerankSpec {
+                    head_dim,
+                    group: [1, 7][i],
+                    k_max: [1, 4096][i],
+                    threads,
+                    placement,
+                };
+                specs.push((s.into(), vec![s.score_entry(), s.select_entry()]));
+            }
+        }
+        for group in [1, 4, 7, 8] {
+            let s = PariskvQuerySpec { head_dim, group };
+            specs.push((s.into(), vec![s.kernel_name()]));
+        }
+        for threads in [32, 256, 1024] {
+            let s = PariskvTopcSpec { head_dim, threads };
+            specs.push((s.into(), vec![s.count_entry(), s.write_entry()]));
+        }
+    }
+    specs
+}
+
+mod index_family {
+    use super::*;
+    family_checks::family_tests! {
+        base: index(),
+        grid: [index(), PariskvIndexSpec { head_dim: 64, ..index() }],
+        alternatives: [
+            ("head_dim", json!(256)),
+            ("threads", json!(512)),
+            ("placement", json!("host")),
+        ],
+        bad_fields: [("head_dim", json!(96)), ("head_dim", json!(120)), ("threads", json!(48))],
+    }
+}
+
+mod query_family {
+    use super::*;
+    family_checks::family_tests! {
+        base: query(),
+        grid: [query(), PariskvQuerySpec { group: 7, ..query() }],
+        alternatives: [("head_dim", json!(64)), ("group", json!(7))],
+        bad_fields: [("head_dim", json!(72)), ("group", json!(0)), ("group", json!(9))],
+    }
+}
+
+mod vote_family {
+    use super::*;
+    family_checks::family_tests! {
+        base: vote(),
+        grid: [vote(), PariskvVoteSpec { placement: Placement::Host, ..vote() }],
+        alternatives: [
+            ("head_dim", json!(64)),
+            ("threads", json!(1024)),
+            ("placement", json!("host")),
+        ],
+        bad_fields: [("head_dim", json!(100)), ("threads", json!(0))],
+    }
+}
+
+mod topc_family {
+    use super::*;
+    family_checks::family_tests! {
+        base: topc(),
+        grid: [topc(), PariskvTopcSpec { threads: 32, ..topc() }],
+        alternatives: [("head_dim", json!(256)), ("threads", json!(64))],
+        bad_fields: [("head_dim", json!(8)), ("threads", json!(2048))],
+    }
+}
+
+mod rerank_family {
+    use super::*;
+    family_checks::family_tests! {
+        base: rerank(),
+        grid: family_checks::grid4(
+            &HEAD_DIMS,
+            &[1, 4, 8],
+            &[1, 512, 4096],
+            &[Placement::Hbm, Placement::Host],
+            |head_dim, group, k_max, placement| PariskvRerankSpec {
+                head_dim,
+                group,
+                k_max,
+                threads: 256,
+                placement,
+            },
+        ),
+        alternatives: [
+            ("head_dim", json!(64)),
+            ("group", json!(8)),
+            ("k_max", json!(128)),
+            ("threads", json!(512)),
+            ("placement", json!("host")),
+        ],
+        bad_fields: [
+            ("head_dim", json!(136)),
+            ("group", json!(0)),
+            ("k_max", json!(0)),
+            ("k_max", json!(4097)),
+            ("threads", json!(100)),
+        ],
+    }
+}
+
+#[test]
+fn the_names_spell_the_fields() {
+    assert_eq!(index().kernel_name(), "fathom_pariskv_index_d128_t256_hbm");
+    assert_eq!(query().kernel_name(), "fathom_pariskv_query_d128_g4");
+    assert_eq!(vote().kernel_name(), "fathom_pariskv_vote_d128_t256_hbm");
+    assert_eq!(topc().count_entry(), "fathom_pariskv_topc_d128_t256_count");
+    assert_eq!(
+        rerank().select_entry(),
+        "fathom_pariskv_rerank_d128_g4_k2048_t256_hbm_select"
+    );
+}
+
+#[test]
+fn a_head_dimension_off_the_subspaces_is_refused_with_the_reason() {
+    for d in [60, 96, 100, 512] {
+        let e = PariskvIndexSpec {
+            head_dim: d,
+            ..index()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("head_dim") && e.contains("multiple of 8") && e.contains("64, 128 or 256"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn every_spec_of_the_grid_renders_its_entries() {
+    for (spec, entries) in grid() {
+        spec.validate().unwrap();
+        let source = spec.render().unwrap();
+        assert_eq!(spec.entry_points(), entries);
+        for entry in &entries {
+            assert!(source.contains(&format!("{entry}(")), "{entry}");
+        }
+    }
+    // The family check's rendering test, on one spec of each.
+    assert_renders(&index(), &[index().kernel_name()]);
+    assert_renders(&query(), &[query().kernel_name()]);
+    assert_renders(&vote(), &[vote().kernel_name()]);
+    assert_renders(&topc(), &[topc().count_entry(), topc().write_entry()]);
+    assert_renders(
+        &rerank(),
+        &[rerank().score_entry(), rerank().select_entry()],
+    );
+}
+
+#[test]
+fn the_placement_reaches_the_loads() {
+    let hbm = render(&index()).unwrap();
+    let host = render(&PariskvIndexSpec {
+        placement: Placement::Host,
+        ..index()
+    })
+    .unwrap();
+    assert!(hbm.contains("__ldg(") && !hbm.contains("__ldcs("));
+    assert!(host.contains("__ldcs("));
+}
+
+#[test]
+fn launches_follow_the_abi() {
+    let l = index().launch(2, 8, 1000).unwrap();
+    assert_eq!(l.grid, [32, 8, 2]);
+    assert_eq!(l.block, [256, 1, 1]);
+    assert_eq!(query().launch(3, 8).unwrap().grid, [8, 3, 1]);
+    assert_eq!(query().launch(3, 8).unwrap().block, [QUERY_THREADS, 1, 1]);
+    // Votes: 1000 tokens have 964 retrievable ones, one block of 256 x 8.
+    assert_eq!(vote().launch(1, 4, 1000).unwrap().grid, [1, 4, 1]);
+    let (l, words) = topc().launch(2, 4, 1 << 20).unwrap();
+    assert_eq!(u64::from(l.grid[0]), ((1u64 << 20) - 32).div_ceil(4096));
+    assert_eq!(words, u64::from(l.grid[0]) * 8);
+    assert_eq!(rerank().launch_select(2, 4).unwrap().grid, [4, 2, 1]);
+    assert!(rerank().launch_score(0, 4, 10).is_err());
+    assert_eq!(vote_bins(128), 97);
+    assert_eq!(
+        candidate_capacity(1 << 20),
+        ((1u64 << 20) - 36).div_ceil(10)
+    );
+}
+
+#[test]
+fn a_sampled_grid_compiles_without_warnings() {
+    for (i, (spec, entries)) in grid().into_iter().enumerate() {
+        // Thin the grid: every family and head dimension, not every thread count.
+        if i % 3 != 0 && !matches!(spec, KernelSpec::PariskvQuery(_)) {
+            continue;
+        }
+        match spec {
+            KernelSpec::PariskvIndex(s) => assert_compiles(&s, &entries),
+            KernelSpec::PariskvQuery(s) => assert_compiles(&s, &entries),
+            KernelSpec::PariskvVote(s) => assert_compiles(&s, &entries),
+            KernelSpec::PariskvTopc(s) => assert_compiles(&s, &entries),
+            KernelSpec::PariskvRerank(s) => assert_compiles(&s, &entries),
+            other => panic!("not a ParisKV spec: {}", other.kernel_name()),
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! GPU tests of the ParisKV kernels (SPEC §12) against the f64 reference
+//! `runtime::reference::pariskv`.
+//!
+//! The kernels compute everything that decides the selection in f64 with the reference's
+//! operation order and no fused multiply-adds, and round the weights as `half`'s
+//! `bf16::from_f64`; so every comparison here is exact: index rows and histograms bit for bit,
+//! `q̃`, `||q̄||` and `ŝ` equal as f64 (`==`, so `-0.0` equals `0.0`, the only freedom the
+//! reference's iterator sums leave), tiers, votes, the candidate set and the selection identical.
+//! There is no float-tie tolerance to define: equal estimates are equal in both and both break
+//! the tie by the lower token index.
+//!
+//! Coverage: D = 64, 128, 256; G = 1, 4, 7; both placements (index rows in HBM or in mapped host
+//! memory); B = 3 or 4 sequences × H = 2 KV heads per launch, with lengths 0, 1, below the sink
+//! and window, one block of the build grid, exactly `36 + k` (every token), `37 + k`, and the
+//! ρ/β ranges of 5k, 10k and 30k retrievable tokens; k = 0, 16, 100, 512; a zero query group (all
+//! centroids tie); grids of one block; an append after a prefill; a non-finite key and a weight
+//! overflow reported through `status` with nothing written for that token. Every output buffer
+//! is poisoned first, so an element that should not be written and is, or should be and is not,
+//! is caught.
+
+use codegen::spec::launch::Launch;
+use codegen::spec::pariskv::{candidate_count, subspaces, vote_bins, CENTROIDS, TIERS};
+use codegen::spec::Placement;
+use fathom_tests::pariskv_kernels::{
+    device_signs, DeviceIndex, HostIndex, PariskvKernels, RetrievalArgs,
+};
+use fathom_tests::select_kernels::{
+    check_selection, with_grid_x, HeadTable, Mismatches, POISON_I32, POISON_U16,
+};
+use fathom_tests::{gpu, inputs};
+use half::bf16;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use runtime::gpu::Gpu;
+use runtime::reference::pariskv::{pariskv_select, retrieve, PariskvError, PariskvIndex};
+
+const KV_HEADS: usize = 2;
+const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+const K_MAX: u32 = 2048;
+
+/// Keys of every head of every sequence (`[b*H + h]`), `lengths[b]` tokens each.
+fn head_keys(rng: &mut impl Rng, lengths: &[usize], d: usize) -> Vec<Vec<bf16>> {
+    (0..lengths.len() * KV_HEADS)
+        .map(|kh| {
+            let mut keys = inputs::keys(rng, lengths[kh / KV_HEADS], d);
+            // An all-zero key (id 255 everywhere, weight 0) where there is room for one.
+            if keys.len() >= 3 * d {
+                keys[2 * d..3 * d].fill(bf16::ZERO);
+            }
+            keys
+        })
+        .collect()
+}
+
+/// The keys as `k_rows` (bf16 bits), each head padded with zeros to `capacity` rows.
+fn upload_keys(
+    gpu: &Gpu,
+    placement: Placement,
+    keys: &[Vec<bf16>],
+    d: usize,
+    capacity: usize,
+) -> HeadTable<u16> {
+    let rows: Vec<Vec<u16>> = keys
+        .iter()
+        .map(|k| {
+            let mut bits: Vec<u16> = k.iter().map(|x| x.to_bits()).collect();
+            bits.resize(capacity * d, 0);
+            bits
+        })
+        .collect();
+    HeadTable::upload(gpu, placement, &rows).expect("keys upload")
+}
+
+/// Compares head `head`'s device index with the reference index's rows (padded with poison).
+fn check_index(got: &HostIndex, want: &HostIndex, head: &str, m: &mut Mismatches) {
+    for (what, g, w) in [
+        ("ids", &got.ids, &want.ids),
+        ("codes", &got.codes, &want.codes),
+    ] {
+        for (i, (a, b)) in g.iter().zip(w.iter()).enumerate() {
+            m.check(a == b, || {
+                format!("{head} {what}[{i}] = {a:#04x}, reference {b:#04x}")
+            });
+        }
+    }
+    for (i, (a, b)) in got.weights.iter().zip(&want.weights).enumerate() {
+        m.check(a == b, || {
+            format!("{head} weights[{i}] = {a:#06x}, reference {b:#06x}")
+        });
+    }
+    for (i, (a, b)) in got.hist.iter().zip(&want.hist).enumerate() {
+        m.check(a == b, || format!("{head} hist[{i}] = {a}, reference {b}"));
+    }
+}
+
+/// Builds every head's index on the GPU over `[0, n)` (grid x from the spec, or `grid_x`).
+#[allow(clippy::too_many_arguments)]
+fn gpu_build(
+    gpu: &Gpu,
+    kernels: &PariskvKernels,
+    placement: Placement,
+    keys: &[Vec<bf16>],
+    lengths: &[usize],
+    capacity: usize,
+    grid_x: Option<u32>,
+) -> (DeviceIndex, Vec<i32>) {
+    let d = kernels.index.head_dim as usize;
+    let k_rows = upload_keys(gpu, placement, keys, d, capacity);
+    let index = DeviceIndex::empty(gpu, placement, d, keys.len(), capacity).unwrap();
+    let signs = device_signs(gpu, d).unwrap();
+    let ends: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
+    let end = gpu.upload(&ends).unwrap();
+    let status = gpu.upload(&[0i32; 4]).unwrap();
+    let max = lengths.iter().copied().max().unwrap_or(0) as u64;
+    let mut grid = kernels
+        .index
+        .launch(lengths.len() as u64, KV_HEADS as u64, max)
+        .unwrap();
+    if let Some(x) = grid_x {
+        grid = with_grid_x(grid, x);
+    }
+    kernels
+        .build(
+            gpu,
+            grid,
+            &index,
+            k_rows.addr(),
+            signs.addr(),
+            None,
+            end.addr(),
+            KV_HEADS,
+            status.addr(),
+        )
+        .unwrap();
+    gpu.synchronize().unwrap();
+    (index, status.download().unwrap())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn index_build_matches_the_reference() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("index_build_matches_the_reference");
+    for placement in [Placement::Hbm, Placement::Host] {
+        for d in HEAD_DIMS {
+            let kernels = PariskvKernels::load(&gpu, d, 4, K_MAX, placement).unwrap();
+            // n = 0, 1, one block of the build grid (4 tokens per warp), a long partial one.
+            let one_block = (kernels.index.threads / 32 * 4) as usize;
+            let mut lengths = vec![0, 1, one_block, rng.gen_range(500..3000)];
+            lengths.shuffle(&mut rng);
+            let capacity = lengths.iter().max().unwrap() + 3;
+            let keys = head_keys(&mut rng, &lengths, d as usize);
+            for grid_x in [None, Some(1)] {
+                let (index, status) =
+                    gpu_build(&gpu, &kernels, placement, &keys, &lengths, capacity, grid_x);
+                let mut m =
+                    Mismatches::new(format!("index d{d} {placement:?} grid {grid_x:?}"), seed);
+                m.check(status == [0; 4], || format!("status {status:?}"));
+                for (kh, k) in keys.iter().enumerate() {
+                    let want =
+                        HostIndex::of(&PariskvIndex::build(k, d as usize).unwrap(), capacity);
+                    check_index(
+                        &index.read(kh).unwrap(),
+                        &want,
+                        &format!("head {kh}"),
+                        &mut m,
+                    );
+                }
+                m.finish();
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn append_after_prefill_equals_the_build_of_all() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("append_after_prefill_equals_the_build_of_all");
+    for placement in [Placement::Hbm, Placement::Host] {
+        for d in HEAD_DIMS {
+            let du = d as usize;
+            let kernels = PariskvKernels::load(&gpu, d, 1, K_MAX, placement).unwrap();
+            let lengths = [rng.gen_range(200..1500), 64, 7];
+            // Prefill ends: mid-sequence, the whole sequence (empty append), 0 (all appended).
+            let firsts = [rng.gen_range(1..lengths[0]), 64, 0];
+            let capacity = lengths[0] + 1;
+            let keys = head_keys(&mut rng, &lengths, du);
+            let k_rows = upload_keys(&gpu, placement, &keys, du, capacity);
+            let index = DeviceIndex::empty(&gpu, placement, du, keys.len(), capacity).unwrap();
+            let signs = device_signs(&gpu, du).unwrap();
+            let status = gpu.upload(&[0i32; 4]).unwrap();
+            let prefill = gpu.upload(&firsts.map(|n| n as i32)).unwrap();
+            let end = gpu.upload(&lengths.map(|n| n as i32)).unwrap();
+            let grid: Launch = kernels
+                .index
+                .launch(3, KV_HEADS as u64, capacity as u64)
+                .unwrap();
+            let build = |start: Option<u64>, end: u64| {
+                kernels
+                    .build(
+                        &gpu,
+                        grid,
+                        &index,
+                        k_rows.addr(),
+                        signs.addr(),
+                        start,
+                        end,
+                        KV_HEADS,
+                        status.addr(),
+                    )
+                    .unwrap()
+            };
+            build(None, prefill.addr());
+            build(Some(prefill.addr()), end.addr());
+            gpu.synchronize().unwrap();
+            let mut m = Mismatches::new(format!("append d{d} {placement:?}"), seed);
+            let status = status.download().unwrap();
+            m.check(status == [0; 4], || format!("status {status:?}"));
+            for (kh, k) in keys.iter().enumerate() {
+                let mut reference =
+                    PariskvIndex::build(&k[..firsts[kh / KV_HEADS] * du], du).unwrap();
+                reference.append(&k[firsts[kh / KV_HEADS] * du..]).unwrap();
+                assert_eq!(reference, PariskvIndex::build(k, du).unwrap());
+                let want = HostIndex::of(&reference, capacity);
+                check_index(
+                    &index.read(kh).unwrap(),
+                    &want,
+                    &format!("head {kh}"),
+                    &mut m,
+                );
+            }
+            m.finish();
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bad_keys_are_reported_and_not_written() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("bad_keys_are_reported_and_not_written");
+    let d = 128usize;
+    for (kind, value) in [(1, f32::NAN), (2, 3.0e38f32)] {
+        let kernels = PariskvKernels::load(&gpu, d as u32, 1, K_MAX, Placement::Hbm).unwrap();
+        let lengths = [300usize];
+        let mut keys = head_keys(&mut rng, &lengths, d);
+        let (bad_head, bad_token) = (1usize, rng.gen_range(3..300usize));
+        let row = &mut keys[bad_head][bad_token * d..(bad_token + 1) * d];
+        if kind == 1 {
+            row[rng.gen_range(0..d)] = bf16::from_f32(value);
+        } else {
+            row.fill(bf16::from_f32(value));
+        }
+        let want_error = PariskvIndex::build(&keys[bad_head], d).unwrap_err();
+        match (kind, &want_error) {
+            (1, PariskvError::NonFiniteKey { token, .. })
+            | (2, PariskvError::WeightOverflow { token, .. }) => assert_eq!(*token, bad_token),
+            _ => panic!("the reference refuses the bad key otherwise: {want_error}"),
+        }
+        let (index, status) = gpu_build(&gpu, &kernels, Placement::Hbm, &keys, &lengths, 300, None);
+        let mut m = Mismatches::new(format!("bad key kind {kind}"), seed);
+        m.check(
+            status == [kind, 0, bad_head as i32, bad_token as i32],
+            || format!("status {status:?}, want [{kind}, 0, {bad_head}, {bad_token}]"),
+        );
+        // The other tokens are indexed as the reference does; the bad one is not written and not
+        // counted (the reference index of the other tokens, with the bad row's slot poisoned).
+        let mut others = keys[bad_head].clone();
+        others.drain(bad_token * d..(bad_token + 1) * d);
+        let reference = PariskvIndex::build(&others, d).unwrap();
+        let mut want = HostIndex::of(&reference, 300);
+        let ns = d / 8;
+        for (v, width) in [(&mut want.ids, ns), (&mut want.codes, d / 2)] {
+            v.splice(bad_token * width..bad_token * width, vec![0xff; width]);
+            v.truncate(300 * width);
+        }
+        want.weights
+            .splice(bad_token * ns..bad_token * ns, vec![POISON_U16; ns]);
+        want.weights.truncate(300 * ns);
+        check_index(&index.read(bad_head).unwrap(), &want, "bad head", &mut m);
+        m.finish();
+    }
+}
+
+/// One retrieval case: shape, placement, lengths, k.
+struct Case {
+    d: u32,
+    g: u32,
+    placement: Placement,
+    lengths: Vec<usize>,
+    k: usize,
+    one_block_grids: bool,
+}
+
+fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
+    let (d, g) = (case.d as usize, case.g as usize);
+    let kernels = PariskvKernels::load(gpu, case.d, case.g, K_MAX, case.placement).unwrap();
+    let batch = case.lengths.len();
+    let capacity = case.lengths.iter().copied().max().unwrap_or(0).max(1);
+    let keys = head_keys(rng, &case.lengths, d);
+    let (index, status) = gpu_build(
+        gpu,
+        &kernels,
+        case.placement,
+        &keys,
+        &case.lengths,
+        capacity,
+        None,
+    );
+    let what = format!(
+        "retrieval d{d} g{g} {:?} lengths {:?} k {}",
+        case.placement, case.lengths, case.k
+    );
+    let mut m = Mismatches::new(what.clone(), seed);
+    m.check(status == [0; 4], || format!("status {status:?}"));
+    let references: Vec<PariskvIndex> = keys
+        .iter()
+        .map(|k| PariskvIndex::build(k, d).unwrap())
+        .collect();
+    for (kh, r) in references.iter().enumerate() {
+        check_index(
+            &index.read(kh).unwrap(),
+            &HostIndex::of(r, capacity),
+            &format!("head {kh}"),
+            &mut m,
+        );
+    }
+
+    let mut q = inputs::vectors(rng, batch * KV_HEADS * g, d);
+    // A zero query group when there are two sequences or more: every centroid ties.
+    if batch > 1 {
+        let kh = KV_HEADS; // (b = 1, h = 0)
+        q[kh * g * d..(kh + 1) * g * d].fill(0.0);
+    }
+    let q_dev = gpu.upload(&q).unwrap();
+    let n_dev = gpu
+        .upload(&case.lengths.iter().map(|&n| n as i32).collect::<Vec<_>>())
+        .unwrap();
+    let signs = device_signs(gpu, d).unwrap();
+    let grid_x = case.one_block_grids.then_some(1);
+    let got = kernels
+        .retrieve(
+            gpu,
+            &RetrievalArgs {
+                index: &index,
+                q: q_dev.addr(),
+                signs: signs.addr(),
+                n_total: n_dev.addr(),
+                batch,
+                kv_heads: KV_HEADS,
+                max_tokens: capacity,
+                k: case.k,
+            },
+            grid_x,
+            grid_x,
+        )
+        .unwrap();
+
+    let ns = subspaces(case.d) as usize;
+    let bins = vote_bins(case.d) as usize;
+    let (cent, tiers_n) = (CENTROIDS as usize, TIERS as usize);
+    let mut selections = Vec::new();
+    for (kh, reference) in references.iter().enumerate() {
+        let n = case.lengths[kh / KV_HEADS];
+        let queries: Vec<Vec<f64>> = (0..g)
+            .map(|i| {
+                let at = (kh * g + i) * d;
+                q[at..at + d].iter().map(|&x| f64::from(x)).collect()
+            })
+            .collect();
+        let want = retrieve(reference, &queries, n, case.k).unwrap();
+        let head = format!("head {kh} (n = {n})");
+        for c in 0..d {
+            let (a, b) = (got.q_tilde[kh * d + c], want.q_tilde[c]);
+            m.check(a == b, || {
+                format!("{head} q_tilde[{c}] = {a:e}, reference {b:e}")
+            });
+        }
+        m.check(got.q_norm[kh] == want.q_norm, || {
+            format!("{head} q_norm {} vs {}", got.q_norm[kh], want.q_norm)
+        });
+        for b in 0..ns {
+            for i in 0..tiers_n {
+                let a = got.tier_len[(kh * ns + b) * tiers_n + i];
+                let w = want.tiers[b][i] as i32;
+                m.check(a == w, || {
+                    format!("{head} subspace {b} tier {i}: length {a}, reference {w}")
+                });
+            }
+            for (position, &id) in want.rankings[b].iter().enumerate() {
+                let holding = want.tiers[b].iter().filter(|&&l| position < l).count() as u8;
+                let a = got.tiers[(kh * ns + b) * cent + usize::from(id)];
+                m.check(a == holding, || {
+                    format!("{head} subspace {b} id {id}: in {a} tiers, reference {holding}")
+                });
+            }
+        }
+        let mut hist = vec![0u32; bins];
+        for &v in &want.votes {
+            hist[v as usize] += 1;
+        }
+        for (v, (&a, &w)) in got.vote_hist[kh * bins..(kh + 1) * bins]
+            .iter()
+            .zip(&hist)
+            .enumerate()
+        {
+            m.check(a == w, || {
+                format!("{head} vote_hist[{v}] = {a}, reference {w}")
+            });
+        }
+        for t in 0..got.ld_votes {
+            let a = got.votes[kh * got.ld_votes + t];
+            let w = if want.retrievable.contains(&t) {
+                want.votes[t - want.retrievable.start] as u16
+            } else {
+                POISON_U16
+            };
+            m.check(a == w, || {
+                format!("{head} votes[{t}] = {a}, reference {w} (poison 0xffff)")
+            });
+        }
+        let c = want.candidates.len();
+        m.check(
+            c as u64 == candidate_count(want.retrievable.len() as u64),
+            || format!("{head}: the reference has {c} candidates"),
+        );
+        m.check(got.cand_count[kh] as usize == c, || {
+            format!("{head} cand_count {}, reference {c}", got.cand_count[kh])
+        });
+        let mut sorted = want.candidates.clone();
+        sorted.sort_unstable();
+        let row = &got.cand[kh * got.ld_cand..(kh + 1) * got.ld_cand];
+        for (i, &a) in row.iter().enumerate() {
+            let w = sorted.get(i).map_or(POISON_I32, |&t| t as i32);
+            m.check(a == w, || format!("{head} cand[{i}] = {a}, reference {w}"));
+        }
+        let scores = &got.cand_score[kh * got.ld_cand..(kh + 1) * got.ld_cand];
+        for (i, &s) in scores.iter().enumerate() {
+            if i < c {
+                let w = reference.estimate(sorted[i], want.q_norm, &want.q_tilde);
+                m.check(s == w, || {
+                    format!(
+                        "{head} cand_score[{i}] (token {}) = {s:e}, reference {w:e}",
+                        sorted[i]
+                    )
+                });
+            } else {
+                m.check(s.to_bits() == u64::MAX, || {
+                    format!("{head} cand_score[{i}] written past C")
+                });
+            }
+        }
+        let selection = pariskv_select(reference, &queries, n, case.k).unwrap();
+        selections.push(selection);
+    }
+    check_selection(&got.selection, &selections, &mut m);
+    m.finish();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn retrieval_matches_the_reference() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("retrieval_matches_the_reference");
+    let ks = [16usize, 100, 512, 0];
+    let mut i = 0;
+    for placement in [Placement::Hbm, Placement::Host] {
+        for d in HEAD_DIMS {
+            for g in [1u32, 4, 7] {
+                let k = ks[i % ks.len()];
+                // Lengths around the regimes: empty, below the sink and window, exactly every
+                // token (36 + k), one more, short, and the 5k, 10k and 30k ranges of ρ and β.
+                let pool = [
+                    0,
+                    1,
+                    20,
+                    36 + k,
+                    37 + k,
+                    rng.gen_range(300..1200),
+                    rng.gen_range(5_036..6_000),
+                    rng.gen_range(10_036..11_000),
+                    30_036 + rng.gen_range(0..500),
+                ];
+                let lengths = vec![
+                    pool[i % pool.len()],
+                    pool[(i + 3) % pool.len()],
+                    pool[(i + 5) % pool.len()],
+                ];
+                let case = Case {
+                    d,
+                    g,
+                    placement,
+                    lengths,
+                    k,
+                    one_block_grids: i % 3 == 1,
+                };
+                retrieval_case(&gpu, &mut rng, seed, &case);
+                i += 1;
+            }
+        }
+    }
+}
