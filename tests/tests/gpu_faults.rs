@@ -22,9 +22,10 @@
 //!   one HBM), each with its own store and decoder, decoded `fathom(48)` with an append per step,
 //!   on two streams of one context (`Gpu::with_new_stream`) from two threads at once, equal bit
 //!   for bit to the same steps run one job after the other on one stream.
-//! - `a_mismatched_tuning_record_is_refused_and_defaults_used`: a record of this GPU model in
-//!   `$FATHOM_TUNING_DIR` measured with another driver is refused by `Decoder::new`, which says
-//!   why on standard error and plans with the default tiles; the same record with this
+//! - `a_mismatched_tuning_record_is_refused_and_the_next_place_used`: a record of this GPU
+//!   model in `$FATHOM_TUNING_DIR` measured with another driver is refused by `Decoder::new`,
+//!   which says why on standard error and plans with the next place's record (the compiled-in
+//!   `autotune/records` one of this GPU model, when it fits) or else the defaults; the same record with this
 //!   process's header is used (its scan tile shows in the plan), so the test sees the record.
 //!   Runs in child processes, so that no test changes another's environment.
 
@@ -47,8 +48,11 @@ use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest, Tile, TunedFamily,
 };
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::step::tuning::{context_bucket, fit_scan_tile};
+use runtime::step::{Tuning, TuneKey};
+use runtime::tuning::locate::EMBEDDED_RECORDS;
 use runtime::tuning::{
-    record_file_name, CandidateRecord, EntryKey, EntryRecord, Outcome, RecordMeta, Subject,
+    find_record, record_file_name, CandidateRecord, EntryKey, EntryRecord, Outcome, RecordMeta, Subject,
     TuningRecord, Variant, Winner, TUNING_DIR_VAR,
 };
 
@@ -479,6 +483,8 @@ fn two_streams_step_concurrently_as_one_after_another() {
 const TUNING_CHILD_DIR: &str = "FATHOM_FAULT_TUNING_DIR";
 /// The scan tile of the records written here, unlike the default HBM scan tile (16, 256).
 const RECORDED_SCAN: (usize, usize) = (32, 512);
+/// Tokens of the tuning child's sequence.
+const CHILD_TOKENS: usize = 5000;
 
 /// A record with `meta` whose only entry sets the HBM scan tile of qwen3-8b's shape.
 fn scan_record(meta: RecordMeta) -> TuningRecord {
@@ -538,7 +544,7 @@ fn tuning_child() {
     );
     let id = store.create_sequence();
     let mut rng = inputs::rng("tuning child");
-    let chunk = Chunk::new(&gpu, &mut rng, heads, 5000, d);
+    let chunk = Chunk::new(&gpu, &mut rng, heads, CHILD_TOKENS, d);
     store
         .prefill(id, 0, &chunk.device_keys, &chunk.device_values)
         .expect("prefill");
@@ -590,7 +596,7 @@ fn scan_tile(text: &str) -> (usize, usize) {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn a_mismatched_tuning_record_is_refused_and_defaults_used() {
+fn a_mismatched_tuning_record_is_refused_and_the_next_place_used() {
     let gpu = gpu();
     let nvrtc = codegen::nvrtc::load().expect("NVRTC").path.clone();
     let (major, minor) = codegen::nvrtc::version().expect("NVRTC's version");
@@ -620,13 +626,35 @@ fn a_mismatched_tuning_record_is_refused_and_defaults_used() {
     );
 
     let text = tuning_child_run(&mismatched, &cache, &nvrtc);
-    let default = runtime::step::Tiles::default().scan_hbm;
+    // The next place: the record compiled into the binary, where one of this GPU fits.
+    let next = find_record(&[], EMBEDDED_RECORDS, &current).record;
+    let key = TuneKey {
+        family: TunedFamily::Scan,
+        head_dim: 128,
+        group: 4,
+        placement: Placement::Hbm,
+        context_bucket: context_bucket(CHILD_TOKENS),
+    };
+    let segment_words = DecoderConfig::default().segment_words;
+    let want = match next.as_ref().and_then(|(_, r)| r.tile(&key)) {
+        Some(Tile::Scan {
+            tile_words,
+            threads,
+        }) => fit_scan_tile((tile_words, threads), segment_words),
+        _ => fit_scan_tile(runtime::step::Tiles::default().scan_hbm, segment_words),
+    };
+    assert_ne!(
+        want, RECORDED_SCAN,
+        "the next place's tile equals the refused one: pick another RECORDED_SCAN"
+    );
     assert_eq!(
         scan_tile(&text),
-        default,
-        "the refused record's tile must not be used:\n{text}"
+        want,
+        "after the refusal the next place's tile (else the default) is used:\n{text}"
     );
-    assert!(text.contains("tuned=false"), "{text}");
+    if next.is_none() {
+        assert!(text.contains("tuned=false"), "{text}");
+    }
     let path = mismatched.join(&file).display().to_string();
     for want in [
         format!("the tuning record {path} is refused"),
