@@ -41,6 +41,12 @@ pub struct AttentionBench {
 }
 
 impl AttentionBench {
+    /// Frees the prepared inputs (on the device and the host) until the next case of this
+    /// bench.
+    pub fn release(&mut self) {
+        self.prepared = None;
+    }
+
     /// Lays out and uploads the fetched rows of `case`'s selection.
     pub fn prepare(
         &mut self,
@@ -167,7 +173,7 @@ impl AttentionBench {
                 let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
                 let err = if norm > 0.0 { diff / norm } else { diff };
                 // NaN fails too.
-                if !(err <= MAX_RELATIVE_ERROR) {
+                if err.is_nan() || err > MAX_RELATIVE_ERROR {
                     return Err(format!(
                         "query head {qh}: relative error {err:.3e} (bound {MAX_RELATIVE_ERROR:.0e})"
                     ));

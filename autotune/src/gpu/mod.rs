@@ -408,7 +408,22 @@ fn reference_sample(
 
 impl Bench for GpuBench {
     fn prepare(&mut self, case: &Case) -> Result<CaseInfo, String> {
-        match kind(case) {
+        // Cases of one bench follow each other: free what the others hold (gigabytes of rows
+        // and stores at 1M tokens) before this one allocates.
+        let k = kind(case);
+        if !matches!(k, Kind::Store | Kind::Plan) {
+            self.prepared = None;
+        }
+        if k != Kind::Select {
+            self.select.release();
+        }
+        if k != Kind::Attention {
+            self.attention.release();
+        }
+        if k != Kind::Rows {
+            self.rows.release();
+        }
+        match k {
             Kind::Store | Kind::Plan => self.prepare_store(case),
             Kind::Select => self.select.prepare(&self.dev, &mut self.inputs, case),
             Kind::Attention => self.attention.prepare(&self.dev, &mut self.inputs, case),

@@ -92,6 +92,12 @@ fn family(case: &Case) -> Result<TunedFamily, String> {
 }
 
 impl RowsBench {
+    /// Frees the prepared inputs (on the device and the host) until the next case of this
+    /// bench.
+    pub fn release(&mut self) {
+        self.prepared = None;
+    }
+
     /// Places the rows, means, queries and union of `case` (kept while the shape, context and
     /// placement stay).
     pub fn prepare(
@@ -340,7 +346,8 @@ fn check_scores(p: &Prepared, case: &Case, family: TunedFamily) -> Result<(), St
                 };
                 let s = row[i];
                 // NaN is a mismatch too.
-                if !((f64::from(s) - want).abs() <= tol) {
+                let off = (f64::from(s) - want).abs();
+                if off.is_nan() || off > tol {
                     return Err(format!(
                         "head {h} query {gi} token {i}: {s}, want {want} (tolerance {tol:.3e})"
                     ));

@@ -32,9 +32,9 @@ pub struct Outputs {
     sel_count: DeviceBuffer<i32>,
     uni: DeviceBuffer<i32>,
     uni_count: DeviceBuffer<i32>,
-    _state: DeviceBuffer<u32>,
-    _chunk_counts: DeviceBuffer<u32>,
-    _scratch: DeviceBuffer<i32>,
+    state: DeviceBuffer<u32>,
+    chunk_counts: DeviceBuffer<u32>,
+    scratch: DeviceBuffer<i32>,
 }
 
 /// Times select candidates.
@@ -44,6 +44,12 @@ pub struct SelectBench {
 }
 
 impl SelectBench {
+    /// Frees the prepared inputs (on the device and the host) until the next case of this
+    /// bench.
+    pub fn release(&mut self) {
+        self.prepared = None;
+    }
+
     /// Makes (or keeps) the scores of `case` and uploads them.
     pub fn prepare(
         &mut self,
@@ -114,13 +120,13 @@ impl SelectBench {
             sel_count: gpu.filled(heads * case.group, 0xff).map_err(gpu_err)?,
             uni: gpu.filled(words(plan.uni_words)?, 0xff).map_err(gpu_err)?,
             uni_count: gpu.filled(heads, 0xff).map_err(gpu_err)?,
-            _state: gpu
+            state: gpu
                 .filled(words(plan.state_words)?, 0xff)
                 .map_err(gpu_err)?,
-            _chunk_counts: gpu
+            chunk_counts: gpu
                 .filled(words(plan.chunk_count_words)?, 0xff)
                 .map_err(gpu_err)?,
-            _scratch: gpu
+            scratch: gpu
                 .filled(words(plan.scratch_words)?, 0xff)
                 .map_err(gpu_err)?,
         };
@@ -129,7 +135,7 @@ impl SelectBench {
             int(heads, "num_kv_heads")?,
             int(p.capacity, "ld_scores")?,
         );
-        let (scores, n_total, state) = (p.scores.arg(), p.n_total.arg(), out._state.arg());
+        let (scores, n_total, state) = (p.scores.arg(), p.n_total.arg(), out.state.arg());
         let mut launches = Vec::with_capacity(plan.launches.len());
         for (stage, geometry) in plan.launches {
             let args: Vec<Arg> = match stage {
@@ -138,13 +144,13 @@ impl SelectBench {
                     vec![scores, ld, n_total, state, Arg::I32(i32::from(pass)), hi]
                 }
                 SelectStage::Pick(pass) => vec![state, Arg::I32(i32::from(pass))],
-                SelectStage::Count => vec![scores, ld, n_total, state, out._chunk_counts.arg(), hi],
+                SelectStage::Count => vec![scores, ld, n_total, state, out.chunk_counts.arg(), hi],
                 SelectStage::Write => vec![
                     scores,
                     ld,
                     n_total,
                     state,
-                    out._chunk_counts.arg(),
+                    out.chunk_counts.arg(),
                     out.sel.arg(),
                     ki,
                     hi,
@@ -155,7 +161,7 @@ impl SelectBench {
                     out.sel_pos.arg(),
                     out.uni.arg(),
                     out.uni_count.arg(),
-                    out._scratch.arg(),
+                    out.scratch.arg(),
                     ki,
                 ],
             };
