@@ -1,9 +1,31 @@
 //! What is tuned: the cases (subject, shape, placement, context) of a run and the candidate
 //! variants of each, drawn from one fixed grid and kept where the family's spec validates.
+//!
+//! # The grid and what is left out of it
+//!
+//! Every family's spec accepts any multiple of 32 up to 1,024 threads, and the select spec any
+//! 1 to 32 items per thread: 1,024 select candidates alone per case, too many to time. The grid
+//! keeps, with these reasons:
+//!
+//! - threads: powers of two. Every kernel strides or deals its work over whole warps, so its
+//!   time follows warps per block smoothly; the powers of two sample that at factor-2 steps, as
+//!   the scan and gather grids do. 32 threads (one warp per block) is left out of the families
+//!   with large grids (select, oracle, landmark, fetch, attention): an SM holds at most 32
+//!   blocks, so one-warp blocks cap it at half its warps, which a bandwidth-bound kernel cannot
+//!   be faster with. The plan keeps 32: one warp finds the water line whatever the block size.
+//! - select: items per thread in powers of two (the chunk, `threads × items`, in factor-2
+//!   steps), and chunks of at least [`SELECT_MIN_CHUNK`] tokens: every block of the chunked
+//!   passes clears and flushes a 2,048-bin histogram, more work than a smaller chunk's scores.
+//! - attention: rows per warp 1, 2, 4, 8 (the register arrays that keep rows in flight grow
+//!   with it; the powers of two sample it).
 
-use codegen::spec::{Family, GatherSpec, Placement, ScanSpec};
+use codegen::spec::{
+    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, Placement,
+    PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+};
+use runtime::reference::select::paper_k;
 use runtime::step::tuning::context_bucket;
-use runtime::step::{Tile, Transfer, TunedFamily};
+use runtime::step::{DecoderConfig, Tile, Transfer, TunedFamily};
 use runtime::tuning::{EntryKey, Subject, Variant};
 use sha2::{Digest, Sha256};
 
@@ -25,11 +47,37 @@ pub const GATHER_THREADS: [usize; 3] = [128, 256, 512];
 /// runs are known only on the device) and cannot be captured in a graph, so it is never the
 /// runtime's choice for a decode loop; `StepRequest::transfer` still selects it explicitly.
 pub const TRANSFERS: [Transfer; 2] = [Transfer::Fused, Transfer::CopyKernel];
+/// Threads per block tried for the plan (one block per KV head; see the module docs).
+pub const PLAN_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
+/// Threads per block tried for the row families: oracle, landmark, fetch.
+pub const ROW_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Threads per block tried for the select kernels.
+pub const SELECT_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Scores per thread per chunk tried for the select kernels.
+pub const SELECT_ITEMS: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// The smallest select chunk (`threads × items`) tried, in tokens (see the module docs).
+pub const SELECT_MIN_CHUNK: u32 = 1024;
+/// Threads per block tried for attention.
+pub const ATTENTION_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Rows each warp loads before it computes, tried for attention.
+pub const ATTENTION_ROWS: [u32; 4] = [1, 2, 4, 8];
 
 /// The context lengths tuned by default: 32k, 128k and 1M tokens.
 pub const CONTEXTS: [usize; 3] = [1 << 15, 1 << 17, 1 << 20];
 /// The contexts of `--quick`.
 pub const QUICK_CONTEXTS: [usize; 2] = [1 << 15, 1 << 17];
+
+/// The `k` that select, fetch and attention are timed with at a context of `tokens`: the
+/// paper's protocol ([`paper_k`]: 512 from 32k tokens on), which the presets' runs use.
+pub fn bench_k(tokens: usize) -> usize {
+    paper_k(tokens)
+}
+
+/// The select kernels' `k_max`: the decoder's default ([`DecoderConfig`]), which its select
+/// spec carries.
+pub fn bench_k_max() -> usize {
+    DecoderConfig::default().k_max
+}
 
 /// One key to tune, with what the bench needs to build its inputs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,19 +104,44 @@ impl Case {
     }
 }
 
-/// The subjects and placements tuned: the scan in both placements, and, where the store is in
-/// host memory, the gather (the copy-kernel transfer) and the choice of transfer. In this
-/// order: the three host-placement subjects share one store and plan, and the transfer is
-/// timed with the scan and gather tiles tuned before it.
-pub const SUBJECTS: [(Subject, Placement); 4] = [
-    (Subject::Kernel(TunedFamily::Scan), Placement::Hbm),
-    (Subject::Kernel(TunedFamily::Scan), Placement::Host),
-    (Subject::Kernel(TunedFamily::Gather), Placement::Host),
+const fn kernel(family: TunedFamily) -> Subject {
+    Subject::Kernel(family)
+}
+
+/// The subjects and placements tuned, each under the key the step looks it up by
+/// (`runtime::step::launches`): the scan in both placements; where the store is in host
+/// memory, the gather (the copy-kernel transfer) and the choice of transfer; the plan, select
+/// and attention under HBM (they read only device memory); oracle, landmark and fetch in both
+/// placements of the K/V rows they read.
+///
+/// In this order, which is the order of a run for each shape and context: the three
+/// host-placement store subjects and the plan share one store and plan, and the transfer is
+/// timed with the scan and gather tiles tuned before it; select, attention and fetch share one
+/// set of scores and its selection; the row families of one placement share its K/V rows.
+pub const SUBJECTS: [(Subject, Placement); 13] = [
+    (kernel(TunedFamily::Scan), Placement::Hbm),
+    (kernel(TunedFamily::Scan), Placement::Host),
+    (kernel(TunedFamily::Gather), Placement::Host),
     (Subject::Transfer, Placement::Host),
+    (kernel(TunedFamily::Plan), Placement::Hbm),
+    (kernel(TunedFamily::Select), Placement::Hbm),
+    (kernel(TunedFamily::Attention), Placement::Hbm),
+    (kernel(TunedFamily::Oracle), Placement::Hbm),
+    (kernel(TunedFamily::Landmark), Placement::Hbm),
+    (kernel(TunedFamily::Fetch), Placement::Hbm),
+    (kernel(TunedFamily::Oracle), Placement::Host),
+    (kernel(TunedFamily::Landmark), Placement::Host),
+    (kernel(TunedFamily::Fetch), Placement::Host),
 ];
 
+fn threads(list: &[u32]) -> Vec<Variant> {
+    list.iter()
+        .map(|&t| Variant::Tile(Tile::Threads(t)))
+        .collect()
+}
+
 /// Every candidate of the grid for `subject` in `placement`, before any shape is applied.
-fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
+pub fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
     match subject {
         Subject::Kernel(TunedFamily::Scan) => SCAN_TILE_WORDS
             .iter()
@@ -95,7 +168,36 @@ fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
         Subject::Transfer if placement == Placement::Host => {
             TRANSFERS.iter().map(|&t| Variant::Transfer(t)).collect()
         }
-        _ => Vec::new(),
+        Subject::Transfer => Vec::new(),
+        Subject::Kernel(TunedFamily::Plan) => threads(&PLAN_THREADS),
+        Subject::Kernel(TunedFamily::Oracle | TunedFamily::Landmark | TunedFamily::Fetch) => {
+            threads(&ROW_THREADS)
+        }
+        Subject::Kernel(TunedFamily::Select) => SELECT_THREADS
+            .iter()
+            .flat_map(|&threads| {
+                SELECT_ITEMS
+                    .iter()
+                    .filter(move |&&items| threads * items >= SELECT_MIN_CHUNK)
+                    .map(move |&items_per_thread| {
+                        Variant::Tile(Tile::Select {
+                            threads,
+                            items_per_thread,
+                        })
+                    })
+            })
+            .collect(),
+        Subject::Kernel(TunedFamily::Attention) => ATTENTION_THREADS
+            .iter()
+            .flat_map(|&threads| {
+                ATTENTION_ROWS.iter().map(move |&rows_per_warp| {
+                    Variant::Tile(Tile::Attention {
+                        threads,
+                        rows_per_warp,
+                    })
+                })
+            })
+            .collect(),
     }
 }
 
@@ -103,25 +205,84 @@ fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
 pub fn enumerate(case: &Case) -> Vec<Variant> {
     grid(case.subject, case.placement)
         .into_iter()
-        .filter(|v| valid(case, v))
+        .filter(|v| match v {
+            Variant::Transfer(_) => true,
+            Variant::Tile(_) => tile_spec(case, v).is_ok_and(|s| s.validate().is_ok()),
+        })
         .collect()
 }
 
-fn valid(case: &Case, variant: &Variant) -> bool {
-    match *variant {
-        Variant::Tile(Tile::Scan {
-            tile_words,
+/// The kernel spec a tile candidate of `case` builds (for select, the spec of all its stages;
+/// for landmark, the spec whose `_scan` entry the step runs); why there is none otherwise.
+pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
+    let (d, g) = (case.head_dim, case.group);
+    let (d32, g32) = (d as u32, g as u32);
+    let mismatch = || {
+        format!(
+            "{} is not a candidate of {}",
+            variant.name(),
+            case.subject.as_str()
+        )
+    };
+    let Variant::Tile(tile) = *variant else {
+        return Err(mismatch());
+    };
+    let Subject::Kernel(family) = case.subject else {
+        return Err(mismatch());
+    };
+    Ok(match (family, tile) {
+        (
+            TunedFamily::Scan,
+            Tile::Scan {
+                tile_words,
+                threads,
+            },
+        ) => scan_spec(case, tile_words, threads).into(),
+        (
+            TunedFamily::Gather,
+            Tile::Gather {
+                loads_in_flight,
+                threads,
+            },
+        ) => gather_spec(case, loads_in_flight, threads).into(),
+        (TunedFamily::Plan, Tile::Threads(t)) => plan_spec(d, g, t as usize).into(),
+        (TunedFamily::Oracle, Tile::Threads(t)) => {
+            OracleSpec::new(d32, g32, t, case.placement).into()
+        }
+        (TunedFamily::Landmark, Tile::Threads(t)) => {
+            LandmarkSpec::new(d32, g32, t, case.placement).into()
+        }
+        (TunedFamily::Fetch, Tile::Threads(t)) => {
+            FetchSpec::new(d32, g32, t, case.placement).into()
+        }
+        (
+            TunedFamily::Select,
+            Tile::Select {
+                threads,
+                items_per_thread,
+            },
+        ) => SelectSpec {
+            group: g32,
+            k_max: bench_k_max() as u32,
             threads,
-        }) => scan_spec(case, tile_words, threads).validate().is_ok(),
-        Variant::Tile(Tile::Gather {
-            loads_in_flight,
+            items_per_thread,
+        }
+        .into(),
+        (
+            TunedFamily::Attention,
+            Tile::Attention {
+                threads,
+                rows_per_warp,
+            },
+        ) => AttentionSpec {
+            head_dim: d32,
+            group: g32,
             threads,
-        }) => gather_spec(case, loads_in_flight, threads)
-            .validate()
-            .is_ok(),
-        Variant::Transfer(_) => true,
-        _ => false,
-    }
+            rows_per_warp,
+        }
+        .into(),
+        _ => return Err(mismatch()),
+    })
 }
 
 /// The scan spec of a case and tile.
@@ -146,10 +307,22 @@ pub fn gather_spec(case: &Case, loads_in_flight: usize, threads: usize) -> Gathe
     }
 }
 
+/// The plan kernel every store is planned with, and whose threads are tuned: `fathom` without
+/// rotation on the tuner's block and segment (every method of a shape shares the tuned
+/// threads, as the step's lookup does).
+pub fn plan_spec(head_dim: usize, group: usize, threads: usize) -> PlanSpec {
+    PlanSpec {
+        block: BLOCK,
+        segment_words: SEGMENT_WORDS,
+        threads,
+        ..PlanSpec::new(head_dim, group, PlanMethod::Fathom, false)
+    }
+}
+
 /// sha256 (hex) of the sorted names of the whole grid (every subject and placement, with the
-/// context lists and the store's block and segment): it changes exactly when what a run may
-/// try changes, whatever `--model`, `--config` or `--quick` narrowed it to, so that runs
-/// narrowed differently merge into one record.
+/// context lists, the store's block and segment, and the `k` and `k_max` of the selection):
+/// it changes exactly when what a run may try changes, whatever `--model`, `--config` or
+/// `--quick` narrowed it to, so that runs narrowed differently merge into one record.
 pub fn candidate_checksum() -> String {
     let mut names: Vec<String> = SUBJECTS
         .iter()
@@ -161,8 +334,16 @@ pub fn candidate_checksum() -> String {
         .collect();
     names.extend(CONTEXTS.iter().map(|t| format!("context {t}")));
     names.extend(QUICK_CONTEXTS.iter().map(|t| format!("quick context {t}")));
+    names.extend(
+        CONTEXTS
+            .iter()
+            .chain(&QUICK_CONTEXTS)
+            .map(|&t| format!("k at {t}: {}", bench_k(t))),
+    );
+    names.push(format!("select k_max {}", bench_k_max()));
     names.push(format!("store b{BLOCK} s{SEGMENT_WORDS}"));
     names.sort();
+    names.dedup();
     let mut hash = Sha256::new();
     for name in &names {
         hash.update(name.as_bytes());
@@ -174,6 +355,7 @@ pub fn candidate_checksum() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use codegen::spec::Family;
 
     fn case(subject: Subject, placement: Placement, group: usize) -> Case {
         Case {
@@ -231,6 +413,140 @@ mod tests {
         assert!(enumerate(&case(Subject::Transfer, Placement::Hbm, 4)).is_empty());
     }
 
+    /// Every preset's distinct (D, G), and the extremes the specs allow.
+    fn shapes() -> Vec<(usize, usize)> {
+        let mut shapes: Vec<(usize, usize)> = codegen::model::presets()
+            .iter()
+            .map(|p| (p.shape().head_dim, p.shape().group_size()))
+            .collect();
+        shapes.extend([(64, 1), (256, 8)]);
+        shapes.sort();
+        shapes.dedup();
+        shapes
+    }
+
+    #[test]
+    fn every_candidate_of_every_subject_validates_for_every_shape() {
+        for (d, g) in shapes() {
+            for &(subject, placement) in &SUBJECTS {
+                let c = Case {
+                    head_dim: d,
+                    group: g,
+                    ..case(subject, placement, g)
+                };
+                let all = grid(subject, placement);
+                let valid = enumerate(&c);
+                assert!(!valid.is_empty(), "{subject} {placement:?} D={d} G={g}");
+                for v in &valid {
+                    if let Variant::Tile(_) = v {
+                        let spec = tile_spec(&c, v).unwrap();
+                        assert_eq!(spec.family(), subject.as_str());
+                        spec.validate()
+                            .unwrap_or_else(|e| panic!("{} D={d} G={g}: {e}", v.name()));
+                    }
+                }
+                // Only the scan's grid holds tiles a shape refuses (tiles a segment cannot
+                // hold); every other family's grid is valid as a whole.
+                if subject != Subject::Kernel(TunedFamily::Scan) {
+                    assert_eq!(valid, all, "{subject} {placement:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_new_grids_have_their_stated_sizes() {
+        let size =
+            |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
+        assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
+        assert_eq!(size(TunedFamily::Select, Placement::Hbm), 20);
+        assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 20);
+        for family in [
+            TunedFamily::Oracle,
+            TunedFamily::Landmark,
+            TunedFamily::Fetch,
+        ] {
+            for placement in [Placement::Hbm, Placement::Host] {
+                assert_eq!(size(family, placement), 5, "{family:?} {placement:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
+        let c = case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7);
+        let valid = enumerate(&c);
+        let mut domain = 0;
+        for threads in 1..=1100u32 {
+            for items_per_thread in 0..=40u32 {
+                let spec = SelectSpec {
+                    group: 7,
+                    k_max: bench_k_max() as u32,
+                    threads,
+                    items_per_thread,
+                };
+                let tile = Variant::Tile(Tile::Select {
+                    threads,
+                    items_per_thread,
+                });
+                if spec.validate().is_err() {
+                    assert!(!valid.contains(&tile), "{}", tile.name());
+                    continue;
+                }
+                domain += 1;
+                let kept = threads.is_power_of_two()
+                    && threads >= 64
+                    && items_per_thread.is_power_of_two()
+                    && threads * items_per_thread >= SELECT_MIN_CHUNK;
+                assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
+            }
+        }
+        // Multiples of 32 up to 1,024 threads, 1 to 32 items: the spec's whole domain.
+        assert_eq!(domain, 32 * 32);
+        // The runtime's default select tile is among the candidates.
+        let (threads, items_per_thread) = runtime::step::Tiles::default().select;
+        assert!(valid.contains(&Variant::Tile(Tile::Select {
+            threads,
+            items_per_thread
+        })));
+    }
+
+    #[test]
+    fn the_defaults_of_every_family_are_candidates() {
+        let t = runtime::step::Tiles::default();
+        let has = |family, placement, tile| {
+            enumerate(&case(Subject::Kernel(family), placement, 4)).contains(&Variant::Tile(tile))
+        };
+        assert!(has(
+            TunedFamily::Plan,
+            Placement::Hbm,
+            Tile::Threads(t.plan_threads as u32)
+        ));
+        let (threads, rows_per_warp) = t.attention;
+        assert!(has(
+            TunedFamily::Attention,
+            Placement::Hbm,
+            Tile::Attention {
+                threads,
+                rows_per_warp
+            }
+        ));
+        for family in [
+            TunedFamily::Oracle,
+            TunedFamily::Landmark,
+            TunedFamily::Fetch,
+        ] {
+            assert!(has(family, Placement::Host, Tile::Threads(t.row_threads)));
+        }
+    }
+
+    #[test]
+    fn a_tile_of_another_family_has_no_spec() {
+        let c = case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 4);
+        assert!(tile_spec(&c, &Variant::Tile(Tile::Threads(256))).is_err());
+        assert!(tile_spec(&c, &Variant::Transfer(Transfer::Fused)).is_err());
+    }
+
     #[test]
     fn names_are_distinct_and_the_checksum_is_stable_hex() {
         for &(s, p) in &SUBJECTS {
@@ -247,10 +563,12 @@ mod tests {
     }
 
     #[test]
-    fn keys_carry_the_context_bucket() {
+    fn keys_carry_the_context_bucket_and_k_follows_the_paper() {
         let mut c = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 7);
         c.tokens = 1 << 20;
         assert_eq!(c.key().context_bucket, 20);
         assert_eq!(c.key().group, 7);
+        assert!(CONTEXTS.iter().all(|&t| bench_k(t) == 512));
+        assert!(bench_k(1 << 15) <= bench_k_max());
     }
 }

@@ -2,8 +2,8 @@
 //! records the winners per GPU model (SPEC §9).
 //!
 //! It detects the GPU, measures the ceilings (pinned copy, mapped read, HBM copy), tunes every
-//! case of the selection (scan in host and HBM, gather, transfer; contexts 32k, 128k, 1M) with
-//! a progress bar, merges the result into `<dir>/<gpu-model>.json` (refusing a record there
+//! case of the selection (scan in host and HBM, gather, transfer, plan, select, attention, and
+//! oracle, landmark, fetch in host and HBM; contexts 32k, 128k, 1M) with a progress bar, merges the result into `<dir>/<gpu-model>.json` (refusing a record there
 //! whose header differs, with the reason), prints a summary table and writes an SVG plot of
 //! every candidate's achieved bandwidth beside the record.
 //!
@@ -34,7 +34,7 @@ struct Args {
     /// Tune the shape of a model's Hugging Face `config.json` (repeatable).
     #[arg(long)]
     config: Vec<std::path::PathBuf>,
-    /// Tune only SUBJECT[/PLACEMENT[/CONTEXT]], e.g. `scan/hbm/128k` (repeatable).
+    /// Tune only SUBJECT[/PLACEMENT[/CONTEXT]], e.g. `scan/hbm/128k` or `select` (repeatable).
     #[arg(long)]
     only: Vec<String>,
     /// Contexts 32k and 128k only, fewer repetitions.

@@ -15,8 +15,8 @@ pub enum SelectionError {
     Model { got: String, allowed: String },
     #[error(
         "bad --only {got:?}: {why}; the form is SUBJECT[/PLACEMENT[/CONTEXT]] with SUBJECT \
-         one of scan, gather, transfer, PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m \
-         (e.g. scan/hbm/128k)"
+         one of scan, gather, transfer, plan, select, attention, oracle, landmark, fetch, \
+         PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m (e.g. scan/hbm/128k, select/hbm/1m)"
     )]
     Only { got: String, why: String },
     #[error("the selection is empty: --only {only:?} names no case that is tuned")]
@@ -78,8 +78,9 @@ impl OnlyFilter {
     }
 }
 
-/// The cases of a run, ordered so that every shape and context tunes the scan and the gather
-/// before the transfer that is built from them.
+/// The cases of a run, in the order of [`SUBJECTS`] for every shape and context (so the scan
+/// and the gather are tuned before the transfer that is built from them, and the cases that
+/// share inputs follow each other).
 pub fn select(
     models: &[String],
     only: &[String],
@@ -176,6 +177,17 @@ mod tests {
         // The transfer of a (shape, context) comes after its scan and gather.
         let i = |s: Subject| all.iter().position(|c| c.subject == s).unwrap();
         assert!(i(Subject::Transfer) > i(Subject::Kernel(TunedFamily::Gather)));
+        // Attention and fetch follow the select case whose scores they share.
+        let select = i(Subject::Kernel(TunedFamily::Select));
+        assert!(i(Subject::Kernel(TunedFamily::Attention)) > select);
+        assert!(i(Subject::Kernel(TunedFamily::Fetch)) > select);
+        // Every family the step looks up a tile for is tuned.
+        for family in TunedFamily::ALL {
+            assert!(
+                all.iter().any(|c| c.subject == Subject::Kernel(family)),
+                "{family:?}"
+            );
+        }
     }
 
     #[test]
@@ -205,17 +217,67 @@ mod tests {
             "",
             "scan/pcie",
             "scan/hbm/64k",
-            "select",
+            "selection",
             "teleport",
             "scan/hbm/1m/x",
         ] {
             let err = select(&[], &[bad.into()], false).unwrap_err();
             assert!(matches!(err, SelectionError::Only { .. }), "{bad}: {err}");
         }
-        assert!(matches!(
-            select(&[], &["transfer/hbm".into()], false),
-            Err(SelectionError::Empty { .. })
-        ));
+        for empty in ["transfer/hbm", "select/host", "attention/host", "plan/host"] {
+            assert!(
+                matches!(
+                    select(&[], &[empty.into()], false),
+                    Err(SelectionError::Empty { .. })
+                ),
+                "{empty}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_only_message_names_every_subject() {
+        let err = OnlyFilter::parse("teleport").unwrap_err().to_string();
+        for (subject, _) in SUBJECTS {
+            assert!(err.contains(subject.as_str()), "{subject}: {err}");
+        }
+    }
+
+    #[test]
+    fn only_narrows_to_the_new_families() {
+        let one = select(&["qwen3-8b".into()], &["select/hbm/1m".into()], false).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (one[0].subject, one[0].placement, one[0].tokens),
+            (
+                Subject::Kernel(TunedFamily::Select),
+                Placement::Hbm,
+                1 << 20
+            )
+        );
+        // Every preset shape's select cases, and nothing else.
+        let selects = select(&[], &["select".into()], false).unwrap();
+        assert!(selects
+            .iter()
+            .all(|c| c.subject == Subject::Kernel(TunedFamily::Select)));
+        assert_eq!(selects.len(), 3 * CONTEXTS.len());
+        // The row families in both placements; host only when asked.
+        let fetch = select(&["qwen3-8b".into()], &["fetch".into()], true).unwrap();
+        assert_eq!(fetch.len(), 2 * QUICK_CONTEXTS.len());
+        let host = select(&["qwen3-8b".into()], &["oracle/host".into()], true).unwrap();
+        assert!(host
+            .iter()
+            .all(|c| c.placement == Placement::Host
+                && c.subject == Subject::Kernel(TunedFamily::Oracle)));
+        assert_eq!(host.len(), QUICK_CONTEXTS.len());
+        // Several filters add up.
+        let both = select(
+            &["qwen3-8b".into()],
+            &["attention/hbm/32k".into(), "plan/hbm/32k".into()],
+            false,
+        )
+        .unwrap();
+        assert_eq!(both.len(), 2);
     }
 }
 

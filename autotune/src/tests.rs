@@ -3,13 +3,15 @@
 
 use std::collections::HashMap;
 
+use codegen::model::Basis;
 use codegen::spec::Placement;
-use runtime::step::{Tile, Transfer, TuneKey, TunedFamily, Tuning};
+use runtime::step::launches::{launch_plan, LaunchPlan, PlanInputs, Role, StepShape};
+use runtime::step::{Method, Scoring, Tile, Tiles, Transfer, TuneKey, TunedFamily, Tuning};
 use runtime::tuning::{
     CandidateRecord, MetaMismatch, Outcome, RecordError, RecordMeta, Subject, TuningRecord, Variant,
 };
 
-use crate::candidates::{candidate_checksum, enumerate, Case};
+use crate::candidates::{bench_k, bench_k_max, candidate_checksum, enumerate, Case, SUBJECTS};
 use crate::records::merge_into;
 use crate::tuner::{choose, simplicity, tune, tune_case, Bench, CaseInfo, Observer, Settings};
 
@@ -354,4 +356,203 @@ fn rerunning_merges_and_a_mismatched_record_is_refused() {
         r => panic!("{r:?}"),
     }
     assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+}
+
+/// Every case of one shape and context, as a run orders them.
+fn all_subjects(tokens: usize) -> Vec<Case> {
+    SUBJECTS
+        .iter()
+        .map(|&(subject, placement)| case(subject, placement, tokens))
+        .collect()
+}
+
+/// A fake bench on which `fastest` (one per subject, by name and subject) is fastest.
+fn fastest_per_subject(fastest: &[(Subject, &str)]) -> impl Bench {
+    struct PerSubject(Vec<(Subject, String)>, FakeBench);
+    impl Bench for PerSubject {
+        fn prepare(&mut self, case: &Case) -> Result<CaseInfo, String> {
+            self.1.prepare(case)
+        }
+        fn verify(&mut self, case: &Case, variant: &Variant) -> Result<(), String> {
+            self.1.verify(case, variant)
+        }
+        fn time(&mut self, case: &Case, v: &Variant, reps: usize) -> Result<Vec<f64>, String> {
+            let fast = self
+                .0
+                .iter()
+                .any(|(s, name)| *s == case.subject && *name == v.name());
+            Ok(vec![if fast { 0.5 } else { 1.0 }; reps])
+        }
+    }
+    PerSubject(
+        fastest.iter().map(|&(s, n)| (s, n.to_string())).collect(),
+        FakeBench::new(1.0),
+    )
+}
+
+#[test]
+fn the_new_subjects_are_verified_timed_and_disqualified_like_the_scan() {
+    let select = case(
+        Subject::Kernel(TunedFamily::Select),
+        Placement::Hbm,
+        1 << 20,
+    );
+    // A wrong select candidate that would be fastest must not win; a failing attention
+    // candidate is reported, not fatal.
+    let mut bench = FakeBench::new(2.0)
+        .with("select t1024 i32", Fake::Wrong)
+        .with("select t512 i16", Fake::Times(vec![1.0]))
+        .with("select t256 i32", Fake::Times(vec![1.01]));
+    let entry = tune_case(&mut bench, &select, &settings(), &mut crate::tuner::Silent);
+    assert_eq!(entry.candidates.len(), enumerate(&select).len());
+    let w = entry.winner.unwrap();
+    // 1% slower is within the 2% floor, and 256 threads is simpler than 512.
+    assert_eq!(
+        (w.fastest.as_str(), w.name.as_str()),
+        ("select t512 i16", "select t256 i32")
+    );
+    assert!(matches!(
+        outcome(&entry.candidates, "select t1024 i32"),
+        Outcome::Disqualified { reason } if reason.starts_with("verify:")
+    ));
+
+    let attention = case(
+        Subject::Kernel(TunedFamily::Attention),
+        Placement::Hbm,
+        1 << 15,
+    );
+    let mut bench = FakeBench::new(1.0).with("attention t64 r1", Fake::TimeFails);
+    let entry = tune_case(
+        &mut bench,
+        &attention,
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    assert!(matches!(
+        outcome(&entry.candidates, "attention t64 r1"),
+        Outcome::Disqualified { reason } if reason.contains("too many resources")
+    ));
+    // Exact ties: the fewest threads, then the fewest rows per warp.
+    assert_eq!(entry.winner.unwrap().name, "attention t64 r2");
+
+    // A row family: every thread count is verified, then timed.
+    let fetch = case(
+        Subject::Kernel(TunedFamily::Fetch),
+        Placement::Host,
+        1 << 17,
+    );
+    let mut bench = FakeBench::new(1.0).with("threads t512", Fake::Times(vec![0.5]));
+    let entry = tune_case(&mut bench, &fetch, &settings(), &mut crate::tuner::Silent);
+    assert_eq!(bench.timed.len(), 5);
+    assert_eq!(
+        entry.winner.unwrap().variant,
+        Variant::Tile(Tile::Threads(512))
+    );
+}
+
+fn step_shape(placement: Placement, tokens: usize) -> StepShape {
+    StepShape {
+        batch: 1,
+        kv_heads: 8,
+        head_dim: 128,
+        group: 4,
+        block: crate::candidates::BLOCK,
+        segment_words: crate::candidates::SEGMENT_WORDS,
+        max_seg: tokens.div_ceil(64 * crate::candidates::SEGMENT_WORDS),
+        max_tokens: tokens,
+        placement,
+        basis: Basis::Raw,
+    }
+}
+
+fn step_plan(
+    record: &TuningRecord,
+    placement: Placement,
+    method: Method,
+    tokens: usize,
+) -> LaunchPlan {
+    let shape = step_shape(placement, tokens);
+    launch_plan(&PlanInputs {
+        shape,
+        scoring: Scoring::of(method, 128, shape.block, Basis::Raw).unwrap(),
+        transfer: None,
+        k: bench_k(tokens),
+        k_max: bench_k_max(),
+        tiles: &Tiles::default(),
+        tuning: Some(record),
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
+    let tokens = 1 << 17;
+    let fast = [
+        (Subject::Kernel(TunedFamily::Scan), "scan w32 t512"),
+        (Subject::Kernel(TunedFamily::Plan), "threads t64"),
+        (Subject::Kernel(TunedFamily::Select), "select t512 i8"),
+        (Subject::Kernel(TunedFamily::Attention), "attention t128 r2"),
+        (Subject::Kernel(TunedFamily::Oracle), "threads t512"),
+        (Subject::Kernel(TunedFamily::Landmark), "threads t1024"),
+        (Subject::Kernel(TunedFamily::Fetch), "threads t128"),
+        (Subject::Transfer, "transfer copy-kernel"),
+        (Subject::Kernel(TunedFamily::Gather), "gather l2 t128"),
+    ];
+    let mut bench = fastest_per_subject(&fast);
+    let record = tune(
+        &mut bench,
+        &all_subjects(tokens),
+        meta(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    for placement in [Placement::Hbm, Placement::Host] {
+        // A plane method: plan, (gather,) scan, oracle of the tail, select, fetch, attention.
+        let plan = step_plan(&record, placement, Method::Fathom { bits: 48.0 }, tokens);
+        assert!(
+            plan.tuned,
+            "{placement:?}: a lookup fell back to the defaults"
+        );
+        let s = plan.specs;
+        assert_eq!(s.plan.unwrap().threads, 64);
+        let scan = s.scan.unwrap();
+        assert_eq!((scan.tile_words, scan.threads), (32, 512));
+        let select = s.select.unwrap();
+        assert_eq!((select.threads, select.items_per_thread), (512, 8));
+        assert_eq!((s.attention.threads, s.attention.rows_per_warp), (128, 2));
+        assert_eq!(s.oracle.unwrap().threads, 512);
+        assert_eq!(s.fetch.threads, 128);
+        if placement == Placement::Host {
+            assert_eq!(plan.transfer, Some(Transfer::CopyKernel));
+            assert_eq!(
+                s.gather.map(|g| (g.loads_in_flight, g.threads)),
+                Some((2, 128))
+            );
+        }
+        // The launches carry the tuned tiles: the select chunk sets the chunked grids.
+        for op in &plan.operations {
+            let Some(kernel) = &op.kernel else { continue };
+            let block = kernel.launch.block[0];
+            match op.role {
+                Role::Select(_) => assert_eq!(block, 512),
+                Role::Attention => assert_eq!(block, 128),
+                Role::Fetch => assert_eq!(block, 128),
+                Role::Plan { .. } => assert_eq!(block, 64),
+                _ => {}
+            }
+            if let Role::Select(codegen::spec::select::SelectStage::Count) = op.role {
+                assert_eq!(kernel.launch.grid[0] as usize, tokens.div_ceil(512 * 8));
+            }
+        }
+        // Landmark and oracle scoring find their own tiles in this placement.
+        let landmark = step_plan(&record, placement, Method::Landmark, tokens);
+        assert!(landmark.tuned);
+        assert_eq!(landmark.specs.landmark.unwrap().threads, 1024);
+        let oracle = step_plan(&record, placement, Method::Oracle, tokens);
+        assert!(oracle.tuned);
+        assert_eq!(oracle.specs.oracle.unwrap().threads, 512);
+    }
+    // Another context bucket is served by the nearest tuned one.
+    let far = step_plan(&record, Placement::Host, Method::Landmark, 1 << 20);
+    assert_eq!(far.specs.select.unwrap().threads, 512);
 }

@@ -1,91 +1,120 @@
-//! The [`Bench`] of a real GPU: stores built from random keys through the reference store,
-//! planned on the device with `fathom(48)`, every candidate checked against the f64 reference
-//! on a sample of tokens, then timed with CUDA events.
+//! The [`Bench`] of a real GPU: every candidate is checked against the f64 reference, then
+//! timed with CUDA events.
 //!
-//! Timing: two warm-up runs, then `reps` runs, each after the L2 cache is overwritten (a
-//! memset of [`FLUSH_BYTES`] outside the timed window), so that every run reads its inputs
-//! fresh from HBM or host memory as a decode step does, not from a warm L2.
+//! Timing ([`device::Device::time`]): two warm-up runs, then `reps` runs, each after the L2
+//! cache is overwritten (a memset of [`FLUSH_BYTES`] outside the timed window), so that every
+//! run reads its inputs fresh from HBM or host memory as a decode step does, not from a warm
+//! L2.
 //!
-//! What each subject times: a scan tile, the scan alone (source runs, in the case's
-//! placement); a gather tile, the gather alone (host to staging); a transfer, everything the
-//! transfer puts between the plan and the scores: `fused` is the host scan, `copy-kernel` the
-//! gather and the HBM scan of the staged runs, each with the best tile found earlier in the run
-//! (cases are ordered so that the scan and gather come first) or the runtime's default.
+//! What each subject times and checks:
+//! - the store subjects, on stores built from random keys through the reference store and
+//!   planned on the device with `fathom(48)`, checked on a sample of tokens: a scan tile, the
+//!   scan alone (source runs, in the case's placement); a gather tile, the gather alone (host
+//!   to staging); a transfer, everything the transfer puts between the plan and the scores:
+//!   `fused` is the host scan, `copy-kernel` the gather and the HBM scan of the staged runs,
+//!   each with the best tile found earlier in the run (cases are ordered so that the scan and
+//!   gather come first) or the runtime's default;
+//! - `plan` ([`plan`]): the plan kernel on that store;
+//! - `select` ([`select`]), `attention` ([`attention`]), and `oracle`, `landmark`, `fetch`
+//!   ([`rows`]) on fresh random scores and K/V rows ([`inputs`]).
 
+mod attention;
+mod device;
+mod inputs;
+mod plan;
+mod rows;
+mod select;
 mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use codegen::spec::{GatherSpec, KernelSpec, Placement, ScanSpec};
-use cudarc::driver::CudaFunction;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use runtime::ceilings::Ceilings;
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
-use runtime::jit::Jit;
+use runtime::gpu::{Arg, DeviceBuffer, Gpu};
 use runtime::reference::store::HeadStore;
 use runtime::step::tuning::fit_scan_tile;
 use runtime::step::{Tile, Tiles, Transfer, TunedFamily};
 use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
 
+pub use device::{Device, FLUSH_BYTES};
+pub use inputs::{HostRows, HostScores};
 pub use store::{reference_stores, DevicePlan, DeviceStore, Staging, PLAN_BITS};
 
 use crate::candidates::{gather_spec, scan_spec, Case, SEGMENT_WORDS};
 use crate::tuner::{Bench, CaseInfo};
+use device::{gpu_err, Launch};
 
-/// Bytes overwritten between timed runs: several times any L2 cache.
-pub const FLUSH_BYTES: usize = 256 << 20;
 /// Tokens of each head compared with the reference (plus the first and the last).
 pub const SAMPLE_TOKENS: usize = 2048;
 
-/// One kernel launch: function, grid, block, arguments.
-type Launch = (CudaFunction, (u32, u32, u32), (u32, u32, u32), Vec<Arg>);
-
-fn gpu_err(e: GpuError) -> String {
-    e.to_string()
-}
-
-/// The inputs of the cases of one (shape, heads, context, placement).
-struct Prepared {
+/// The inputs of the store cases of one (shape, heads, context, placement).
+pub(crate) struct Prepared {
     ident: (usize, usize, usize, usize, Placement),
-    store: DeviceStore,
-    /// Where the staged run table points: kept alive, never read here.
-    _staging: Staging,
-    plan: DevicePlan,
+    pub(crate) store: DeviceStore,
+    /// Where the staged run table points.
+    pub(crate) staging: Staging,
+    pub(crate) plan: DevicePlan,
     scores: DeviceBuffer<f32>,
     /// Token positions compared, and per `(h, g, sample)` the reference score and tolerance.
     sample: Vec<usize>,
     want: Vec<(f64, f64)>,
 }
 
+/// Which bench a case belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Scan, gather, transfer: the store and its plan.
+    Store,
+    Plan,
+    Select,
+    Attention,
+    /// Oracle, landmark, fetch.
+    Rows,
+}
+
+fn kind(case: &Case) -> Kind {
+    match case.subject {
+        Subject::Kernel(TunedFamily::Plan) => Kind::Plan,
+        Subject::Kernel(TunedFamily::Select) => Kind::Select,
+        Subject::Kernel(TunedFamily::Attention) => Kind::Attention,
+        Subject::Kernel(TunedFamily::Oracle | TunedFamily::Landmark | TunedFamily::Fetch) => {
+            Kind::Rows
+        }
+        Subject::Kernel(TunedFamily::Scan | TunedFamily::Gather) | Subject::Transfer => Kind::Store,
+    }
+}
+
 /// Times candidates on one GPU.
 pub struct GpuBench {
-    gpu: Arc<Gpu>,
-    /// Kernels compiled on all cores and cached on disk (a second run compiles nothing).
-    jit: Jit,
-    ceilings: Ceilings,
+    dev: Device,
     /// Reference stores by (head dimension, tokens), as many heads as any case asked for:
     /// encoding 1M tokens on the CPU is the slowest part of a case, so it is done once.
     references: HashMap<(usize, usize), Vec<HeadStore>>,
     prepared: Option<Prepared>,
-    flush: DeviceBuffer<u8>,
     winners: HashMap<EntryKey, Tile>,
+    inputs: inputs::Inputs,
+    select: select::SelectBench,
+    attention: attention::AttentionBench,
+    rows: rows::RowsBench,
 }
 
 impl GpuBench {
-    /// A bench on `gpu`, judging rates against `ceilings`, loading kernels through a [`Jit`]
-    /// on the default kernel cache.
+    /// A bench on `gpu`, judging rates against `ceilings`, loading kernels through a
+    /// `runtime::jit::Jit` on the default kernel cache.
     pub fn new(gpu: Arc<Gpu>, ceilings: Ceilings) -> Result<Self, String> {
         Ok(GpuBench {
-            jit: Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?,
-            flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
-            gpu,
-            ceilings,
+            dev: Device::new(gpu, ceilings)?,
             references: HashMap::new(),
             prepared: None,
             winners: HashMap::new(),
+            inputs: inputs::Inputs::default(),
+            select: select::SelectBench::default(),
+            attention: attention::AttentionBench::default(),
+            rows: rows::RowsBench::default(),
         })
     }
 
@@ -142,23 +171,15 @@ impl GpuBench {
         gather_spec(case, l, t)
     }
 
-    fn function(&self, spec: KernelSpec) -> Result<CudaFunction, String> {
-        let kernel = self.jit.kernel(&spec).map_err(|e| e.to_string())?;
-        let f = kernel
-            .function(&spec.kernel_name())
-            .map_err(|e| e.to_string())?;
-        Ok(f.clone())
-    }
-
     fn prepared(&self) -> Result<&Prepared, String> {
         self.prepared
             .as_ref()
             .ok_or_else(|| "the case was not prepared".to_string())
     }
 
-    /// The kernels `variant` runs, in order, each with whether its scan reads the staged run
-    /// table; `checking` adds what makes a gather's output comparable with the reference (the
-    /// HBM scan of what it staged).
+    /// The kernels a store `variant` runs, in order, each with whether its scan reads the
+    /// staged run table; `checking` adds what makes a gather's output comparable with the
+    /// reference (the HBM scan of what it staged).
     fn parts(
         &self,
         case: &Case,
@@ -191,16 +212,12 @@ impl GpuBench {
         })
     }
 
-    /// The launches of `parts`: (function, grid, block, arguments).
-    fn launches(
-        &mut self,
-        case: &Case,
-        parts: Vec<(KernelSpec, bool)>,
-    ) -> Result<Vec<Launch>, String> {
+    /// The launches of store `parts`: (function, grid, block, arguments).
+    fn launches(&self, case: &Case, parts: Vec<(KernelSpec, bool)>) -> Result<Vec<Launch>, String> {
         let heads = case.kv_heads;
         let mut out = Vec::new();
         for (spec, staged) in parts {
-            let f = self.function(spec)?;
+            let f = self.dev.function(spec)?;
             let p = self.prepared()?;
             let max_seg = p.store.max_seg;
             let (grid, block, args) = match spec {
@@ -247,13 +264,6 @@ impl GpuBench {
         Ok(out)
     }
 
-    fn run(&self, launches: &[Launch]) -> Result<(), GpuError> {
-        for (f, grid, block, args) in launches {
-            self.gpu.launch(f, *grid, *block, 0, args)?;
-        }
-        Ok(())
-    }
-
     /// Compares the sampled scores with the reference.
     fn compare(&self, case: &Case) -> Result<(), String> {
         let p = self.prepared()?;
@@ -278,6 +288,84 @@ impl GpuBench {
             }
         }
         Ok(())
+    }
+
+    /// Builds (or keeps) the store, staging and plan of a store or plan case.
+    fn prepare_store(&mut self, case: &Case) -> Result<CaseInfo, String> {
+        let (d, g, heads, n) = (case.head_dim, case.group, case.kv_heads, case.tokens);
+        let store_placement = match case.subject {
+            Subject::Kernel(TunedFamily::Scan) => case.placement,
+            _ => Placement::Host,
+        };
+        let ident = (d, g, heads, n, store_placement);
+        if self.prepared.as_ref().map(|p| p.ident) != Some(ident) {
+            // Free the previous case's memory before allocating this one's.
+            self.prepared = None;
+            if self.references.get(&(d, n)).is_none_or(|r| r.len() < heads) {
+                self.references
+                    .insert((d, n), reference_stores(d, heads, n)?);
+            }
+            let stores = &self.references[&(d, n)][..heads];
+            let gpu = &self.dev.gpu;
+            let store = DeviceStore::new(gpu, store_placement, stores)?;
+            let staging = Staging::new(gpu, heads, store.max_seg, d)?;
+            let plan_spec = store::plan_spec(d, g);
+            let plan_kernel = self.dev.function(plan_spec.into())?;
+            let plan = store::plan(gpu, &plan_kernel, plan_spec, &store, &staging, g, n)?;
+            let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
+            let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
+            sample.shuffle(&mut rng);
+            sample.truncate(SAMPLE_TOKENS);
+            sample.extend([0, n - 1]);
+            let want = reference_sample(stores, &plan, g, &sample);
+            let scores = gpu.filled(heads * g * n, 0xff).map_err(gpu_err)?;
+            self.prepared = Some(Prepared {
+                ident,
+                store,
+                staging,
+                plan,
+                scores,
+                sample,
+                want,
+            });
+        }
+        // Compile every candidate of the case on all cores now; one that fails is disqualified
+        // when it is verified, by its own error.
+        let specs: Vec<KernelSpec> = crate::candidates::enumerate(case)
+            .iter()
+            .flat_map(|v| match kind(case) {
+                Kind::Plan => crate::candidates::tile_spec(case, v)
+                    .map(|s| vec![s])
+                    .unwrap_or_default(),
+                _ => self
+                    .parts(case, v, true)
+                    .map(|parts| parts.into_iter().map(|(s, _)| s).collect())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        self.dev.preload(&specs);
+        let p = self.prepared()?;
+        if kind(case) == Kind::Plan {
+            // The plan's output is tables, not a stream of bytes: no rate to judge.
+            return Ok(CaseInfo {
+                bytes: None,
+                ceiling: None,
+            });
+        }
+        let ceiling = match (case.subject, case.placement) {
+            (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => (
+                "HBM read (copy / 2)".to_string(),
+                self.dev.ceilings.hbm_copy_gbps / 2.0,
+            ),
+            _ => (
+                "pinned copy".to_string(),
+                self.dev.ceilings.pinned_copy_gbps,
+            ),
+        };
+        Ok(CaseInfo {
+            bytes: Some(p.plan.bytes),
+            ceiling: Some(ceiling),
+        })
     }
 }
 
@@ -320,89 +408,118 @@ fn reference_sample(
 
 impl Bench for GpuBench {
     fn prepare(&mut self, case: &Case) -> Result<CaseInfo, String> {
-        let (d, g, heads, n) = (case.head_dim, case.group, case.kv_heads, case.tokens);
-        let store_placement = match case.subject {
-            Subject::Kernel(TunedFamily::Scan) => case.placement,
-            _ => Placement::Host,
-        };
-        let ident = (d, g, heads, n, store_placement);
-        if self.prepared.as_ref().map(|p| p.ident) != Some(ident) {
-            // Free the previous case's memory before allocating this one's.
+        // Cases of one bench follow each other: free what the others hold (gigabytes of rows
+        // and stores at 1M tokens) before this one allocates.
+        let k = kind(case);
+        if !matches!(k, Kind::Store | Kind::Plan) {
             self.prepared = None;
-            if self.references.get(&(d, n)).is_none_or(|r| r.len() < heads) {
-                self.references
-                    .insert((d, n), reference_stores(d, heads, n)?);
-            }
-            let stores = &self.references[&(d, n)][..heads];
-            let store = DeviceStore::new(&self.gpu, store_placement, stores)?;
-            let staging = Staging::new(&self.gpu, heads, store.max_seg, d)?;
-            let plan_spec = store::plan_spec(d, g);
-            let plan_kernel = self.function(plan_spec.into())?;
-            let plan = store::plan(&self.gpu, &plan_kernel, plan_spec, &store, &staging, g, n)?;
-            let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
-            let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
-            sample.shuffle(&mut rng);
-            sample.truncate(SAMPLE_TOKENS);
-            sample.extend([0, n - 1]);
-            let want = reference_sample(stores, &plan, g, &sample);
-            let scores = self.gpu.filled(heads * g * n, 0xff).map_err(gpu_err)?;
-            self.prepared = Some(Prepared {
-                ident,
-                store,
-                _staging: staging,
-                plan,
-                scores,
-                sample,
-                want,
-            });
         }
-        // Compile every candidate of the case on all cores now; one that fails is disqualified
-        // when it is verified, by its own error.
-        let specs: Vec<KernelSpec> = crate::candidates::enumerate(case)
-            .iter()
-            .filter_map(|v| self.parts(case, v, true).ok())
-            .flatten()
-            .map(|(spec, _)| spec)
-            .collect();
-        let _ = self.jit.load_set(&specs);
-        let p = self.prepared()?;
-        let ceiling = match (case.subject, case.placement) {
-            (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => (
-                "HBM read (copy / 2)".to_string(),
-                self.ceilings.hbm_copy_gbps / 2.0,
-            ),
-            _ => ("pinned copy".to_string(), self.ceilings.pinned_copy_gbps),
-        };
-        Ok(CaseInfo {
-            bytes: Some(p.plan.bytes),
-            ceiling: Some(ceiling),
-        })
+        if k != Kind::Select {
+            self.select.release();
+        }
+        if k != Kind::Attention {
+            self.attention.release();
+        }
+        if k != Kind::Rows {
+            self.rows.release();
+        }
+        match k {
+            Kind::Store | Kind::Plan => self.prepare_store(case),
+            Kind::Select => self.select.prepare(&self.dev, &mut self.inputs, case),
+            Kind::Attention => self.attention.prepare(&self.dev, &mut self.inputs, case),
+            Kind::Rows => self.rows.prepare(&self.dev, &mut self.inputs, case),
+        }
     }
 
     fn verify(&mut self, case: &Case, variant: &Variant) -> Result<(), String> {
-        let parts = self.parts(case, variant, true)?;
-        let launches = self.launches(case, parts)?;
-        self.gpu
-            .fill(&self.prepared()?.scores, 0xff)
-            .map_err(gpu_err)?;
-        self.run(&launches).map_err(gpu_err)?;
-        self.gpu.synchronize().map_err(gpu_err)?;
-        self.compare(case)
+        let dev = &self.dev;
+        match kind(case) {
+            Kind::Store => {
+                let parts = self.parts(case, variant, true)?;
+                let launches = self.launches(case, parts)?;
+                dev.gpu
+                    .fill(&self.prepared()?.scores, 0xff)
+                    .map_err(gpu_err)?;
+                dev.run_once(&launches)?;
+                self.compare(case)
+            }
+            Kind::Plan => {
+                let p = self.prepared()?;
+                let (launches, out) = plan::candidate(dev, p, case, variant)?;
+                dev.run_once(&launches)?;
+                plan::check(p, case, &out)
+            }
+            Kind::Select => {
+                let (launches, out) = self.select.candidate(dev, case, variant)?;
+                dev.run_once(&launches)?;
+                self.select.check(&out)
+            }
+            Kind::Attention => {
+                let (launches, out) = self.attention.candidate(dev, case, variant)?;
+                dev.run_once(&launches)?;
+                self.attention.check(case, &out)
+            }
+            Kind::Rows => {
+                let (launches, out) = self.rows.candidate(dev, case, variant)?;
+                dev.run_once(&launches)?;
+                self.rows.check(case, &out)
+            }
+        }
     }
 
     fn time(&mut self, case: &Case, variant: &Variant, reps: usize) -> Result<Vec<f64>, String> {
-        let parts = self.parts(case, variant, false)?;
-        let launches = self.launches(case, parts)?;
-        for _ in 0..2 {
-            self.run(&launches).map_err(gpu_err)?;
+        let dev = &self.dev;
+        // The outputs stay alive until the timed runs are done.
+        match kind(case) {
+            Kind::Store => {
+                let parts = self.parts(case, variant, false)?;
+                dev.time(&self.launches(case, parts)?, reps)
+            }
+            Kind::Plan => {
+                let (launches, _out) = plan::candidate(dev, self.prepared()?, case, variant)?;
+                dev.time(&launches, reps)
+            }
+            Kind::Select => {
+                let (launches, _out) = self.select.candidate(dev, case, variant)?;
+                dev.time(&launches, reps)
+            }
+            Kind::Attention => {
+                let (launches, _out) = self.attention.candidate(dev, case, variant)?;
+                dev.time(&launches, reps)
+            }
+            Kind::Rows => {
+                let (launches, _out) = self.rows.candidate(dev, case, variant)?;
+                dev.time(&launches, reps)
+            }
         }
-        self.gpu.synchronize().map_err(gpu_err)?;
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
-            self.gpu.fill(&self.flush, 0x5a).map_err(gpu_err)?;
-            let ms = self.gpu.time_ms(|| self.run(&launches)).map_err(gpu_err)?;
-            times.push(f64::from(ms));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidates::SUBJECTS;
+
+    #[test]
+    fn every_subject_has_a_bench() {
+        for &(subject, placement) in &SUBJECTS {
+            let case = Case {
+                subject,
+                head_dim: 128,
+                group: 4,
+                kv_heads: 8,
+                placement,
+                tokens: 1 << 15,
+            };
+            let k = kind(&case);
+            match subject {
+                Subject::Transfer => assert_eq!(k, Kind::Store),
+                Subject::Kernel(f) => assert_eq!(
+                    k == Kind::Store,
+                    matches!(f, TunedFamily::Scan | TunedFamily::Gather),
+                    "{f:?}"
+                ),
+            }
         }
-        Ok(times)
     }
 }

@@ -2,7 +2,7 @@
 //! device or mapped host memory in the layout of `templates/ABI.md`, and a `fathom(48)` plan
 //! made on the device by the plan kernel.
 
-use codegen::spec::{Placement, PlanMethod, PlanSpec};
+use codegen::spec::{Placement, PlanSpec};
 use cudarc::driver::CudaFunction;
 use half::bf16;
 use rand::{Rng, SeedableRng};
@@ -59,14 +59,15 @@ pub fn reference_stores(d: usize, heads: usize, tokens: usize) -> Result<Vec<Hea
     })
 }
 
-/// Memory of a segment: on the device or mapped from the host.
-enum Memory<T> {
+/// Memory of a segment (or of rows): on the device or mapped from the host.
+pub(crate) enum Memory<T> {
     Device(DeviceBuffer<T>),
     Mapped(MappedBuffer<T>),
 }
 
 impl<T: Copy> Memory<T> {
-    fn new(gpu: &Gpu, placement: Placement, data: &[T]) -> Result<Self, String> {
+    /// `data` copied into `placement`.
+    pub(crate) fn new(gpu: &Gpu, placement: Placement, data: &[T]) -> Result<Self, String> {
         let e = |x: runtime::gpu::GpuError| x.to_string();
         Ok(match placement {
             Placement::Hbm => Memory::Device(gpu.upload(data).map_err(e)?),
@@ -78,7 +79,8 @@ impl<T: Copy> Memory<T> {
         })
     }
 
-    fn addr(&self) -> u64 {
+    /// The address a kernel reads it through.
+    pub(crate) fn addr(&self) -> u64 {
         match self {
             Memory::Device(b) => b.addr(),
             Memory::Mapped(b) => b.addr(),
@@ -157,8 +159,109 @@ impl Staging {
     }
 }
 
+/// What a plan kernel writes, in device memory.
+pub struct PlanOutputs {
+    /// Queries in the store basis, `[H][G][D]`.
+    pub q_store: DeviceBuffer<f32>,
+    /// `[H][D]`.
+    pub depths: DeviceBuffer<u8>,
+    pub class_count: DeviceBuffer<u32>,
+    /// Source run table, `[H][max_seg][D][4]`.
+    pub runs: DeviceBuffer<u64>,
+    /// Staged run table (into [`Staging`]).
+    pub staged_runs: DeviceBuffer<u64>,
+    /// `[3]`: `{1 = staging too small, b, h}`, 0 when it fits.
+    pub status: DeviceBuffer<i32>,
+}
+
+impl PlanOutputs {
+    /// Outputs for `store` and `group` query heads, every byte poisoned (the status zeroed).
+    pub fn new(gpu: &Gpu, store: &DeviceStore, group: usize, d: usize) -> Result<Self, String> {
+        let e = |x: runtime::gpu::GpuError| x.to_string();
+        let heads = store.heads;
+        let table = heads * store.max_seg * d * 4;
+        Ok(PlanOutputs {
+            q_store: gpu.filled(heads * group * d, 0xff).map_err(e)?,
+            depths: gpu.filled(heads * d, 0xff).map_err(e)?,
+            class_count: gpu.filled(heads * 4, 0xff).map_err(e)?,
+            runs: gpu.filled(table, 0xff).map_err(e)?,
+            staged_runs: gpu.filled(table, 0xff).map_err(e)?,
+            status: gpu.upload(&[0i32; 3]).map_err(e)?,
+        })
+    }
+}
+
+/// The random inputs of a plan: raw queries and channel variances, on the device and on the
+/// host.
+pub struct PlanInputs {
+    pub queries: Vec<f32>,
+    pub sigma2: Vec<f32>,
+    pub q: DeviceBuffer<f32>,
+    pub s2: DeviceBuffer<f32>,
+}
+
+impl PlanInputs {
+    /// Queries of `heads × group` query heads and variances of `heads × d` channels, seeded by
+    /// the context.
+    pub fn new(
+        gpu: &Gpu,
+        heads: usize,
+        group: usize,
+        d: usize,
+        tokens: usize,
+    ) -> Result<Self, String> {
+        let e = |x: runtime::gpu::GpuError| x.to_string();
+        let mut rng = ChaCha8Rng::seed_from_u64(0x9e11 ^ tokens as u64);
+        let queries: Vec<f32> = (0..heads * group * d)
+            .map(|_| rng.gen_range(-1.0f32..1.0))
+            .collect();
+        let sigma2: Vec<f32> = (0..heads * d)
+            .map(|_| 10f32.powf(rng.gen_range(-1.0f32..1.0)))
+            .collect();
+        Ok(PlanInputs {
+            q: gpu.upload(&queries).map_err(e)?,
+            s2: gpu.upload(&sigma2).map_err(e)?,
+            queries,
+            sigma2,
+        })
+    }
+}
+
+/// The plan kernel's arguments (its launch ABI, `codegen::spec::plan`) for `fathom(PLAN_BITS)`
+/// without rotation, writing both run tables.
+pub fn plan_args(
+    inputs: &PlanInputs,
+    store: &DeviceStore,
+    staging: &Staging,
+    out: &PlanOutputs,
+) -> Vec<Arg> {
+    vec![
+        inputs.q.arg(),
+        inputs.s2.arg(),
+        Arg::Ptr(0),
+        Arg::Ptr(0),
+        Arg::F32(PLAN_BITS),
+        store.seg_words.arg(),
+        store.seg_scales.arg(),
+        Arg::I32(store.max_seg as i32),
+        store.n_stored.arg(),
+        Arg::I32(store.heads as i32),
+        out.q_store.arg(),
+        out.depths.arg(),
+        out.class_count.arg(),
+        out.runs.arg(),
+        out.staged_runs.arg(),
+        staging.words.arg(),
+        staging.scales.arg(),
+        Arg::I32(staging.planes as i32),
+        out.status.arg(),
+    ]
+}
+
 /// A plan on the device and what verification needs of it.
 pub struct DevicePlan {
+    /// The inputs it was made from (the plan bench plans them again).
+    pub inputs: PlanInputs,
     /// Source run table, `[H][max_seg][D][4]`.
     pub runs: DeviceBuffer<u64>,
     /// Staged run table (into [`Staging`]).
@@ -173,13 +276,10 @@ pub struct DevicePlan {
     pub bytes: u64,
 }
 
-/// The plan kernel of every case: `fathom` without rotation, on the tuner's block and segment.
+/// The plan kernel of every case: `fathom` without rotation, on the tuner's block and segment,
+/// with the runtime's default threads.
 pub fn plan_spec(d: usize, group: usize) -> PlanSpec {
-    PlanSpec {
-        block: BLOCK,
-        segment_words: SEGMENT_WORDS,
-        ..PlanSpec::new(d, group, PlanMethod::Fathom, false)
-    }
+    crate::candidates::plan_spec(d, group, runtime::step::Tiles::default().plan_threads)
 }
 
 /// Plans `store` (every head of it) with `fathom(PLAN_BITS)` on the device with `function`,
@@ -195,61 +295,28 @@ pub fn plan(
 ) -> Result<DevicePlan, String> {
     let e = |x: runtime::gpu::GpuError| x.to_string();
     let (heads, d) = (store.heads, spec.head_dim);
-    let mut rng = ChaCha8Rng::seed_from_u64(0x9e11 ^ tokens as u64);
-    let queries: Vec<f32> = (0..heads * group * d)
-        .map(|_| rng.gen_range(-1.0f32..1.0))
-        .collect();
-    let sigma2: Vec<f32> = (0..heads * d)
-        .map(|_| 10f32.powf(rng.gen_range(-1.0f32..1.0)))
-        .collect();
-    let table = heads * store.max_seg * d * 4;
-    let runs = gpu.filled::<u64>(table, 0xff).map_err(e)?;
-    let staged_runs = gpu.filled::<u64>(table, 0xff).map_err(e)?;
-    let class_count = gpu.filled::<u32>(heads * 4, 0xff).map_err(e)?;
-    let q_store = gpu.filled::<f32>(heads * group * d, 0xff).map_err(e)?;
-    let q = gpu.upload(&queries).map_err(e)?;
-    let s2 = gpu.upload(&sigma2).map_err(e)?;
-    let depths = gpu.filled::<u8>(heads * d, 0xff).map_err(e)?;
-    let status = gpu.upload(&[0i32; 3]).map_err(e)?;
-    let args = [
-        q.arg(),
-        s2.arg(),
-        Arg::Ptr(0),
-        Arg::Ptr(0),
-        Arg::F32(PLAN_BITS),
-        store.seg_words.arg(),
-        store.seg_scales.arg(),
-        Arg::I32(store.max_seg as i32),
-        store.n_stored.arg(),
-        Arg::I32(heads as i32),
-        q_store.arg(),
-        depths.arg(),
-        class_count.arg(),
-        runs.arg(),
-        staged_runs.arg(),
-        staging.words.arg(),
-        staging.scales.arg(),
-        Arg::I32(staging.planes as i32),
-        status.arg(),
-    ];
+    let inputs = PlanInputs::new(gpu, heads, group, d, tokens)?;
+    let out = PlanOutputs::new(gpu, store, group, d)?;
+    let args = plan_args(&inputs, store, staging, &out);
     let (grid, block, shared) = spec.launch_dims(1, heads);
     gpu.launch(function, grid, block, shared, &args)
         .map_err(e)?;
     gpu.synchronize().map_err(e)?;
-    let status = status.download().map_err(e)?;
+    let status = out.status.download().map_err(e)?;
     if status[0] != 0 {
         return Err(format!("plan: staging too small, status {status:?}"));
     }
-    let depths = depths.download().map_err(e)?;
+    let depths = out.depths.download().map_err(e)?;
     let planes: usize = depths.iter().map(|&t| t as usize).sum();
     let active = depths.iter().filter(|&&t| t > 0).count();
     let bytes = planes * (tokens / 64) * 8 + active * (tokens / BLOCK) * 2;
     Ok(DevicePlan {
-        queries: q_store.download().map_err(e)?,
-        runs,
-        staged_runs,
-        class_count,
-        q_store,
+        queries: out.q_store.download().map_err(e)?,
+        inputs,
+        runs: out.runs,
+        staged_runs: out.staged_runs,
+        class_count: out.class_count,
+        q_store: out.q_store,
         depths,
         bytes: bytes as u64,
     })

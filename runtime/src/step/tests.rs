@@ -786,3 +786,123 @@ fn rotated_stores_plan_with_rotation_and_loki_reads_its_channels() {
     assert_eq!(spec.method, PlanMethod::Loki { r: 32 });
     assert!(spec.kernel_name().contains("_loki32_rot_"));
 }
+
+/// A record holding only select and attention winners, remembering every key asked.
+struct Asked {
+    keys: std::cell::RefCell<Vec<TuneKey>>,
+}
+
+impl Tuning for Asked {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        self.keys.borrow_mut().push(*key);
+        match key.family {
+            TunedFamily::Select => Some(Tile::Select {
+                threads: 1024,
+                items_per_thread: 2,
+            }),
+            TunedFamily::Attention => Some(Tile::Attention {
+                threads: 512,
+                rows_per_warp: 8,
+            }),
+            _ => None,
+        }
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
+#[test]
+fn select_and_attention_winners_change_the_specs_and_their_launches() {
+    let tokens = 100_000;
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(4, tokens, placement);
+        let method = Method::Fathom { bits: 48.0 };
+        let untuned = plan_of(s, method, None, 64, None).unwrap();
+        let record = Asked {
+            keys: Default::default(),
+        };
+        let tuned = plan_of(s, method, None, 64, Some(&record)).unwrap();
+        let (before, after) = (untuned.specs, tuned.specs);
+        let defaults = Tiles::default();
+        let select = |p: &super::LaunchPlan| p.specs.select.unwrap();
+        assert_eq!(
+            (select(&untuned).threads, select(&untuned).items_per_thread),
+            defaults.select
+        );
+        assert_eq!(
+            (select(&tuned).threads, select(&tuned).items_per_thread),
+            (1024, 2)
+        );
+        assert_eq!(
+            (before.attention.threads, before.attention.rows_per_warp),
+            defaults.attention
+        );
+        assert_eq!(
+            (after.attention.threads, after.attention.rows_per_warp),
+            (512, 8)
+        );
+        // Everything the record does not answer keeps its default.
+        assert_eq!(after.fetch, before.fetch);
+        assert_eq!(after.plan, before.plan);
+        assert_eq!(after.oracle, before.oracle);
+        assert!(!tuned.tuned);
+        // The launches are built from the tuned specs: blocks, the chunked grids, entry names.
+        let capacity = token_capacity(tokens) as u64;
+        for op in &tuned.operations {
+            let kernel = op.kernel.as_ref();
+            match op.role {
+                Role::Select(stage) => {
+                    let k = kernel.unwrap();
+                    assert_eq!(k.launch.block[0], 1024);
+                    assert_eq!(k.entry, select(&tuned).entry(stage));
+                    if matches!(stage, SelectStage::Hist(_) | SelectStage::Count) {
+                        assert_eq!(u64::from(k.launch.grid[0]), capacity.div_ceil(2048));
+                    }
+                }
+                Role::Attention => {
+                    let k = kernel.unwrap();
+                    assert_eq!(k.launch.block[0], 512);
+                    assert!(k.entry.ends_with("_t512_r8"), "{}", k.entry);
+                }
+                _ => {}
+            }
+        }
+        // Each family is looked up under the key its records are written with: select,
+        // attention and the plan read device memory only (HBM); the row kernels the K/V
+        // rows' placement.
+        let keys = record.keys.borrow();
+        let asked = |family: TunedFamily| {
+            keys.iter()
+                .find(|k| k.family == family)
+                .unwrap_or_else(|| panic!("{family:?} was not looked up"))
+                .placement
+        };
+        assert_eq!(asked(TunedFamily::Select), Placement::Hbm);
+        assert_eq!(asked(TunedFamily::Attention), Placement::Hbm);
+        assert_eq!(asked(TunedFamily::Plan), Placement::Hbm);
+        assert_eq!(asked(TunedFamily::Oracle), placement);
+        assert_eq!(asked(TunedFamily::Fetch), placement);
+        assert!(keys.iter().all(
+            |k| (k.head_dim, k.group) == (128, 4) && k.context_bucket == context_bucket(tokens)
+        ));
+    }
+    // Landmark scoring looks its tile up in the rows' placement too.
+    let record = Asked {
+        keys: Default::default(),
+    };
+    plan_of(
+        shape(4, tokens, Placement::Host),
+        Method::Landmark,
+        None,
+        64,
+        Some(&record),
+    )
+    .unwrap();
+    assert!(record
+        .keys
+        .borrow()
+        .iter()
+        .any(|k| k.family == TunedFamily::Landmark && k.placement == Placement::Host));
+}

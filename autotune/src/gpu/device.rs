@@ -1,0 +1,117 @@
+//! What every bench of the GPU shares: the device, the kernel loader, the L2 flush, the
+//! ceilings, and how a candidate's launches are run once and timed.
+
+use std::sync::Arc;
+
+use codegen::spec::launch::Launch as Geometry;
+use codegen::spec::KernelSpec;
+use cudarc::driver::CudaFunction;
+use runtime::ceilings::Ceilings;
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
+use runtime::jit::Jit;
+
+/// Bytes overwritten between timed runs: several times any L2 cache.
+pub const FLUSH_BYTES: usize = 256 << 20;
+
+/// One kernel launch: function, grid, block, arguments.
+pub type Launch = (CudaFunction, (u32, u32, u32), (u32, u32, u32), Vec<Arg>);
+
+/// A driver error as a candidate's reason.
+pub fn gpu_err(e: GpuError) -> String {
+    e.to_string()
+}
+
+/// The device and what runs on it.
+pub struct Device {
+    pub gpu: Arc<Gpu>,
+    /// Kernels compiled on all cores and cached on disk (a second run compiles nothing).
+    pub jit: Jit,
+    pub ceilings: Ceilings,
+    flush: DeviceBuffer<u8>,
+}
+
+impl Device {
+    /// The device of `gpu`, judging rates against `ceilings`, loading kernels through a
+    /// [`Jit`] on the default kernel cache.
+    pub fn new(gpu: Arc<Gpu>, ceilings: Ceilings) -> Result<Self, String> {
+        Ok(Device {
+            jit: Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?,
+            flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
+            gpu,
+            ceilings,
+        })
+    }
+
+    /// Entry point `entry` of the kernel of `spec`, compiled or loaded from the cache.
+    pub fn entry(&self, spec: KernelSpec, entry: &str) -> Result<CudaFunction, String> {
+        let kernel = self.jit.kernel(&spec).map_err(|e| e.to_string())?;
+        let f = kernel.function(entry).map_err(|e| e.to_string())?;
+        Ok(f.clone())
+    }
+
+    /// The kernel of `spec` whose entry point is its name.
+    pub fn function(&self, spec: KernelSpec) -> Result<CudaFunction, String> {
+        self.entry(spec, &spec.kernel_name())
+    }
+
+    /// Compiles every spec of `specs` on all cores. A spec that fails is reported when its
+    /// candidate is verified, by its own error, so failures here are ignored.
+    pub fn preload(&self, specs: &[KernelSpec]) {
+        let _ = self.jit.load_set(specs);
+    }
+
+    /// Queues `launches` in order.
+    pub fn run(&self, launches: &[Launch]) -> Result<(), GpuError> {
+        for (f, grid, block, args) in launches {
+            self.gpu.launch(f, *grid, *block, 0, args)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `launches` once and waits for them: kernel faults surface here.
+    pub fn run_once(&self, launches: &[Launch]) -> Result<(), String> {
+        self.run(launches).map_err(gpu_err)?;
+        self.gpu.synchronize().map_err(gpu_err)
+    }
+
+    /// Two warm-up runs of `launches`, then `reps` runs timed with CUDA events, each after the
+    /// L2 cache is overwritten outside the timed window; milliseconds.
+    pub fn time(&self, launches: &[Launch], reps: usize) -> Result<Vec<f64>, String> {
+        for _ in 0..2 {
+            self.run(launches).map_err(gpu_err)?;
+        }
+        self.gpu.synchronize().map_err(gpu_err)?;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            self.gpu.fill(&self.flush, 0x5a).map_err(gpu_err)?;
+            let ms = self.gpu.time_ms(|| self.run(launches)).map_err(gpu_err)?;
+            times.push(f64::from(ms));
+        }
+        Ok(times)
+    }
+}
+
+/// A launch of `function` with the geometry `codegen` computed; the kernels of this project
+/// take no dynamic shared memory, which [`Device::run`] relies on.
+pub fn launch(
+    function: CudaFunction,
+    geometry: Geometry,
+    args: Vec<Arg>,
+) -> Result<Launch, String> {
+    if geometry.shared_bytes != 0 {
+        return Err(format!(
+            "the launch asks for {} bytes of dynamic shared memory; the bench passes none",
+            geometry.shared_bytes
+        ));
+    }
+    let [gx, gy, gz] = geometry.grid;
+    let [bx, by, bz] = geometry.block;
+    Ok((function, (gx, gy, gz), (bx, by, bz), args))
+}
+
+/// A run-time integer argument, refused when it does not fit an `int`.
+pub fn int(value: usize, what: &str) -> Result<Arg, String> {
+    i32::try_from(value)
+        .map(Arg::I32)
+        .map_err(|_| format!("{what} = {value} does not fit a kernel's int"))
+}

@@ -1,0 +1,227 @@
+//! The select bench: the whole select stage (its ten launches of `SelectSpec::plan`, at the
+//! step's token capacity and score stride) on fresh random scores, checked exactly against
+//! `runtime::reference::select` before it is timed.
+
+use std::sync::Arc;
+
+use codegen::spec::select::SelectStage;
+use codegen::spec::KernelSpec;
+use runtime::gpu::{Arg, DeviceBuffer};
+use runtime::step::launches::token_capacity;
+use runtime::tuning::Variant;
+
+use super::device::{gpu_err, int, launch, Device, Launch};
+use super::inputs::{HostScores, Inputs};
+use crate::candidates::{bench_k, enumerate, tile_spec, Case};
+use crate::tuner::CaseInfo;
+
+/// Scores on the device, as the step lays them out.
+struct Prepared {
+    host: Arc<HostScores>,
+    /// `[H][G][capacity]` fp32.
+    scores: DeviceBuffer<f32>,
+    /// `[1]`: the sequence's tokens.
+    n_total: DeviceBuffer<i32>,
+    capacity: usize,
+}
+
+/// The outputs and workspaces of one candidate's selection.
+pub struct Outputs {
+    sel: DeviceBuffer<i32>,
+    sel_pos: DeviceBuffer<i32>,
+    sel_count: DeviceBuffer<i32>,
+    uni: DeviceBuffer<i32>,
+    uni_count: DeviceBuffer<i32>,
+    state: DeviceBuffer<u32>,
+    chunk_counts: DeviceBuffer<u32>,
+    scratch: DeviceBuffer<i32>,
+}
+
+/// Times select candidates.
+#[derive(Default)]
+pub struct SelectBench {
+    prepared: Option<Prepared>,
+}
+
+impl SelectBench {
+    /// Frees the prepared inputs (on the device and the host) until the next case of this
+    /// bench.
+    pub fn release(&mut self) {
+        self.prepared = None;
+    }
+
+    /// Makes (or keeps) the scores of `case` and uploads them.
+    pub fn prepare(
+        &mut self,
+        dev: &Device,
+        inputs: &mut Inputs,
+        case: &Case,
+    ) -> Result<CaseInfo, String> {
+        let (g, heads, n) = (case.group, case.kv_heads, case.tokens);
+        let host = inputs.scores(g, heads, n, bench_k(n))?;
+        let fresh = self
+            .prepared
+            .as_ref()
+            .is_none_or(|p| !Arc::ptr_eq(&p.host, &host));
+        if fresh {
+            self.prepared = None;
+            let capacity = token_capacity(n);
+            let mut laid = vec![0f32; heads * g * capacity];
+            for (qh, row) in host.scores.iter().enumerate() {
+                laid[qh * capacity..qh * capacity + n].copy_from_slice(row);
+            }
+            self.prepared = Some(Prepared {
+                scores: dev.gpu.upload(&laid).map_err(gpu_err)?,
+                n_total: dev.gpu.upload(&[n as i32]).map_err(gpu_err)?,
+                host,
+                capacity,
+            });
+        }
+        let specs: Vec<KernelSpec> = enumerate(case)
+            .iter()
+            .filter_map(|v| tile_spec(case, v).ok())
+            .collect();
+        dev.preload(&specs);
+        // Three histogram passes, the count and the write each read every score once.
+        let bytes = 5 * heads * g * n * 4;
+        Ok(CaseInfo {
+            bytes: Some(bytes as u64),
+            ceiling: Some((
+                "HBM read (copy / 2)".to_string(),
+                dev.ceilings.hbm_copy_gbps / 2.0,
+            )),
+        })
+    }
+
+    /// The ten launches of `variant` with fresh (poisoned) outputs and workspaces.
+    pub fn candidate(
+        &self,
+        dev: &Device,
+        case: &Case,
+        variant: &Variant,
+    ) -> Result<(Vec<Launch>, Outputs), String> {
+        let p = self
+            .prepared
+            .as_ref()
+            .ok_or("the select case was not prepared")?;
+        let KernelSpec::Select(spec) = tile_spec(case, variant)? else {
+            return Err(format!("{} is not a select tile", variant.name()));
+        };
+        let heads = case.kv_heads;
+        let k = p.host.k;
+        let plan = spec
+            .plan(1, heads as u64, p.capacity as u64, k as u64)
+            .map_err(|e| e.to_string())?;
+        let words = |w: u64| usize::try_from(w).map_err(|_| format!("{w} words do not fit"));
+        let gpu = &dev.gpu;
+        let out = Outputs {
+            sel: gpu.filled(words(plan.sel_words)?, 0xff).map_err(gpu_err)?,
+            sel_pos: gpu.filled(words(plan.sel_words)?, 0xff).map_err(gpu_err)?,
+            sel_count: gpu.filled(heads * case.group, 0xff).map_err(gpu_err)?,
+            uni: gpu.filled(words(plan.uni_words)?, 0xff).map_err(gpu_err)?,
+            uni_count: gpu.filled(heads, 0xff).map_err(gpu_err)?,
+            state: gpu
+                .filled(words(plan.state_words)?, 0xff)
+                .map_err(gpu_err)?,
+            chunk_counts: gpu
+                .filled(words(plan.chunk_count_words)?, 0xff)
+                .map_err(gpu_err)?,
+            scratch: gpu
+                .filled(words(plan.scratch_words)?, 0xff)
+                .map_err(gpu_err)?,
+        };
+        let (ki, hi, ld) = (
+            int(k, "k")?,
+            int(heads, "num_kv_heads")?,
+            int(p.capacity, "ld_scores")?,
+        );
+        let (scores, n_total, state) = (p.scores.arg(), p.n_total.arg(), out.state.arg());
+        let mut launches = Vec::with_capacity(plan.launches.len());
+        for (stage, geometry) in plan.launches {
+            let args: Vec<Arg> = match stage {
+                SelectStage::Init => vec![n_total, ki, state, out.sel_count.arg(), hi],
+                SelectStage::Hist(pass) => {
+                    vec![scores, ld, n_total, state, Arg::I32(i32::from(pass)), hi]
+                }
+                SelectStage::Pick(pass) => vec![state, Arg::I32(i32::from(pass))],
+                SelectStage::Count => vec![scores, ld, n_total, state, out.chunk_counts.arg(), hi],
+                SelectStage::Write => vec![
+                    scores,
+                    ld,
+                    n_total,
+                    state,
+                    out.chunk_counts.arg(),
+                    out.sel.arg(),
+                    ki,
+                    hi,
+                ],
+                SelectStage::Union => vec![
+                    out.sel.arg(),
+                    out.sel_count.arg(),
+                    out.sel_pos.arg(),
+                    out.uni.arg(),
+                    out.uni_count.arg(),
+                    out.scratch.arg(),
+                    ki,
+                ],
+            };
+            let function = dev.entry(spec.into(), &spec.entry(stage))?;
+            launches.push(launch(function, geometry, args)?);
+        }
+        Ok((launches, out))
+    }
+
+    /// Compares a run's outputs with the reference selection: every count, every selected
+    /// token and row position, and the union, exactly.
+    pub fn check(&self, out: &Outputs) -> Result<(), String> {
+        let p = self
+            .prepared
+            .as_ref()
+            .ok_or("the select case was not prepared")?;
+        let host = &p.host;
+        let (g, sc, uc) = (host.group, host.selection_capacity(), host.union_capacity());
+        let sel = out.sel.download().map_err(gpu_err)?;
+        let sel_pos = out.sel_pos.download().map_err(gpu_err)?;
+        let sel_count = out.sel_count.download().map_err(gpu_err)?;
+        let uni = out.uni.download().map_err(gpu_err)?;
+        let uni_count = out.uni_count.download().map_err(gpu_err)?;
+        for (h, want) in host.selections.iter().enumerate() {
+            if uni_count[h] as usize != want.union.len() {
+                return Err(format!(
+                    "kv head {h}: uni_count {}, reference {}",
+                    uni_count[h],
+                    want.union.len()
+                ));
+            }
+            for (u, &t) in want.union.iter().enumerate() {
+                if uni[h * uc + u] != t as i32 {
+                    return Err(format!(
+                        "kv head {h}: uni[{u}] = {}, reference {t}",
+                        uni[h * uc + u]
+                    ));
+                }
+            }
+            for gi in 0..g {
+                let qh = h * g + gi;
+                let (set, rows) = (&want.heads[gi], &want.rows[gi]);
+                if sel_count[qh] as usize != set.len() {
+                    return Err(format!(
+                        "query head {qh}: sel_count {}, reference {}",
+                        sel_count[qh],
+                        set.len()
+                    ));
+                }
+                for (j, (&t, &r)) in set.iter().zip(rows).enumerate() {
+                    let (got_t, got_r) = (sel[qh * sc + j], sel_pos[qh * sc + j]);
+                    if (got_t, got_r) != (t as i32, r as i32) {
+                        return Err(format!(
+                            "query head {qh}: sel[{j}] = {got_t}, sel_pos[{j}] = {got_r}; \
+                             reference {t}, {r}"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
