@@ -616,7 +616,9 @@ fn a_mismatched_tuning_record_is_refused_and_the_next_place_used() {
     scan_record(other_driver)
         .write(&mismatched.join(&file))
         .unwrap();
-    scan_record(current).write(&fits.join(&file)).unwrap();
+    scan_record(current.clone())
+        .write(&fits.join(&file))
+        .unwrap();
 
     let text = tuning_child_run(&fits, &cache, &nvrtc);
     assert_eq!(
