@@ -587,7 +587,7 @@ fn tuning_child_run(dir: &Path, cache: &Path, nvrtc: &Path) -> String {
 fn scan_tile(text: &str) -> (usize, usize) {
     let line = text
         .lines()
-        .find_map(|l| l.strip_prefix("tuning-child scan="))
+        .find_map(|l| l.split_once("tuning-child scan=").map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("the child printed no plan:\n{text}"));
     let tile = line.split_whitespace().next().unwrap_or_default();
     let (w, t) = tile.split_once(',').expect("w,t");

@@ -194,6 +194,9 @@ pub struct LaunchPlan {
     pub capturable: bool,
     /// Whether a tuning record answered every lookup.
     pub tuned: bool,
+    /// What a record was asked for and did not answer (families, or `transfer`), in lookup
+    /// order; empty without a record or when it answered everything.
+    pub untuned: Vec<&'static str>,
 }
 
 /// The decoder's fixed parameters that a plan depends on.
@@ -216,6 +219,7 @@ struct TileChooser<'a> {
     tuning: Option<&'a dyn Tuning>,
     bucket: u32,
     tuned: bool,
+    untuned: Vec<&'static str>,
 }
 
 impl TileChooser<'_> {
@@ -228,8 +232,15 @@ impl TileChooser<'_> {
             context_bucket: self.bucket,
         };
         let tile = self.tuning.and_then(|t| t.tile(&key));
-        self.tuned &= tile.is_some();
+        self.note(family.as_str(), tile.is_some());
         tile
+    }
+
+    fn note(&mut self, what: &'static str, answered: bool) {
+        self.tuned &= answered;
+        if self.tuning.is_some() && !answered && !self.untuned.contains(&what) {
+            self.untuned.push(what);
+        }
     }
 
     fn mismatch(family: TunedFamily, tile: Tile) -> StepError {
@@ -269,13 +280,14 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         tuning: inputs.tuning,
         bucket: context_bucket(shape.max_tokens),
         tuned: inputs.tuning.is_some(),
+        untuned: Vec::new(),
     };
     let tiles = inputs.tiles;
     let planes = matches!(inputs.scoring, Scoring::Planes { .. });
     let transfer = match (planes, shape.placement) {
         (true, Placement::Host) => Some(inputs.transfer.unwrap_or_else(|| {
             let recorded = inputs.tuning.and_then(|t| t.transfer(d, g, chooser.bucket));
-            chooser.tuned &= recorded.is_some();
+            chooser.note("transfer", recorded.is_some());
             recorded.unwrap_or(Transfer::Fused)
         })),
         _ => None,
@@ -576,6 +588,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         stage_planes,
         capturable: transfer != Some(Transfer::Memcpy),
         tuned: chooser.tuned,
+        untuned: chooser.untuned,
     })
 }
 

@@ -329,13 +329,18 @@ impl Decoder {
             tuning: self.tuning.as_deref(),
         })?;
         if !plan.tuned {
-            tuning::warn_untuned(&format!(
+            let what = format!(
                 "{} (D = {}, G = {}) on {}",
                 self.model.name,
                 self.model.head_dim,
                 self.model.group_size(),
                 self.gpu.info().name
-            ));
+            );
+            if self.tuning.is_none() {
+                tuning::warn_untuned(&what);
+            } else {
+                tuning::warn_partly_tuned(&what, &plan.untuned);
+            }
         }
         Ok(plan)
     }

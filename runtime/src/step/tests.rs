@@ -700,6 +700,11 @@ fn tuning_records_set_tiles_and_the_transfer() {
     let scan = plan.specs.scan.unwrap();
     assert_eq!((scan.tile_words, scan.threads), (32, 512));
     assert!(!plan.tuned, "select, fetch ... fell back to defaults");
+    assert_eq!(
+        plan.untuned,
+        ["fetch", "attention", "plan", "gather", "oracle", "select"],
+        "the lookups the record did not answer, in order"
+    );
     // An asked transfer wins over the record.
     let fused = plan_of(
         s,
@@ -718,6 +723,7 @@ fn tuning_records_set_tiles_and_the_transfer() {
     };
     let plan = plan_of(s, Method::Thumbnail, None, 64, Some(&full)).unwrap();
     assert!(plan.tuned);
+    assert!(plan.untuned.is_empty());
     assert_eq!(plan.specs.select.unwrap().threads, 512);
     assert_eq!(plan.specs.attention.rows_per_warp, 2);
     assert_eq!(plan.specs.fetch.threads, 128);

@@ -146,6 +146,19 @@ pub fn context_bucket(tokens: usize) -> u32 {
     tokens.max(1).next_power_of_two().trailing_zeros()
 }
 
+/// Prints, once per process, which lookups the record in use did not answer (they use the
+/// default tiles or transfer) and how to tune them.
+pub(crate) fn warn_partly_tuned(what: &str, missing: &[&str]) {
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| {
+        eprintln!(
+            "fathom: the autotune record has no entry for {} of {what}; those use the \
+             defaults. Re-run `cargo run --release -p autotune` on this GPU to tune them.",
+            missing.join(", ")
+        );
+    });
+}
+
 /// Prints, once per process, that default tiles are in use and how to tune.
 pub(crate) fn warn_untuned(what: &str) {
     static WARNED: Once = Once::new();
