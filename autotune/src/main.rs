@@ -8,6 +8,7 @@
 //! every candidate's achieved bandwidth beside the record.
 //!
 //! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick]`
+//! `cargo run --release -p autotune -- --report autotune/records/nvidia-h200.json` (no GPU)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,6 +50,21 @@ struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Tune nothing: print the summary table of this record and rewrite its SVG plot beside
+    /// it (no GPU needed).
+    #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out"])]
+    report: Option<std::path::PathBuf>,
+}
+
+/// `--report`: the table and plot of a record already written.
+fn report(path: &std::path::Path) -> Result<(), String> {
+    let record = TuningRecord::read(path).map_err(|e| e.to_string())?;
+    println!("{}", summary_table(&record));
+    let svg = path.with_extension("svg");
+    std::fs::write(&svg, bandwidth_svg(&record, record.ceilings.as_ref()))
+        .map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+    eprintln!("autotune: plot {}", svg.display());
+    Ok(())
 }
 
 /// The progress bar, one tick per candidate.
@@ -69,6 +85,9 @@ impl Observer for Bar {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if let Some(path) = &args.report {
+        return report(path);
+    }
     let shapes = args
         .config
         .iter()

@@ -20,6 +20,19 @@ pub struct Ceilings {
     pub repetitions: usize,
 }
 
+/// The name of the HBM ceiling in reports.
+pub const HBM_CEILING: &str = "HBM copy (read + write traffic)";
+
+impl Ceilings {
+    /// The ceiling of a kernel streaming from HBM: the copy's traffic rate. A copy already
+    /// counts both the bytes it reads and those it writes ([`Ceilings::hbm_copy_gbps`]), which
+    /// is what HBM sustains; halving it would count every byte twice (a read-only kernel
+    /// reaches well above half of it).
+    pub fn hbm_stream_gbps(&self) -> f64 {
+        self.hbm_copy_gbps
+    }
+}
+
 const MAPPED_READ: &str = r#"
 // Reads every 16-byte vector of a mapped host buffer, four loads in flight per thread; the
 // xor-fold keeps the loads alive without writing anything in practice.

@@ -377,7 +377,7 @@ fn run(o: &Options) -> Result<Record, String> {
             )?;
             let ceiling = match placement {
                 Placement::Host => ceilings.pinned_copy_gbps,
-                Placement::Hbm => ceilings.hbm_copy_gbps / 2.0,
+                Placement::Hbm => ceilings.hbm_stream_gbps(),
             };
             let mut push = |kernel: String, what: &str, ms: f64, f: &CudaFunction, threads: u32| {
                 let (registers, local_bytes, shared_bytes) = (

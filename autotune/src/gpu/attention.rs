@@ -105,8 +105,8 @@ impl AttentionBench {
         Ok(CaseInfo {
             bytes: Some((selected * d * 2 * 2) as u64),
             ceiling: Some((
-                "HBM read (copy / 2)".to_string(),
-                dev.ceilings.hbm_copy_gbps / 2.0,
+                runtime::ceilings::HBM_CEILING.to_string(),
+                dev.ceilings.hbm_stream_gbps(),
             )),
         })
     }

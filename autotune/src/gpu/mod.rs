@@ -354,8 +354,8 @@ impl GpuBench {
         }
         let ceiling = match (case.subject, case.placement) {
             (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => (
-                "HBM read (copy / 2)".to_string(),
-                self.dev.ceilings.hbm_copy_gbps / 2.0,
+                runtime::ceilings::HBM_CEILING.to_string(),
+                self.dev.ceilings.hbm_stream_gbps(),
             ),
             _ => (
                 "pinned copy".to_string(),

@@ -140,8 +140,8 @@ impl RowsBench {
         };
         let ceiling = match case.placement {
             Placement::Hbm => (
-                "HBM read (copy / 2)".to_string(),
-                dev.ceilings.hbm_copy_gbps / 2.0,
+                runtime::ceilings::HBM_CEILING.to_string(),
+                dev.ceilings.hbm_stream_gbps(),
             ),
             Placement::Host => ("mapped read".to_string(), dev.ceilings.mapped_read_gbps),
         };

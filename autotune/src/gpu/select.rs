@@ -87,8 +87,8 @@ impl SelectBench {
         Ok(CaseInfo {
             bytes: Some(bytes as u64),
             ceiling: Some((
-                "HBM read (copy / 2)".to_string(),
-                dev.ceilings.hbm_copy_gbps / 2.0,
+                runtime::ceilings::HBM_CEILING.to_string(),
+                dev.ceilings.hbm_stream_gbps(),
             )),
         })
     }

@@ -306,9 +306,8 @@ impl Bench {
                 ),
                 (
                     "hbm".into(),
-                    // The copy rate counts read and write traffic, the rate HBM sustains.
-                    "HBM copy (read + write traffic)".into(),
-                    self.ceilings.hbm_copy_gbps,
+                    runtime::ceilings::HBM_CEILING.into(),
+                    self.ceilings.hbm_stream_gbps(),
                 ),
             ],
             generator: Generator {
@@ -338,7 +337,7 @@ impl Bench {
     fn floor_rate(&self, placement: Placement) -> f64 {
         match placement {
             Placement::Host => self.ceilings.pinned_copy_gbps,
-            Placement::Hbm => self.ceilings.hbm_copy_gbps / 2.0,
+            Placement::Hbm => self.ceilings.hbm_stream_gbps(),
         }
     }
 }
