@@ -13,6 +13,8 @@
 //! - [`drift`]: issue #8's long-generation drift scenario, recall@k of Fathom and ParisKV over
 //!   thousands of decode steps whose keys move away from the prefill's (the `fathom-drift`
 //!   program), and [`plot`], the SVG line chart it draws;
+//! - [`pariskv`]: the host side of the ParisKV kernels' launch ABI (§12), shared by the store's
+//!   index build and the decoder's `pariskv(k)` step;
 //! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
 //!
 //! # The types a serving stack touches
@@ -87,6 +89,7 @@ pub mod fidelity;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
+pub mod pariskv;
 pub mod plot;
 pub mod reference;
 pub mod step;
