@@ -44,16 +44,16 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::JitCache;
+use runtime::step::tuning::{context_bucket, fit_scan_tile};
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest, Tile, TunedFamily,
 };
+use runtime::step::{TuneKey, Tuning};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
-use runtime::step::tuning::{context_bucket, fit_scan_tile};
-use runtime::step::{Tuning, TuneKey};
 use runtime::tuning::locate::EMBEDDED_RECORDS;
 use runtime::tuning::{
-    find_record, record_file_name, CandidateRecord, EntryKey, EntryRecord, Outcome, RecordMeta, Subject,
-    TuningRecord, Variant, Winner, TUNING_DIR_VAR,
+    find_record, record_file_name, CandidateRecord, EntryKey, EntryRecord, Outcome, RecordMeta,
+    Subject, TuningRecord, Variant, Winner, TUNING_DIR_VAR,
 };
 
 /// qwen3-8b's attention shape (8 KV heads, G = 4, D = 128) with `layers` layers.

@@ -49,7 +49,9 @@ fn gpu_decoder_uses_the_record_of_this_gpu() {
     eprintln!(
         "GPU {:?}: committed record {name}: {committed}; record in use: {}",
         gpu.info().name,
-        record.as_ref().map_or("none".into(), |r| r.meta.gpu.clone())
+        record
+            .as_ref()
+            .map_or("none".into(), |r| r.meta.gpu.clone())
     );
     if committed {
         assert!(
@@ -59,7 +61,10 @@ fn gpu_decoder_uses_the_record_of_this_gpu() {
     }
 
     let mut sigma2 = vec![1.0f32; model.kv_heads * d];
-    sigma2.iter_mut().enumerate().for_each(|(i, s)| *s += (i % 7) as f32);
+    sigma2
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, s)| *s += (i % 7) as f32);
     let mut decoder = Decoder::new(gpu.clone(), model.clone(), DecoderConfig::default())
         .expect("a decoder")
         .with_calibration(

@@ -953,7 +953,10 @@ impl KeyStore {
     /// [`KeyStore::append`].
     ///
     /// This waits for the encode and checks its status: a non-finite key or a scale overflow is
-    /// returned with its head and token, and the sequence is left as it was.
+    /// returned with its head and token, and the sequence is left as it was. With the ParisKV
+    /// index every new token is indexed first (tail keys too): a non-finite key or a weight
+    /// overflow is returned as [`StoreError::IndexNonFiniteKey`] or
+    /// [`StoreError::IndexWeightOverflow`], nothing is encoded, and the histograms are restored.
     pub fn prefill(
         &mut self,
         id: SequenceId,
@@ -1008,12 +1011,10 @@ impl KeyStore {
 
         let new_stored = old_stored + self.geometry.newly_stored(old_stored, new_total);
         let hist = self.save_hist(id, layer)?;
-        let mut result = Ok(());
-        if new_stored > old_stored {
+        // The index first: a key it refuses is then never encoded into the segments.
+        let mut result = self.index_prefill(id, layer, old_total, new_total);
+        if result.is_ok() && new_stored > old_stored {
             result = self.encode_prefill(id, layer, old_stored, new_total, new_stored);
-        }
-        if result.is_ok() && self.index.is_some() {
-            result = self.index_prefill(id, layer, old_total, new_total);
         }
         if let Err(e) = result {
             // Leave the sequence as it was: the rows past `old_total` and the segments added
