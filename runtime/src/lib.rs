@@ -21,7 +21,8 @@
 //!
 //! - [`gpu::Gpu`]: one CUDA device and its stream; everything below is queued on it, in order.
 //! - [`store::StoreConfig`]: how a store is built: model shape, placement (HBM or mapped host
-//!   memory), block and segment size, token capacity, KLT rotations, landmarks.
+//!   memory), block and segment size, token capacity, KLT rotations, landmarks, the ParisKV
+//!   index.
 //! - [`store::KeyStore`]: the keys and values of every resident sequence: prefill, per-token
 //!   append (blocks encoded on the device), free, and the per-layer view a step reads.
 //! - [`store::SequenceId`]: one sequence of a store; a batch is a slice of them.
@@ -30,7 +31,8 @@
 //! - [`step::Decoder`]: runs one layer's decode step for a batch over a store's view: score,
 //!   select, fetch, attend; eager or captured into a CUDA graph.
 //! - [`step::StepRequest`]: what one step is asked: method, top-k, transfer, softmax scale, `σ²`.
-//! - [`step::Method`]: the selection methods of §4: `fathom(B)`, `sparq(r)`, ..., `dense`.
+//! - [`step::Method`]: the selection methods of §4: `fathom(B)`, `sparq(r)`, ..., `dense`, and
+//!   §12's `pariskv(k)`.
 //! - [`step::Transfer`]: how the planes of a host-placement store reach the scan.
 //! - [`step::StepOutput`]: a step's selections, unions and attention outputs on the device.
 //! - [`jit::Jit`]: kernels compiled for the device on first use and cached on disk; the store

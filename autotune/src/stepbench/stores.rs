@@ -134,6 +134,7 @@ pub struct StoreSet {
 
 impl StoreSet {
     /// An empty store of `slots` layers of `model`'s heads for one sequence of `tokens`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Arc<Gpu>,
         kernels: &dyn KernelSource,

@@ -1217,6 +1217,10 @@ impl KeyStore {
     /// waits for the device: a non-finite key or a scale overflow in an encoded
     /// block is reported by the next [`KeyStore::check`]. (After 4096 encode launches without a
     /// check, an append checks first, and returns a failure it finds there before appending.)
+    ///
+    /// With the ParisKV index, every appended token is indexed (before any encode), and a
+    /// non-finite key or a weight overflow is reported by the next check as well; the log then
+    /// holds 65,536 launches (an append logs one or two).
     pub fn append(
         &mut self,
         ids: &[SequenceId],
