@@ -13,13 +13,16 @@
 //! - [`drift`]: issue #8's long-generation drift scenario, recall@k of Fathom and ParisKV over
 //!   thousands of decode steps whose keys move away from the prefill's (the `fathom-drift`
 //!   program), and [`plot`], the SVG line chart it draws;
+//! - [`pariskv`]: the host side of the ParisKV kernels' launch ABI (§12), shared by the store's
+//!   index build and the decoder's `pariskv(k)` step;
 //! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
 //!
 //! # The types a serving stack touches
 //!
 //! - [`gpu::Gpu`]: one CUDA device and its stream; everything below is queued on it, in order.
 //! - [`store::StoreConfig`]: how a store is built: model shape, placement (HBM or mapped host
-//!   memory), block and segment size, token capacity, KLT rotations, landmarks.
+//!   memory), block and segment size, token capacity, KLT rotations, landmarks, the ParisKV
+//!   index.
 //! - [`store::KeyStore`]: the keys and values of every resident sequence: prefill, per-token
 //!   append (blocks encoded on the device), free, and the per-layer view a step reads.
 //! - [`store::SequenceId`]: one sequence of a store; a batch is a slice of them.
@@ -28,7 +31,8 @@
 //! - [`step::Decoder`]: runs one layer's decode step for a batch over a store's view: score,
 //!   select, fetch, attend; eager or captured into a CUDA graph.
 //! - [`step::StepRequest`]: what one step is asked: method, top-k, transfer, softmax scale, `σ²`.
-//! - [`step::Method`]: the selection methods of §4: `fathom(B)`, `sparq(r)`, ..., `dense`.
+//! - [`step::Method`]: the selection methods of §4: `fathom(B)`, `sparq(r)`, ..., `dense`, and
+//!   §12's `pariskv(k)`.
 //! - [`step::Transfer`]: how the planes of a host-placement store reach the scan.
 //! - [`step::StepOutput`]: a step's selections, unions and attention outputs on the device.
 //! - [`jit::Jit`]: kernels compiled for the device on first use and cached on disk; the store
@@ -87,6 +91,7 @@ pub mod fidelity;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
+pub mod pariskv;
 pub mod plot;
 pub mod reference;
 pub mod step;

@@ -4,7 +4,49 @@
 //! a step launches its kernels without reading anything back.
 
 use crate::gpu::DeviceBuffer;
+use crate::pariskv::IndexTables;
 use codegen::spec::Placement;
+
+/// The ParisKV index of a view's batch (SPEC §12): `[(b*H + h)]` addresses, laid out as
+/// `templates/ABI.md` ("ParisKV") gives. Ids, codes and weights are in the view's placement,
+/// the histograms in device memory; every table covers tokens `[0, n_total)`.
+#[derive(Clone, Copy)]
+pub struct PariskvView<'a> {
+    /// Addresses of the u8 centroid ids `[capacity][NS]`.
+    pub ids: &'a DeviceBuffer<u64>,
+    /// Addresses of the packed direction codes `[capacity][D/2]`.
+    pub codes: &'a DeviceBuffer<u64>,
+    /// Addresses of the bf16 weights `[capacity][NS]`.
+    pub weights: &'a DeviceBuffer<u64>,
+    /// Addresses of the u32 histograms `[NS][256]`, counting every indexed token.
+    pub hist: &'a DeviceBuffer<u64>,
+}
+
+impl PariskvView<'_> {
+    /// The tables' addresses, as the kernels take them.
+    pub fn tables(&self) -> IndexTables {
+        IndexTables {
+            ids: self.ids.addr(),
+            codes: self.codes.addr(),
+            weights: self.weights.addr(),
+            hist: self.hist.addr(),
+        }
+    }
+
+    /// The shortest table's length: entries the view may index.
+    pub fn len(&self) -> usize {
+        [self.ids, self.codes, self.weights, self.hist]
+            .iter()
+            .map(|t| t.len())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Whether the tables are empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// One layer of a batch of `batch` sequences, `kv_heads` KV heads each.
 pub struct LayerView<'a> {
@@ -33,4 +75,6 @@ pub struct LayerView<'a> {
     pub max_tokens: usize,
     /// `[(b*H + h)]`: addresses of the fp16 landmark means `[capacity/8][D]`, when kept.
     pub landmarks: Option<&'a DeviceBuffer<u64>>,
+    /// The ParisKV index tables, when the store keeps the index (the `pariskv(k)` method).
+    pub pariskv: Option<PariskvView<'a>>,
 }

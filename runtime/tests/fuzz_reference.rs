@@ -275,6 +275,7 @@ fn method() -> impl Strategy<Value = Method> {
         Just(Method::Landmark),
         Just(Method::Oracle),
         Just(Method::Dense),
+        (0usize..600).prop_map(|k| Method::Pariskv { k }),
     ]
 }
 
@@ -447,6 +448,7 @@ fn method_text() -> impl Strategy<Value = String> {
         "landmark",
         "oracle",
         "dense",
+        "pariskv",
         "Fathom",
         "",
         "fathom ",
@@ -505,6 +507,7 @@ proptest! {
                         prop_assert!(r >= 1)
                     }
                     Method::Uniform { t } => prop_assert!((1..=4).contains(&t)),
+                    Method::Pariskv { k } => prop_assert!(k >= 1),
                     _ => {}
                 }
                 let again: Method = method.to_string().parse().expect("a method's own name parses");
@@ -527,6 +530,7 @@ proptest! {
             Method::Fathom { bits } => bits.is_finite() && bits > 0.0,
             Method::Sparq { r } | Method::DoubleSparsity { r } | Method::Loki { r } => r >= 1,
             Method::Uniform { t } => (1..=4).contains(&t),
+            Method::Pariskv { k } => k >= 1,
             _ => true,
         };
         match parsed {

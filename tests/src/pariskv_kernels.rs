@@ -1,6 +1,8 @@
 //! Launch helpers for the ParisKV kernels (SPEC §12, `templates/ABI.md`): the index on the
 //! device in either placement, the build, and the six launches of one retrieval (query, vote,
-//! top-C count and write, rerank score and select), with every output poisoned first.
+//! top-C count and write, rerank score and select), with every output poisoned first. The
+//! argument lists and the sign vector are the runtime's ([`runtime::pariskv`]), which the key
+//! store and the decoder launch with too.
 
 use codegen::spec::launch::Launch;
 use codegen::spec::pariskv::{candidate_capacity, subspaces, vote_bins, CENTROIDS, TIERS};
@@ -8,8 +10,12 @@ use codegen::spec::{
     Family, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
     PariskvVoteSpec, Placement,
 };
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, Module};
-use runtime::reference::pariskv::{signs, PariskvIndex};
+use runtime::gpu::{Gpu, GpuError, Module};
+pub use runtime::pariskv::device_signs;
+use runtime::pariskv::{
+    build_args, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs, Stage,
+};
+use runtime::reference::pariskv::PariskvIndex;
 
 use crate::select_kernels::{compile, int, launch, HeadTable, KernelError, SelectHost, POISON};
 
@@ -127,6 +133,16 @@ impl DeviceIndex {
         })
     }
 
+    /// The pointer tables' addresses, as the kernels take them.
+    pub fn tables(&self) -> IndexTables {
+        IndexTables {
+            ids: self.ids.addr(),
+            codes: self.codes.addr(),
+            weights: self.weights.addr(),
+            hist: self.hist.addr(),
+        }
+    }
+
     /// Head `head`'s rows and histograms; synchronise the stream first.
     pub fn read(&self, head: usize) -> Result<HostIndex, GpuError> {
         Ok(HostIndex {
@@ -136,12 +152,6 @@ impl DeviceIndex {
             hist: self.hist.read(head)?,
         })
     }
-}
-
-/// The sign vector `s` of `d` channels as the kernels take it (fp32 ±1, device memory).
-pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> {
-    let s: Vec<f32> = signs(d).iter().map(|&v| v as f32).collect();
-    gpu.upload(&s)
 }
 
 /// What one retrieval reads.
@@ -252,18 +262,17 @@ impl PariskvKernels {
         kv_heads: usize,
         status: u64,
     ) -> Result<(), GpuError> {
-        let args = [
-            Arg::Ptr(k_rows),
-            Arg::Ptr(signs),
-            Arg::Ptr(index.ids.addr()),
-            Arg::Ptr(index.codes.addr()),
-            Arg::Ptr(index.weights.addr()),
-            Arg::Ptr(index.hist.addr()),
-            Arg::Ptr(range_start.unwrap_or(0)),
-            Arg::Ptr(range_end),
-            int(kv_heads, "num_kv_heads"),
-            Arg::Ptr(status),
-        ];
+        // Checked here so that a test's oversized argument fails loudly.
+        let _ = int(kv_heads, "num_kv_heads");
+        let args = build_args(
+            k_rows,
+            signs,
+            index.tables(),
+            range_start.unwrap_or(0),
+            range_end,
+            kv_heads,
+            status,
+        );
         launch(
             gpu,
             &self.modules[0],
@@ -311,127 +320,58 @@ impl PariskvKernels {
         let sel_count = gpu.filled::<i32>(heads * g, POISON)?;
         let uni = gpu.filled::<i32>(heads * uc, POISON)?;
         let uni_count = gpu.filled::<i32>(heads, POISON)?;
-        let hn = int(a.kv_heads, "num_kv_heads");
-
-        let query_args = [
-            Arg::Ptr(a.q),
-            Arg::Ptr(a.signs),
-            Arg::Ptr(a.index.hist.addr()),
-            Arg::Ptr(a.n_total),
-            q_tilde.arg(),
-            q_norm.arg(),
-            tiers.arg(),
-            tier_len.arg(),
-            vote_hist.arg(),
-            hn,
-        ];
-        let ql = self.query.launch(b64, h64)?;
-        launch(
-            gpu,
-            &self.modules[1],
-            &self.query.kernel_name(),
-            ql,
-            &query_args,
-        )?;
-
+        let _ = (int(a.kv_heads, "num_kv_heads"), int(a.k, "k"));
+        let inputs = RetrievalInputs {
+            index: a.index.tables(),
+            queries: a.q,
+            signs: a.signs,
+            n_total: a.n_total,
+            kv_heads: a.kv_heads,
+            k: a.k,
+        };
+        let buffers = RetrievalBuffers {
+            q_tilde: q_tilde.addr(),
+            q_norm: q_norm.addr(),
+            tiers: tiers.addr(),
+            tier_len: tier_len.addr(),
+            vote_hist: vote_hist.addr(),
+            votes: votes.addr(),
+            ld_votes,
+            chunk_counts: chunk_counts.addr(),
+            cand: cand.addr(),
+            cand_count: cand_count.addr(),
+            cand_score: cand_score.addr(),
+            ld_cand,
+            sel: sel.addr(),
+            sel_pos: sel_pos.addr(),
+            sel_count: sel_count.addr(),
+            uni: uni.addr(),
+            uni_count: uni_count.addr(),
+        };
         let mut vl = self.vote.launch(b64, h64, a.max_tokens as u64)?;
         if let Some(x) = vote_grid_x {
             vl.grid[0] = x;
         }
-        let vote_args = [
-            Arg::Ptr(a.index.ids.addr()),
-            tiers.arg(),
-            Arg::Ptr(a.n_total),
-            votes.arg(),
-            int(ld_votes, "ld_votes"),
-            vote_hist.arg(),
-            hn,
-        ];
-        launch(
-            gpu,
-            &self.modules[2],
-            &self.vote.kernel_name(),
-            vl,
-            &vote_args,
-        )?;
-
-        let count_args = [
-            votes.arg(),
-            int(ld_votes, "ld_votes"),
-            vote_hist.arg(),
-            Arg::Ptr(a.n_total),
-            chunk_counts.arg(),
-            hn,
-        ];
-        launch(
-            gpu,
-            &self.modules[3],
-            &self.topc.count_entry(),
-            topc_launch,
-            &count_args,
-        )?;
-        let write_args = [
-            votes.arg(),
-            int(ld_votes, "ld_votes"),
-            vote_hist.arg(),
-            Arg::Ptr(a.n_total),
-            chunk_counts.arg(),
-            cand.arg(),
-            cand_count.arg(),
-            int(ld_cand, "ld_cand"),
-            hn,
-        ];
-        launch(
-            gpu,
-            &self.modules[3],
-            &self.topc.write_entry(),
-            topc_launch,
-            &write_args,
-        )?;
-
         let mut sl = self.rerank.launch_score(b64, h64, ld_cand as u64)?;
         if let Some(x) = score_grid_x {
             sl.grid[0] = x;
         }
-        let score_args = [
-            Arg::Ptr(a.index.codes.addr()),
-            Arg::Ptr(a.index.weights.addr()),
-            q_tilde.arg(),
-            q_norm.arg(),
-            cand.arg(),
-            cand_count.arg(),
-            cand_score.arg(),
-            int(ld_cand, "ld_cand"),
-            hn,
-        ];
-        launch(
-            gpu,
-            &self.modules[4],
-            &self.rerank.score_entry(),
-            sl,
-            &score_args,
-        )?;
-        let select_args = [
-            cand_score.arg(),
-            cand.arg(),
-            cand_count.arg(),
-            int(ld_cand, "ld_cand"),
-            Arg::Ptr(a.n_total),
-            int(a.k, "k"),
-            sel.arg(),
-            sel_pos.arg(),
-            sel_count.arg(),
-            uni.arg(),
-            uni_count.arg(),
-            hn,
-        ];
-        launch(
-            gpu,
-            &self.modules[4],
-            &self.rerank.select_entry(),
-            self.rerank.launch_select(b64, h64)?,
-            &select_args,
-        )?;
+        for stage in Stage::ALL {
+            let (module, entry, grid) = match stage {
+                Stage::Query => (1, self.query.kernel_name(), self.query.launch(b64, h64)?),
+                Stage::Vote => (2, self.vote.kernel_name(), vl),
+                Stage::TopcCount => (3, self.topc.count_entry(), topc_launch),
+                Stage::TopcWrite => (3, self.topc.write_entry(), topc_launch),
+                Stage::RerankScore => (4, self.rerank.score_entry(), sl),
+                Stage::RerankSelect => (
+                    4,
+                    self.rerank.select_entry(),
+                    self.rerank.launch_select(b64, h64)?,
+                ),
+            };
+            let args = retrieval_args(stage, &inputs, &buffers);
+            launch(gpu, &self.modules[module], &entry, grid, &args)?;
+        }
         gpu.synchronize()?;
         Ok(RetrievalHost {
             q_tilde: q_tilde.download()?,

@@ -338,6 +338,7 @@ impl DeviceBatch {
             v_rows: &self.v_rows.table,
             max_tokens: self.max_tokens,
             landmarks: Some(&self.landmarks.table),
+            pariskv: None,
         }
     }
 }

@@ -56,7 +56,7 @@ pub struct Args {
 
 /// The §9 method list of issue #6.
 pub const DEFAULT_METHODS: &str = "fathom(48),fathom(64),fathom(92),sparq(16),sparq(32),\
-double_sparsity(32),loki(32),thumbnail,landmark,oracle,dense";
+double_sparsity(32),loki(32),thumbnail,landmark,oracle,dense,pariskv(100),pariskv(512)";
 
 /// The fewest timed steps a time-capped cell still takes.
 pub const MIN_STEPS: usize = 3;

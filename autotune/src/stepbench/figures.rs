@@ -4,7 +4,9 @@
 use runtime::reference::metrics::{
     bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes,
 };
+use runtime::reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
 use runtime::reference::plans::Method;
+use runtime::reference::select::{LOCAL, SINK};
 use runtime::reference::store::BlockSize;
 
 use super::record::Row;
@@ -78,6 +80,11 @@ pub fn group_bytes(
             scales: 0,
             rows: winner_row_bytes(n, d),
         },
+        (Method::Pariskv { .. }, _) => StepBytes {
+            planes: pariskv_index_bytes(n, d),
+            scales: 0,
+            rows: winner_row_bytes(union_rows, d),
+        },
         (_, Some(depths)) => bytes_per_step(depths, n, block, union_rows),
         (_, None) => StepBytes {
             planes: 0,
@@ -85,6 +92,17 @@ pub fn group_bytes(
             rows: winner_row_bytes(union_rows, d),
         },
     }
+}
+
+/// Index bytes one query group of `pariskv(k)` reads over `n` tokens of `d` channels (§12, as
+/// `runtime::reference::pariskv::PariskvBytes` counts them; reported in the `planes` share of
+/// [`StepBytes`]): the centroid ids of every retrievable token (`N_r * B`, to vote), the codes
+/// and weights of the `C` candidates (`C * (D/2 + 2B)`, to rerank) and the histograms
+/// (`B * 256 * 4`, to build the tiers).
+pub fn pariskv_index_bytes(n: usize, d: usize) -> usize {
+    let b = subspaces(d);
+    let n_r = n.saturating_sub(LOCAL).saturating_sub(SINK);
+    n_r * b + candidate_count(n_r) * (d / 2 + 2 * b) + b * CENTROIDS * HISTOGRAM_BIN_BYTES
 }
 
 /// recall@k of a selection: the share of `truth` (the exact top-k of the candidates) that
@@ -120,4 +138,5 @@ pub fn workspace_bytes(s: &runtime::step::launches::WorkspaceSizes) -> usize {
         + 2 * s.rows * 2
         + s.out * 4
         + (s.dense_uni + s.dense_sel) * 4
+        + s.pariskv.bytes()
 }

@@ -24,10 +24,12 @@ use thiserror::Error;
 
 use super::args::{context_label, Options, BLOCK, MIN_STEPS};
 use super::data::{self, DataError, HeadCalibration};
-use super::figures::{floor_ms, group_bytes, median, steps_within, workspace_bytes};
+use super::figures::{
+    floor_ms, group_bytes, median, pariskv_index_bytes, steps_within, workspace_bytes,
+};
 use super::record::{date_of, Generator, Header, Row};
 use super::reference::{compare, context_truth, ContextTruth};
-use super::stores::{compose, LayerTables, StoreSet};
+use super::stores::{compose, prefix_histograms, LayerTables, StoreSet};
 
 /// Words per plane per segment of the stores (the decoder's default).
 pub const SEGMENT_WORDS: usize = 512;
@@ -155,6 +157,10 @@ impl Bench {
             .methods
             .iter()
             .any(|m| matches!(m, Method::Loki { .. }));
+        let needs_pariskv = options
+            .methods
+            .iter()
+            .any(|m| matches!(m, Method::Pariskv { .. }));
         let mut raw = HashMap::new();
         let mut klt = HashMap::new();
         for &placement in &options.placements {
@@ -168,6 +174,7 @@ impl Bench {
                     n + BLOCK,
                     None,
                     true,
+                    needs_pariskv,
                 )?,
             );
             if needs_klt {
@@ -181,6 +188,7 @@ impl Bench {
                         placement,
                         n + BLOCK,
                         Some(rotations),
+                        false,
                         false,
                     )?,
                 );
@@ -375,17 +383,38 @@ impl Bench {
             queries: Vec::new(),
             sigma2: Vec::new(),
         };
+        // The ParisKV histograms of each slot's first n tokens (`[h][NS][256]`), when the raw
+        // store keeps the index.
+        let d = self.model.head_dim;
+        let mut hist_of: Vec<Option<Vec<u32>>> = Vec::new();
+        if let Some(set) = self.raw.get(&placement) {
+            for slot in &set.slots {
+                hist_of.push(match &slot.pariskv {
+                    Some(index) => Some(prefix_histograms(&self.gpu, index, n, d)?),
+                    None => None,
+                });
+            }
+        }
         for l in 0..self.model.layers {
             let batch_slots: Vec<usize> = (0..batch).map(|b| (l + b) % slots).collect();
-            for (sets, into) in [
-                (&self.raw, &mut out.layers),
-                (&self.klt, &mut out.klt_layers),
+            for (sets, into, raw) in [
+                (&self.raw, &mut out.layers, true),
+                (&self.klt, &mut out.klt_layers, false),
             ] {
                 if let Some(set) = sets.get(&placement) {
                     let tables: Vec<_> = batch_slots.iter().map(|&s| &set.slots[s]).collect();
                     let host = compose(&tables, max_seg).ok_or_else(|| {
                         BenchError::Model(format!("slot tables hold fewer than {max_seg} segments"))
                     })?;
+                    let hist: Option<Vec<u32>> = if raw && host.pariskv.is_some() {
+                        batch_slots
+                            .iter()
+                            .map(|&s| hist_of.get(s).cloned().flatten())
+                            .collect::<Option<Vec<Vec<u32>>>>()
+                            .map(|h| h.concat())
+                    } else {
+                        None
+                    };
                     into.push(LayerTables::upload(
                         &self.gpu,
                         l,
@@ -395,6 +424,7 @@ impl Bench {
                         max_seg,
                         n,
                         &host,
+                        hist.as_deref(),
                     )?);
                 }
             }
@@ -458,6 +488,8 @@ impl Bench {
         }
         let bits = match method {
             Method::Dense => Some(32.0 * d as f64),
+            // The index bytes per token at this context (§12: they depend on N_r).
+            Method::Pariskv { .. } => Some(pariskv_index_bytes(n, d) as f64 * 8.0 / n as f64),
             _ if !bits.is_empty() => Some(bits.iter().sum::<f64>() / bits.len() as f64),
             _ => method.bits_per_token(d, block),
         };

@@ -1,6 +1,10 @@
 //! The key stores of a run on the GPU: one [`KeyStore`] per (basis, placement) holding one
 //! sequence whose layers are the slots, and the per-layer views a step reads, composed from the
 //! slots' tables (a batch element per slot, the first `n` tokens of each).
+//!
+//! With the ParisKV index (`pariskv(k)`), a view of the first `n` tokens also needs histograms
+//! that count only those tokens (the store's count all of the slot's): [`prefix_histograms`]
+//! recounts them from the slot's centroid ids, and [`LayerTables`] owns them.
 
 use std::sync::Arc;
 
@@ -8,8 +12,18 @@ use codegen::model::ModelShape;
 use codegen::spec::Placement;
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::KernelSource;
+use runtime::reference::pariskv::{subspaces, CENTROIDS};
+use runtime::store::device::read_back;
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
-use runtime::view::LayerView;
+use runtime::view::{LayerView, PariskvView};
+
+/// `[h]` addresses of one slot's ParisKV index rows (ids, codes, weights).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SlotIndex {
+    pub ids: Vec<u64>,
+    pub codes: Vec<u64>,
+    pub weights: Vec<u64>,
+}
 
 /// The device tables of one slot, downloaded once: `[h][segment]` addresses and `[h]` rows.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -19,6 +33,8 @@ pub struct SlotTables {
     pub k_rows: Vec<u64>,
     pub v_rows: Vec<u64>,
     pub landmarks: Option<Vec<u64>>,
+    /// The ParisKV index rows, when the store keeps the index.
+    pub pariskv: Option<SlotIndex>,
 }
 
 /// Host copies of a view's tables, in the layout of [`LayerView`].
@@ -29,6 +45,8 @@ pub struct HostTables {
     pub k_rows: Vec<u64>,
     pub v_rows: Vec<u64>,
     pub landmarks: Option<Vec<u64>>,
+    /// `[b*H + h]` ParisKV index rows, when every slot has them.
+    pub pariskv: Option<SlotIndex>,
 }
 
 /// The tables of a batch whose element `b` is `slots[b]`, `max_seg` segments each. `None`
@@ -36,6 +54,10 @@ pub struct HostTables {
 pub fn compose(slots: &[&SlotTables], max_seg: usize) -> Option<HostTables> {
     let mut t = HostTables {
         landmarks: slots.iter().all(|s| s.landmarks.is_some()).then(Vec::new),
+        pariskv: slots
+            .iter()
+            .all(|s| s.pariskv.is_some())
+            .then(SlotIndex::default),
         ..HostTables::default()
     };
     for s in slots {
@@ -46,6 +68,11 @@ pub fn compose(slots: &[&SlotTables], max_seg: usize) -> Option<HostTables> {
             t.v_rows.push(*s.v_rows.get(h)?);
             if let (Some(all), Some(mine)) = (t.landmarks.as_mut(), s.landmarks.as_ref()) {
                 all.push(*mine.get(h)?);
+            }
+            if let (Some(all), Some(mine)) = (t.pariskv.as_mut(), s.pariskv.as_ref()) {
+                all.ids.push(*mine.ids.get(h)?);
+                all.codes.push(*mine.codes.get(h)?);
+                all.weights.push(*mine.weights.get(h)?);
             }
         }
     }
@@ -67,6 +94,36 @@ fn first(mut table: Vec<u64>, heads: usize) -> Vec<u64> {
     table
 }
 
+/// Counts `[NS][256]` centroid ids of `ids` (`[n][NS]` u8, token-major) into histograms.
+pub fn histograms(ids: &[u8], ns: usize) -> Vec<u32> {
+    let bins = CENTROIDS;
+    let mut hist = vec![0u32; ns * bins];
+    for row in ids.chunks_exact(ns) {
+        for (b, &id) in row.iter().enumerate() {
+            hist[b * bins + usize::from(id)] += 1;
+        }
+    }
+    hist
+}
+
+/// The histograms of the first `n` tokens of every head of a slot (`[h][NS][256]` u32,
+/// flattened), from the ids the store holds (device or mapped host memory): one read-back per
+/// head.
+pub fn prefix_histograms(
+    gpu: &Gpu,
+    index: &SlotIndex,
+    n: usize,
+    head_dim: usize,
+) -> Result<Vec<u32>, GpuError> {
+    let ns = subspaces(head_dim);
+    let mut out = Vec::with_capacity(index.ids.len() * ns * CENTROIDS);
+    for &ids in &index.ids {
+        let rows: Vec<u8> = read_back(gpu, ids, n * ns)?;
+        out.extend(histograms(&rows, ns));
+    }
+    Ok(out)
+}
+
 /// One store and its slots' tables.
 pub struct StoreSet {
     pub store: KeyStore,
@@ -77,6 +134,7 @@ pub struct StoreSet {
 
 impl StoreSet {
     /// An empty store of `slots` layers of `model`'s heads for one sequence of `tokens`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Arc<Gpu>,
         kernels: &dyn KernelSource,
@@ -85,11 +143,13 @@ impl StoreSet {
         tokens: usize,
         rotations: Option<Vec<f32>>,
         landmarks: bool,
+        pariskv: bool,
     ) -> Result<StoreSet, StoreError> {
         let config = StoreConfig {
             max_batch: 1,
             rotations,
             keep_landmarks: landmarks,
+            pariskv_index: pariskv,
             ..StoreConfig::new(model.clone(), placement, tokens)
         };
         let mut store = KeyStore::with_kernels(gpu.clone(), config, kernels)?;
@@ -123,6 +183,14 @@ impl StoreSet {
                 .map(DeviceBuffer::download)
                 .transpose()?
                 .map(|l| first(l, heads)),
+            pariskv: match view.pariskv {
+                Some(p) => Some(SlotIndex {
+                    ids: first(p.ids.download()?, heads),
+                    codes: first(p.codes.download()?, heads),
+                    weights: first(p.weights.download()?, heads),
+                }),
+                None => None,
+            },
         };
         if self.slots.len() <= slot {
             self.slots.resize(slot + 1, SlotTables::default());
@@ -148,11 +216,23 @@ pub struct LayerTables {
     k_rows: DeviceBuffer<u64>,
     v_rows: DeviceBuffer<u64>,
     landmarks: Option<DeviceBuffer<u64>>,
+    pariskv: Option<IndexTables>,
+}
+
+/// A view's ParisKV tables on the device, with the histograms of its prefix.
+struct IndexTables {
+    ids: DeviceBuffer<u64>,
+    codes: DeviceBuffer<u64>,
+    weights: DeviceBuffer<u64>,
+    hist: DeviceBuffer<u64>,
+    /// `[b*H + h][NS][256]` counts the `hist` table points into.
+    _counts: DeviceBuffer<u32>,
 }
 
 impl LayerTables {
     /// Uploads the view of layer `layer` over `tables` (a batch of `batch` sequences of
-    /// `tokens` stored tokens each, no tail).
+    /// `tokens` stored tokens each, no tail). `hist` is the batch's ParisKV histograms
+    /// `[b*H + h][NS][256]` of those tokens, when `tables` has the index.
     #[allow(clippy::too_many_arguments)]
     pub fn upload(
         gpu: &Gpu,
@@ -163,8 +243,32 @@ impl LayerTables {
         max_seg: usize,
         tokens: usize,
         tables: &HostTables,
+        hist: Option<&[u32]>,
     ) -> Result<LayerTables, GpuError> {
         let lengths = vec![tokens as i32; batch];
+        let pariskv = match (&tables.pariskv, hist) {
+            (Some(index), Some(hist)) => {
+                let bins = subspaces(model.head_dim) * CENTROIDS;
+                assert_eq!(
+                    hist.len(),
+                    index.ids.len() * bins,
+                    "histograms [b*H + h][NS][256] of every head of the batch"
+                );
+                let counts = gpu.upload(hist)?;
+                let per_head = (bins * 4) as u64;
+                let addrs: Vec<u64> = (0..index.ids.len() as u64)
+                    .map(|i| counts.addr() + i * per_head)
+                    .collect();
+                Some(IndexTables {
+                    ids: gpu.upload(&index.ids)?,
+                    codes: gpu.upload(&index.codes)?,
+                    weights: gpu.upload(&index.weights)?,
+                    hist: gpu.upload(&addrs)?,
+                    _counts: counts,
+                })
+            }
+            _ => None,
+        };
         Ok(LayerTables {
             layer,
             batch,
@@ -184,6 +288,7 @@ impl LayerTables {
                 .as_ref()
                 .map(|l| gpu.upload(l))
                 .transpose()?,
+            pariskv,
         })
     }
 
@@ -204,6 +309,12 @@ impl LayerTables {
             v_rows: &self.v_rows,
             max_tokens: self.tokens,
             landmarks: self.landmarks.as_ref(),
+            pariskv: self.pariskv.as_ref().map(|p| PariskvView {
+                ids: &p.ids,
+                codes: &p.codes,
+                weights: &p.weights,
+                hist: &p.hist,
+            }),
         }
     }
 }

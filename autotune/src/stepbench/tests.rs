@@ -14,12 +14,13 @@ use runtime::step::{HostStepOutput, OutputLayout};
 use super::args::{context_label, parse_context, parse_methods, Args, ArgsError, Options};
 use super::data;
 use super::figures::{
-    fill_ratios, floor_ms, group_bytes, median, recall, steps_within, workspace_bytes,
+    fill_ratios, floor_ms, group_bytes, median, pariskv_index_bytes, recall, steps_within,
+    workspace_bytes,
 };
 use super::plots::{fidelity_vs_bits, pareto_front, time_vs_context};
 use super::record::{date_of, file_stem, gpu_slug, Record, Row};
 use super::reference::{compare, context_truth};
-use super::stores::{compose, per_head, SlotTables};
+use super::stores::{compose, histograms, per_head, SlotIndex, SlotTables};
 use super::targets::verdicts;
 
 fn options(cli: &[&str]) -> Result<Options, ArgsError> {
@@ -48,7 +49,9 @@ fn default_grid_is_the_issue_grid() {
             "thumbnail",
             "landmark",
             "oracle",
-            "dense"
+            "dense",
+            "pariskv(100)",
+            "pariskv(512)"
         ]
     );
     assert_eq!((o.steps, o.commit.as_str()), (20, "unknown"));
@@ -342,6 +345,11 @@ fn tables_compose_per_batch_element() {
         k_rows: vec![base + 20, base + 21],
         v_rows: vec![base + 30, base + 31],
         landmarks: Some(vec![base + 40, base + 41]),
+        pariskv: Some(SlotIndex {
+            ids: vec![base + 50, base + 51],
+            codes: vec![base + 60, base + 61],
+            weights: vec![base + 70, base + 71],
+        }),
     };
     let (a, b) = (slot(100), slot(200));
     let t = compose(&[&a, &b], 1).unwrap();
@@ -349,6 +357,10 @@ fn tables_compose_per_batch_element() {
     assert_eq!(t.seg_scales, vec![110, 112, 210, 212]);
     assert_eq!(t.k_rows, vec![120, 121, 220, 221]);
     assert_eq!(t.landmarks, Some(vec![140, 141, 240, 241]));
+    let index = t.pariskv.expect("both slots have the index");
+    assert_eq!(index.ids, vec![150, 151, 250, 251]);
+    assert_eq!(index.codes, vec![160, 161, 260, 261]);
+    assert_eq!(index.weights, vec![170, 171, 270, 271]);
     let t = compose(&[&b], 2).unwrap();
     assert_eq!(t.seg_words, vec![200, 201, 202, 203]);
     assert!(compose(&[&a], 3).is_none());
@@ -357,6 +369,71 @@ fn tables_compose_per_batch_element() {
         ..slot(0)
     };
     assert_eq!(compose(&[&a, &no_landmarks], 1).unwrap().landmarks, None);
+    let no_index = SlotTables {
+        pariskv: None,
+        ..slot(0)
+    };
+    assert_eq!(compose(&[&no_index, &a], 1).unwrap().pariskv, None);
+    // A slot downloaded from a store with room for a larger batch holds only its own heads;
+    // one that lacks a head's entry cannot be composed.
+    let short = SlotTables {
+        pariskv: Some(SlotIndex {
+            ids: vec![1],
+            codes: vec![2],
+            weights: vec![3],
+        }),
+        ..slot(0)
+    };
+    assert!(compose(&[&short], 1).is_none());
+}
+
+#[test]
+fn prefix_histograms_count_each_subspace() {
+    // Two subspaces, three tokens: ids (0, 5), (0, 255), (7, 5).
+    let ids = [0u8, 5, 0, 255, 7, 5];
+    let h = histograms(&ids, 2);
+    assert_eq!(h.len(), 2 * 256);
+    assert_eq!((h[0], h[7], h[256 + 5], h[256 + 255]), (2, 1, 2, 1));
+    assert_eq!(h.iter().sum::<u32>(), 6);
+    // A prefix counts only its tokens.
+    assert_eq!(histograms(&ids[..2], 2).iter().sum::<u32>(), 2);
+}
+
+#[test]
+fn pariskv_bytes_follow_the_reference() {
+    use runtime::reference::pariskv::{
+        pariskv_step, PariskvIndex, PariskvInput, CENTROIDS, HISTOGRAM_BIN_BYTES,
+    };
+    let (n, d) = (6_000, 64);
+    let keys: Vec<half::bf16> = (0..n * d)
+        .map(|i| half::bf16::from_f32(((i * 7919) % 201) as f32 / 100.0 - 1.0))
+        .collect();
+    let index = PariskvIndex::build(&keys, d).unwrap();
+    let queries = vec![(0..d).map(|c| (c % 5) as f64 - 2.0).collect::<Vec<f64>>()];
+    let step = pariskv_step(
+        &PariskvInput {
+            index: &index,
+            keys: &keys,
+            values: &keys,
+            queries: &queries,
+            n_total: n,
+        },
+        100,
+        0.125,
+    )
+    .unwrap();
+    let want = step.bytes.histograms + step.bytes.ids + step.bytes.rerank;
+    assert_eq!(pariskv_index_bytes(n, d), want);
+    let b = group_bytes(Method::Pariskv { k: 100 }, None, n, d, BlockSize::B64, 140);
+    assert_eq!(b.planes, want);
+    assert_eq!(b.rows, step.bytes.rows * 140 / step.selection.union.len());
+    // N_r = 5964 retrievable tokens, C = ceil(.25 N_r) = 1491 candidates at D = 64.
+    assert_eq!(
+        pariskv_index_bytes(n, d),
+        5_964 * 8 + 1_491 * (32 + 16) + 8 * CENTROIDS * HISTOGRAM_BIN_BYTES
+    );
+    // Below the sink and window nothing is retrievable: only the histograms.
+    assert_eq!(pariskv_index_bytes(30, d), 8 * 256 * 4);
 }
 
 fn small_settings(n: usize) -> SyntheticSettings {

@@ -94,6 +94,11 @@ pub enum PlanError {
     #[error("double_sparsity needs its calibrated channel set; fit one per (layer, KV head)")]
     MissingCalibration,
     #[error(
+        "{method} ranks keys with its own index, not a plan over the bit-plane store; run it \
+         with reference::pariskv (or the step API)"
+    )]
+    NotAPlan { method: String },
+    #[error(
         "double_sparsity({r}) on a {head_dim}-channel head was given a calibration of {fitted_r} \
          channels of a {fitted_head_dim}-channel head; fit it with the same r and head"
     )]

@@ -71,12 +71,22 @@ pub enum Method {
     Oracle,
     /// Full attention over every token.
     Dense,
+    /// ParisKV retrieval (§12) over its own index: the group's top-`k` by the reranked
+    /// estimate, beside the sink and the local window. Not a plan over the bit-plane store:
+    /// [`depth_plan`] refuses it; its f64 reference is [`super::pariskv`].
+    Pariskv {
+        /// Winners per query group (the step's top-k).
+        k: usize,
+    },
 }
 
 impl Method {
     /// The nominal bits per token per KV head of the method's scan (§4): the budget of
     /// `fathom(B)`, `r (4 + 16/BLK)` for the top-r scans, `D (t + 16/BLK)` for the all-channel
     /// ones, `16 D / 8` for landmark, `16 D` for oracle, and `None` for dense (no scan).
+    /// `pariskv(k)` reads `8 B` bits of centroid ids for every retrievable token plus the codes
+    /// and weights (`8 (D/2 + 2B)` bits) of its `C = β N_r` candidates; the figure here is at
+    /// `N_r >= 30k` (`β = 0.1`), where it no longer depends on the context (§12).
     pub fn bits_per_token(&self, head_dim: usize, block: BlockSize) -> Option<f64> {
         let per_plane_channel = |t: u8| f64::from(t) + block.scale_bits_per_token();
         let d = head_dim as f64;
@@ -90,6 +100,10 @@ impl Method {
             Method::Landmark => Some(16.0 * d / LANDMARK_TOKENS as f64),
             Method::Oracle => Some(16.0 * d),
             Method::Dense => None,
+            Method::Pariskv { .. } => {
+                let b = (head_dim / super::pariskv::SUBSPACE) as f64;
+                Some(8.0 * b + 0.1 * 8.0 * (d / 2.0 + 2.0 * b))
+            }
         }
     }
 }
@@ -106,6 +120,7 @@ impl fmt::Display for Method {
             Method::Landmark => f.write_str("landmark"),
             Method::Oracle => f.write_str("oracle"),
             Method::Dense => f.write_str("dense"),
+            Method::Pariskv { k } => write!(f, "pariskv({k})"),
         }
     }
 }
@@ -115,7 +130,7 @@ impl fmt::Display for Method {
 #[error(
     "`{input}` is not a method ({reason}); valid forms: fathom(B) with B > 0 bits per token, \
      sparq(r), double_sparsity(r), loki(r) with r >= 1 channels, thumbnail, uniform(t) with t \
-     in 1..=4, landmark, oracle, dense"
+     in 1..=4, landmark, oracle, dense, pariskv(k) with k >= 1 winners"
 )]
 pub struct MethodParseError {
     /// The text that was given.
@@ -175,6 +190,13 @@ impl FromStr for Method {
             "landmark" => no_arg(Method::Landmark),
             "oracle" => no_arg(Method::Oracle),
             "dense" => no_arg(Method::Dense),
+            "pariskv" => {
+                let arg = arg.ok_or_else(|| fail("needs a top-k in parentheses"))?;
+                match arg.parse::<usize>() {
+                    Ok(k) if k >= 1 => Ok(Method::Pariskv { k }),
+                    _ => Err(fail("the top-k must be a whole number >= 1")),
+                }
+            }
             _ => Err(fail("unknown method name")),
         }
     }
@@ -282,6 +304,11 @@ pub fn depth_plan(method: Method, ctx: &PlanContext<'_>) -> Result<DepthPlan, Pl
         Method::Landmark => DepthPlan::Landmark,
         Method::Oracle => DepthPlan::Oracle,
         Method::Dense => DepthPlan::Dense,
+        Method::Pariskv { .. } => {
+            return Err(PlanError::NotAPlan {
+                method: method.to_string(),
+            })
+        }
     })
 }
 

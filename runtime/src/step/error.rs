@@ -59,6 +59,13 @@ pub enum StepError {
     EmptyBatch,
     #[error("the landmark method needs the view's landmark means; the store keeps none")]
     MissingLandmarks,
+    #[error("pariskv(k) needs a head dimension of 64, 128 or 256; this model's {head_dim} {rule}")]
+    PariskvHeadDim { head_dim: usize, rule: &'static str },
+    #[error(
+        "pariskv(k) reads the store's ParisKV index, and the view has none; build the store with \
+         StoreConfig::pariskv_index = true"
+    )]
+    MissingPariskvIndex,
     #[error(
         "{method} on layer {layer} needs {what} from calibration; give a Calibration that holds \
          it (Decoder::with_calibration)"

@@ -8,6 +8,7 @@ use super::workspace::{addr, Workspace};
 use super::StepError;
 use crate::gpu::{Arg, Gpu};
 use crate::jit::KernelSource;
+use crate::pariskv::{retrieval_args, RetrievalBuffers, RetrievalInputs};
 use crate::view::LayerView;
 use codegen::spec::select::SelectStage;
 use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
@@ -27,6 +28,8 @@ pub(crate) struct Inputs {
     pub budget: f32,
     /// The softmax scale.
     pub scale: f32,
+    /// The ParisKV sign vector `[D]` (pariskv), else 0.
+    pub signs: u64,
 }
 
 /// The kernel function of every operation (`None` for the copies and memsets), loaded before
@@ -72,6 +75,7 @@ pub(crate) fn record(
         (addr(&ws.uni), addr(&ws.sel_pos))
     };
     let p = Arg::Ptr;
+    let retrieval = retrieval_parts(plan, ws, view, inputs);
     for (op, function) in plan.operations.iter().zip(functions) {
         let args: Vec<Arg> = match op.role {
             Role::ClearStatus => {
@@ -191,6 +195,7 @@ pub(crate) fn record(
                     ],
                 }
             }
+            Role::Pariskv(stage) => retrieval_args(stage, &retrieval.0, &retrieval.1),
             Role::Fetch => vec![
                 view.k_rows.arg(),
                 view.v_rows.arg(),
@@ -225,6 +230,45 @@ pub(crate) fn record(
         )?;
     }
     Ok(())
+}
+
+/// What the ParisKV launches read and write: the view's index and lengths, the queries, and the
+/// workspace's buffers at the plan's strides (unused by the other methods).
+fn retrieval_parts(
+    plan: &LaunchPlan,
+    ws: &Workspace,
+    view: &LayerView<'_>,
+    inputs: &Inputs,
+) -> (RetrievalInputs, RetrievalBuffers) {
+    let a = RetrievalInputs {
+        index: view.pariskv.map(|t| t.tables()).unwrap_or_default(),
+        queries: inputs.queries,
+        signs: inputs.signs,
+        n_total: view.n_total.addr(),
+        kv_heads: plan.shape.kv_heads,
+        k: plan.k,
+    };
+    let sizes = &plan.sizes.pariskv;
+    let w = RetrievalBuffers {
+        q_tilde: addr(&ws.pk_q_tilde),
+        q_norm: addr(&ws.pk_q_norm),
+        tiers: addr(&ws.pk_tiers),
+        tier_len: addr(&ws.pk_tier_len),
+        vote_hist: addr(&ws.pk_vote_hist),
+        votes: addr(&ws.pk_votes),
+        ld_votes: sizes.ld_votes,
+        chunk_counts: addr(&ws.pk_chunk_counts),
+        cand: addr(&ws.pk_cand),
+        cand_count: addr(&ws.pk_cand_count),
+        cand_score: addr(&ws.pk_cand_score),
+        ld_cand: sizes.ld_cand,
+        sel: addr(&ws.sel),
+        sel_pos: addr(&ws.sel_pos),
+        sel_count: addr(&ws.sel_count),
+        uni: addr(&ws.uni),
+        uni_count: addr(&ws.uni_count),
+    };
+    (a, w)
 }
 
 /// The memcpy transfer (§7.1): reads the plan's run tables and the stored lengths back (the

@@ -7,13 +7,15 @@ use codegen::spec::launch::Launch;
 use codegen::spec::select::{SelectStage, LOCAL, SINK};
 use codegen::spec::shape::scales_per_channel;
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, Placement,
-    PlanSpec, ScanSpec, SelectSpec,
+    AttentionSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec,
+    PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec,
+    ScanSpec, SelectSpec,
 };
 
 use super::request::{Scoring, Transfer};
 use super::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
 use super::StepError;
+use crate::pariskv::{RetrievalSizes, Stage, THREADS as PARISKV_THREADS};
 
 /// Tokens every query head selects beside its top-k (§6).
 pub const ALWAYS: usize = (SINK + LOCAL) as usize;
@@ -76,6 +78,9 @@ pub enum Role {
     Oracle { whole: bool },
     /// One of the ten select launches.
     Select(SelectStage),
+    /// One of the six ParisKV retrieval launches (`pariskv`), which end in the select
+    /// family's outputs.
+    Pariskv(Stage),
     /// `dense`: the counts of every head set to `n_total` by device copies.
     DenseCounts,
     /// The winner rows into HBM.
@@ -143,6 +148,8 @@ pub struct WorkspaceSizes {
     pub dense_uni: usize,
     /// `dense`: `i32` `[B*H*G][k+36]` holding `0, 1, 2 ...` per row (every row position).
     pub dense_sel: usize,
+    /// `pariskv`: the retrieval's buffers (all zero for the other methods).
+    pub pariskv: RetrievalSizes,
 }
 
 impl WorkspaceSizes {
@@ -155,7 +162,17 @@ impl WorkspaceSizes {
             + 4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
             + 4 * (self.sel_count + self.uni + self.uni_count + self.out)
             + 4 * (self.dense_uni + self.dense_sel)
+            + self.pariskv.bytes()
     }
+}
+
+/// The ParisKV kernels of a `pariskv` step (§12), in launch order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PariskvSpecs {
+    pub query: PariskvQuerySpec,
+    pub vote: PariskvVoteSpec,
+    pub topc: PariskvTopcSpec,
+    pub rerank: PariskvRerankSpec,
 }
 
 /// The kernels of a step, after tiles are chosen.
@@ -167,6 +184,8 @@ pub struct StepSpecs {
     pub oracle: Option<OracleSpec>,
     pub landmark: Option<LandmarkSpec>,
     pub select: Option<SelectSpec>,
+    /// The retrieval kernels of `pariskv`.
+    pub pariskv: Option<PariskvSpecs>,
     pub fetch: FetchSpec,
     pub attention: AttentionSpec,
 }
@@ -186,7 +205,7 @@ pub struct LaunchPlan {
     /// Row stride of the scores, in floats.
     pub ld_scores: usize,
     /// The `k` the select, fetch and attention kernels get (for `dense`, `capacity − 36`, so
-    /// that every token is a row).
+    /// that every token is a row; for `pariskv(k)`, the method's `k`).
     pub k: usize,
     /// Planes of staging per (sequence, head, segment) (0 without staging).
     pub stage_planes: usize,
@@ -268,9 +287,14 @@ impl TileChooser<'_> {
 pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     let shape = inputs.shape;
     let (b, h, d, g) = (shape.batch, shape.kv_heads, shape.head_dim, shape.group);
-    if inputs.k > inputs.k_max && inputs.scoring != Scoring::Dense {
+    // `pariskv(k)` carries its own k; the request's is ignored.
+    let asked_k = match inputs.scoring {
+        Scoring::Pariskv { k } => k,
+        _ => inputs.k,
+    };
+    if asked_k > inputs.k_max && inputs.scoring != Scoring::Dense {
         return Err(StepError::K {
-            k: inputs.k,
+            k: asked_k,
             k_max: inputs.k_max,
         });
     }
@@ -304,6 +328,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         oracle: None,
         landmark: None,
         select: None,
+        pariskv: None,
         fetch: FetchSpec {
             head_dim,
             group,
@@ -395,7 +420,30 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             placement: row_placement,
         });
     }
-    if inputs.scoring != Scoring::Dense {
+    let pariskv = matches!(inputs.scoring, Scoring::Pariskv { .. });
+    if pariskv {
+        // Tiles are the default kernel set's: the autotuner does not tune these families yet.
+        specs.pariskv = Some(PariskvSpecs {
+            query: PariskvQuerySpec { head_dim, group },
+            vote: PariskvVoteSpec {
+                head_dim,
+                threads: PARISKV_THREADS,
+                placement: row_placement,
+            },
+            topc: PariskvTopcSpec {
+                head_dim,
+                threads: PARISKV_THREADS,
+            },
+            rerank: PariskvRerankSpec {
+                head_dim,
+                group,
+                k_max: inputs.k_max as u32,
+                threads: PARISKV_THREADS,
+                placement: row_placement,
+            },
+        });
+    }
+    if inputs.scoring != Scoring::Dense && !pariskv {
         specs.oracle = Some(OracleSpec {
             head_dim,
             group,
@@ -421,7 +469,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     validate_specs(&specs)?;
 
     let dense = inputs.scoring == Scoring::Dense;
-    let k = if dense { capacity - ALWAYS } else { inputs.k };
+    let k = if dense { capacity - ALWAYS } else { asked_k };
     let stage_planes = match inputs.scoring {
         Scoring::Planes { max_planes, .. } if staged => max_planes,
         _ => 0,
@@ -540,6 +588,53 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
                 kernel: kernel(select.into(), select.entry(stage), launch),
             });
         }
+    } else if let Some(pk) = specs.pariskv {
+        let (topc, chunk_words) = pk.topc.launch(bw, bh, capacity as u64)?;
+        let retrieval = RetrievalSizes::new(b * h, d, capacity, chunk_words as usize);
+        sizes.pariskv = retrieval;
+        sizes.sel = b * h * g * (k + ALWAYS);
+        sizes.uni = b * h * (g * k + ALWAYS);
+        let launches = [
+            (Stage::Query, pk.query.into(), pk.query.kernel_name(), {
+                pk.query.launch(bw, bh)?
+            }),
+            (
+                Stage::Vote,
+                pk.vote.into(),
+                pk.vote.kernel_name(),
+                pk.vote.launch(bw, bh, capacity as u64)?,
+            ),
+            (
+                Stage::TopcCount,
+                pk.topc.into(),
+                pk.topc.count_entry(),
+                topc,
+            ),
+            (
+                Stage::TopcWrite,
+                pk.topc.into(),
+                pk.topc.write_entry(),
+                topc,
+            ),
+            (
+                Stage::RerankScore,
+                pk.rerank.into(),
+                pk.rerank.score_entry(),
+                pk.rerank.launch_score(bw, bh, retrieval.ld_cand as u64)?,
+            ),
+            (
+                Stage::RerankSelect,
+                pk.rerank.into(),
+                pk.rerank.select_entry(),
+                pk.rerank.launch_select(bw, bh)?,
+            ),
+        ];
+        for (stage, spec, entry, launch) in launches {
+            ops.push(Operation {
+                role: Role::Pariskv(stage),
+                kernel: kernel(spec, entry, launch),
+            });
+        }
     } else {
         sizes.dense_uni = b * h * (g * k + ALWAYS);
         sizes.dense_sel = b * h * g * (k + ALWAYS);
@@ -593,6 +688,17 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
 }
 
 fn validate_specs(specs: &StepSpecs) -> Result<(), StepError> {
+    if let Some(pk) = specs.pariskv {
+        let all: [KernelSpec; 4] = [
+            pk.query.into(),
+            pk.vote.into(),
+            pk.topc.into(),
+            pk.rerank.into(),
+        ];
+        for spec in all {
+            spec.validate()?;
+        }
+    }
     let all: [Option<KernelSpec>; 8] = [
         specs.plan.map(Into::into),
         specs.gather.map(Into::into),

@@ -19,6 +19,15 @@
 //!   scores the stored tokens and the oracle kernel the tail `[n_stored, n_total)` exactly.
 //! - `landmark`: the landmark scan of the view's means, then the tail.
 //! - `oracle`: exact scores of `[0, n_total)`.
+//! - `pariskv(k)` (§12): the store's ParisKV index (the view's [`LayerView::pariskv`], a store
+//!   built with `StoreConfig::pariskv_index`) is searched by six launches: the query transform
+//!   and centroid tiers, the collision vote over every retrievable token, the candidate top-C
+//!   (count, write), the rerank of the candidates' codes and weights, and the select of the
+//!   group's top-`k` with the sink and the window, written in the select family's layout; then
+//!   the shared fetch and attention. Every query head of a group gets the same set. The
+//!   method's `k` replaces the request's. Nothing is read back, so it can be captured; the
+//!   index tables are in the view's placement (the histograms always in HBM), and the kernels
+//!   read them in place, without a transfer. Head dimensions 64, 128 and 256.
 //! - `dense`: no scoring and no selection: the counts are set to `n_total` by device copies
 //!   and the row tables are the identity (written when the workspace grows), then fetch and
 //!   attention over every token with `k = capacity − 36`. Its fetched rows cost `G·k·D·4`
@@ -43,6 +52,8 @@ pub mod tuning;
 pub mod validate;
 mod workspace;
 
+#[cfg(test)]
+mod pariskv_tests;
 #[cfg(test)]
 mod tests;
 
@@ -190,6 +201,8 @@ pub struct Decoder {
     workspace: Workspace,
     /// The queries of [`Decoder::step_host`].
     host_queries: Option<DeviceBuffer<f32>>,
+    /// The ParisKV sign vector, uploaded on the first `pariskv` step.
+    pariskv_signs: Option<Arc<DeviceBuffer<f32>>>,
 }
 
 /// A step ready to queue: its plan, kernels and inputs.
@@ -236,6 +249,7 @@ impl Decoder {
             device_calibration: DeviceCalibration::default(),
             workspace: Workspace::default(),
             host_queries: None,
+            pariskv_signs: None,
         })
     }
 
@@ -373,8 +387,24 @@ impl Decoder {
             scale: request
                 .scale
                 .unwrap_or(1.0 / (self.model.head_dim as f32).sqrt()),
+            signs: 0,
         };
         let mut keep: Vec<Arc<dyn Any + Send + Sync>> = Vec::new();
+        if let Scoring::Pariskv { .. } = plan.scoring {
+            let signs = match &self.pariskv_signs {
+                Some(signs) => signs.clone(),
+                None => {
+                    let signs = Arc::new(crate::pariskv::device_signs(
+                        &self.gpu,
+                        self.model.head_dim,
+                    )?);
+                    self.pariskv_signs = Some(signs.clone());
+                    signs
+                }
+            };
+            inputs.signs = signs.addr();
+            keep.push(signs);
+        }
         if let Scoring::Planes {
             method,
             budget,
@@ -607,12 +637,17 @@ pub struct StepGraph {
     token_capacity: usize,
     view: ViewShape,
     /// Addresses of the view's tables: the replay reads these buffers.
-    tables: [u64; 7],
+    tables: [u64; 11],
 }
 
 /// The addresses of `view`'s tables, which a captured step reads on every replay.
-fn table_addrs(view: &LayerView<'_>) -> [u64; 7] {
+fn table_addrs(view: &LayerView<'_>) -> [u64; 11] {
+    let index = view.pariskv.map(|p| p.tables()).unwrap_or_default();
     [
+        index.ids,
+        index.codes,
+        index.weights,
+        index.hist,
         view.seg_words.addr(),
         view.seg_scales.addr(),
         view.n_stored.addr(),

@@ -71,7 +71,7 @@ pub struct StepRequest<'a> {
     /// The host-placement transfer; `None` takes the tuning record's, else [`Transfer::Fused`].
     pub transfer: Option<Transfer>,
     /// Top-k per query head beside the sink and the local window (at most the decoder's
-    /// `k_max`; ignored by `dense`).
+    /// `k_max`; ignored by `dense`, and by `pariskv(k)`, which carries its own).
     pub k: usize,
     /// The softmax scale; `None` is `1/sqrt(D)`.
     pub scale: Option<f32>,
@@ -114,6 +114,27 @@ pub enum Scoring {
     Oracle,
     /// Attention over every token.
     Dense,
+    /// ParisKV retrieval (§12) over the store's index: the group's top-`k` of the reranked
+    /// candidates, beside the sink and the local window.
+    Pariskv {
+        /// Winners per query group.
+        k: usize,
+    },
+}
+
+/// Why `head_dim` cannot be indexed by ParisKV, if it cannot: the subspaces need a multiple of
+/// 8, the Hadamard transform a power of two, and the kernels exist for 64, 128 and 256.
+fn pariskv_head_dim(head_dim: usize) -> Result<(), StepError> {
+    let rule = if !head_dim.is_multiple_of(8) {
+        "is not a multiple of 8 (the index splits a head into subspaces of 8 coordinates)"
+    } else if !head_dim.is_power_of_two() {
+        "is not a power of two (the index rotates keys with a Hadamard transform)"
+    } else if !crate::reference::pariskv::HEAD_DIMS.contains(&head_dim) {
+        "is outside the sizes the kernels are built for"
+    } else {
+        return Ok(());
+    };
+    Err(StepError::PariskvHeadDim { head_dim, rule })
 }
 
 impl Scoring {
@@ -181,6 +202,10 @@ impl Scoring {
             Method::Landmark => Scoring::Landmark,
             Method::Oracle => Scoring::Oracle,
             Method::Dense => Scoring::Dense,
+            Method::Pariskv { k } => {
+                pariskv_head_dim(head_dim)?;
+                Scoring::Pariskv { k }
+            }
         })
     }
 }

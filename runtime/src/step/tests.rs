@@ -41,6 +41,7 @@ fn view(batch: usize, max_tokens: usize, placement: Placement) -> ViewShape {
         k_rows_len: heads,
         v_rows_len: heads,
         landmarks_len: Some(heads),
+        pariskv_len: None,
     }
 }
 

@@ -28,6 +28,8 @@ pub struct ViewShape {
     pub v_rows_len: usize,
     /// Entries of the landmark table, when the view has one.
     pub landmarks_len: Option<usize>,
+    /// Entries of the shortest ParisKV index table, when the view has the index.
+    pub pariskv_len: Option<usize>,
 }
 
 impl ViewShape {
@@ -48,6 +50,7 @@ impl ViewShape {
             k_rows_len: view.k_rows.len(),
             v_rows_len: view.v_rows.len(),
             landmarks_len: view.landmarks.map(|l| l.len()),
+            pariskv_len: view.pariskv.map(|p| p.len()),
         }
     }
 }
@@ -115,6 +118,9 @@ pub fn check_view(model: &ModelShape, v: &ViewShape) -> Result<(), StepError> {
     if let Some(len) = v.landmarks_len {
         room("landmarks length (B*H)", len, heads)?;
     }
+    if let Some(len) = v.pariskv_len {
+        room("ParisKV index tables length (B*H)", len, heads)?;
+    }
     // Scores, selections and kernel arguments index tokens with 32-bit ints.
     if v.max_tokens > i32::MAX as usize / 2 {
         return Err(StepError::ViewShape {
@@ -165,7 +171,8 @@ pub fn check_host_queries(v: &ViewShape, group: usize, queries: &[f32]) -> Resul
 
 /// What the method needs beyond the view: the KLT rotation of a rotated store, the fixed
 /// channels of `double_sparsity` (with the same `r`), `σ²` for `fathom` (given with the
-/// request, `[B][H][D]`, or calibrated), and the landmark means for `landmark`.
+/// request, `[B][H][D]`, or calibrated), the landmark means for `landmark`, and the ParisKV
+/// index for `pariskv`.
 pub fn check_needs(
     scoring: &Scoring,
     method_name: &str,
@@ -214,6 +221,7 @@ pub fn check_needs(
             Ok(())
         }
         Scoring::Landmark if v.landmarks_len.is_none() => Err(StepError::MissingLandmarks),
+        Scoring::Pariskv { .. } if v.pariskv_len.is_none() => Err(StepError::MissingPariskvIndex),
         _ => Ok(()),
     }
 }

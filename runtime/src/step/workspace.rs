@@ -58,6 +58,17 @@ pub(crate) struct Workspace {
     pub dense_uni: Buf<i32>,
     pub dense_sel: Buf<i32>,
     dense_layout: Option<DenseLayout>,
+    /// `pariskv`'s retrieval buffers (`crate::pariskv::RetrievalSizes`).
+    pub pk_q_tilde: Buf<f64>,
+    pub pk_q_norm: Buf<f64>,
+    pub pk_tiers: Buf<u8>,
+    pub pk_tier_len: Buf<i32>,
+    pub pk_vote_hist: Buf<u32>,
+    pub pk_votes: Buf<u16>,
+    pub pk_chunk_counts: Buf<u64>,
+    pub pk_cand: Buf<i32>,
+    pub pk_cand_count: Buf<i32>,
+    pub pk_cand_score: Buf<f64>,
 }
 
 impl Workspace {
@@ -91,6 +102,17 @@ impl Workspace {
         ensure(gpu, &mut self.k_sel, sizes.rows)?;
         ensure(gpu, &mut self.v_sel, sizes.rows)?;
         ensure(gpu, &mut self.out, sizes.out)?;
+        let pk = &sizes.pariskv;
+        ensure(gpu, &mut self.pk_q_tilde, pk.q_tilde)?;
+        ensure(gpu, &mut self.pk_q_norm, pk.q_norm)?;
+        ensure(gpu, &mut self.pk_tiers, pk.tiers)?;
+        ensure(gpu, &mut self.pk_tier_len, pk.tier_len)?;
+        ensure(gpu, &mut self.pk_vote_hist, pk.vote_hist)?;
+        ensure(gpu, &mut self.pk_votes, pk.votes)?;
+        ensure(gpu, &mut self.pk_chunk_counts, pk.chunk_counts)?;
+        ensure(gpu, &mut self.pk_cand, pk.cand)?;
+        ensure(gpu, &mut self.pk_cand_count, pk.cand_count)?;
+        ensure(gpu, &mut self.pk_cand_score, pk.cand_score)?;
         if sizes.dense_uni > 0 {
             let layout = (kv_heads, group * k + ALWAYS, kv_heads * group, k + ALWAYS);
             let grown = [&self.dense_uni, &self.dense_sel]
@@ -137,6 +159,16 @@ impl Workspace {
             + b(&self.out)
             + b(&self.dense_uni)
             + b(&self.dense_sel)
+            + b(&self.pk_q_tilde)
+            + b(&self.pk_q_norm)
+            + b(&self.pk_tiers)
+            + b(&self.pk_tier_len)
+            + b(&self.pk_vote_hist)
+            + b(&self.pk_votes)
+            + b(&self.pk_chunk_counts)
+            + b(&self.pk_cand)
+            + b(&self.pk_cand_count)
+            + b(&self.pk_cand_score)
     }
 
     /// Every buffer, type-erased, for a graph to keep alive.
@@ -169,6 +201,16 @@ impl Workspace {
         k(&self.out, &mut out);
         k(&self.dense_uni, &mut out);
         k(&self.dense_sel, &mut out);
+        k(&self.pk_q_tilde, &mut out);
+        k(&self.pk_q_norm, &mut out);
+        k(&self.pk_tiers, &mut out);
+        k(&self.pk_tier_len, &mut out);
+        k(&self.pk_vote_hist, &mut out);
+        k(&self.pk_votes, &mut out);
+        k(&self.pk_chunk_counts, &mut out);
+        k(&self.pk_cand, &mut out);
+        k(&self.pk_cand_count, &mut out);
+        k(&self.pk_cand_score, &mut out);
         out
     }
 }

@@ -66,6 +66,26 @@ pub enum StoreError {
         token: usize,
         channel: usize,
     },
+    #[error(
+        "key of {sequence}, layer {layer}, KV head {head}, token {token} is not finite (found \
+         by the ParisKV index build); keys must be finite"
+    )]
+    IndexNonFiniteKey {
+        sequence: SequenceId,
+        layer: usize,
+        head: usize,
+        token: usize,
+    },
+    #[error(
+        "key of {sequence}, layer {layer}, KV head {head}, token {token} has a ParisKV weight \
+         ||k|| r_b / α_b that overflows bf16; the key's norm must stay well below 3.4e38"
+    )]
+    IndexWeightOverflow {
+        sequence: SequenceId,
+        layer: usize,
+        head: usize,
+        token: usize,
+    },
     /// A kernel could not be had: NVRTC missing ([`JitError::Nvrtc`]), a compile or load
     /// failure, naming the kernel.
     #[error(transparent)]

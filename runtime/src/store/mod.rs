@@ -27,10 +27,17 @@
 //!
 //! Everything is queued on the [`Gpu`]'s one stream, so memory a freed sequence held is reused
 //! only after the work queued before the free.
+//!
+//! # The ParisKV index
+//!
+//! With [`StoreConfig::pariskv_index`] the store also keeps the index of §12 for every
+//! (sequence, layer, KV head), built as tokens enter (prefill and every append), and a view
+//! carries its tables ([`LayerView::pariskv`]) for the `pariskv(k)` method; see [`pariskv`].
 
 pub mod device;
 mod error;
 pub mod ledger;
+pub mod pariskv;
 pub mod pool;
 pub mod tables;
 
@@ -42,13 +49,16 @@ use cudarc::driver::CudaFunction;
 
 pub use error::StoreError;
 pub use ledger::SequenceId;
+pub use pariskv::IndexGeometry;
 
 use crate::gpu::{Arg, DeviceBuffer, Gpu};
 use crate::jit::{Jit, KernelSource};
+use crate::pariskv::{build_args, IndexTables};
 use crate::reference::store::{BlockSize, StoreLayout};
-use crate::view::LayerView;
+use crate::view::{LayerView, PariskvView};
 use device::{Memory, Uploader};
 use ledger::{Capacity, Geometry, Registry};
+use pariskv::{index_status_error, IndexState};
 use pool::{Region, RegionPool, Slot, SlotPool};
 use tables::{HostTables, Tables};
 
@@ -87,10 +97,15 @@ pub struct StoreConfig {
     pub rotations: Option<Vec<f32>>,
     /// Keep the fp16 mean key of every 8 stored tokens (the landmark baseline, §4).
     pub keep_landmarks: bool,
+    /// Keep the ParisKV index of every token (§12, the `pariskv(k)` method): ids, codes and
+    /// weights in the placement (112 bytes per token per KV head at D = 128), histograms in
+    /// device memory. Needs a head dimension of 64, 128 or 256.
+    pub pariskv_index: bool,
 }
 
 impl StoreConfig {
-    /// The defaults: `BLK = 64`, `S = 512`, batches of up to 64, no rotations, no landmarks.
+    /// The defaults: `BLK = 64`, `S = 512`, batches of up to 64, no rotations, no landmarks, no
+    /// ParisKV index.
     pub fn new(model: ModelShape, placement: Placement, capacity_tokens: usize) -> Self {
         StoreConfig {
             model,
@@ -101,6 +116,7 @@ impl StoreConfig {
             max_batch: 64,
             rotations: None,
             keep_landmarks: false,
+            pariskv_index: false,
         }
     }
 
@@ -164,6 +180,9 @@ impl StoreConfig {
             }
             (None, Basis::Raw) => {}
         }
+        if self.pariskv_index {
+            IndexGeometry::new(m.head_dim)?;
+        }
         Ok(layout)
     }
 }
@@ -188,6 +207,8 @@ struct LayerState {
     /// `[s][h]`.
     segments: Vec<Vec<Slot>>,
     region: Option<Region>,
+    /// The ParisKV histograms of the layer's heads, with the index.
+    hist: Option<Slot>,
 }
 
 struct Sequence {
@@ -201,10 +222,12 @@ impl Sequence {
     }
 }
 
-/// An encode launch whose status word [`KeyStore::check`] has not read yet.
+/// A launch whose status word [`KeyStore::check`] has not read yet.
 struct LaunchRecord {
     layer: usize,
     ids: Vec<SequenceId>,
+    /// An index build (status `{kind, b, h, token}`) rather than an encode.
+    index: bool,
 }
 
 /// What `&self` methods update: the table mirrors, the upload ring and the status log.
@@ -217,6 +240,8 @@ struct Shared {
 
 /// Encode launches between two checks; when the log is full an append checks first.
 const LOG_SLOTS: usize = 4096;
+/// The same with the ParisKV index, which every append builds.
+const INDEX_LOG_SLOTS: usize = 65_536;
 /// Status words per launch: `{kind, b, h, token, channel}`.
 const STATUS_WORDS: usize = 5;
 /// Tokens of the smallest row region.
@@ -233,6 +258,8 @@ struct Growth {
     region: Option<Region>,
     /// Segments to add, `[s][h]`.
     segments: Vec<Vec<(Slot, bool)>>,
+    /// The layer's ParisKV histograms, when it has none yet.
+    hist: Option<(Slot, bool)>,
 }
 
 struct Functions {
@@ -288,7 +315,9 @@ pub struct KeyStore {
     tables: Vec<Tables>,
     shared: Mutex<Shared>,
     status_log: DeviceBuffer<i32>,
+    log_slots: usize,
     prefill_status: DeviceBuffer<i32>,
+    index: Option<IndexState>,
     encode_bulk: EncodeSpec,
     encode_append: EncodeSpec,
     landmark: LandmarkSpec,
@@ -358,11 +387,23 @@ impl KeyStore {
             row_chunk: ROW_CHUNK,
         };
         let max_seg_cap = geometry.segments_for(config.capacity_tokens).max(1);
+        let index = if config.pariskv_index {
+            let geometry = IndexGeometry::new(d)?;
+            Some(IndexState::new(
+                &gpu,
+                kernels,
+                geometry,
+                heads,
+                config.placement,
+            )?)
+        } else {
+            None
+        };
         let tables = (0..=layers)
             .map(|layer| {
                 // The prefill tables serve one sequence.
                 let batch = if layer == layers { 1 } else { config.max_batch };
-                Tables::new(&gpu, batch, heads, max_seg_cap)
+                Tables::new(&gpu, batch, heads, max_seg_cap, index.is_some())
             })
             .collect::<Result<Vec<_>, _>>()?;
         let rotations = match &config.rotations {
@@ -372,12 +413,18 @@ impl KeyStore {
                 .collect::<Result<Vec<_>, _>>()?,
             None => Vec::new(),
         };
-        let status_log = gpu.filled::<i32>(LOG_SLOTS * STATUS_WORDS, 0)?;
+        let log_slots = if index.is_some() {
+            INDEX_LOG_SLOTS
+        } else {
+            LOG_SLOTS
+        };
+        let status_log = gpu.filled::<i32>(log_slots * STATUS_WORDS, 0)?;
         let prefill_status = gpu.filled::<i32>(STATUS_WORDS, 0)?;
         let fixed_device_bytes = tables.iter().map(Tables::bytes).sum::<usize>()
             + rotations.iter().map(DeviceBuffer::bytes).sum::<usize>()
             + status_log.bytes()
-            + prefill_status.bytes();
+            + prefill_status.bytes()
+            + index.as_ref().map_or(0, IndexState::fixed_bytes);
 
         // The zero fills and uploads above ran on the legacy stream.
         device::settle(&gpu)?;
@@ -400,7 +447,9 @@ impl KeyStore {
             tables,
             shared: Mutex::new(shared),
             status_log,
+            log_slots,
             prefill_status,
+            index,
             encode_bulk,
             encode_append,
             landmark,
@@ -451,6 +500,9 @@ impl KeyStore {
             if let Some(region) = layer.region {
                 self.regions.free(region);
             }
+            if let (Some(slot), Some(index)) = (layer.hist, self.index.as_mut()) {
+                index.hist.free(slot);
+            }
         }
         Ok(())
     }
@@ -466,14 +518,20 @@ impl KeyStore {
     pub fn memory(&self) -> MemoryUse {
         let pools = self.segments.held_bytes() + self.regions.held_bytes();
         let ring = self.lock().uploader.bytes();
+        // The ParisKV histograms are device memory in either placement.
+        let (hist_held, hist_used) = self
+            .index
+            .as_ref()
+            .map_or((0, 0), |i| (i.hist.held_bytes(), i.hist.used_bytes()));
+        let fixed = self.fixed_device_bytes + hist_held;
         let (device_bytes, pinned_bytes) = match self.config.placement {
-            Placement::Hbm => (self.fixed_device_bytes + pools, ring),
-            Placement::Host => (self.fixed_device_bytes, pools + ring),
+            Placement::Hbm => (fixed + pools, ring),
+            Placement::Host => (fixed, pools + ring),
         };
         MemoryUse {
             device_bytes,
             pinned_bytes,
-            pool_bytes_in_use: self.segments.used_bytes() + self.regions.used_bytes(),
+            pool_bytes_in_use: self.segments.used_bytes() + self.regions.used_bytes() + hist_used,
         }
     }
 
@@ -483,6 +541,9 @@ impl KeyStore {
         self.gpu.synchronize()?;
         self.segments.trim();
         self.regions.trim();
+        if let Some(index) = self.index.as_mut() {
+            index.hist.trim();
+        }
         Ok(())
     }
 
@@ -514,14 +575,42 @@ impl KeyStore {
         self.geometry.class_tokens(class) * self.config.model.head_dim * 2
     }
 
-    fn region_bytes(&self, class: u32) -> usize {
-        let h = self.config.model.kv_heads;
-        let means = if self.config.keep_landmarks {
-            h * self.head_rows_bytes(class) / 8
+    /// Bytes of the landmark means of all heads in a region of `class`.
+    fn means_bytes(&self, class: u32) -> usize {
+        if self.config.keep_landmarks {
+            self.config.model.kv_heads * self.head_rows_bytes(class) / 8
         } else {
             0
+        }
+    }
+
+    fn region_bytes(&self, class: u32) -> usize {
+        let h = self.config.model.kv_heads;
+        let index = self.index.as_ref().map_or(0, |i| {
+            h * self.geometry.class_tokens(class) * i.geometry.bytes_per_token()
+        });
+        2 * h * self.head_rows_bytes(class) + self.means_bytes(class) + index
+    }
+
+    /// Addresses of head `h`'s ParisKV ids, codes and weights in `region` (after the rows and
+    /// the means); zeros without the index.
+    fn index_addrs(&self, region: Region, h: usize) -> (u64, u64, u64) {
+        let Some(index) = &self.index else {
+            return (0, 0, 0);
         };
-        2 * h * self.head_rows_bytes(class) + means
+        let class = self.regions.class(region);
+        let heads = self.config.model.kv_heads;
+        let base = self.regions.addr(region)
+            + (2 * heads * self.head_rows_bytes(class) + self.means_bytes(class)) as u64;
+        let (ids, codes, weights) =
+            index
+                .geometry
+                .offsets(self.geometry.class_tokens(class), heads, h);
+        (
+            base + ids as u64,
+            base + codes as u64,
+            base + weights as u64,
+        )
     }
 
     /// Addresses of head `h`'s K rows, V rows and means in `region`.
@@ -549,7 +638,7 @@ impl KeyStore {
         layer: usize,
         new_total: &[usize],
     ) -> Result<Vec<Growth>, StoreError> {
-        let needs: Vec<(Option<u32>, usize)> = ids
+        let needs: Vec<(Option<u32>, usize, bool)> = ids
             .iter()
             .zip(new_total)
             .map(|(&id, &n)| {
@@ -563,20 +652,28 @@ impl KeyStore {
                     .geometry
                     .segments_for(n)
                     .saturating_sub(state.segments.len());
-                (region, segments)
+                let hist = self.index.is_some() && state.hist.is_none();
+                (region, segments, hist)
             })
             .collect();
         let (gpu, placement) = (self.gpu.clone(), self.config.placement);
         let heads = self.config.model.kv_heads;
         let mut growth = Vec::new();
         let mut failure = None;
-        for (at, (class, segments)) in needs.into_iter().enumerate() {
+        for (at, (class, segments, hist)) in needs.into_iter().enumerate() {
             let mut g = Growth {
                 at,
                 region: None,
                 segments: Vec::new(),
+                hist: None,
             };
-            if let Some(class) = class {
+            if let (true, Some(index)) = (hist, self.index.as_mut()) {
+                match index.hist.alloc(|bytes| IndexState::grow(&gpu, bytes)) {
+                    Ok(slot) => g.hist = Some(slot),
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if let (Some(class), true) = (class, failure.is_none()) {
                 let bytes = self.region_bytes(class);
                 match self
                     .regions
@@ -618,6 +715,9 @@ impl KeyStore {
                 for (slot, _) in g.segments.into_iter().flatten() {
                     self.segments.free(slot);
                 }
+                if let (Some((slot, _)), Some(index)) = (g.hist, self.index.as_mut()) {
+                    index.hist.free(slot);
+                }
             }
             return Err(e.into());
         }
@@ -649,6 +749,16 @@ impl KeyStore {
                         if self.config.keep_landmarks {
                             device::copy(&self.gpu, m1, m0, means)?;
                         }
+                        if let Some(index) = &self.index {
+                            // The index covers every token, as the rows do.
+                            let g = index.geometry;
+                            let (i0, c0, w0) = self.index_addrs(old, h);
+                            let (i1, c1, w1) = self.index_addrs(new, h);
+                            let n = state.n_total;
+                            device::copy(&self.gpu, i1, i0, n * g.id_bytes())?;
+                            device::copy(&self.gpu, c1, c0, n * g.code_bytes())?;
+                            device::copy(&self.gpu, w1, w0, n * g.weight_bytes())?;
+                        }
                     }
                     self.regions.free(old);
                 }
@@ -662,9 +772,17 @@ impl KeyStore {
                     )?;
                 }
             }
+            if let (Some((slot, reused)), Some(index)) = (g.hist, &self.index) {
+                if reused {
+                    device::zero(&self.gpu, index.hist.addr(slot), index.hist.slot_bytes())?;
+                }
+            }
             let state = &mut self.sequence_mut(id).layers[layer];
             if let Some(new) = g.region {
                 state.region = Some(new);
+            }
+            if let Some((slot, _)) = g.hist {
+                state.hist = Some(slot);
             }
             state.segments.extend(
                 g.segments
@@ -707,6 +825,11 @@ impl KeyStore {
         for state in &states {
             t.n_stored.push(state.n_stored as i32);
             t.n_total.push(state.n_total as i32);
+            if self.index.is_some() {
+                // An append indexes its one new token.
+                t.index_start.push(state.n_total.saturating_sub(1) as i32);
+                t.index_end.push(state.n_total as i32);
+            }
             for h in 0..heads {
                 for s in 0..max_seg {
                     let addr = state
@@ -723,6 +846,18 @@ impl KeyStore {
                 t.k_rows.push(k);
                 t.v_rows.push(v);
                 t.landmarks.push(means);
+                if let Some(index) = &self.index {
+                    let (ids, codes, weights) = state
+                        .region
+                        .map_or((0, 0, 0), |region| self.index_addrs(region, h));
+                    t.pk_ids.push(ids);
+                    t.pk_codes.push(codes);
+                    t.pk_weights.push(weights);
+                    let hist = state.hist.map_or(0, |slot| {
+                        index.hist.addr(slot) + (h * index.geometry.hist_bytes()) as u64
+                    });
+                    t.pk_hist.push(hist);
+                }
             }
         }
         let max_tokens = states.iter().map(|s| s.n_total).max().unwrap_or(0);
@@ -781,6 +916,12 @@ impl KeyStore {
             v_rows: &t.v_rows,
             max_tokens,
             landmarks: self.config.keep_landmarks.then_some(&t.landmarks),
+            pariskv: self.index.as_ref().map(|_| PariskvView {
+                ids: &t.pk_ids,
+                codes: &t.pk_codes,
+                weights: &t.pk_weights,
+                hist: &t.pk_hist,
+            }),
         })
     }
 
@@ -812,7 +953,10 @@ impl KeyStore {
     /// [`KeyStore::append`].
     ///
     /// This waits for the encode and checks its status: a non-finite key or a scale overflow is
-    /// returned with its head and token, and the sequence is left as it was.
+    /// returned with its head and token, and the sequence is left as it was. With the ParisKV
+    /// index every new token is indexed first (tail keys too): a non-finite key or a weight
+    /// overflow is returned as [`StoreError::IndexNonFiniteKey`] or
+    /// [`StoreError::IndexWeightOverflow`], nothing is encoded, and the histograms are restored.
     pub fn prefill(
         &mut self,
         id: SequenceId,
@@ -866,21 +1010,114 @@ impl KeyStore {
         self.capacity.commit(before, after);
 
         let new_stored = old_stored + self.geometry.newly_stored(old_stored, new_total);
-        if new_stored > old_stored {
-            if let Err(e) = self.encode_prefill(id, layer, old_stored, new_total, new_stored) {
-                // Leave the sequence as it was: the rows past `old_total` and the segments added
-                // here are not part of it any more.
-                let state = &mut self.sequence_mut(id).layers[layer];
-                state.n_total = old_total;
-                let added: Vec<Slot> = state.segments.drain(old_segments..).flatten().collect();
-                for slot in added {
-                    self.segments.free(slot);
-                }
-                self.capacity.commit(after, before);
-                return Err(e);
+        let hist = self.save_hist(id, layer)?;
+        // The index first: a key it refuses is then never encoded into the segments.
+        let mut result = self.index_prefill(id, layer, old_total, new_total);
+        if result.is_ok() && new_stored > old_stored {
+            result = self.encode_prefill(id, layer, old_stored, new_total, new_stored);
+        }
+        if let Err(e) = result {
+            // Leave the sequence as it was: the rows past `old_total` and the segments added
+            // here are not part of it any more, and the histograms lose what this prefill
+            // added to them.
+            let state = &mut self.sequence_mut(id).layers[layer];
+            state.n_total = old_total;
+            let added: Vec<Slot> = state.segments.drain(old_segments..).flatten().collect();
+            for slot in added {
+                self.segments.free(slot);
             }
+            self.capacity.commit(after, before);
+            if let (Some(hist), Some(index)) = (hist, &self.index) {
+                device::copy(&self.gpu, hist, index.backup.addr(), index.backup.bytes())?;
+            }
+            return Err(e);
         }
         self.sequence_mut(id).layers[layer].n_stored = new_stored;
+        Ok(())
+    }
+
+    /// Queues a copy of the layer's ParisKV histograms into the backup and returns their
+    /// address (`None` without the index).
+    fn save_hist(&self, id: SequenceId, layer: usize) -> Result<Option<u64>, StoreError> {
+        let (Some(index), Some(slot)) = (&self.index, self.sequence(id).layers[layer].hist) else {
+            return Ok(None);
+        };
+        let addr = index.hist.addr(slot);
+        device::copy(&self.gpu, index.backup.addr(), addr, index.backup.bytes())?;
+        Ok(Some(addr))
+    }
+
+    /// The ParisKV index build of a prefill (tokens `old_total .. new_total`) and its status,
+    /// waited for.
+    fn index_prefill(
+        &self,
+        id: SequenceId,
+        layer: usize,
+        old_total: usize,
+        new_total: usize,
+    ) -> Result<(), StoreError> {
+        let Some(index) = &self.index else {
+            return Ok(());
+        };
+        let prefill = self.config.model.layers;
+        let (mut wanted, _, _) = self.wanted_tables(&[id], layer);
+        wanted.index_start = vec![old_total as i32];
+        wanted.index_end = vec![new_total as i32];
+        self.refresh(prefill, wanted)?;
+        let t = &self.tables[prefill];
+        device::zero(&self.gpu, index.status.addr(), index.status.bytes())?;
+        self.launch_index(
+            index,
+            t,
+            1,
+            (new_total - old_total) as u64,
+            index.status.addr(),
+        )?;
+        let status: Vec<i32> =
+            device::read_back(&self.gpu, index.status.addr(), pariskv::STATUS_WORDS)?;
+        match index_status_error(&status, layer, &[id]) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues the index build of the ranges in `t`'s `index_start`/`index_end`.
+    fn launch_index(
+        &self,
+        index: &IndexState,
+        t: &Tables,
+        batch: usize,
+        max_tokens: u64,
+        status: u64,
+    ) -> Result<(), StoreError> {
+        let heads = self.config.model.kv_heads;
+        let launch = index
+            .spec
+            .launch(batch as u64, heads as u64, max_tokens)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let tables = IndexTables {
+            ids: t.pk_ids.addr(),
+            codes: t.pk_codes.addr(),
+            weights: t.pk_weights.addr(),
+            hist: t.pk_hist.addr(),
+        };
+        let args = build_args(
+            t.k_rows.addr(),
+            index.signs.addr(),
+            tables,
+            t.index_start.addr(),
+            t.index_end.addr(),
+            heads,
+            status,
+        );
+        let dims = |d: [u32; 3]| (d[0], d[1], d[2]);
+        self.gpu.launch(
+            &index.function,
+            dims(launch.grid),
+            dims(launch.block),
+            launch.shared_bytes,
+            &args,
+        )?;
         Ok(())
     }
 
@@ -980,6 +1217,10 @@ impl KeyStore {
     /// waits for the device: a non-finite key or a scale overflow in an encoded
     /// block is reported by the next [`KeyStore::check`]. (After 4096 encode launches without a
     /// check, an append checks first, and returns a failure it finds there before appending.)
+    ///
+    /// With the ParisKV index, every appended token is indexed (before any encode), and a
+    /// non-finite key or a weight overflow is reported by the next check as well; the log then
+    /// holds 65,536 launches (an append logs one or two).
     pub fn append(
         &mut self,
         ids: &[SequenceId],
@@ -1004,7 +1245,8 @@ impl KeyStore {
             new_total.push(n);
         }
         self.capacity.check(before, after)?;
-        if self.lock().log.len() >= LOG_SLOTS {
+        // An append logs up to two launches: the index build and the encode.
+        if self.lock().log.len() + 2 > self.log_slots {
             self.check()?;
         }
         let growth = self.allocate(ids, layer, &new_total)?;
@@ -1036,18 +1278,15 @@ impl KeyStore {
                 Arg::I32(d as i32),
             ],
         )?;
+        if let Some(index) = &self.index {
+            // The new token of every sequence (`index_start = n_total - 1`).
+            let status = self.log_status(layer, ids, true);
+            self.launch_index(index, t, batch, 1, status)?;
+        }
         if !filled {
             return Ok(());
         }
-        let slot = {
-            let mut shared = self.lock();
-            shared.log.push(LaunchRecord {
-                layer,
-                ids: ids.to_vec(),
-            });
-            shared.log.len() - 1
-        };
-        let status = self.status_log.addr() + (slot * STATUS_WORDS * 4) as u64;
+        let status = self.log_status(layer, ids, false);
         let (grid, block, shared) = self.encode_append.launch_dims(batch, heads, 0);
         self.gpu.launch(
             &self.functions.encode_append,
@@ -1081,10 +1320,27 @@ impl KeyStore {
         self.refresh(layer, wanted)
     }
 
-    /// Reads the status of every append encode since the last check (a host synchronisation)
-    /// and returns the first failure: a non-finite key (sequence, layer, KV head, token, raw
-    /// channel) or a scale overflow (the block's first token, store channel). The block that
-    /// failed was not written; free its sequence.
+    /// Records a launch of `ids` at `layer` in the status log and returns its status words'
+    /// address.
+    fn log_status(&self, layer: usize, ids: &[SequenceId], index: bool) -> u64 {
+        let slot = {
+            let mut shared = self.lock();
+            shared.log.push(LaunchRecord {
+                layer,
+                ids: ids.to_vec(),
+                index,
+            });
+            shared.log.len() - 1
+        };
+        self.status_log.addr() + (slot * STATUS_WORDS * 4) as u64
+    }
+
+    /// Reads the status of every append encode (and ParisKV index build) since the last check
+    /// (a host synchronisation) and returns the first failure: a non-finite key (sequence,
+    /// layer, KV head, token, raw channel) or a scale overflow (the block's first token, store
+    /// channel); with the index, also a non-finite tail key or a weight overflow (sequence,
+    /// layer, KV head, token). The block or token that failed was not written; free its
+    /// sequence.
     pub fn check(&self) -> Result<(), StoreError> {
         let mut shared = self.lock();
         if shared.log.is_empty() {
@@ -1096,7 +1352,13 @@ impl KeyStore {
             .log
             .iter()
             .zip(status.chunks_exact(STATUS_WORDS))
-            .find_map(|(record, status)| status_error(status, record.layer, &record.ids));
+            .find_map(|(record, status)| {
+                if record.index {
+                    index_status_error(status, record.layer, &record.ids)
+                } else {
+                    status_error(status, record.layer, &record.ids)
+                }
+            });
         device::zero(&self.gpu, self.status_log.addr(), words * 4)?;
         shared.log.clear();
         failure.map_or(Ok(()), Err)
@@ -1237,6 +1499,14 @@ mod tests {
         assert!(StoreConfig {
             rotations: Some(vec![0.0; 2 * 2 * 64 * 64]),
             ..klt
+        }
+        .validate()
+        .is_ok());
+        // Every head dimension a model may have (64, 128, 256) can keep the ParisKV index; the
+        // rule itself is `IndexGeometry::new`'s (tested in `pariskv`).
+        assert!(StoreConfig {
+            pariskv_index: true,
+            ..ok.clone()
         }
         .validate()
         .is_ok());

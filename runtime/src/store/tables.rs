@@ -20,6 +20,15 @@ pub struct HostTables {
     pub k_rows: Vec<u64>,
     pub v_rows: Vec<u64>,
     pub landmarks: Vec<u64>,
+    /// `[(b*H + h)]`: the ParisKV index's ids, codes, weights and histograms (empty without
+    /// an index).
+    pub pk_ids: Vec<u64>,
+    pub pk_codes: Vec<u64>,
+    pub pk_weights: Vec<u64>,
+    pub pk_hist: Vec<u64>,
+    /// `[b]`: the token range the next index build covers.
+    pub index_start: Vec<i32>,
+    pub index_end: Vec<i32>,
 }
 
 /// The smallest range of indices outside of which `new` equals `old` (`old` may be shorter or
@@ -44,17 +53,30 @@ pub struct Tables {
     pub k_rows: DeviceBuffer<u64>,
     pub v_rows: DeviceBuffer<u64>,
     pub landmarks: DeviceBuffer<u64>,
+    pub pk_ids: DeviceBuffer<u64>,
+    pub pk_codes: DeviceBuffer<u64>,
+    pub pk_weights: DeviceBuffer<u64>,
+    pub pk_hist: DeviceBuffer<u64>,
+    pub index_start: DeviceBuffer<i32>,
+    pub index_end: DeviceBuffer<i32>,
 }
 
 impl Tables {
-    /// Zeroed tables.
+    /// Zeroed tables; the ParisKV tables hold one entry unless `index` (a store that keeps
+    /// the index).
     pub fn new(
         gpu: &Gpu,
         max_batch: usize,
         heads: usize,
         max_seg: usize,
+        index: bool,
     ) -> Result<Tables, GpuError> {
         let heads_total = max_batch * heads;
+        let (index_heads, index_batch) = if index {
+            (heads_total, max_batch)
+        } else {
+            (1, 1)
+        };
         Ok(Tables {
             seg_words: gpu.filled(heads_total * max_seg, 0)?,
             seg_scales: gpu.filled(heads_total * max_seg, 0)?,
@@ -63,6 +85,12 @@ impl Tables {
             k_rows: gpu.filled(heads_total, 0)?,
             v_rows: gpu.filled(heads_total, 0)?,
             landmarks: gpu.filled(heads_total, 0)?,
+            pk_ids: gpu.filled(index_heads, 0)?,
+            pk_codes: gpu.filled(index_heads, 0)?,
+            pk_weights: gpu.filled(index_heads, 0)?,
+            pk_hist: gpu.filled(index_heads, 0)?,
+            index_start: gpu.filled(index_batch, 0)?,
+            index_end: gpu.filled(index_batch, 0)?,
         })
     }
 
@@ -75,6 +103,12 @@ impl Tables {
             + self.k_rows.bytes()
             + self.v_rows.bytes()
             + self.landmarks.bytes()
+            + self.pk_ids.bytes()
+            + self.pk_codes.bytes()
+            + self.pk_weights.bytes()
+            + self.pk_hist.bytes()
+            + self.index_start.bytes()
+            + self.index_end.bytes()
     }
 
     /// Makes the device hold `wanted`, given that it holds `mirror`; queues the changed spans
@@ -139,6 +173,42 @@ impl Tables {
             &mirror.landmarks,
             &wanted.landmarks,
         )?;
+        sync(gpu, uploader, &self.pk_ids, &mirror.pk_ids, &wanted.pk_ids)?;
+        sync(
+            gpu,
+            uploader,
+            &self.pk_codes,
+            &mirror.pk_codes,
+            &wanted.pk_codes,
+        )?;
+        sync(
+            gpu,
+            uploader,
+            &self.pk_weights,
+            &mirror.pk_weights,
+            &wanted.pk_weights,
+        )?;
+        sync(
+            gpu,
+            uploader,
+            &self.pk_hist,
+            &mirror.pk_hist,
+            &wanted.pk_hist,
+        )?;
+        sync(
+            gpu,
+            uploader,
+            &self.index_start,
+            &mirror.index_start,
+            &wanted.index_start,
+        )?;
+        sync(
+            gpu,
+            uploader,
+            &self.index_end,
+            &mirror.index_end,
+            &wanted.index_end,
+        )?;
         // Entries past a shorter batch keep their old device values; the mirror says so.
         merge(&mut mirror.seg_words, wanted.seg_words);
         merge(&mut mirror.seg_scales, wanted.seg_scales);
@@ -147,6 +217,12 @@ impl Tables {
         merge(&mut mirror.k_rows, wanted.k_rows);
         merge(&mut mirror.v_rows, wanted.v_rows);
         merge(&mut mirror.landmarks, wanted.landmarks);
+        merge(&mut mirror.pk_ids, wanted.pk_ids);
+        merge(&mut mirror.pk_codes, wanted.pk_codes);
+        merge(&mut mirror.pk_weights, wanted.pk_weights);
+        merge(&mut mirror.pk_hist, wanted.pk_hist);
+        merge(&mut mirror.index_start, wanted.index_start);
+        merge(&mut mirror.index_end, wanted.index_end);
         Ok(())
     }
 }

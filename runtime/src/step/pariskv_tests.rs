@@ -1,0 +1,247 @@
+//! CPU tests of the `pariskv(k)` method in the step API: its name, the head dimensions and
+//! views it accepts, and its launch plan (the GPU test is `tests/tests/gpu_pariskv_step.rs`).
+
+use codegen::model::{Basis, ModelShape};
+use codegen::spec::pariskv::candidate_capacity;
+use codegen::spec::{Family, Placement};
+
+use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
+use super::request::{Method, Scoring};
+use super::tuning::Tiles;
+use super::validate::{check_needs, check_view, ViewShape};
+use super::StepError;
+use crate::pariskv::{RetrievalSizes, Stage};
+use crate::reference::planner::PlanError;
+use crate::reference::plans::{depth_plan, PlanContext};
+use crate::reference::store::BlockSize;
+
+const K_MAX: usize = 512;
+
+fn model(head_dim: usize, group: usize) -> ModelShape {
+    ModelShape {
+        name: "test".into(),
+        layers: 2,
+        query_heads: 3 * group,
+        kv_heads: 3,
+        head_dim,
+        qk_norm: true,
+        basis: Basis::Raw,
+    }
+}
+
+fn view(batch: usize, index: Option<usize>) -> ViewShape {
+    let heads = batch * 3;
+    ViewShape {
+        layer: 1,
+        batch,
+        kv_heads: 3,
+        head_dim: 128,
+        placement: Placement::Host,
+        max_seg: 2,
+        max_tokens: 9_000,
+        seg_words_len: heads * 2,
+        seg_scales_len: heads * 2,
+        n_stored_len: batch,
+        n_total_len: batch,
+        k_rows_len: heads,
+        v_rows_len: heads,
+        landmarks_len: None,
+        pariskv_len: index,
+    }
+}
+
+fn shape(batch: usize, group: usize, max_tokens: usize, placement: Placement) -> StepShape {
+    StepShape {
+        batch,
+        kv_heads: 3,
+        head_dim: 128,
+        group,
+        block: 64,
+        segment_words: 512,
+        max_seg: 2,
+        max_tokens,
+        placement,
+        basis: Basis::Raw,
+    }
+}
+
+fn plan(shape: StepShape, k: usize, request_k: usize) -> Result<super::LaunchPlan, StepError> {
+    let scoring = Scoring::of(Method::Pariskv { k }, shape.head_dim, 64, Basis::Raw)?;
+    launch_plan(&PlanInputs {
+        shape,
+        scoring,
+        transfer: None,
+        k: request_k,
+        k_max: K_MAX,
+        tiles: &Tiles::default(),
+        tuning: None,
+    })
+}
+
+#[test]
+fn the_name_parses_and_prints() {
+    let m: Method = "pariskv(100)".parse().unwrap();
+    assert_eq!(m, Method::Pariskv { k: 100 });
+    assert_eq!(m.to_string(), "pariskv(100)");
+    assert_eq!(
+        " pariskv( 512 ) ".parse::<Method>().unwrap(),
+        Method::Pariskv { k: 512 }
+    );
+    for (bad, reason) in [
+        ("pariskv", "needs a top-k"),
+        ("pariskv(0)", "whole number >= 1"),
+        ("pariskv(-3)", "whole number >= 1"),
+        ("pariskv(1.5)", "whole number >= 1"),
+        ("pariskv(100", "closing parenthesis"),
+    ] {
+        let e = bad.parse::<Method>().unwrap_err();
+        assert!(e.reason.contains(reason), "{bad}: {e}");
+        assert!(e.to_string().contains("pariskv(k)"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn it_is_not_a_plane_plan() {
+    let queries = vec![vec![1.0; 64]; 2];
+    let sigma2 = vec![1.0; 64];
+    let ctx = PlanContext {
+        queries: &queries,
+        sigma2: &sigma2,
+        block: BlockSize::B64,
+        basis: Basis::Raw,
+        double_sparsity: None,
+    };
+    match depth_plan(Method::Pariskv { k: 10 }, &ctx) {
+        Err(PlanError::NotAPlan { method }) => assert_eq!(method, "pariskv(10)"),
+        other => panic!("{other:?}"),
+    }
+    // Ids of every token (B bytes) and the rerank of 10% of them, at D = 128.
+    let bits = Method::Pariskv { k: 10 }.bits_per_token(128, BlockSize::B64);
+    assert_eq!(bits, Some(128.0 + 0.1 * 8.0 * 96.0));
+}
+
+#[test]
+fn head_dims_follow_the_index() {
+    for d in [64, 128, 256] {
+        assert_eq!(
+            Scoring::of(Method::Pariskv { k: 4 }, d, 64, Basis::Raw).unwrap(),
+            Scoring::Pariskv { k: 4 }
+        );
+    }
+    for (d, rule) in [
+        (100, "multiple of 8"),
+        (36, "multiple of 8"),
+        (96, "power of two"),
+        (120, "power of two"),
+        (32, "outside the sizes"),
+        (512, "outside the sizes"),
+    ] {
+        match Scoring::of(Method::Pariskv { k: 4 }, d, 64, Basis::Klt) {
+            Err(e @ StepError::PariskvHeadDim { head_dim, .. }) => {
+                assert_eq!(head_dim, d);
+                let message = e.to_string();
+                assert!(message.contains(rule), "{d}: {message}");
+                assert!(message.contains("64, 128 or 256"), "{d}: {message}");
+            }
+            other => panic!("{d}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_view_must_carry_the_index() {
+    let scoring = Scoring::Pariskv { k: 100 };
+    let check = |v: &ViewShape| check_needs(&scoring, "pariskv(100)", Basis::Raw, v, None, None);
+    assert!(matches!(
+        check(&view(2, None)),
+        Err(StepError::MissingPariskvIndex)
+    ));
+    assert!(check(&view(2, Some(6))).is_ok());
+    let m = model(128, 4);
+    assert!(check_view(&m, &view(2, Some(6))).is_ok());
+    // A store's tables have room for its largest batch: longer is fine, shorter is not.
+    assert!(check_view(&m, &view(2, Some(64))).is_ok());
+    match check_view(&m, &view(2, Some(5))) {
+        Err(StepError::ViewShape { field, got: 5, .. }) => {
+            assert!(field.contains("ParisKV"), "{field}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Other methods do not care.
+    let oracle = Scoring::Oracle;
+    assert!(check_needs(&oracle, "oracle", Basis::Raw, &view(2, None), None, None).is_ok());
+}
+
+#[test]
+fn the_plan_runs_six_retrieval_launches_then_fetch_and_attention() {
+    for placement in [Placement::Hbm, Placement::Host] {
+        for (group, batch, tokens) in [(4, 2, 9_000), (7, 3, 40), (1, 1, 200_000)] {
+            let s = shape(batch, group, tokens, placement);
+            let p = plan(s, 100, 7).unwrap();
+            let mut want: Vec<Role> = Stage::ALL.iter().map(|&st| Role::Pariskv(st)).collect();
+            want.extend([Role::Fetch, Role::Attention]);
+            let got: Vec<Role> = p.operations.iter().map(|op| op.role).collect();
+            assert_eq!(got, want);
+            // The method's k, not the request's.
+            assert_eq!(p.k, 100);
+            assert!(p.capturable);
+            assert_eq!(p.transfer, None);
+            assert_eq!(p.stage_planes, 0);
+            let specs = p.specs.pariskv.expect("pariskv specs");
+            assert!(p.specs.select.is_none() && p.specs.oracle.is_none());
+            assert!(p.specs.plan.is_none() && p.specs.scan.is_none());
+            assert_eq!(specs.vote.placement, placement);
+            assert_eq!(specs.rerank.placement, placement);
+            assert_eq!(specs.rerank.k_max as usize, K_MAX);
+            assert_eq!(specs.query.group as usize, group);
+            // Kernels and entry points as the specs name them.
+            let names: Vec<&str> = p
+                .operations
+                .iter()
+                .map(|op| op.kernel.as_ref().unwrap().entry.as_str())
+                .collect();
+            assert_eq!(names[0], specs.query.kernel_name());
+            assert_eq!(names[1], specs.vote.kernel_name());
+            assert_eq!(names[2], specs.topc.count_entry());
+            assert_eq!(names[3], specs.topc.write_entry());
+            assert_eq!(names[4], specs.rerank.score_entry());
+            assert_eq!(names[5], specs.rerank.select_entry());
+
+            // Buffers sized for the token capacity, so a captured graph serves it all.
+            let capacity = token_capacity(tokens);
+            let heads = batch * 3;
+            let (topc, words) = specs.topc.launch(batch as u64, 3, capacity as u64).unwrap();
+            assert_eq!(p.operations[2].kernel.as_ref().unwrap().launch, topc);
+            let sizes = RetrievalSizes::new(heads, 128, capacity, words as usize);
+            assert_eq!(p.sizes.pariskv, sizes);
+            assert_eq!(sizes.ld_votes, capacity);
+            assert!(sizes.ld_cand as u64 >= candidate_capacity(capacity as u64));
+            assert_eq!(p.sizes.sel, heads * group * (100 + ALWAYS));
+            assert_eq!(p.sizes.uni, heads * (group * 100 + ALWAYS));
+            assert_eq!(p.sizes.sel_count, heads * group);
+            assert_eq!(p.sizes.uni_count, heads);
+            assert_eq!(p.sizes.scores, 0);
+            assert_eq!(p.sizes.rows, heads * (group * 100 + ALWAYS) * 128);
+            assert!(p.sizes.bytes() >= sizes.bytes());
+            let vote = specs.vote.launch(batch as u64, 3, capacity as u64).unwrap();
+            assert_eq!(p.operations[1].kernel.as_ref().unwrap().launch, vote);
+            let score = specs
+                .rerank
+                .launch_score(batch as u64, 3, sizes.ld_cand as u64)
+                .unwrap();
+            assert_eq!(p.operations[4].kernel.as_ref().unwrap().launch, score);
+        }
+    }
+}
+
+#[test]
+fn k_is_checked_against_k_max() {
+    let s = shape(1, 4, 5_000, Placement::Hbm);
+    assert!(plan(s, K_MAX, 0).is_ok());
+    // The method's k is checked, whatever the request says.
+    match plan(s, K_MAX + 1, 1) {
+        Err(StepError::K { k, k_max }) => assert_eq!((k, k_max), (K_MAX + 1, K_MAX)),
+        other => panic!("{other:?}"),
+    }
+    assert!(plan(s, 10, K_MAX + 100).is_ok());
+}
