@@ -163,6 +163,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             k_max: K_MAX,
             threads: THREADS,
             items_per_thread: 16,
+            compact: false,
         }
         .into(),
     );

@@ -32,8 +32,20 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/landmark.cu.tera"),
     ),
     (
+        "select_common.cuh.tera",
+        include_str!("../../templates/select_common.cuh.tera"),
+    ),
+    (
+        "select_union.cuh.tera",
+        include_str!("../../templates/select_union.cuh.tera"),
+    ),
+    (
         "select.cu.tera",
         include_str!("../../templates/select.cu.tera"),
+    ),
+    (
+        "select_compact.cu.tera",
+        include_str!("../../templates/select_compact.cu.tera"),
     ),
     (
         "fetch.cu.tera",
@@ -110,7 +122,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Validates `spec` and renders its family's template: the CUDA C source of one kernel.
 pub fn render<F: Family>(spec: &F) -> Result<String, RenderError> {
     spec.validate()?;
-    let template = format!("{}.cu.tera", F::FAMILY);
+    let template = spec.template();
     let mut context = spec.context();
     context.insert("kernel_name", &spec.kernel_name());
     engine()?

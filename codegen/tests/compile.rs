@@ -11,7 +11,7 @@ use codegen::nvrtc;
 use codegen::render::render_any;
 use codegen::spec::{
     EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec,
-    ScanSpec,
+    ScanSpec, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions};
 
@@ -90,6 +90,36 @@ fn ptx_snapshots() {
             }
         }
     }
+}
+
+/// The compacting select is not in the default sets until it is measured on a GPU: its source
+/// and PTX for qwen3-8b's select (G = 4) are snapshotted here.
+#[test]
+fn compact_select_snapshots() {
+    let shape = model::preset("qwen3-8b").unwrap();
+    let plain = kernels_for(&shape, &KernelSetOptions::default())
+        .into_iter()
+        .find_map(|spec| match spec {
+            KernelSpec::Select(s) => Some(s),
+            _ => None,
+        })
+        .expect("the default set has a select");
+    let spec: KernelSpec = SelectSpec {
+        compact: true,
+        ..plain
+    }
+    .into();
+    let source = render_any(&spec).unwrap();
+    insta::assert_snapshot!(format!("cuda-qwen3-8b-{}", spec.kernel_name()), source);
+    let compiled = compile(&spec, "sm_90");
+    assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+    for entry in spec.entry_points() {
+        assert!(compiled.ptx.contains(&format!(".entry {entry}(")), "{entry}");
+    }
+    insta::assert_snapshot!(
+        format!("ptx-sm_90-qwen3-8b-{}", spec.kernel_name()),
+        compiled.ptx
+    );
 }
 
 #[test]

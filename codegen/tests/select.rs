@@ -2,7 +2,9 @@
 
 mod family_checks;
 
-use codegen::spec::select::{SelectSpec, SelectStage, STATE_WORDS};
+use codegen::spec::select::{
+    SelectParam, SelectSpec, SelectStage, CANDIDATES_PER_K, COMPACT_STATE_WORDS, STATE_WORDS,
+};
 use codegen::spec::Family;
 use family_checks::{assert_compiles, assert_renders, grid4};
 use serde_json::json;
@@ -13,9 +15,18 @@ fn base() -> SelectSpec {
         k_max: 512,
         threads: 256,
         items_per_thread: 16,
+        compact: false,
     }
 }
 
+fn compact() -> SelectSpec {
+    SelectSpec {
+        compact: true,
+        ..base()
+    }
+}
+
+/// Both variants of every cell.
 fn grid() -> Vec<SelectSpec> {
     grid4(
         &[1, 2, 3, 4, 5, 6, 7, 8],
@@ -27,8 +38,12 @@ fn grid() -> Vec<SelectSpec> {
             k_max,
             threads,
             items_per_thread,
+            compact: false,
         },
     )
+    .into_iter()
+    .flat_map(|spec| [spec, SelectSpec { compact: true, ..spec }])
+    .collect()
 }
 
 family_checks::family_tests! {
@@ -39,6 +54,7 @@ family_checks::family_tests! {
         ("k_max", json!(4096)),
         ("threads", json!(512)),
         ("items_per_thread", json!(8)),
+        ("compact", json!(true)),
     ],
     bad_fields: [
         ("group", json!(0)),
@@ -57,13 +73,145 @@ fn the_name_spells_the_fields() {
         base().entry(SelectStage::Hist(2)),
         "fathom_select_g4_k512_t256_i16_hist"
     );
+    assert_eq!(compact().kernel_name(), "fathom_select_g4_k512_t256_i16_compact");
+    assert_eq!(
+        compact().entry(SelectStage::Filter(1)),
+        "fathom_select_g4_k512_t256_i16_compact_filter"
+    );
+}
+
+#[test]
+fn a_spec_without_the_compact_field_is_the_plain_select() {
+    let json = json!({"group": 4, "k_max": 512, "threads": 256, "items_per_thread": 16});
+    let spec: SelectSpec = serde_json::from_value(json).unwrap();
+    assert_eq!(spec, base());
 }
 
 #[test]
 fn every_spec_of_the_grid_renders_every_stage() {
     for spec in grid() {
-        let entries: Vec<String> = SelectStage::ORDER.iter().map(|&s| spec.entry(s)).collect();
-        assert_renders(&spec, &entries);
+        let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
+        let source = assert_renders(&spec, &entries);
+        // Each variant renders its own template: the plain one has no filter.
+        assert_eq!(source.contains("_filter("), spec.compact);
+    }
+}
+
+#[test]
+fn the_compact_order_is_the_plain_one_with_a_filter_after_the_first_two_picks() {
+    assert_eq!(base().stages(), SelectStage::ORDER);
+    assert_eq!(compact().stages(), SelectStage::COMPACT_ORDER);
+    let without_filters: Vec<SelectStage> = SelectStage::COMPACT_ORDER
+        .iter()
+        .copied()
+        .filter(|s| !matches!(s, SelectStage::Filter(_)))
+        .collect();
+    assert_eq!(without_filters, SelectStage::ORDER);
+    let order = SelectStage::COMPACT_ORDER;
+    for pass in [0u8, 1] {
+        let pick = order.iter().position(|&s| s == SelectStage::Pick(pass)).unwrap();
+        assert_eq!(order[pick + 1], SelectStage::Filter(pass));
+    }
+    assert!(!order.contains(&SelectStage::Filter(2)));
+    assert_eq!(SelectStage::Filter(1).pass(), Some(1));
+    assert_eq!(SelectStage::Count.pass(), None);
+}
+
+/// The plain select's launch ABI, spelled out: `params` must not change it.
+#[test]
+fn the_plain_parameter_lists_are_the_documented_ones() {
+    use SelectParam::*;
+    let spec = base();
+    let lists: Vec<(SelectStage, Vec<SelectParam>)> = vec![
+        (SelectStage::Init, vec![NTotal, K, State, SelCount, NumKvHeads]),
+        (
+            SelectStage::Hist(1),
+            vec![Scores, LdScores, NTotal, State, Pass, NumKvHeads],
+        ),
+        (SelectStage::Pick(2), vec![State, Pass]),
+        (
+            SelectStage::Count,
+            vec![Scores, LdScores, NTotal, State, ChunkCounts, NumKvHeads],
+        ),
+        (
+            SelectStage::Write,
+            vec![Scores, LdScores, NTotal, State, ChunkCounts, Sel, K, NumKvHeads],
+        ),
+        (
+            SelectStage::Union,
+            vec![Sel, SelCount, SelPos, Uni, UniCount, Scratch, K],
+        ),
+    ];
+    for (stage, want) in lists {
+        assert_eq!(spec.params(stage), want.as_slice(), "{stage:?}");
+    }
+}
+
+/// The compacting variant's lists: the chunked stages take the candidates and their runs after
+/// the state; the per-head stages and the union are the plain ones.
+#[test]
+fn the_compact_parameter_lists_add_the_candidates() {
+    use SelectParam::*;
+    let (plain, spec) = (base(), compact());
+    for stage in [SelectStage::Init, SelectStage::Pick(0), SelectStage::Union] {
+        assert_eq!(spec.params(stage), plain.params(stage), "{stage:?}");
+    }
+    for stage in [SelectStage::Hist(0), SelectStage::Filter(0), SelectStage::Filter(1)] {
+        assert_eq!(
+            spec.params(stage),
+            [Scores, LdScores, NTotal, State, Candidates, CandidateRuns, Pass, NumKvHeads],
+            "{stage:?}"
+        );
+    }
+    for stage in [SelectStage::Count, SelectStage::Write] {
+        let mut want = plain.params(stage).to_vec();
+        want.splice(4..4, [Candidates, CandidateRuns]);
+        assert_eq!(spec.params(stage), want.as_slice(), "{stage:?}");
+    }
+    // Every stage that takes a pass has one, and only those.
+    for &stage in spec.stages() {
+        assert_eq!(
+            spec.params(stage).contains(&Pass),
+            stage.pass().is_some(),
+            "{stage:?}"
+        );
+    }
+}
+
+/// Every parameter of every entry point appears in the rendered source, in order.
+#[test]
+fn the_rendered_signatures_follow_params() {
+    let spelled = |p: SelectParam| match p {
+        SelectParam::Scores => "scores",
+        SelectParam::LdScores => "ld_scores",
+        SelectParam::NTotal => "n_total",
+        SelectParam::K => "int k",
+        SelectParam::Pass => "int pass",
+        SelectParam::NumKvHeads => "num_kv_heads",
+        SelectParam::State => "state",
+        SelectParam::ChunkCounts => "chunk_counts",
+        SelectParam::Candidates => "candidates",
+        SelectParam::CandidateRuns => "candidate_runs",
+        SelectParam::Scratch => "scratch",
+        SelectParam::Sel => "int* __restrict__ sel",
+        SelectParam::SelPos => "sel_pos",
+        SelectParam::SelCount => "sel_count",
+        SelectParam::Uni => "int* __restrict__ uni",
+        SelectParam::UniCount => "uni_count",
+    };
+    for spec in [base(), compact()] {
+        let source = codegen::render::render(&spec).unwrap();
+        for &stage in spec.stages() {
+            let entry = format!("{}(", spec.entry(stage));
+            let start = source.find(&entry).unwrap() + entry.len();
+            let signature = &source[start..start + source[start..].find(')').unwrap()];
+            let params: Vec<&str> = signature.split(',').map(str::trim).collect();
+            let want = spec.params(stage);
+            assert_eq!(params.len(), want.len(), "{stage:?}: {signature}");
+            for (got, &p) in params.iter().zip(want) {
+                assert!(got.contains(spelled(p)), "{stage:?}: {got} is not {p:?}");
+            }
+        }
     }
 }
 
@@ -93,6 +241,43 @@ fn plan_at_a_million_tokens() {
     assert_eq!(plan.sel_words, heads * (k + 36));
     assert_eq!(plan.scratch_words, heads * (k + 37));
     assert_eq!(plan.uni_words, batch * kv_heads * (4 * k + 36));
+    assert_eq!(plan.candidate_words, 0);
+    assert_eq!(plan.candidate_run_words, 0);
+}
+
+#[test]
+fn compact_plan_at_a_million_tokens() {
+    let spec = compact();
+    let (batch, kv_heads, n, k) = (4u64, 8u64, 1u64 << 20, 512u64);
+    let plan = spec.plan(batch, kv_heads, n, k).unwrap();
+    let plain = base().plan(batch, kv_heads, n, k).unwrap();
+    let heads = batch * kv_heads * 4;
+    let chunks = n.div_ceil(256 * 16);
+    assert_eq!(plan.chunks, chunks);
+    let order: Vec<SelectStage> = plan.launches.iter().map(|(s, _)| *s).collect();
+    assert_eq!(order, SelectStage::COMPACT_ORDER);
+    for (stage, launch) in &plan.launches {
+        let expected = match stage {
+            SelectStage::Init | SelectStage::Pick(_) => [heads as u32, 1, 1],
+            SelectStage::Union => [(batch * kv_heads) as u32, 1, 1],
+            _ => [chunks as u32, heads as u32, 1],
+        };
+        assert_eq!(launch.grid, expected, "{stage:?}");
+        assert_eq!(launch.block, [256, 1, 1]);
+    }
+    assert_eq!(spec.candidates(), CANDIDATES_PER_K * 512);
+    assert_eq!(plan.state_words, heads * COMPACT_STATE_WORDS);
+    assert_eq!(plan.candidate_words, heads * CANDIDATES_PER_K * 512 * 2);
+    assert_eq!(plan.candidate_run_words, heads * chunks * 2);
+    // The outputs and the other workspaces are the plain variant's.
+    assert_eq!(plan.chunk_count_words, plain.chunk_count_words);
+    assert_eq!(plan.scratch_words, plain.scratch_words);
+    assert_eq!(plan.sel_words, plain.sel_words);
+    assert_eq!(plan.uni_words, plain.uni_words);
+    // The candidates do not depend on the run-time k or the context: they are sized by k_max.
+    let small = spec.plan(1, 1, 100, 0).unwrap();
+    assert_eq!(small.candidate_words, 4 * CANDIDATES_PER_K * 512 * 2);
+    assert_eq!(small.candidate_run_words, 4 * 2);
 }
 
 #[test]
@@ -103,6 +288,9 @@ fn plan_refuses_sizes_it_cannot_serve() {
     assert!(spec.plan(1, 8, 0, 0).is_ok());
     assert!(spec.plan(0, 8, 4096, 16).is_err());
     assert!(spec.plan(10_000, 8, 4096, 16).is_err());
+    let spec = compact();
+    assert_eq!(spec.plan(1, 8, 4096, 513).unwrap_err().field, "k");
+    assert!(spec.plan(0, 8, 4096, 16).is_err());
 }
 
 #[test]
@@ -114,13 +302,16 @@ fn a_sampled_grid_compiles_without_warnings() {
         (4, 128, 512, 8),
     ];
     for (group, k_max, threads, items_per_thread) in samples {
-        let spec = SelectSpec {
-            group,
-            k_max,
-            threads,
-            items_per_thread,
-        };
-        let entries: Vec<String> = SelectStage::ORDER.iter().map(|&s| spec.entry(s)).collect();
-        assert_compiles(&spec, &entries);
+        for compact in [false, true] {
+            let spec = SelectSpec {
+                group,
+                k_max,
+                threads,
+                items_per_thread,
+                compact,
+            };
+            let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
+            assert_compiles(&spec, &entries);
+        }
     }
 }

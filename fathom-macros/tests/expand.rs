@@ -52,6 +52,7 @@ fn small_specs() -> Vec<KernelSpec> {
             k_max: 1024,
             threads: 256,
             items_per_thread: 8,
+            compact: false,
         }
         .into(),
         PlanSpec {

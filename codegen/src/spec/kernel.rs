@@ -92,7 +92,7 @@ impl KernelSpec {
             KernelSpec::PariskvRerank(s) => vec![s.score_entry(), s.select_entry()],
             KernelSpec::Select(s) => {
                 let mut entries: Vec<String> = Vec::new();
-                for stage in super::select::SelectStage::ORDER {
+                for &stage in s.stages() {
                     let entry = s.entry(stage);
                     if !entries.contains(&entry) {
                         entries.push(entry);

@@ -71,6 +71,12 @@ pub trait Family {
     /// The family's name, also the stem of its template: `templates/<FAMILY>.cu.tera`.
     const FAMILY: &'static str;
 
+    /// The template this spec renders: `<FAMILY>.cu.tera` unless a variant of the family has
+    /// its own.
+    fn template(&self) -> String {
+        format!("{}.cu.tera", Self::FAMILY)
+    }
+
     /// Checks every field, naming the first bad one and the allowed values.
     fn validate(&self) -> Result<(), SpecError>;
 

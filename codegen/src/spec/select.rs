@@ -11,8 +11,16 @@
 //! Cost per query head of `n` tokens: five reads of its `n` scores (three histogram passes, count,
 //! write: `20 n` bytes; every pass is spread over `n / (threads * items_per_thread)` blocks), a
 //! histogram of 2,048 bins per pass, and for the union `O(G² (k+36) log k)` binary-search steps in
-//! one block per KV head. Ten launches per layer, none with host synchronisation. Known headroom:
-//! after the first pass the candidates could be compacted so that passes 2 and 3 read only them.
+//! one block per KV head. Ten launches per layer, none with host synchronisation.
+//!
+//! The compacting variant ([`SelectSpec::compact`], template `select_compact.cu.tera`) reads the
+//! scores twice instead of five times: after the first histogram pass a `_filter` pass copies
+//! every token whose key is at or above the threshold digit (index and key) into a candidate
+//! buffer of [`SelectSpec::candidates`] entries per query head, and the later passes read only
+//! those. Where they do not fit after pass 0 it tries again after pass 1 (three reads), and
+//! where they do not fit then either (masses of equal keys) that query head reads the scores in
+//! every pass as the plain select does. The choice is made per query head on the device from the
+//! pass's histogram, which counts exactly the tokens the filter would copy. Twelve launches.
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -26,6 +34,16 @@ pub const LOCAL: u64 = 32;
 pub const MAX_K: u32 = 4096;
 /// Words of radix state per query head: threshold, need, decided flag, spare, 2,048 bins.
 pub const STATE_WORDS: u64 = 4 + 2048;
+/// Words of radix state per query head of the compacting variant: threshold, need, decided flag,
+/// [`COMPACT_SOURCE_WORD`], tokens at or above the threshold prefix, the candidate counter, two
+/// spare, 2,048 bins.
+pub const COMPACT_STATE_WORDS: u64 = 8 + 2048;
+/// The state word (of [`COMPACT_STATE_WORDS`]) that says where a query head's passes read their
+/// tokens: 0 the scores, `1 + p` the candidates that `_filter(p)` compacted.
+pub const COMPACT_SOURCE_WORD: u64 = 3;
+/// Candidates per query head of the compacting variant, per unit of `k_max`: room for the
+/// threshold digit's bin to hold seven times as many tokens as the top-k itself.
+pub const CANDIDATES_PER_K: u64 = 8;
 
 /// One entry point of the select template, in launch order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,6 +54,8 @@ pub enum SelectStage {
     Hist(u8),
     /// `_pick` with `pass` 0, 1 or 2: grid `(B*H*G)`.
     Pick(u8),
+    /// `_filter` with `pass` 0 or 1 (compacting variant only): grid `(chunks, B*H*G)`.
+    Filter(u8),
     /// `_count`: grid `(chunks, B*H*G)`.
     Count,
     /// `_write`: grid `(chunks, B*H*G)`.
@@ -45,7 +65,7 @@ pub enum SelectStage {
 }
 
 impl SelectStage {
-    /// The ten launches of one selection, in order.
+    /// The ten launches of one selection of the plain variant, in order.
     pub const ORDER: [SelectStage; 10] = [
         SelectStage::Init,
         SelectStage::Hist(0),
@@ -59,17 +79,81 @@ impl SelectStage {
         SelectStage::Union,
     ];
 
+    /// The twelve launches of one selection of the compacting variant, in order: a `_filter`
+    /// after the first two picks.
+    pub const COMPACT_ORDER: [SelectStage; 12] = [
+        SelectStage::Init,
+        SelectStage::Hist(0),
+        SelectStage::Pick(0),
+        SelectStage::Filter(0),
+        SelectStage::Hist(1),
+        SelectStage::Pick(1),
+        SelectStage::Filter(1),
+        SelectStage::Hist(2),
+        SelectStage::Pick(2),
+        SelectStage::Count,
+        SelectStage::Write,
+        SelectStage::Union,
+    ];
+
+    /// The `pass` argument of the stages that take one.
+    pub fn pass(self) -> Option<u8> {
+        match self {
+            SelectStage::Hist(p) | SelectStage::Pick(p) | SelectStage::Filter(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// The suffix of the entry point's name.
     pub fn suffix(self) -> &'static str {
         match self {
             SelectStage::Init => "init",
             SelectStage::Hist(_) => "hist",
             SelectStage::Pick(_) => "pick",
+            SelectStage::Filter(_) => "filter",
             SelectStage::Count => "count",
             SelectStage::Write => "write",
             SelectStage::Union => "union",
         }
     }
+}
+
+/// One parameter of a select entry point, for callers that build argument lists from
+/// [`SelectSpec::params`] instead of spelling each stage's list out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SelectParam {
+    /// `const float* scores`.
+    Scores,
+    /// `int ld_scores`.
+    LdScores,
+    /// `const int* n_total`.
+    NTotal,
+    /// `int k`, the run-time k.
+    K,
+    /// `int pass`: the stage's [`SelectStage::pass`].
+    Pass,
+    /// `int num_kv_heads`.
+    NumKvHeads,
+    /// `unsigned* state`, the radix state workspace.
+    State,
+    /// `unsigned* chunk_counts`, the per-chunk counts workspace.
+    ChunkCounts,
+    /// `uint2* candidates` (compacting variant), the candidate workspace.
+    Candidates,
+    /// `unsigned* candidate_runs` (compacting variant), each chunk's run of candidates.
+    CandidateRuns,
+    /// `int* scratch`, the union's workspace.
+    Scratch,
+    /// `int* sel`.
+    Sel,
+    /// `int* sel_pos`.
+    SelPos,
+    /// `int* sel_count`.
+    SelCount,
+    /// `int* uni`.
+    Uni,
+    /// `int* uni_count`.
+    UniCount,
 }
 
 /// Everything a caller allocates and launches for one selection of a layer.
@@ -83,6 +167,12 @@ pub struct SelectPlan {
     pub chunk_count_words: u64,
     /// `i32` words of the union's scratch: `B*H*G*(k+37)`.
     pub scratch_words: u64,
+    /// `u32` words of the candidates (compacting variant; 0 for the plain one): per query head
+    /// [`SelectSpec::candidates`] `(index, key)` pairs, `B*H*G*candidates*2`.
+    pub candidate_words: u64,
+    /// `u32` words of the per-chunk candidate runs (compacting variant; 0 for the plain one):
+    /// `B*H*G*chunks*2`.
+    pub candidate_run_words: u64,
     /// Blocks per query head of the chunked stages.
     pub chunks: u64,
     /// `i32` words of `sel` and of `sel_pos`: `B*H*G*(k+36)`.
@@ -117,6 +207,28 @@ pub struct SelectPlan {
 /// `k` in `0..=k_max` (the kernels clamp it there). `_hist`, `_count` and `_write` must share one
 /// grid x (`chunks`). Launch order: `_init`, `_hist(0)`, `_pick(0)`, `_hist(1)`, `_pick(1)`,
 /// `_hist(2)`, `_pick(2)`, `_count`, `_write`, `_union`. Block `threads` for all.
+///
+/// The compacting variant (`compact`, name suffix `_compact`) has the same outputs and two more
+/// workspaces, `candidates` (`uint2` `(index, key)` pairs, [`SelectSpec::candidates`] per query
+/// head) and `candidate_runs` (`{offset, count}` per query head and chunk); its state has
+/// [`COMPACT_STATE_WORDS`] words per query head. Entry points:
+///
+/// - `<name>_init`, `<name>_pick`, `<name>_union`: as above;
+/// - `<name>_hist(const float* scores, int ld_scores, const int* n_total, unsigned* state,
+///   const uint2* candidates, const unsigned* candidate_runs, int pass, int num_kv_heads)`
+/// - `<name>_filter(const float* scores, int ld_scores, const int* n_total, unsigned* state,
+///   uint2* candidates, unsigned* candidate_runs, int pass, int num_kv_heads)`
+/// - `<name>_count(const float* scores, int ld_scores, const int* n_total, const unsigned* state,
+///   const uint2* candidates, const unsigned* candidate_runs, unsigned* chunk_counts,
+///   int num_kv_heads)`
+/// - `<name>_write(const float* scores, int ld_scores, const int* n_total, const unsigned* state,
+///   const uint2* candidates, const unsigned* candidate_runs, const unsigned* chunk_counts,
+///   int* sel, int k, int num_kv_heads)`
+///
+/// Launch order: `_init`, `_hist(0)`, `_pick(0)`, `_filter(0)`, `_hist(1)`, `_pick(1)`,
+/// `_filter(1)`, `_hist(2)`, `_pick(2)`, `_count`, `_write`, `_union`
+/// ([`SelectStage::COMPACT_ORDER`]); `_filter` shares the chunked grid. [`SelectSpec::params`]
+/// gives every entry point's list as data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectSpec {
@@ -128,9 +240,98 @@ pub struct SelectSpec {
     pub threads: u32,
     /// Scores per thread per chunk: 1..=32 (chunk = `threads * items_per_thread` tokens).
     pub items_per_thread: u32,
+    /// The compacting variant (two reads of the scores instead of five); `false` when absent
+    /// from a serialised spec.
+    #[serde(default)]
+    pub compact: bool,
 }
 
 impl SelectSpec {
+    /// The launches of one selection, in order: [`SelectStage::ORDER`], or
+    /// [`SelectStage::COMPACT_ORDER`] for the compacting variant.
+    pub fn stages(&self) -> &'static [SelectStage] {
+        if self.compact {
+            &SelectStage::COMPACT_ORDER
+        } else {
+            &SelectStage::ORDER
+        }
+    }
+
+    /// Candidates per query head of the compacting variant (`CANDIDATES_PER_K * k_max`); 0 for
+    /// the plain one.
+    pub fn candidates(&self) -> u64 {
+        if self.compact {
+            CANDIDATES_PER_K * u64::from(self.k_max)
+        } else {
+            0
+        }
+    }
+
+    /// Words of radix state per query head.
+    pub fn state_words_per_head(&self) -> u64 {
+        if self.compact {
+            COMPACT_STATE_WORDS
+        } else {
+            STATE_WORDS
+        }
+    }
+
+    /// The parameters of the entry point of `stage`, in order (see the type's docs).
+    pub fn params(&self, stage: SelectStage) -> &'static [SelectParam] {
+        use SelectParam::*;
+        match (stage, self.compact) {
+            (SelectStage::Init, _) => &[NTotal, K, State, SelCount, NumKvHeads],
+            (SelectStage::Pick(_), _) => &[State, Pass],
+            (SelectStage::Union, _) => &[Sel, SelCount, SelPos, Uni, UniCount, Scratch, K],
+            (SelectStage::Hist(_), false) => &[Scores, LdScores, NTotal, State, Pass, NumKvHeads],
+            (SelectStage::Count, false) => {
+                &[Scores, LdScores, NTotal, State, ChunkCounts, NumKvHeads]
+            }
+            (SelectStage::Write, false) => &[
+                Scores,
+                LdScores,
+                NTotal,
+                State,
+                ChunkCounts,
+                Sel,
+                K,
+                NumKvHeads,
+            ],
+            (SelectStage::Hist(_) | SelectStage::Filter(_), _) => &[
+                Scores,
+                LdScores,
+                NTotal,
+                State,
+                Candidates,
+                CandidateRuns,
+                Pass,
+                NumKvHeads,
+            ],
+            (SelectStage::Count, true) => &[
+                Scores,
+                LdScores,
+                NTotal,
+                State,
+                Candidates,
+                CandidateRuns,
+                ChunkCounts,
+                NumKvHeads,
+            ],
+            (SelectStage::Write, true) => &[
+                Scores,
+                LdScores,
+                NTotal,
+                State,
+                Candidates,
+                CandidateRuns,
+                ChunkCounts,
+                Sel,
+                K,
+                NumKvHeads,
+            ],
+        }
+    }
+
     /// Name of the entry point of `stage`.
     pub fn entry(&self, stage: SelectStage) -> String {
         format!("{}_{}", self.kernel_name(), stage.suffix())
@@ -171,12 +372,16 @@ impl SelectSpec {
         let x = grid_dim(Self::FAMILY, "max_tokens / chunk", chunks, MAX_GRID_X)?;
         let per_head = Launch::new([heads, 1, 1], self.threads);
         let chunked = Launch::new([x, heads, 1], self.threads);
-        let launches = SelectStage::ORDER
+        let launches = self
+            .stages()
             .iter()
             .map(|&stage| {
                 let launch = match stage {
                     SelectStage::Init | SelectStage::Pick(_) => per_head,
-                    SelectStage::Hist(_) | SelectStage::Count | SelectStage::Write => chunked,
+                    SelectStage::Hist(_)
+                    | SelectStage::Filter(_)
+                    | SelectStage::Count
+                    | SelectStage::Write => chunked,
                     SelectStage::Union => Launch::new([kv, 1, 1], self.threads),
                 };
                 (stage, launch)
@@ -185,8 +390,10 @@ impl SelectSpec {
         let heads = u64::from(heads);
         Ok(SelectPlan {
             launches,
-            state_words: heads * STATE_WORDS,
+            state_words: heads * self.state_words_per_head(),
             chunk_count_words: heads * chunks * 2,
+            candidate_words: heads * self.candidates() * 2,
+            candidate_run_words: if self.compact { heads * chunks * 2 } else { 0 },
             scratch_words: heads * (k + SINK + LOCAL + 1),
             chunks,
             sel_words: heads * (k + SINK + LOCAL),
@@ -222,9 +429,23 @@ impl Family for SelectSpec {
 
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_select_g{}_k{}_t{}_i{}",
-            self.group, self.k_max, self.threads, self.items_per_thread
+            "fathom_select_g{}_k{}_t{}_i{}{}",
+            self.group,
+            self.k_max,
+            self.threads,
+            self.items_per_thread,
+            if self.compact { "_compact" } else { "" }
         )
+    }
+
+    /// The compacting variant is its own template (sharing the helpers and the union through
+    /// includes), so that neither variant's passes are a maze of conditionals.
+    fn template(&self) -> String {
+        if self.compact {
+            "select_compact.cu.tera".into()
+        } else {
+            "select.cu.tera".into()
+        }
     }
 
     fn context(&self) -> tera::Context {
@@ -233,6 +454,9 @@ impl Family for SelectSpec {
         context.insert("k_max", &self.k_max);
         context.insert("threads", &self.threads);
         context.insert("items_per_thread", &self.items_per_thread);
+        if self.compact {
+            context.insert("candidates", &self.candidates());
+        }
         context
     }
 }
