@@ -10,7 +10,7 @@ use crate::gpu::{Arg, Gpu};
 use crate::jit::KernelSource;
 use crate::pariskv::{retrieval_args, RetrievalBuffers, RetrievalInputs};
 use crate::view::LayerView;
-use codegen::spec::select::SelectStage;
+use codegen::spec::select::SelectParam;
 use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
 
 /// The step's inputs beyond the view and the workspace, as kernel arguments.
@@ -152,48 +152,28 @@ pub(crate) fn record(
                 heads,
             ],
             Role::Select(stage) => {
-                let (scores, state) = (p(addr(&ws.scores)), p(addr(&ws.select_state)));
-                match stage {
-                    SelectStage::Init => {
-                        vec![view.n_total.arg(), k, state, p(addr(&ws.sel_count)), heads]
-                    }
-                    SelectStage::Hist(pass) => vec![
-                        scores,
-                        ld,
-                        view.n_total.arg(),
-                        state,
-                        Arg::I32(i32::from(pass)),
-                        heads,
-                    ],
-                    SelectStage::Pick(pass) => vec![state, Arg::I32(i32::from(pass))],
-                    SelectStage::Count => vec![
-                        scores,
-                        ld,
-                        view.n_total.arg(),
-                        state,
-                        p(addr(&ws.chunk_counts)),
-                        heads,
-                    ],
-                    SelectStage::Write => vec![
-                        scores,
-                        ld,
-                        view.n_total.arg(),
-                        state,
-                        p(addr(&ws.chunk_counts)),
-                        p(addr(&ws.sel)),
-                        k,
-                        heads,
-                    ],
-                    SelectStage::Union => vec![
-                        p(addr(&ws.sel)),
-                        p(addr(&ws.sel_count)),
-                        p(addr(&ws.sel_pos)),
-                        p(addr(&ws.uni)),
-                        p(addr(&ws.uni_count)),
-                        p(addr(&ws.scratch)),
-                        k,
-                    ],
-                }
+                let spec = plan.specs.select.expect("a select launch has a select spec");
+                spec.params(stage)
+                    .iter()
+                    .map(|&param| match param {
+                        SelectParam::Scores => p(addr(&ws.scores)),
+                        SelectParam::LdScores => ld,
+                        SelectParam::NTotal => view.n_total.arg(),
+                        SelectParam::K => k,
+                        SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
+                        SelectParam::NumKvHeads => heads,
+                        SelectParam::State => p(addr(&ws.select_state)),
+                        SelectParam::ChunkCounts => p(addr(&ws.chunk_counts)),
+                        SelectParam::Candidates => p(addr(&ws.select_candidates)),
+                        SelectParam::CandidateRuns => p(addr(&ws.select_candidate_runs)),
+                        SelectParam::Scratch => p(addr(&ws.scratch)),
+                        SelectParam::Sel => p(addr(&ws.sel)),
+                        SelectParam::SelPos => p(addr(&ws.sel_pos)),
+                        SelectParam::SelCount => p(addr(&ws.sel_count)),
+                        SelectParam::Uni => p(addr(&ws.uni)),
+                        SelectParam::UniCount => p(addr(&ws.uni_count)),
+                    })
+                    .collect()
             }
             Role::Pariskv(stage) => retrieval_args(stage, &retrieval.0, &retrieval.1),
             Role::Fetch => vec![

@@ -76,7 +76,7 @@ pub enum Role {
     LandmarkScan,
     /// Exact scores: of the tail `[n_stored, n_total)`, or of every token (`whole`).
     Oracle { whole: bool },
-    /// One of the ten select launches.
+    /// One of the select launches (ten, or twelve for the compacting variant).
     Select(SelectStage),
     /// One of the six ParisKV retrieval launches (`pariskv`), which end in the select
     /// family's outputs.
@@ -130,6 +130,10 @@ pub struct WorkspaceSizes {
     pub select_state: usize,
     /// `u32` select per-chunk counts.
     pub chunk_counts: usize,
+    /// `u32` `(index, key)` pairs of the compacting select's candidates (0 for the plain one).
+    pub select_candidates: usize,
+    /// `u32` `{offset, count}` per query head and chunk of the compacting select's candidates.
+    pub select_candidate_runs: usize,
     /// `i32` union scratch.
     pub scratch: usize,
     /// `i32` `[B*H*G][k+36]` (`sel` and `sel_pos` each).
@@ -160,6 +164,7 @@ impl WorkspaceSizes {
             + 8 * (self.runs + self.staged_runs + self.stage_words)
             + 2 * (self.stage_scales + 2 * self.rows)
             + 4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
+            + 4 * (self.select_candidates + self.select_candidate_runs)
             + 4 * (self.sel_count + self.uni + self.uni_count + self.out)
             + 4 * (self.dense_uni + self.dense_sel)
             + self.pariskv.bytes()
@@ -450,20 +455,22 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             threads: chooser.threads(TunedFamily::Oracle, row_placement, tiles.row_threads)?,
             placement: row_placement,
         });
-        let (threads, items_per_thread) = match chooser.lookup(TunedFamily::Select, Placement::Hbm)
-        {
-            None => tiles.select,
-            Some(Tile::Select {
-                threads,
-                items_per_thread,
-            }) => (threads, items_per_thread),
-            Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
-        };
+        let (threads, items_per_thread, compact) =
+            match chooser.lookup(TunedFamily::Select, Placement::Hbm) {
+                None => (tiles.select.0, tiles.select.1, tiles.select_compact),
+                Some(Tile::Select {
+                    threads,
+                    items_per_thread,
+                    compact,
+                }) => (threads, items_per_thread, compact),
+                Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
+            };
         specs.select = Some(SelectSpec {
             group,
             k_max: inputs.k_max as u32,
             threads,
             items_per_thread,
+            compact,
         });
     }
     validate_specs(&specs)?;
@@ -579,6 +586,8 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         let plan = select.plan(bw, bh, capacity as u64, k as u64)?;
         sizes.select_state = plan.state_words as usize;
         sizes.chunk_counts = plan.chunk_count_words as usize;
+        sizes.select_candidates = plan.candidate_words as usize;
+        sizes.select_candidate_runs = plan.candidate_run_words as usize;
         sizes.scratch = plan.scratch_words as usize;
         sizes.sel = plan.sel_words as usize;
         sizes.uni = plan.uni_words as usize;

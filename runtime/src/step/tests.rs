@@ -475,6 +475,7 @@ fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
         k_max: 512,
         threads: 256,
         items_per_thread: 16,
+        compact: false,
     };
     let expected = select.plan(3, 2, capacity as u64, 256).unwrap();
     for ((stage, launch), op) in expected.launches.iter().zip(&ops[3..13]) {
@@ -626,9 +627,11 @@ fn workspace_sizes_follow_the_abi_layouts() {
         k_max: 512,
         threads: 256,
         items_per_thread: 16,
+        compact: false,
     }
     .plan(b as u64, h as u64, cap as u64, k as u64)
     .unwrap();
+    assert_eq!((z.select_candidates, z.select_candidate_runs), (0, 0));
     assert_eq!(z.select_state as u64, select.state_words);
     assert_eq!(z.chunk_counts as u64, select.chunk_count_words);
     assert_eq!(z.scratch as u64, select.scratch_words);
@@ -670,6 +673,7 @@ impl Tuning for Record {
             TunedFamily::Select if self.everything => Some(Tile::Select {
                 threads: 512,
                 items_per_thread: 8,
+                compact: false,
             }),
             TunedFamily::Attention if self.everything => Some(Tile::Attention {
                 threads: 128,
@@ -806,6 +810,7 @@ impl Tuning for Asked {
             TunedFamily::Select => Some(Tile::Select {
                 threads: 1024,
                 items_per_thread: 2,
+                compact: false,
             }),
             TunedFamily::Attention => Some(Tile::Attention {
                 threads: 512,
@@ -912,4 +917,102 @@ fn select_and_attention_winners_change_the_specs_and_their_launches() {
         .borrow()
         .iter()
         .any(|k| k.family == TunedFamily::Landmark && k.placement == Placement::Host));
+}
+
+/// A record whose select winner is the compacting variant.
+struct CompactSelect;
+
+impl Tuning for CompactSelect {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        (key.family == TunedFamily::Select).then_some(Tile::Select {
+            threads: 512,
+            items_per_thread: 4,
+            compact: true,
+        })
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
+#[test]
+fn a_compact_select_winner_plans_its_twelve_launches_and_candidate_buffers() {
+    let (b, h, g, k, tokens) = (3, 2, 4, 200, 70_000);
+    let s = shape(g, tokens, Placement::Hbm);
+    let method = Method::Fathom { bits: 48.0 };
+    let plain = plan_of(s, method, None, k, None).unwrap();
+    let plan = plan_of(s, method, None, k, Some(&CompactSelect)).unwrap();
+    let spec = plan.specs.select.unwrap();
+    assert!(spec.compact && !plain.specs.select.unwrap().compact);
+    assert_eq!((spec.threads, spec.items_per_thread), (512, 4));
+    // The select launches are the compact order, in place of the plain ten; the rest is alike.
+    let select_stages = |p: &super::LaunchPlan| -> Vec<SelectStage> {
+        p.operations
+            .iter()
+            .filter_map(|op| match op.role {
+                Role::Select(stage) => Some(stage),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(select_stages(&plan), SelectStage::COMPACT_ORDER);
+    assert_eq!(select_stages(&plain), SelectStage::ORDER);
+    let others = |p: &super::LaunchPlan| -> Vec<Role> {
+        roles(p)
+            .into_iter()
+            .filter(|r| !matches!(r, Role::Select(_)))
+            .collect()
+    };
+    assert_eq!(others(&plan), others(&plain));
+    let capacity = token_capacity(tokens) as u64;
+    for op in &plan.operations {
+        if let Role::Select(stage) = op.role {
+            let kernel = op.kernel.as_ref().unwrap();
+            assert_eq!(kernel.entry, spec.entry(stage));
+            assert!(kernel.entry.contains("_compact_"), "{}", kernel.entry);
+            if matches!(stage, SelectStage::Filter(_) | SelectStage::Write) {
+                assert_eq!(u64::from(kernel.launch.grid[0]), capacity.div_ceil(2048));
+            }
+        }
+    }
+    // The workspace gains the candidates and their runs, sized by the spec's plan.
+    let want = spec
+        .plan(b as u64, h as u64, capacity, k as u64)
+        .unwrap();
+    let z = plan.sizes;
+    assert_eq!(z.select_state as u64, want.state_words);
+    assert_eq!(z.select_candidates as u64, want.candidate_words);
+    assert_eq!(z.select_candidate_runs as u64, want.candidate_run_words);
+    assert_eq!(z.select_candidates, b * h * g * 8 * 512 * 2);
+    assert_eq!(z.select_candidate_runs, b * h * g * capacity.div_ceil(2048) as usize * 2);
+    assert_eq!(
+        z.bytes() - plain.sizes.bytes(),
+        4 * (z.select_candidates + z.select_candidate_runs)
+            + 4 * (z.select_state - plain.sizes.select_state)
+            + 4 * (z.chunk_counts - plain.sizes.chunk_counts)
+    );
+}
+
+#[test]
+fn default_tiles_can_ask_for_the_compact_select() {
+    let s = shape(4, 10_000, Placement::Hbm);
+    let scoring = Scoring::of(Method::Oracle, s.head_dim, s.block, Basis::Klt).unwrap();
+    let tiles = Tiles {
+        select_compact: true,
+        ..Tiles::default()
+    };
+    let plan = launch_plan(&PlanInputs {
+        shape: s,
+        scoring,
+        transfer: None,
+        k: 64,
+        k_max: 512,
+        tiles: &tiles,
+        tuning: None,
+    })
+    .unwrap();
+    assert!(plan.specs.select.unwrap().compact);
+    assert!(plan.sizes.select_candidates > 0);
+    assert!(!Tiles::default().select_compact, "the default stays the plain select");
 }

@@ -79,8 +79,14 @@ pub enum Tile {
         loads_in_flight: usize,
         threads: usize,
     },
-    /// Threads and scores per thread per chunk (select).
-    Select { threads: u32, items_per_thread: u32 },
+    /// Threads, scores per thread per chunk, and whether the compacting variant runs (select;
+    /// `compact` is `false` in records written before it existed).
+    Select {
+        threads: u32,
+        items_per_thread: u32,
+        #[serde(default)]
+        compact: bool,
+    },
     /// Threads and rows each warp loads before computing (attention).
     Attention { threads: u32, rows_per_warp: u32 },
 }
@@ -105,6 +111,8 @@ pub struct Tiles {
     pub row_threads: u32,
     /// `(threads, items_per_thread)`.
     pub select: (u32, u32),
+    /// Whether the select is the compacting variant (two reads of the scores instead of five).
+    pub select_compact: bool,
     /// `(threads, rows_per_warp)`.
     pub attention: (u32, u32),
 }
@@ -120,6 +128,8 @@ impl Default for Tiles {
             scan_host: (64, 1024),
             row_threads: 256,
             select: (256, 16),
+            // Until the compacting variant is measured on a GPU.
+            select_compact: false,
             attention: (256, 4),
         }
     }

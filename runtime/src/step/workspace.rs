@@ -46,6 +46,8 @@ pub(crate) struct Workspace {
     pub scores: Buf<f32>,
     pub select_state: Buf<u32>,
     pub chunk_counts: Buf<u32>,
+    pub select_candidates: Buf<u32>,
+    pub select_candidate_runs: Buf<u32>,
     pub scratch: Buf<i32>,
     pub sel: Buf<i32>,
     pub sel_pos: Buf<i32>,
@@ -93,6 +95,8 @@ impl Workspace {
         ensure(gpu, &mut self.scores, sizes.scores)?;
         ensure(gpu, &mut self.select_state, sizes.select_state)?;
         ensure(gpu, &mut self.chunk_counts, sizes.chunk_counts)?;
+        ensure(gpu, &mut self.select_candidates, sizes.select_candidates)?;
+        ensure(gpu, &mut self.select_candidate_runs, sizes.select_candidate_runs)?;
         ensure(gpu, &mut self.scratch, sizes.scratch)?;
         ensure(gpu, &mut self.sel, sizes.sel)?;
         ensure(gpu, &mut self.sel_pos, sizes.sel)?;
@@ -148,6 +152,8 @@ impl Workspace {
             + b(&self.scores)
             + b(&self.select_state)
             + b(&self.chunk_counts)
+            + b(&self.select_candidates)
+            + b(&self.select_candidate_runs)
             + b(&self.scratch)
             + b(&self.sel)
             + b(&self.sel_pos)
@@ -190,6 +196,8 @@ impl Workspace {
         k(&self.scores, &mut out);
         k(&self.select_state, &mut out);
         k(&self.chunk_counts, &mut out);
+        k(&self.select_candidates, &mut out);
+        k(&self.select_candidate_runs, &mut out);
         k(&self.scratch, &mut out);
         k(&self.sel, &mut out);
         k(&self.sel_pos, &mut out);

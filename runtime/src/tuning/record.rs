@@ -100,7 +100,8 @@ pub enum Variant {
 
 impl Variant {
     /// A short name carrying every parameter (`scan w16 t256`, `gather l4 t256`,
-    /// `transfer fused`); candidates of one entry have distinct names.
+    /// `select t256 i16 compact`, `transfer fused`); candidates of one entry have distinct
+    /// names.
     pub fn name(&self) -> String {
         match *self {
             Variant::Tile(Tile::Scan {
@@ -115,7 +116,11 @@ impl Variant {
             Variant::Tile(Tile::Select {
                 threads,
                 items_per_thread,
-            }) => format!("select t{threads} i{items_per_thread}"),
+                compact,
+            }) => format!(
+                "select t{threads} i{items_per_thread}{}",
+                if compact { " compact" } else { "" }
+            ),
             Variant::Tile(Tile::Attention {
                 threads,
                 rows_per_warp,
