@@ -16,6 +16,9 @@
 //! - select: items per thread in powers of two (the chunk, `threads × items`, in factor-2
 //!   steps), and chunks of at least [`SELECT_MIN_CHUNK`] tokens: every block of the chunked
 //!   passes clears and flushes a 2,048-bin histogram, more work than a smaller chunk's scores.
+//!   Every select tile is tried as the plain variant and as the compacting one
+//!   ([`SELECT_COMPACT`]): which is faster depends on the chunk (its later passes launch the
+//!   same chunked grids over far fewer tokens), so it is a tile parameter, not a separate case.
 //! - attention: rows per warp 1, 2, 4, 8 (the register arrays that keep rows in flight grow
 //!   with it; the powers of two sample it).
 
@@ -57,6 +60,8 @@ pub const SELECT_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 pub const SELECT_ITEMS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// The smallest select chunk (`threads × items`) tried, in tokens (see the module docs).
 pub const SELECT_MIN_CHUNK: u32 = 1024;
+/// The select variants tried for every tile: plain (five reads of the scores), compacting (two).
+pub const SELECT_COMPACT: [bool; 2] = [false, true];
 /// Threads per block tried for attention.
 pub const ATTENTION_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 /// Rows each warp loads before it computes, tried for attention.
@@ -179,10 +184,13 @@ pub fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
                 SELECT_ITEMS
                     .iter()
                     .filter(move |&&items| threads * items >= SELECT_MIN_CHUNK)
-                    .map(move |&items_per_thread| {
-                        Variant::Tile(Tile::Select {
-                            threads,
-                            items_per_thread,
+                    .flat_map(move |&items_per_thread| {
+                        SELECT_COMPACT.iter().map(move |&compact| {
+                            Variant::Tile(Tile::Select {
+                                threads,
+                                items_per_thread,
+                                compact,
+                            })
                         })
                     })
             })
@@ -260,12 +268,14 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             Tile::Select {
                 threads,
                 items_per_thread,
+                compact,
             },
         ) => SelectSpec {
             group: g32,
             k_max: bench_k_max() as u32,
             threads,
             items_per_thread,
+            compact,
         }
         .into(),
         (
@@ -459,7 +469,7 @@ mod tests {
         let size =
             |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
         assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
-        assert_eq!(size(TunedFamily::Select, Placement::Hbm), 20);
+        assert_eq!(size(TunedFamily::Select, Placement::Hbm), 40);
         assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 20);
         for family in [
             TunedFamily::Oracle,
@@ -479,35 +489,42 @@ mod tests {
         let mut domain = 0;
         for threads in 1..=1100u32 {
             for items_per_thread in 0..=40u32 {
-                let spec = SelectSpec {
-                    group: 7,
-                    k_max: bench_k_max() as u32,
-                    threads,
-                    items_per_thread,
-                };
-                let tile = Variant::Tile(Tile::Select {
-                    threads,
-                    items_per_thread,
-                });
-                if spec.validate().is_err() {
-                    assert!(!valid.contains(&tile), "{}", tile.name());
-                    continue;
+                for compact in [false, true] {
+                    let spec = SelectSpec {
+                        group: 7,
+                        k_max: bench_k_max() as u32,
+                        threads,
+                        items_per_thread,
+                        compact,
+                    };
+                    let tile = Variant::Tile(Tile::Select {
+                        threads,
+                        items_per_thread,
+                        compact,
+                    });
+                    if spec.validate().is_err() {
+                        assert!(!valid.contains(&tile), "{}", tile.name());
+                        continue;
+                    }
+                    domain += 1;
+                    let kept = threads.is_power_of_two()
+                        && threads >= 64
+                        && items_per_thread.is_power_of_two()
+                        && threads * items_per_thread >= SELECT_MIN_CHUNK;
+                    assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
-                domain += 1;
-                let kept = threads.is_power_of_two()
-                    && threads >= 64
-                    && items_per_thread.is_power_of_two()
-                    && threads * items_per_thread >= SELECT_MIN_CHUNK;
-                assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
             }
         }
-        // Multiples of 32 up to 1,024 threads, 1 to 32 items: the spec's whole domain.
-        assert_eq!(domain, 32 * 32);
+        // Multiples of 32 up to 1,024 threads, 1 to 32 items, both variants: the spec's whole
+        // domain.
+        assert_eq!(domain, 32 * 32 * 2);
         // The runtime's default select tile is among the candidates.
-        let (threads, items_per_thread) = runtime::step::Tiles::default().select;
+        let defaults = runtime::step::Tiles::default();
+        let (threads, items_per_thread) = defaults.select;
         assert!(valid.contains(&Variant::Tile(Tile::Select {
             threads,
-            items_per_thread
+            items_per_thread,
+            compact: defaults.select_compact,
         })));
     }
 

@@ -236,6 +236,17 @@ fn simpler_is_fused_then_fewer_threads_then_smaller_tiles() {
     };
     assert!(s(64, 256) < s(8, 512));
     assert!(s(8, 256) < s(16, 256));
+    // The plain select before the compacting one, whatever their tiles.
+    let select = |threads, items_per_thread, compact| {
+        simplicity(&Variant::Tile(Tile::Select {
+            threads,
+            items_per_thread,
+            compact,
+        }))
+    };
+    assert!(select(1024, 32, false) < select(64, 16, true));
+    assert!(select(64, 16, true) < select(128, 16, true));
+    assert!(select(256, 4, false) < select(256, 8, false));
     // Exact ties between transfers go to fused.
     let mut bench = FakeBench::new(1.0);
     let c = case(Subject::Transfer, Placement::Host, 1 << 15);

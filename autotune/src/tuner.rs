@@ -12,8 +12,9 @@
 //!
 //! Among ties, the winner is the smallest by [`simplicity`]: for transfers, `fused` (one
 //! kernel, no staging) before `copy-kernel` (a second kernel and staging memory) before
-//! `memcpy` (a host synchronisation per step); for tiles, fewer threads per block, then the
-//! smaller tile (words per tile, loads in flight, items or rows per thread). Fewer threads and
+//! `memcpy` (a host synchronisation per step); for tiles, the plain select before the
+//! compacting one, then fewer threads per block, then the smaller tile (words per tile, loads
+//! in flight, items or rows per thread). Fewer threads and
 //! smaller tiles mean smaller grids' tails, fewer registers and less shared memory per block,
 //! so they degrade more gracefully on shapes and contexts that were not timed.
 
@@ -91,26 +92,29 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
             0,
         ),
         Variant::Tile(tile) => {
-            let (threads, size) = match tile {
+            // The plain select before the compacting one (more launches, more workspace): a
+            // compacting tile wins only when it is faster beyond noise.
+            let (kind, threads, size) = match tile {
                 Tile::Scan {
                     tile_words,
                     threads,
-                } => (threads, tile_words),
+                } => (0, threads, tile_words),
                 Tile::Gather {
                     loads_in_flight,
                     threads,
-                } => (threads, loads_in_flight),
-                Tile::Threads(t) => (t as usize, 0),
+                } => (0, threads, loads_in_flight),
+                Tile::Threads(t) => (0, t as usize, 0),
                 Tile::Select {
                     threads,
                     items_per_thread,
-                } => (threads as usize, items_per_thread as usize),
+                    compact,
+                } => (u8::from(compact), threads as usize, items_per_thread as usize),
                 Tile::Attention {
                     threads,
                     rows_per_warp,
-                } => (threads as usize, rows_per_warp as usize),
+                } => (0, threads as usize, rows_per_warp as usize),
             };
-            (0, threads, size)
+            (kind, threads, size)
         }
     }
 }

@@ -1,10 +1,10 @@
-//! The select bench: the whole select stage (its ten launches of `SelectSpec::plan`, at the
-//! step's token capacity and score stride) on fresh random scores, checked exactly against
-//! `runtime::reference::select` before it is timed.
+//! The select bench: the whole select stage (the launches of `SelectSpec::plan`: ten, or twelve
+//! for the compacting variant, at the step's token capacity and score stride) on fresh random
+//! scores, checked exactly against `runtime::reference::select` before it is timed.
 
 use std::sync::Arc;
 
-use codegen::spec::select::SelectStage;
+use codegen::spec::select::SelectParam;
 use codegen::spec::KernelSpec;
 use runtime::gpu::{Arg, DeviceBuffer};
 use runtime::step::launches::token_capacity;
@@ -34,6 +34,10 @@ pub struct Outputs {
     uni_count: DeviceBuffer<i32>,
     state: DeviceBuffer<u32>,
     chunk_counts: DeviceBuffer<u32>,
+    /// The compacting variant's candidates and their runs (one poisoned word for the plain one,
+    /// which never reads them).
+    candidates: DeviceBuffer<u32>,
+    candidate_runs: DeviceBuffer<u32>,
     scratch: DeviceBuffer<i32>,
 }
 
@@ -82,7 +86,9 @@ impl SelectBench {
             .filter_map(|v| tile_spec(case, v).ok())
             .collect();
         dev.preload(&specs);
-        // Three histogram passes, the count and the write each read every score once.
+        // Three histogram passes, the count and the write each read every score once. The
+        // compacting variant reads them twice on most inputs, but its candidates are judged by
+        // the same bytes: the rate is the plain select's work over the time, so the two compare.
         let bytes = 5 * heads * g * n * 4;
         Ok(CaseInfo {
             bytes: Some(bytes as u64),
@@ -93,7 +99,7 @@ impl SelectBench {
         })
     }
 
-    /// The ten launches of `variant` with fresh (poisoned) outputs and workspaces.
+    /// The launches of `variant` with fresh (poisoned) outputs and workspaces.
     pub fn candidate(
         &self,
         dev: &Device,
@@ -126,6 +132,12 @@ impl SelectBench {
             chunk_counts: gpu
                 .filled(words(plan.chunk_count_words)?, 0xff)
                 .map_err(gpu_err)?,
+            candidates: gpu
+                .filled(words(plan.candidate_words.max(1))?, 0xff)
+                .map_err(gpu_err)?,
+            candidate_runs: gpu
+                .filled(words(plan.candidate_run_words.max(1))?, 0xff)
+                .map_err(gpu_err)?,
             scratch: gpu
                 .filled(words(plan.scratch_words)?, 0xff)
                 .map_err(gpu_err)?,
@@ -135,36 +147,30 @@ impl SelectBench {
             int(heads, "num_kv_heads")?,
             int(p.capacity, "ld_scores")?,
         );
-        let (scores, n_total, state) = (p.scores.arg(), p.n_total.arg(), out.state.arg());
         let mut launches = Vec::with_capacity(plan.launches.len());
         for (stage, geometry) in plan.launches {
-            let args: Vec<Arg> = match stage {
-                SelectStage::Init => vec![n_total, ki, state, out.sel_count.arg(), hi],
-                SelectStage::Hist(pass) => {
-                    vec![scores, ld, n_total, state, Arg::I32(i32::from(pass)), hi]
-                }
-                SelectStage::Pick(pass) => vec![state, Arg::I32(i32::from(pass))],
-                SelectStage::Count => vec![scores, ld, n_total, state, out.chunk_counts.arg(), hi],
-                SelectStage::Write => vec![
-                    scores,
-                    ld,
-                    n_total,
-                    state,
-                    out.chunk_counts.arg(),
-                    out.sel.arg(),
-                    ki,
-                    hi,
-                ],
-                SelectStage::Union => vec![
-                    out.sel.arg(),
-                    out.sel_count.arg(),
-                    out.sel_pos.arg(),
-                    out.uni.arg(),
-                    out.uni_count.arg(),
-                    out.scratch.arg(),
-                    ki,
-                ],
-            };
+            let args: Vec<Arg> = spec
+                .params(stage)
+                .iter()
+                .map(|&param| match param {
+                    SelectParam::Scores => p.scores.arg(),
+                    SelectParam::LdScores => ld,
+                    SelectParam::NTotal => p.n_total.arg(),
+                    SelectParam::K => ki,
+                    SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
+                    SelectParam::NumKvHeads => hi,
+                    SelectParam::State => out.state.arg(),
+                    SelectParam::ChunkCounts => out.chunk_counts.arg(),
+                    SelectParam::Candidates => out.candidates.arg(),
+                    SelectParam::CandidateRuns => out.candidate_runs.arg(),
+                    SelectParam::Scratch => out.scratch.arg(),
+                    SelectParam::Sel => out.sel.arg(),
+                    SelectParam::SelPos => out.sel_pos.arg(),
+                    SelectParam::SelCount => out.sel_count.arg(),
+                    SelectParam::Uni => out.uni.arg(),
+                    SelectParam::UniCount => out.uni_count.arg(),
+                })
+                .collect();
             let function = dev.entry(spec.into(), &spec.entry(stage))?;
             launches.push(launch(function, geometry, args)?);
         }

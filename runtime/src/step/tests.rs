@@ -1016,3 +1016,25 @@ fn default_tiles_can_ask_for_the_compact_select() {
     assert!(plan.sizes.select_candidates > 0);
     assert!(!Tiles::default().select_compact, "the default stays the plain select");
 }
+
+#[test]
+fn select_tiles_of_older_records_are_the_plain_select() {
+    let old: Tile = serde_json::from_str(r#"{"select": {"threads": 256, "items_per_thread": 16}}"#)
+        .unwrap();
+    let plain = Tile::Select {
+        threads: 256,
+        items_per_thread: 16,
+        compact: false,
+    };
+    assert_eq!(old, plain);
+    let compact = Tile::Select {
+        threads: 256,
+        items_per_thread: 16,
+        compact: true,
+    };
+    let back: Tile = serde_json::from_str(&serde_json::to_string(&compact).unwrap()).unwrap();
+    assert_eq!(back, compact);
+    use crate::tuning::Variant;
+    assert_eq!(Variant::Tile(plain).name(), "select t256 i16");
+    assert_eq!(Variant::Tile(compact).name(), "select t256 i16 compact");
+}
