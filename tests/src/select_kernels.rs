@@ -12,7 +12,7 @@ use std::fmt;
 
 use codegen::render::{render, RenderError};
 use codegen::spec::launch::{Launch, SizeError};
-use codegen::spec::select::{SelectStage, LOCAL, SINK};
+use codegen::spec::select::{SelectParam, LOCAL, SINK};
 use codegen::spec::{
     AttentionSpec, Family, FetchSpec, LandmarkSpec, OracleSpec, Placement, SelectSpec,
 };
@@ -416,7 +416,7 @@ impl LandmarkKernels {
     }
 }
 
-/// The ten launches of a `select` spec.
+/// The launches of a `select` spec (ten, or twelve for the compacting variant).
 pub struct SelectKernels {
     /// Their spec.
     pub spec: SelectSpec,
@@ -457,6 +457,9 @@ pub struct SelectOutputs {
     pub k: usize,
     /// `G`.
     pub group: usize,
+    /// The radix state the launches left (`SelectSpec::state_words_per_head` words per query
+    /// head): kept so that a test can see which source a compacting selection read.
+    pub state: DeviceBuffer<u32>,
 }
 
 /// A selection's outputs copied to the host.
@@ -497,9 +500,9 @@ impl SelectKernels {
         })
     }
 
-    /// Allocates the outputs and the three workspaces, all poisoned (the workspaces need no
-    /// zeroing, so garbage in them must not matter), and queues the ten launches of
-    /// `SelectSpec::plan` in order.
+    /// Allocates the outputs and the workspaces (three, five for the compacting variant), all
+    /// poisoned (the workspaces need no zeroing, so garbage in them must not matter), and
+    /// queues the launches of `SelectSpec::plan` in order.
     pub fn run(&self, gpu: &Gpu, a: &SelectArgs) -> Result<SelectOutputs, KernelError> {
         let plan = self.spec.plan(
             a.batch as u64,
@@ -511,6 +514,9 @@ impl SelectKernels {
         let state = gpu.filled::<u32>(words(plan.state_words), POISON)?;
         let chunk_counts = gpu.filled::<u32>(words(plan.chunk_count_words), POISON)?;
         let scratch = gpu.filled::<i32>(words(plan.scratch_words), POISON)?;
+        // The plain variant never reads these; one word keeps the allocation non-empty.
+        let candidates = gpu.filled::<u32>(words(plan.candidate_words.max(1)), POISON)?;
+        let candidate_runs = gpu.filled::<u32>(words(plan.candidate_run_words.max(1)), POISON)?;
         let group = self.spec.group as usize;
         let query_heads = a.batch * a.kv_heads * group;
         let out = SelectOutputs {
@@ -521,56 +527,35 @@ impl SelectKernels {
             uni_count: gpu.filled(a.batch * a.kv_heads, POISON)?,
             k: a.k,
             group,
+            state,
         };
         let k = int(a.k, "k");
         let heads = int(a.kv_heads, "num_kv_heads");
         let ld = int(a.ld_scores, "ld_scores");
         for (stage, grid) in plan.launches {
-            let args: Vec<Arg> = match stage {
-                SelectStage::Init => vec![
-                    Arg::Ptr(a.n_total),
-                    k,
-                    state.arg(),
-                    out.sel_count.arg(),
-                    heads,
-                ],
-                SelectStage::Hist(pass) => vec![
-                    Arg::Ptr(a.scores),
-                    ld,
-                    Arg::Ptr(a.n_total),
-                    state.arg(),
-                    Arg::I32(i32::from(pass)),
-                    heads,
-                ],
-                SelectStage::Pick(pass) => vec![state.arg(), Arg::I32(i32::from(pass))],
-                SelectStage::Count => vec![
-                    Arg::Ptr(a.scores),
-                    ld,
-                    Arg::Ptr(a.n_total),
-                    state.arg(),
-                    chunk_counts.arg(),
-                    heads,
-                ],
-                SelectStage::Write => vec![
-                    Arg::Ptr(a.scores),
-                    ld,
-                    Arg::Ptr(a.n_total),
-                    state.arg(),
-                    chunk_counts.arg(),
-                    out.sel.arg(),
-                    k,
-                    heads,
-                ],
-                SelectStage::Union => vec![
-                    out.sel.arg(),
-                    out.sel_count.arg(),
-                    out.sel_pos.arg(),
-                    out.uni.arg(),
-                    out.uni_count.arg(),
-                    scratch.arg(),
-                    k,
-                ],
-            };
+            let args: Vec<Arg> = self
+                .spec
+                .params(stage)
+                .iter()
+                .map(|&param| match param {
+                    SelectParam::Scores => Arg::Ptr(a.scores),
+                    SelectParam::LdScores => ld,
+                    SelectParam::NTotal => Arg::Ptr(a.n_total),
+                    SelectParam::K => k,
+                    SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
+                    SelectParam::NumKvHeads => heads,
+                    SelectParam::State => out.state.arg(),
+                    SelectParam::ChunkCounts => chunk_counts.arg(),
+                    SelectParam::Candidates => candidates.arg(),
+                    SelectParam::CandidateRuns => candidate_runs.arg(),
+                    SelectParam::Scratch => scratch.arg(),
+                    SelectParam::Sel => out.sel.arg(),
+                    SelectParam::SelPos => out.sel_pos.arg(),
+                    SelectParam::SelCount => out.sel_count.arg(),
+                    SelectParam::Uni => out.uni.arg(),
+                    SelectParam::UniCount => out.uni_count.arg(),
+                })
+                .collect();
             launch(gpu, &self.module, &self.spec.entry(stage), grid, &args)?;
         }
         // The workspaces are freed on return: wait until the launches that use them are done.

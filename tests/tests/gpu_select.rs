@@ -5,7 +5,10 @@
 //! those floats), so the comparison is exact: identical `sel` (ascending) and `sel_count`,
 //! identical `uni` (sorted, deduplicated) and `uni_count`, `sel_pos` equal to the reference's
 //! row positions, `uni[sel_pos[j]] == sel[j]`, and nothing written past the counts (the outputs
-//! and the three workspaces are poisoned before the ten launches). See `check_selection`.
+//! and the workspaces are poisoned before the launches). See `check_selection`.
+//!
+//! Every case runs both variants of its tile on the same scores: the plain select and the
+//! compacting one (`SelectSpec::compact`), which must give exactly the same outputs.
 //!
 //! Coverage:
 //! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8; B = 3 sequences of different lengths
@@ -21,14 +24,21 @@
 //! - `gpu_select_million_token_contexts`: n = 1,048,576 + 1,000, 1,048,576 and ~700k in one
 //!   launch, H = 1, G = 4, k = 2048 and k = 512, two chunk sizes (4,096 tokens per block of
 //!   256 threads; 1,024 tokens per block of 512 threads, more chunks than threads).
+//! - `gpu_select_compact_sources_and_fallbacks`: the compacting variant's three paths, checked
+//!   through the source word it leaves in its state: Gaussian scores (candidates after pass 0),
+//!   scores offset far from zero (one bin holds every token at pass 0: candidates after pass 1),
+//!   all scores equal and a block of ties larger than the candidate buffer (the scores in every
+//!   pass); G = 4 and 7, 100k to 200k tokens, chunks of 1,024 and 4,096 tokens.
 //!
 //! Score families (all NaN-free, as the kernels require): continuous uniform in [−10, 10); small
 //! integers in [−4, 4] with ±0.0 (massive ties); a narrow cluster `1.0 + i ulp` (keys equal in
 //! their top 21 bits); one constant; all ±0.0 with a few planted values; and a planted straddle:
-//! fewer than k large scores, a block of exactly equal scores holding the k-th, the rest below.
-//! The sink and the local window get scores like the others (often the largest), which must not
+//! fewer than k large scores, a block of exactly equal scores holding the k-th, the rest below;
+//! for the compacting variant also Gaussian scores, scores offset to 1000 ± 1, and a straddle
+//! whose ties outnumber the candidate buffer. The sink and the local window get scores like the others (often the largest), which must not
 //! take top-k places.
 
+use codegen::spec::select::COMPACT_SOURCE_WORD;
 use codegen::spec::{Family, SelectSpec};
 use fathom_tests::select_kernels::{
     check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
@@ -52,7 +62,16 @@ enum Scores {
     Constant,
     SignedZeros,
     Straddle,
+    /// Standard normal: the threshold digit's bin is small.
+    Gaussian,
+    /// `1000 ± 1`: every token shares the top digit.
+    Offset,
+    /// A straddle whose ties outnumber `WIDE_TIES` tokens.
+    WideTies,
 }
+
+/// Ties of `Scores::WideTies`: more than the candidates of `k_max` = 1024 (8,192).
+const WIDE_TIES: usize = 20_000;
 
 const FAMILIES: [Scores; 6] = [
     Scores::Uniform,
@@ -95,7 +114,17 @@ fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32> {
                 _ => signed_zero(rng),
             })
             .collect(),
-        Scores::Straddle => {
+        Scores::Gaussian => (0..n)
+            .map(|_| {
+                // Box-Muller.
+                let (u, v): (f64, f64) = (rng.gen_range(f64::MIN_POSITIVE..1.0), rng.gen());
+                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+            })
+            .collect(),
+        Scores::Offset => (0..n)
+            .map(|_| 1000.0 + rng.gen_range(-1.0f32..1.0))
+            .collect(),
+        Scores::Straddle | Scores::WideTies => {
             // Below the tie value everywhere, then `above` larger scores and a block of ties
             // that holds the k-th largest of the middle, placed at random.
             let tie = rng.gen_range(-1.0f32..1.0);
@@ -105,7 +134,11 @@ fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32> {
                 return s;
             }
             let above = rng.gen_range(0..=k.min(middle));
-            let tied = (k - above.min(k) + rng.gen_range(1..2000)).min(middle - above);
+            let extra = match family {
+                Scores::WideTies => WIDE_TIES + rng.gen_range(1..2000),
+                _ => rng.gen_range(1..2000),
+            };
+            let tied = (k - above.min(k) + extra).min(middle - above);
             let mut slots: Vec<usize> = (4..4 + middle).collect();
             slots.shuffle(rng);
             for &i in &slots[..above] {
@@ -123,20 +156,29 @@ fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32> {
     }
 }
 
-/// One launch of `spec` over `lengths` (one per sequence) with run-time `k`; every head's scores
-/// from `families` (cycled). Compares with the reference and returns nothing: failures panic.
+/// What a case gave beyond its checks: each query head's score family, and for the compacting
+/// variant the source word each query head's state ended with (0: the scores, `1 + p`: the
+/// candidates of `_filter(p)`).
+struct CaseResult {
+    families: Vec<Scores>,
+    sources: Vec<u32>,
+}
+
+/// One launch of each spec of `variants` over `lengths` (one per sequence) with run-time `k`;
+/// every head's scores from `families` (cycled), the same for every variant. Compares each with
+/// the reference: failures panic.
 #[allow(clippy::too_many_arguments)]
 fn select_case(
     gpu: &Gpu,
-    kernels: &SelectKernels,
+    variants: &[SelectKernels],
     rng: &mut impl Rng,
     seed: u64,
     (lengths, kv_heads): (&[usize], usize),
     k: usize,
     families: &[Scores],
     what: &str,
-) {
-    let g = kernels.spec.group as usize;
+) -> CaseResult {
+    let g = variants[0].spec.group as usize;
     let batch = lengths.len();
     let max_n = lengths.iter().copied().max().unwrap_or(0);
     let ld = max_n + 7;
@@ -164,22 +206,25 @@ fn select_case(
     let scores = gpu.upload(&all).expect("upload scores");
     let totals: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
     let n_total = gpu.upload(&totals).expect("upload n_total");
-    let out = kernels
-        .run(
-            gpu,
-            &SelectArgs {
-                scores: scores.addr(),
-                ld_scores: ld,
-                n_total: n_total.addr(),
-                k,
-                batch,
-                kv_heads,
-                max_tokens: max_n,
-            },
-        )
-        .expect("select runs");
-    let got = out.download().expect("download selection");
-    let mut m = Mismatches::new(
+    let mut sources = Vec::new();
+    for kernels in variants {
+        assert_eq!(kernels.spec.group as usize, g, "the variants share a group");
+        let out = kernels
+            .run(
+                gpu,
+                &SelectArgs {
+                    scores: scores.addr(),
+                    ld_scores: ld,
+                    n_total: n_total.addr(),
+                    k,
+                    batch,
+                    kv_heads,
+                    max_tokens: max_n,
+                },
+            )
+            .expect("select runs");
+        let got = out.download().expect("download selection");
+        let mut m = Mismatches::new(
         format!(
             "select {what}: {} G={g} H={kv_heads} k={k} lengths {lengths:?}, score families by query head \
              {used:?}",
@@ -187,18 +232,37 @@ fn select_case(
         ),
         seed,
     );
-    check_selection(&got, &reference, &mut m);
-    m.finish();
+        check_selection(&got, &reference, &mut m);
+        m.finish();
+        if kernels.spec.compact {
+            let state = out.state.download().expect("download state");
+            let words = kernels.spec.state_words_per_head() as usize;
+            sources = (0..query_heads)
+                .map(|qh| state[qh * words + COMPACT_SOURCE_WORD as usize])
+                .collect();
+        }
+    }
+    CaseResult {
+        families: used,
+        sources,
+    }
 }
 
-fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> SelectKernels {
-    let spec = SelectSpec {
-        group,
-        k_max,
-        threads,
-        items_per_thread: items,
-    };
-    SelectKernels::load(gpu, spec).expect("select kernels compile")
+/// The plain and the compacting variant of one tile.
+fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<SelectKernels> {
+    [false, true]
+        .into_iter()
+        .map(|compact| {
+            let spec = SelectSpec {
+                group,
+                k_max,
+                threads,
+                items_per_thread: items,
+                compact,
+            };
+            SelectKernels::load(gpu, spec).expect("select kernels compile")
+        })
+        .collect()
 }
 
 #[test]
@@ -283,7 +347,7 @@ fn gpu_select_short_and_boundary_lengths() {
             (k_max as usize, &kernels),
             (2048, big.as_ref().unwrap_or(&kernels)),
         ] {
-            if k > kernels.spec.k_max as usize {
+            if k > kernels[0].spec.k_max as usize {
                 continue;
             }
             let mut lengths = vec![
@@ -342,5 +406,64 @@ fn gpu_select_million_token_contexts() {
             &families,
             "long contexts",
         );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_select_compact_sources_and_fallbacks() {
+    let gpu = gpu();
+    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_compact_sources_and_fallbacks");
+    let families = [
+        Scores::Gaussian,
+        Scores::Offset,
+        Scores::Constant,
+        Scores::WideTies,
+        Scores::Straddle,
+        Scores::SmallIntegers,
+    ];
+    for (g, threads, items) in [(4, 256, 16), (7, 1024, 1)] {
+        let variants = load(&gpu, g, 1024, threads, items);
+        let candidates = variants[1].spec.candidates() as usize;
+        assert!(
+            WIDE_TIES > candidates,
+            "the wide ties overflow the candidates"
+        );
+        for k in [512, rng.gen_range(1..64)] {
+            let mut lengths = vec![
+                100_000,
+                rng.gen_range(100_000..200_000),
+                200_000 - rng.gen_range(0..100),
+            ];
+            lengths.shuffle(&mut rng);
+            let result = select_case(
+                &gpu,
+                &variants,
+                &mut rng,
+                seed,
+                (&lengths, 1),
+                k,
+                &families,
+                "compact sources",
+            );
+            // At these lengths: a Gaussian's top bin holds a few thousand tokens at most; 1000 ±
+            // 1 is one bin at pass 0 and n/32 per bin at pass 1; equal scores are one bin in
+            // every pass.
+            for (qh, (family, &source)) in result.families.iter().zip(&result.sources).enumerate() {
+                let want = match family {
+                    Scores::Gaussian => Some(1),
+                    Scores::Offset => Some(2),
+                    Scores::Constant | Scores::WideTies => Some(0),
+                    _ => None,
+                };
+                if let Some(want) = want {
+                    assert_eq!(
+                        source, want,
+                        "seed {seed}: query head {qh} ({family:?}, G={g} k={k} lengths \
+                         {lengths:?}) read source {source}, expected {want}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -20,6 +20,9 @@
 //! (selections equal apart from ties within fp32 rounding, attention relative error
 //! `<= 1e-3`, `dense` selecting every token).
 //!
+//! - `gpu_step_compact_select_g4`: the raw store of the first case with a tuning record whose
+//!   select winner is the compacting variant (every launch plan that selects must run it).
+//!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
 //! `gpu_step_refuses_bad_input`: the typed errors of bad queries, k, layer and calibration.
@@ -45,7 +48,7 @@ use runtime::reference::plans::DoubleSparsityCalibration;
 use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
-    StepRequest, Transfer,
+    StepRequest, Tile, Transfer, TuneKey, TunedFamily, Tuning,
 };
 use runtime::view::LayerView;
 
@@ -347,7 +350,38 @@ fn bits(out: &HostStepOutput) -> Vec<u32> {
     out.out.iter().map(|x| x.to_bits()).collect()
 }
 
+/// A record whose only entry is a compacting select (the default select tile otherwise); every
+/// other lookup falls back to the default tiles and transfer.
+struct CompactSelect;
+
+impl Tuning for CompactSelect {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        (key.family == TunedFamily::Select).then_some(Tile::Select {
+            threads: 256,
+            items_per_thread: 4,
+            compact: true,
+        })
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
+/// Which select the decoder of a case runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SelectVariant {
+    /// Whatever the GPU's record (or the default tiles) say.
+    Default,
+    /// The compacting variant, through [`CompactSelect`].
+    Compact,
+}
+
 fn run_case(test: &str, group: usize, basis: Basis) {
+    run_case_with(test, group, basis, SelectVariant::Default);
+}
+
+fn run_case_with(test: &str, group: usize, basis: Basis, select: SelectVariant) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let f = Fixture::new(&mut rng, group, basis);
@@ -362,6 +396,9 @@ fn run_case(test: &str, group: usize, basis: Basis) {
         .expect("a valid decoder")
         .with_calibration(f.calibration.clone())
         .expect("calibration of the model");
+    if select == SelectVariant::Compact {
+        decoder = decoder.with_tuning(Box::new(CompactSelect));
+    }
     let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
         .into_iter()
         .map(|p| DeviceBatch::new(&gpu, &f, p))
@@ -397,6 +434,17 @@ fn run_case(test: &str, group: usize, basis: Basis) {
                     scale: None,
                     sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
                 };
+                if select == SelectVariant::Compact {
+                    let plan = decoder
+                        .launch_plan(&view, &request)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    if let Some(spec) = plan.specs.select {
+                        assert!(
+                            spec.compact,
+                            "{what}: the record's compact select is not used"
+                        );
+                    }
+                }
                 let eager = {
                     let out = decoder
                         .step(&view, &batch.queries, request)
@@ -442,6 +490,17 @@ fn run_case(test: &str, group: usize, basis: Basis) {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_step_raw_store_g4() {
     run_case("gpu_step_raw_store_g4", 4, Basis::Raw);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_compact_select_g4() {
+    run_case_with(
+        "gpu_step_compact_select_g4",
+        4,
+        Basis::Raw,
+        SelectVariant::Compact,
+    );
 }
 
 #[test]
