@@ -108,7 +108,11 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     threads,
                     items_per_thread,
                     compact,
-                } => (u8::from(compact), threads as usize, items_per_thread as usize),
+                } => (
+                    u8::from(compact),
+                    threads as usize,
+                    items_per_thread as usize,
+                ),
                 Tile::Attention {
                     threads,
                     rows_per_warp,

@@ -114,7 +114,10 @@ fn compact_select_snapshots() {
     let compiled = compile(&spec, "sm_90");
     assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
     for entry in spec.entry_points() {
-        assert!(compiled.ptx.contains(&format!(".entry {entry}(")), "{entry}");
+        assert!(
+            compiled.ptx.contains(&format!(".entry {entry}(")),
+            "{entry}"
+        );
     }
     insta::assert_snapshot!(
         format!("ptx-sm_90-qwen3-8b-{}", spec.kernel_name()),

@@ -42,7 +42,15 @@ fn grid() -> Vec<SelectSpec> {
         },
     )
     .into_iter()
-    .flat_map(|spec| [spec, SelectSpec { compact: true, ..spec }])
+    .flat_map(|spec| {
+        [
+            spec,
+            SelectSpec {
+                compact: true,
+                ..spec
+            },
+        ]
+    })
     .collect()
 }
 
@@ -73,7 +81,10 @@ fn the_name_spells_the_fields() {
         base().entry(SelectStage::Hist(2)),
         "fathom_select_g4_k512_t256_i16_hist"
     );
-    assert_eq!(compact().kernel_name(), "fathom_select_g4_k512_t256_i16_compact");
+    assert_eq!(
+        compact().kernel_name(),
+        "fathom_select_g4_k512_t256_i16_compact"
+    );
     assert_eq!(
         compact().entry(SelectStage::Filter(1)),
         "fathom_select_g4_k512_t256_i16_compact_filter"
@@ -109,7 +120,10 @@ fn the_compact_order_is_the_plain_one_with_a_filter_after_the_first_two_picks() 
     assert_eq!(without_filters, SelectStage::ORDER);
     let order = SelectStage::COMPACT_ORDER;
     for pass in [0u8, 1] {
-        let pick = order.iter().position(|&s| s == SelectStage::Pick(pass)).unwrap();
+        let pick = order
+            .iter()
+            .position(|&s| s == SelectStage::Pick(pass))
+            .unwrap();
         assert_eq!(order[pick + 1], SelectStage::Filter(pass));
     }
     assert!(!order.contains(&SelectStage::Filter(2)));
@@ -123,7 +137,10 @@ fn the_plain_parameter_lists_are_the_documented_ones() {
     use SelectParam::*;
     let spec = base();
     let lists: Vec<(SelectStage, Vec<SelectParam>)> = vec![
-        (SelectStage::Init, vec![NTotal, K, State, SelCount, NumKvHeads]),
+        (
+            SelectStage::Init,
+            vec![NTotal, K, State, SelCount, NumKvHeads],
+        ),
         (
             SelectStage::Hist(1),
             vec![Scores, LdScores, NTotal, State, Pass, NumKvHeads],
@@ -135,7 +152,16 @@ fn the_plain_parameter_lists_are_the_documented_ones() {
         ),
         (
             SelectStage::Write,
-            vec![Scores, LdScores, NTotal, State, ChunkCounts, Sel, K, NumKvHeads],
+            vec![
+                Scores,
+                LdScores,
+                NTotal,
+                State,
+                ChunkCounts,
+                Sel,
+                K,
+                NumKvHeads,
+            ],
         ),
         (
             SelectStage::Union,
@@ -156,10 +182,23 @@ fn the_compact_parameter_lists_add_the_candidates() {
     for stage in [SelectStage::Init, SelectStage::Pick(0), SelectStage::Union] {
         assert_eq!(spec.params(stage), plain.params(stage), "{stage:?}");
     }
-    for stage in [SelectStage::Hist(0), SelectStage::Filter(0), SelectStage::Filter(1)] {
+    for stage in [
+        SelectStage::Hist(0),
+        SelectStage::Filter(0),
+        SelectStage::Filter(1),
+    ] {
         assert_eq!(
             spec.params(stage),
-            [Scores, LdScores, NTotal, State, Candidates, CandidateRuns, Pass, NumKvHeads],
+            [
+                Scores,
+                LdScores,
+                NTotal,
+                State,
+                Candidates,
+                CandidateRuns,
+                Pass,
+                NumKvHeads
+            ],
             "{stage:?}"
         );
     }

@@ -152,7 +152,10 @@ pub(crate) fn record(
                 heads,
             ],
             Role::Select(stage) => {
-                let spec = plan.specs.select.expect("a select launch has a select spec");
+                let spec = plan
+                    .specs
+                    .select
+                    .expect("a select launch has a select spec");
                 spec.params(stage)
                     .iter()
                     .map(|&param| match param {

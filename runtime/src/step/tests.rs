@@ -977,15 +977,16 @@ fn a_compact_select_winner_plans_its_twelve_launches_and_candidate_buffers() {
         }
     }
     // The workspace gains the candidates and their runs, sized by the spec's plan.
-    let want = spec
-        .plan(b as u64, h as u64, capacity, k as u64)
-        .unwrap();
+    let want = spec.plan(b as u64, h as u64, capacity, k as u64).unwrap();
     let z = plan.sizes;
     assert_eq!(z.select_state as u64, want.state_words);
     assert_eq!(z.select_candidates as u64, want.candidate_words);
     assert_eq!(z.select_candidate_runs as u64, want.candidate_run_words);
     assert_eq!(z.select_candidates, b * h * g * 8 * 512 * 2);
-    assert_eq!(z.select_candidate_runs, b * h * g * capacity.div_ceil(2048) as usize * 2);
+    assert_eq!(
+        z.select_candidate_runs,
+        b * h * g * capacity.div_ceil(2048) as usize * 2
+    );
     assert_eq!(
         z.bytes() - plain.sizes.bytes(),
         4 * (z.select_candidates + z.select_candidate_runs)
@@ -1014,13 +1015,16 @@ fn default_tiles_can_ask_for_the_compact_select() {
     .unwrap();
     assert!(plan.specs.select.unwrap().compact);
     assert!(plan.sizes.select_candidates > 0);
-    assert!(!Tiles::default().select_compact, "the default stays the plain select");
+    assert!(
+        !Tiles::default().select_compact,
+        "the default stays the plain select"
+    );
 }
 
 #[test]
 fn select_tiles_of_older_records_are_the_plain_select() {
-    let old: Tile = serde_json::from_str(r#"{"select": {"threads": 256, "items_per_thread": 16}}"#)
-        .unwrap();
+    let old: Tile =
+        serde_json::from_str(r#"{"select": {"threads": 256, "items_per_thread": 16}}"#).unwrap();
     let plain = Tile::Select {
         threads: 256,
         items_per_thread: 16,

@@ -96,7 +96,11 @@ impl Workspace {
         ensure(gpu, &mut self.select_state, sizes.select_state)?;
         ensure(gpu, &mut self.chunk_counts, sizes.chunk_counts)?;
         ensure(gpu, &mut self.select_candidates, sizes.select_candidates)?;
-        ensure(gpu, &mut self.select_candidate_runs, sizes.select_candidate_runs)?;
+        ensure(
+            gpu,
+            &mut self.select_candidate_runs,
+            sizes.select_candidate_runs,
+        )?;
         ensure(gpu, &mut self.scratch, sizes.scratch)?;
         ensure(gpu, &mut self.sel, sizes.sel)?;
         ensure(gpu, &mut self.sel_pos, sizes.sel)?;
