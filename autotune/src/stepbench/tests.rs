@@ -190,6 +190,16 @@ fn bytes_per_group() {
         ..WorkspaceSizes::default()
     };
     assert_eq!(workspace_bytes(&sizes), 10 * 4 + 3 * 8 + 5 + 2 * 4);
+    // The compacting select's candidates and their runs count too.
+    let compact = WorkspaceSizes {
+        select_candidates: 6,
+        select_candidate_runs: 7,
+        ..sizes
+    };
+    assert_eq!(
+        workspace_bytes(&compact),
+        workspace_bytes(&sizes) + (6 + 7) * 4
+    );
 }
 
 #[test]
