@@ -16,7 +16,7 @@ pub enum SelectionError {
     #[error(
         "bad --only {got:?}: {why}; the form is SUBJECT[/PLACEMENT[/CONTEXT]] with SUBJECT \
          one of scan, gather, transfer, plan, select, attention, oracle, landmark, fetch, \
-         PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m (e.g. scan/hbm/128k, select/hbm/1m)"
+         pariskv_vote, pariskv_topc, pariskv_rerank, PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m (e.g. scan/hbm/128k, select/hbm/1m)"
     )]
     Only { got: String, why: String },
     #[error("the selection is empty: --only {only:?} names no case that is tuned")]
@@ -224,7 +224,13 @@ mod tests {
             let err = select(&[], &[bad.into()], false).unwrap_err();
             assert!(matches!(err, SelectionError::Only { .. }), "{bad}: {err}");
         }
-        for empty in ["transfer/hbm", "select/host", "attention/host", "plan/host"] {
+        for empty in [
+            "transfer/hbm",
+            "select/host",
+            "attention/host",
+            "plan/host",
+            "pariskv_topc/host",
+        ] {
             assert!(
                 matches!(
                     select(&[], &[empty.into()], false),
@@ -233,6 +239,15 @@ mod tests {
                 "{empty}"
             );
         }
+    }
+
+    #[test]
+    fn only_names_the_pariskv_families() {
+        let one = select(&["qwen3-8b".into()], &["pariskv_topc/hbm/1m".into()], false).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].subject, Subject::Kernel(TunedFamily::PariskvTopc));
+        let reranks = select(&["qwen3-8b".into()], &["pariskv_rerank".into()], true).unwrap();
+        assert_eq!(reranks.len(), 2 * QUICK_CONTEXTS.len());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use runtime::reference::metrics::{
 };
 use runtime::reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
 use runtime::reference::plans::Method;
-use runtime::reference::select::{LOCAL, SINK};
+use runtime::reference::select::{paper_k, LOCAL, SINK};
 use runtime::reference::store::BlockSize;
 
 use super::record::Row;
@@ -103,6 +103,17 @@ pub fn pariskv_index_bytes(n: usize, d: usize) -> usize {
     let b = subspaces(d);
     let n_r = n.saturating_sub(LOCAL).saturating_sub(SINK);
     n_r * b + candidate_count(n_r) * (d / 2 + 2 * b) + b * CENTROIDS * HISTOGRAM_BIN_BYTES
+}
+
+/// The `k` a row's recall@k is measured at: the `k` the method selects. `pariskv(k)` carries
+/// its own `k`; every other method (and the oracle truth) selects `paper_k(n)` per query head.
+/// `None` for dense, which selects every token.
+pub fn recall_k(method: Method, n: usize) -> Option<usize> {
+    match method {
+        Method::Dense => None,
+        Method::Pariskv { k } => Some(k),
+        _ => Some(paper_k(n)),
+    }
 }
 
 /// recall@k of a selection: the share of `truth` (the exact top-k of the candidates) that
