@@ -145,21 +145,7 @@ impl Default for Tiles {
     }
 }
 
-/// The scan tile `(tile_words, threads)` closest to `(tile_words, threads)` that a segment of
-/// `segment_words` words can hold: the largest even divisor of the segment not above the
-/// tile, at the same tokens per thread (at least one warp).
-pub fn fit_scan_tile(tile: (usize, usize), segment_words: usize) -> (usize, usize) {
-    let (tile_words, threads) = tile;
-    if segment_words.is_multiple_of(tile_words) {
-        return tile;
-    }
-    let per_thread = (tile_words * 64 / threads.max(1)).max(1);
-    let fitted = (2..=tile_words.min(segment_words))
-        .rev()
-        .find(|w| w % 2 == 0 && segment_words.is_multiple_of(*w))
-        .unwrap_or(2);
-    (fitted, (fitted * 64 / per_thread).clamp(32, 1024))
-}
+pub use codegen::spec::scan::fit_scan_tile;
 
 /// `ceil(log2(tokens))`, 0 for at most one token.
 pub fn context_bucket(tokens: usize) -> u32 {
