@@ -48,6 +48,13 @@ pub fn fill_ratios(rows: &mut [Row]) {
 
 /// How many timed steps a cell takes: `requested`, unless one step (as long as `step_s`)
 /// would make them exceed `budget_s`; then as many as fit, but at least `min`.
+/// Whether `--cell-seconds` may cut a cell of `method` short: only the reference baselines
+/// (`oracle` and `dense`, which read every key or row, seconds per step at 1M from host
+/// memory). Every compared method is always timed over all `--steps` steps, as §9 asks.
+pub fn time_capped(method: Method) -> bool {
+    matches!(method, Method::Oracle | Method::Dense)
+}
+
 pub fn steps_within(requested: usize, step_s: f64, budget_s: f64, min: usize) -> usize {
     if step_s.is_nan() || step_s <= 0.0 || step_s * requested as f64 <= budget_s {
         return requested;

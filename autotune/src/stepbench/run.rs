@@ -25,7 +25,8 @@ use thiserror::Error;
 use super::args::{context_label, Options, BLOCK, MIN_STEPS};
 use super::data::{self, DataError, HeadCalibration};
 use super::figures::{
-    floor_ms, group_bytes, median, pariskv_index_bytes, recall_k, steps_within, workspace_bytes,
+    floor_ms, group_bytes, median, pariskv_index_bytes, recall_k, steps_within, time_capped,
+    workspace_bytes,
 };
 use super::record::{date_of, Generator, Header, Row};
 use super::reference::{compare, context_truth, ContextTruth};
@@ -673,7 +674,11 @@ impl Bench {
             inputs,
             &request,
             self.options.steps,
-            self.options.cell_seconds,
+            if time_capped(method) {
+                self.options.cell_seconds
+            } else {
+                f64::INFINITY
+            },
         )?;
         // The sample: layer 0 (slot 0), sequence 0.
         let out = decoder.step(&layers[0].view(), &inputs.queries[0], request(0))?;

@@ -618,3 +618,22 @@ fn per_head_strides_by_the_views_segments_not_the_buffer() {
     assert_eq!(per_head(&flat, 2, 1), vec![vec![10], vec![20]]);
     assert_eq!(per_head(&flat[..4], 2, 2), vec![vec![10, 20], vec![0, 0]]);
 }
+
+#[test]
+fn only_the_reference_baselines_are_cut_short() {
+    use super::figures::time_capped;
+    use runtime::step::Method;
+    assert!(time_capped(Method::Oracle) && time_capped(Method::Dense));
+    for m in [
+        "fathom(48)",
+        "sparq(32)",
+        "double_sparsity(32)",
+        "loki(32)",
+        "thumbnail",
+        "landmark",
+        "pariskv(100)",
+    ] {
+        let method: Method = m.parse().unwrap();
+        assert!(!time_capped(method), "{m} must be timed over every step");
+    }
+}
