@@ -341,6 +341,22 @@ fn targets() {
         .unwrap()
         .outcome;
     assert!(o.contains("time 1.09x"), "{o}");
+    // A verdict on a cell timed over fewer steps than the protocol's 20 says so.
+    let all_twenty =
+        |v: &[super::targets::Verdict]| v.iter().all(|x| !x.outcome.contains("fewer than 20"));
+    rows.iter_mut().for_each(|r| r.steps = 20);
+    assert!(all_twenty(&verdicts(&rows, m)));
+    rows[1].steps = 7;
+    let v = verdicts(&rows, m);
+    let o = &v
+        .iter()
+        .find(|x| x.target.starts_with("host 1m: fathom(48) at least"))
+        .unwrap()
+        .outcome;
+    assert!(
+        o.ends_with("[medians of 20, 7 steps: fewer than 20]"),
+        "{o}"
+    );
 }
 
 #[test]
