@@ -21,10 +21,15 @@
 //!   same chunked grids over far fewer tokens), so it is a tile parameter, not a separate case.
 //! - attention: rows per warp 1, 2, 4, 8 (the register arrays that keep rows in flight grow
 //!   with it; the powers of two sample it).
+//! - ParisKV (`pariskv_vote`, `pariskv_topc`, `pariskv_rerank`): threads 64..1024 in powers of
+//!   two, as the row families (the vote and the top-C have large grids; the rerank's `_score`
+//!   too, and its `_select` is one block per KV head, where more threads only help, so 1,024
+//!   is in). `pariskv_query` has no tile (one thread per centroid) and `pariskv_index` runs
+//!   when keys enter the store, not in a step: neither is tuned.
 
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, Placement,
-    PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
 use runtime::reference::select::paper_k;
 use runtime::step::tuning::context_bucket;
@@ -66,6 +71,8 @@ pub const SELECT_COMPACT: [bool; 2] = [false, true];
 pub const ATTENTION_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 /// Rows each warp loads before it computes, tried for attention.
 pub const ATTENTION_ROWS: [u32; 4] = [1, 2, 4, 8];
+/// Threads per block tried for the ParisKV vote, top-C and rerank.
+pub const PARISKV_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 
 /// The context lengths tuned by default: 32k, 128k and 1M tokens.
 pub const CONTEXTS: [usize; 3] = [1 << 15, 1 << 17, 1 << 20];
@@ -122,8 +129,11 @@ const fn kernel(family: TunedFamily) -> Subject {
 /// In this order, which is the order of a run for each shape and context: the three
 /// host-placement store subjects and the plan share one store and plan, and the transfer is
 /// timed with the scan and gather tiles tuned before it; select, attention and fetch share one
-/// set of scores and its selection; the row families of one placement share its K/V rows.
-pub const SUBJECTS: [(Subject, Placement); 13] = [
+/// set of scores and its selection; the row families of one placement share its K/V rows; the
+/// ParisKV families share one index (built on the device from random keys), HBM first, then
+/// the vote and rerank reading its rows from host memory (the top-C reads only the votes, in
+/// device memory, so it is looked up under HBM only).
+pub const SUBJECTS: [(Subject, Placement); 18] = [
     (kernel(TunedFamily::Scan), Placement::Hbm),
     (kernel(TunedFamily::Scan), Placement::Host),
     (kernel(TunedFamily::Gather), Placement::Host),
@@ -137,7 +147,26 @@ pub const SUBJECTS: [(Subject, Placement); 13] = [
     (kernel(TunedFamily::Oracle), Placement::Host),
     (kernel(TunedFamily::Landmark), Placement::Host),
     (kernel(TunedFamily::Fetch), Placement::Host),
+    (kernel(TunedFamily::PariskvVote), Placement::Hbm),
+    (kernel(TunedFamily::PariskvTopc), Placement::Hbm),
+    (kernel(TunedFamily::PariskvRerank), Placement::Hbm),
+    (kernel(TunedFamily::PariskvVote), Placement::Host),
+    (kernel(TunedFamily::PariskvRerank), Placement::Host),
 ];
+
+/// Subjects tuned only when `--only` names them: their GPU bench has not yet run on a GPU
+/// (the ParisKV kernels themselves are verified by `tests/tests/gpu_pariskv*.rs`), so a default
+/// run does not depend on it. Drop a subject from here once a run on a GPU has checked it.
+pub const OPT_IN: [TunedFamily; 3] = [
+    TunedFamily::PariskvVote,
+    TunedFamily::PariskvTopc,
+    TunedFamily::PariskvRerank,
+];
+
+/// Whether a default run (no `--only`) tunes `subject`.
+pub fn in_default_run(subject: Subject) -> bool {
+    !matches!(subject, Subject::Kernel(f) if OPT_IN.contains(&f))
+}
 
 fn threads(list: &[u32]) -> Vec<Variant> {
     list.iter()
@@ -178,6 +207,9 @@ pub fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
         Subject::Kernel(TunedFamily::Oracle | TunedFamily::Landmark | TunedFamily::Fetch) => {
             threads(&ROW_THREADS)
         }
+        Subject::Kernel(
+            TunedFamily::PariskvVote | TunedFamily::PariskvTopc | TunedFamily::PariskvRerank,
+        ) => threads(&PARISKV_THREADS),
         Subject::Kernel(TunedFamily::Select) => SELECT_THREADS
             .iter()
             .flat_map(|&threads| {
@@ -221,7 +253,8 @@ pub fn enumerate(case: &Case) -> Vec<Variant> {
 }
 
 /// The kernel spec a tile candidate of `case` builds (for select, the spec of all its stages;
-/// for landmark, the spec whose `_scan` entry the step runs); why there is none otherwise.
+/// for landmark, the spec whose `_scan` entry the step runs; for the ParisKV top-C and rerank,
+/// the spec of both entry points); why there is none otherwise.
 pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
     let (d, g) = (case.head_dim, case.group);
     let (d32, g32) = (d as u32, g as u32);
@@ -263,6 +296,25 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
         (TunedFamily::Fetch, Tile::Threads(t)) => {
             FetchSpec::new(d32, g32, t, case.placement).into()
         }
+        (TunedFamily::PariskvVote, Tile::Threads(threads)) => PariskvVoteSpec {
+            head_dim: d32,
+            threads,
+            placement: case.placement,
+        }
+        .into(),
+        (TunedFamily::PariskvTopc, Tile::Threads(threads)) => PariskvTopcSpec {
+            head_dim: d32,
+            threads,
+        }
+        .into(),
+        (TunedFamily::PariskvRerank, Tile::Threads(threads)) => PariskvRerankSpec {
+            head_dim: d32,
+            group: g32,
+            k_max: bench_k_max() as u32,
+            threads,
+            placement: case.placement,
+        }
+        .into(),
         (
             TunedFamily::Select,
             Tile::Select {
@@ -478,6 +530,60 @@ mod tests {
         ] {
             for placement in [Placement::Hbm, Placement::Host] {
                 assert_eq!(size(family, placement), 5, "{family:?} {placement:?}");
+            }
+        }
+        for &(subject, placement) in &SUBJECTS {
+            if let Subject::Kernel(
+                f @ (TunedFamily::PariskvVote
+                | TunedFamily::PariskvTopc
+                | TunedFamily::PariskvRerank),
+            ) = subject
+            {
+                assert_eq!(size(f, placement), PARISKV_THREADS.len(), "{f:?}");
+            }
+        }
+    }
+
+    /// The ParisKV subjects are keyed as the step looks them up: vote and rerank in both
+    /// placements of the index rows, the top-C in HBM only; their specs are the step's (the
+    /// rerank at the decoder's `k_max`), and the default threads are among the candidates.
+    #[test]
+    fn pariskv_subjects_follow_the_steps_lookups() {
+        let pariskv: Vec<(TunedFamily, Placement)> = SUBJECTS
+            .iter()
+            .filter_map(|&(s, p)| match s {
+                Subject::Kernel(f) if f.as_str().starts_with("pariskv") => Some((f, p)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            pariskv,
+            [
+                (TunedFamily::PariskvVote, Placement::Hbm),
+                (TunedFamily::PariskvTopc, Placement::Hbm),
+                (TunedFamily::PariskvRerank, Placement::Hbm),
+                (TunedFamily::PariskvVote, Placement::Host),
+                (TunedFamily::PariskvRerank, Placement::Host),
+            ]
+        );
+        let default = Variant::Tile(Tile::Threads(
+            runtime::step::Tiles::default().pariskv_threads,
+        ));
+        for (family, placement) in pariskv {
+            let c = case(Subject::Kernel(family), placement, 7);
+            assert!(enumerate(&c).contains(&default), "{family:?}");
+            let spec = tile_spec(&c, &Variant::Tile(Tile::Threads(512))).unwrap();
+            assert_eq!(spec.family(), family.as_str());
+            match spec {
+                KernelSpec::PariskvVote(s) => {
+                    assert_eq!((s.threads, s.placement, s.head_dim), (512, placement, 128))
+                }
+                KernelSpec::PariskvTopc(s) => assert_eq!((s.threads, s.head_dim), (512, 128)),
+                KernelSpec::PariskvRerank(s) => {
+                    assert_eq!((s.threads, s.placement, s.group), (512, placement, 7));
+                    assert_eq!(s.k_max as usize, bench_k_max());
+                }
+                other => panic!("{other:?}"),
             }
         }
     }

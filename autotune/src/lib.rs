@@ -9,11 +9,13 @@
 //! - [`records`]: where records are written and how a run merges into one;
 //! - [`report`]: the summary table and the SVG plot of achieved bandwidth;
 //! - [`gpu`]: the [`tuner::Bench`] of the GPU: stores and plans, random scores and K/V rows,
-//!   every candidate checked against the f64 reference, then timed with events.
+//!   a ParisKV index of random keys, every candidate checked against the f64 reference, then
+//!   timed with events.
 //!
 //! Every kernel family the step looks a tile up for is tuned: scan (host, HBM), gather,
-//! transfer, plan, select, attention, and oracle, landmark, fetch (host, HBM); see
-//! [`candidates`] for the grids and why they leave out some values the specs accept.
+//! transfer, plan, select, attention, oracle, landmark, fetch (host, HBM), and the ParisKV
+//! vote and rerank (host, HBM) and top-C (HBM); see [`candidates`] for the grids and why they
+//! leave out some values the specs accept.
 //!
 //! The record types themselves live in `runtime::tuning`, which reads them.
 

@@ -2,8 +2,9 @@
 //! records the winners per GPU model (SPEC §9).
 //!
 //! It detects the GPU, measures the ceilings (pinned copy, mapped read, HBM copy), tunes every
-//! case of the selection (scan in host and HBM, gather, transfer, plan, select, attention, and
-//! oracle, landmark, fetch in host and HBM; contexts 32k, 128k, 1M) with a progress bar, merges the result into `<dir>/<gpu-model>.json` (refusing a record there
+//! case of the selection (scan in host and HBM, gather, transfer, plan, select, attention,
+//! oracle, landmark, fetch in host and HBM, pariskv_vote and pariskv_rerank in host and HBM,
+//! pariskv_topc in HBM; contexts 32k, 128k, 1M) with a progress bar, merges the result into `<dir>/<gpu-model>.json` (refusing a record there
 //! whose header differs, with the reason), prints a summary table and writes an SVG plot of
 //! every candidate's achieved bandwidth beside the record.
 //!

@@ -6,7 +6,7 @@ use codegen::spec::Placement;
 use runtime::tuning::Subject;
 use thiserror::Error;
 
-use crate::candidates::{Case, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
+use crate::candidates::{in_default_run, Case, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
 
 /// A selection the tuner cannot serve.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -16,7 +16,7 @@ pub enum SelectionError {
     #[error(
         "bad --only {got:?}: {why}; the form is SUBJECT[/PLACEMENT[/CONTEXT]] with SUBJECT \
          one of scan, gather, transfer, plan, select, attention, oracle, landmark, fetch, \
-         PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m (e.g. scan/hbm/128k, select/hbm/1m)"
+         pariskv_vote, pariskv_topc, pariskv_rerank, PLACEMENT host or hbm, CONTEXT 32k, 128k or 1m (e.g. scan/hbm/128k, select/hbm/1m)"
     )]
     Only { got: String, why: String },
     #[error("the selection is empty: --only {only:?} names no case that is tuned")]
@@ -140,7 +140,12 @@ pub fn select_shapes(
                     placement,
                     tokens,
                 };
-                if filters.is_empty() || filters.iter().any(|f| f.matches(&case)) {
+                let wanted = if filters.is_empty() {
+                    in_default_run(subject)
+                } else {
+                    filters.iter().any(|f| f.matches(&case))
+                };
+                if wanted {
                     cases.push(case);
                 }
             }
@@ -168,23 +173,38 @@ mod tests {
             .collect();
         shapes.sort();
         shapes.dedup();
-        assert_eq!(all.len(), shapes.len() * CONTEXTS.len() * SUBJECTS.len());
+        let default_subjects = SUBJECTS.iter().filter(|(s, _)| in_default_run(*s)).count();
+        assert!(
+            default_subjects < SUBJECTS.len(),
+            "the opt-in subjects are left out"
+        );
+        assert_eq!(all.len(), shapes.len() * CONTEXTS.len() * default_subjects);
         let quick = select(&[], &[], true).unwrap();
         assert_eq!(
             quick.len(),
-            shapes.len() * QUICK_CONTEXTS.len() * SUBJECTS.len()
+            shapes.len() * QUICK_CONTEXTS.len() * default_subjects
         );
+        // Named by --only, an opt-in subject is tuned.
+        let pariskv = select(&[], &["pariskv_vote".to_string()], true).unwrap();
+        assert!(!pariskv.is_empty());
+        assert!(pariskv.iter().all(|c| !in_default_run(c.subject)));
         // The transfer of a (shape, context) comes after its scan and gather.
         let i = |s: Subject| all.iter().position(|c| c.subject == s).unwrap();
         assert!(i(Subject::Transfer) > i(Subject::Kernel(TunedFamily::Gather)));
         // Attention and fetch follow the select case whose scores they share.
-        let select = i(Subject::Kernel(TunedFamily::Select));
-        assert!(i(Subject::Kernel(TunedFamily::Attention)) > select);
-        assert!(i(Subject::Kernel(TunedFamily::Fetch)) > select);
-        // Every family the step looks up a tile for is tuned.
+        let select_at = i(Subject::Kernel(TunedFamily::Select));
+        assert!(i(Subject::Kernel(TunedFamily::Attention)) > select_at);
+        assert!(i(Subject::Kernel(TunedFamily::Fetch)) > select_at);
+        // Every family the step looks up a tile for is tuned (the opt-in ones when named).
         for family in TunedFamily::ALL {
+            let named = select(&[], &[family.as_str().to_string()], false).unwrap();
+            let cases = if in_default_run(Subject::Kernel(family)) {
+                &all
+            } else {
+                &named
+            };
             assert!(
-                all.iter().any(|c| c.subject == Subject::Kernel(family)),
+                cases.iter().any(|c| c.subject == Subject::Kernel(family)),
                 "{family:?}"
             );
         }
@@ -224,7 +244,13 @@ mod tests {
             let err = select(&[], &[bad.into()], false).unwrap_err();
             assert!(matches!(err, SelectionError::Only { .. }), "{bad}: {err}");
         }
-        for empty in ["transfer/hbm", "select/host", "attention/host", "plan/host"] {
+        for empty in [
+            "transfer/hbm",
+            "select/host",
+            "attention/host",
+            "plan/host",
+            "pariskv_topc/host",
+        ] {
             assert!(
                 matches!(
                     select(&[], &[empty.into()], false),
@@ -233,6 +259,15 @@ mod tests {
                 "{empty}"
             );
         }
+    }
+
+    #[test]
+    fn only_names_the_pariskv_families() {
+        let one = select(&["qwen3-8b".into()], &["pariskv_topc/hbm/1m".into()], false).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].subject, Subject::Kernel(TunedFamily::PariskvTopc));
+        let reranks = select(&["qwen3-8b".into()], &["pariskv_rerank".into()], true).unwrap();
+        assert_eq!(reranks.len(), 2 * QUICK_CONTEXTS.len());
     }
 
     #[test]

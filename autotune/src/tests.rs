@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use codegen::model::Basis;
 use codegen::spec::Placement;
+use runtime::pariskv::Stage;
 use runtime::step::launches::{launch_plan, LaunchPlan, PlanInputs, Role, StepShape};
 use runtime::step::{Method, Scoring, Tile, Tiles, Transfer, TuneKey, TunedFamily, Tuning};
 use runtime::tuning::{
@@ -461,6 +462,44 @@ fn the_new_subjects_are_verified_timed_and_disqualified_like_the_scan() {
     );
 }
 
+#[test]
+fn the_pariskv_subjects_are_verified_timed_and_disqualified_like_the_others() {
+    for (family, placement) in [
+        (TunedFamily::PariskvVote, Placement::Host),
+        (TunedFamily::PariskvTopc, Placement::Hbm),
+        (TunedFamily::PariskvRerank, Placement::Hbm),
+    ] {
+        let c = case(Subject::Kernel(family), placement, 1 << 20);
+        // A wrong candidate that would be fastest does not win; one whose launch fails is
+        // reported, not fatal; the rest are timed once each.
+        let mut bench = FakeBench::new(2.0)
+            .with("threads t1024", Fake::Wrong)
+            .with("threads t64", Fake::TimeFails)
+            .with("threads t512", Fake::Times(vec![1.0]))
+            .with("threads t256", Fake::Times(vec![1.01]));
+        let entry = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent);
+        assert_eq!(entry.candidates.len(), 5, "{family:?}");
+        assert_eq!(bench.timed.len(), 4, "the wrong one is not timed");
+        assert!(matches!(
+            outcome(&entry.candidates, "threads t1024"),
+            Outcome::Disqualified { reason } if reason.starts_with("verify:")
+        ));
+        assert!(matches!(
+            outcome(&entry.candidates, "threads t64"),
+            Outcome::Disqualified { reason } if reason.contains("too many resources")
+        ));
+        let w = entry.winner.unwrap();
+        // 1% slower is within the 2% floor, and 256 threads is simpler than 512.
+        assert_eq!(
+            (w.fastest.as_str(), w.name.as_str()),
+            ("threads t512", "threads t256")
+        );
+        assert_eq!(entry.key.subject, Subject::Kernel(family));
+        assert_eq!(entry.key.placement, placement);
+        assert_eq!(entry.key.context_bucket, 20);
+    }
+}
+
 fn step_shape(placement: Placement, tokens: usize) -> StepShape {
     StepShape {
         batch: 1,
@@ -508,6 +547,9 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
         (Subject::Kernel(TunedFamily::Fetch), "threads t128"),
         (Subject::Transfer, "transfer copy-kernel"),
         (Subject::Kernel(TunedFamily::Gather), "gather l2 t128"),
+        (Subject::Kernel(TunedFamily::PariskvVote), "threads t512"),
+        (Subject::Kernel(TunedFamily::PariskvTopc), "threads t1024"),
+        (Subject::Kernel(TunedFamily::PariskvRerank), "threads t64"),
     ];
     let mut bench = fastest_per_subject(&fast);
     let record = tune(
@@ -562,6 +604,24 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
         let oracle = step_plan(&record, placement, Method::Oracle, tokens);
         assert!(oracle.tuned);
         assert_eq!(oracle.specs.oracle.unwrap().threads, 512);
+        // pariskv(k): vote, top-C and rerank from the record, fetch and attention too.
+        let pariskv = step_plan(&record, placement, Method::Pariskv { k: 100 }, tokens);
+        assert!(pariskv.tuned, "{placement:?}: {:?}", pariskv.untuned);
+        let pk = pariskv.specs.pariskv.unwrap();
+        assert_eq!(
+            (pk.vote.threads, pk.topc.threads, pk.rerank.threads),
+            (512, 1024, 64)
+        );
+        for op in &pariskv.operations {
+            let Some(kernel) = &op.kernel else { continue };
+            let want = match op.role {
+                Role::Pariskv(Stage::Vote) => 512,
+                Role::Pariskv(Stage::TopcCount | Stage::TopcWrite) => 1024,
+                Role::Pariskv(Stage::RerankScore | Stage::RerankSelect) => 64,
+                _ => continue,
+            };
+            assert_eq!(kernel.launch.block[0], want, "{:?}", op.role);
+        }
     }
     // Another context bucket is served by the nearest tuned one.
     let far = step_plan(&record, Placement::Host, Method::Landmark, 1 << 20);

@@ -148,6 +148,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
                 segment_words,
                 ..ScanSpec::new(d, g, placement)
             }
+            .with_fitted_tile()
             .into(),
         );
     }

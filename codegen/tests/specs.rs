@@ -521,3 +521,21 @@ fn launch_dims_follow_the_abi() {
     let append = EncodeSpec::new(128, EncodeMode::Append, true);
     assert_eq!(append.launch_dims(4, 8, 0).0, (1, 8, 4));
 }
+
+#[test]
+fn the_default_set_validates_at_every_segment_size_the_store_allows() {
+    // The default scan tiles (16 and 64 words) are fitted to segments they do not divide.
+    for segment_words in [2, 6, 16, 48, 100, 512, 1000, 4096] {
+        for preset in ["qwen3-8b", "qwen2.5-7b", "llama-3.1-70b"] {
+            let options = KernelSetOptions {
+                block: 64,
+                segment_words,
+            };
+            for spec in kernels_for(&model::preset(preset).unwrap(), &options) {
+                spec.validate().unwrap_or_else(|e| {
+                    panic!("{preset}, S = {segment_words}: {}: {e}", spec.kernel_name())
+                });
+            }
+        }
+    }
+}

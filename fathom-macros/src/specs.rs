@@ -8,8 +8,9 @@
 
 use codegen::model::{self, ModelShape};
 use codegen::spec::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec, PlanSpec,
-    ScanSpec, SelectSpec,
+    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec,
+    PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,
+    PlanSpec, ScanSpec, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use quote::ToTokens;
@@ -282,6 +283,11 @@ const FAMILIES: &[(&str, FieldList)] = &[
     (SelectSpec::FAMILY, field_names::<SelectSpec>),
     (FetchSpec::FAMILY, field_names::<FetchSpec>),
     (AttentionSpec::FAMILY, field_names::<AttentionSpec>),
+    (PariskvIndexSpec::FAMILY, field_names::<PariskvIndexSpec>),
+    (PariskvQuerySpec::FAMILY, field_names::<PariskvQuerySpec>),
+    (PariskvVoteSpec::FAMILY, field_names::<PariskvVoteSpec>),
+    (PariskvTopcSpec::FAMILY, field_names::<PariskvTopcSpec>),
+    (PariskvRerankSpec::FAMILY, field_names::<PariskvRerankSpec>),
 ];
 
 fn fields_of(family: &str) -> Option<&'static [&'static str]> {

@@ -31,9 +31,7 @@
 //! Both are averaged over the `G` query heads and then the KV heads. The relative attention
 //! error against dense attention (§9) is recorded beside them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
+use crate::parallel::parallel_map;
 use half::bf16;
 use serde::Serialize;
 use thiserror::Error;
@@ -517,32 +515,6 @@ pub fn group_recall(chosen: &[usize], truth: &[f64], first: usize, k: usize) -> 
         .filter(|t| best.binary_search(t).is_ok())
         .count();
     hits as f64 / k as f64
-}
-
-/// `f` over `items` on `threads` scoped threads; results in item order.
-fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    threads: usize,
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, items.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
-                let r = f(item);
-                results.lock().expect("no worker panics holding the lock")[i] = Some(r);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .expect("workers are done")
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
-        .collect()
 }
 
 #[cfg(test)]

@@ -11,9 +11,8 @@
 //! Recall@k is taken over the tokens the top-k chooses from (`SINK..n - LOCAL`, §6): the sink and
 //! the local window are selected by every method, so counting them would only dilute it.
 
+use crate::parallel::parallel_map;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use half::bf16;
 use serde::Serialize;
@@ -427,32 +426,6 @@ fn evaluate_position(
                 recall,
             })
         })
-        .collect()
-}
-
-/// `f` over `items` on `threads` scoped threads; results in item order.
-fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    threads: usize,
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, items.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
-                let r = f(item);
-                results.lock().expect("no worker panics holding the lock")[i] = Some(r);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .expect("workers are done")
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
         .collect()
 }
 

@@ -91,6 +91,7 @@ pub mod fidelity;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
+pub mod parallel;
 pub mod pariskv;
 pub mod plot;
 pub mod reference;

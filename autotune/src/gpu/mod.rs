@@ -16,11 +16,16 @@
 //!   gather come first) or the runtime's default;
 //! - `plan` ([`plan`]): the plan kernel on that store;
 //! - `select` ([`select`]), `attention` ([`attention`]), and `oracle`, `landmark`, `fetch`
-//!   ([`rows`]) on fresh random scores and K/V rows ([`inputs`]).
+//!   ([`rows`]) on fresh random scores and K/V rows ([`inputs`]);
+//! - `pariskv_vote`, `pariskv_topc`, `pariskv_rerank` ([`pariskv`]): each family's own launches
+//!   on an index built on the device from the random keys of [`inputs`] and on the outputs of
+//!   a default retrieval chain, checked exactly against `runtime::reference::pariskv` on a
+//!   sample of KV heads (the first and the last).
 
 mod attention;
 mod device;
 mod inputs;
+mod pariskv;
 mod plan;
 mod rows;
 mod select;
@@ -74,6 +79,8 @@ enum Kind {
     Attention,
     /// Oracle, landmark, fetch.
     Rows,
+    /// The ParisKV vote, top-C and rerank.
+    Pariskv,
 }
 
 fn kind(case: &Case) -> Kind {
@@ -84,6 +91,9 @@ fn kind(case: &Case) -> Kind {
         Subject::Kernel(TunedFamily::Oracle | TunedFamily::Landmark | TunedFamily::Fetch) => {
             Kind::Rows
         }
+        Subject::Kernel(
+            TunedFamily::PariskvVote | TunedFamily::PariskvTopc | TunedFamily::PariskvRerank,
+        ) => Kind::Pariskv,
         Subject::Kernel(TunedFamily::Scan | TunedFamily::Gather) | Subject::Transfer => Kind::Store,
     }
 }
@@ -100,6 +110,7 @@ pub struct GpuBench {
     select: select::SelectBench,
     attention: attention::AttentionBench,
     rows: rows::RowsBench,
+    pariskv: pariskv::PariskvBench,
 }
 
 impl GpuBench {
@@ -115,6 +126,7 @@ impl GpuBench {
             select: select::SelectBench::default(),
             attention: attention::AttentionBench::default(),
             rows: rows::RowsBench::default(),
+            pariskv: pariskv::PariskvBench::default(),
         })
     }
 
@@ -423,11 +435,15 @@ impl Bench for GpuBench {
         if k != Kind::Rows {
             self.rows.release();
         }
+        if k != Kind::Pariskv {
+            self.pariskv.release();
+        }
         match k {
             Kind::Store | Kind::Plan => self.prepare_store(case),
             Kind::Select => self.select.prepare(&self.dev, &mut self.inputs, case),
             Kind::Attention => self.attention.prepare(&self.dev, &mut self.inputs, case),
             Kind::Rows => self.rows.prepare(&self.dev, &mut self.inputs, case),
+            Kind::Pariskv => self.pariskv.prepare(&self.dev, &mut self.inputs, case),
         }
     }
 
@@ -464,6 +480,11 @@ impl Bench for GpuBench {
                 dev.run_once(&launches)?;
                 self.rows.check(case, &out)
             }
+            Kind::Pariskv => {
+                let (launches, out) = self.pariskv.candidate(dev, case, variant)?;
+                dev.run_once(&launches)?;
+                self.pariskv.check(case, &out)
+            }
         }
     }
 
@@ -489,6 +510,10 @@ impl Bench for GpuBench {
             }
             Kind::Rows => {
                 let (launches, _out) = self.rows.candidate(dev, case, variant)?;
+                dev.time(&launches, reps)
+            }
+            Kind::Pariskv => {
+                let (launches, _out) = self.pariskv.candidate(dev, case, variant)?;
                 dev.time(&launches, reps)
             }
         }

@@ -42,8 +42,9 @@ pub struct Args {
     /// Distinct synthetic layers per store; layer l of a step reads slot l % slots.
     #[arg(long, default_value_t = 4)]
     pub slots: usize,
-    /// Timing budget of one cell in seconds: a cell whose warm-up step says that `--steps`
-    /// steps would take longer times fewer (at least 3), and its row says how many.
+    /// Timing budget of one `oracle` or `dense` cell in seconds: such a cell whose warm-up step
+    /// says that `--steps` steps would take longer times fewer (at least 3), and its row says
+    /// how many. Every other method is always timed over `--steps` steps.
     #[arg(long, default_value_t = 3.0)]
     pub cell_seconds: f64,
     /// Seed of the synthetic generator (slot s uses seed + s).

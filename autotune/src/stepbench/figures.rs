@@ -6,7 +6,7 @@ use runtime::reference::metrics::{
 };
 use runtime::reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
 use runtime::reference::plans::Method;
-use runtime::reference::select::{LOCAL, SINK};
+use runtime::reference::select::{paper_k, LOCAL, SINK};
 use runtime::reference::store::BlockSize;
 
 use super::record::Row;
@@ -48,6 +48,13 @@ pub fn fill_ratios(rows: &mut [Row]) {
 
 /// How many timed steps a cell takes: `requested`, unless one step (as long as `step_s`)
 /// would make them exceed `budget_s`; then as many as fit, but at least `min`.
+/// Whether `--cell-seconds` may cut a cell of `method` short: only the reference baselines
+/// (`oracle` and `dense`, which read every key or row, seconds per step at 1M from host
+/// memory). Every compared method is always timed over all `--steps` steps, as §9 asks.
+pub fn time_capped(method: Method) -> bool {
+    matches!(method, Method::Oracle | Method::Dense)
+}
+
 pub fn steps_within(requested: usize, step_s: f64, budget_s: f64, min: usize) -> usize {
     if step_s.is_nan() || step_s <= 0.0 || step_s * requested as f64 <= budget_s {
         return requested;
@@ -103,6 +110,17 @@ pub fn pariskv_index_bytes(n: usize, d: usize) -> usize {
     let b = subspaces(d);
     let n_r = n.saturating_sub(LOCAL).saturating_sub(SINK);
     n_r * b + candidate_count(n_r) * (d / 2 + 2 * b) + b * CENTROIDS * HISTOGRAM_BIN_BYTES
+}
+
+/// The `k` a row's recall@k is measured at: the `k` the method selects. `pariskv(k)` carries
+/// its own `k`; every other method (and the oracle truth) selects `paper_k(n)` per query head.
+/// `None` for dense, which selects every token.
+pub fn recall_k(method: Method, n: usize) -> Option<usize> {
+    match method {
+        Method::Dense => None,
+        Method::Pariskv { k } => Some(k),
+        _ => Some(paper_k(n)),
+    }
 }
 
 /// recall@k of a selection: the share of `truth` (the exact top-k of the candidates) that

@@ -34,8 +34,13 @@ pub struct Row {
     /// Mean relative attention-output error against f64 dense attention (§9) over the
     /// sampled query heads.
     pub fidelity: Option<f64>,
-    /// Mean recall@k against the exact f64 top-k over the sampled query heads.
+    /// Mean recall@k against the exact f64 top-k over the sampled query heads, at
+    /// `k = recall_k`.
     pub recall: Option<f64>,
+    /// The `k` of `recall`: the method's own (`pariskv(k)`: its `k`; the other selecting
+    /// methods: `paper_k(context)`); `None` for dense and for records written before it.
+    #[serde(default)]
+    pub recall_k: Option<usize>,
     /// Timed steps the median is of.
     pub steps: usize,
     /// `graph` (each layer's step captured once, replayed) or `eager` (`Decoder::step`).
@@ -67,6 +72,7 @@ impl Row {
             bytes_per_step: None,
             fidelity: None,
             recall: None,
+            recall_k: None,
             steps: 0,
             launch: "-".into(),
         }
@@ -119,7 +125,8 @@ pub struct Header {
     pub head_dim: usize,
     pub block: usize,
     pub segment_words: usize,
-    /// Top-k per query head (`paper_k` of each context).
+    /// Top-k per query head (`paper_k` of each context; `pariskv(k)` its own), and the `k`
+    /// of the recall column (each row's `recall_k`).
     pub k: String,
     pub steps: usize,
     pub cell_seconds: f64,

@@ -17,21 +17,32 @@ use super::figures::recall;
 pub struct QueryTruth {
     /// Dense attention over the window.
     pub output: Vec<f64>,
-    /// The exact top-k of `SINK..n - LOCAL` (the tokens the top-k chooses from, §6).
+    /// The exact top-`k` of `SINK..n - LOCAL` (the tokens the top-k chooses from, §6), in
+    /// rank order (score descending, ties by the lower index), so that its first `j` tokens
+    /// are the exact top-`j` for any `j <= k`: one truth serves every method's own `k`.
     pub top: Vec<usize>,
+}
+
+impl QueryTruth {
+    /// The exact top-`k` (all of [`QueryTruth::top`] when `k` is larger).
+    pub fn top_at(&self, k: usize) -> &[usize] {
+        &self.top[..k.min(self.top.len())]
+    }
 }
 
 /// Every query head of the sample at one context: `[h * G + g]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContextTruth {
     pub n: usize,
+    /// The largest `k` a recall can be measured at ([`QueryTruth::top`]'s length).
     pub k: usize,
     pub group: usize,
     pub queries: Vec<QueryTruth>,
 }
 
-/// Computes the truth of `heads` over their first `n` tokens for `queries` `[h][g][D]`, on
-/// `threads` threads (a query head per job).
+/// Computes the truth of `heads` over their first `n` tokens for `queries` `[h][g][D]`, with
+/// the ranked top-`k` (`k`: the largest recall@k wanted at this context), on `threads` threads
+/// (a query head per job).
 pub fn context_truth(
     heads: &[SyntheticHead],
     queries: &[Vec<Vec<f64>>],
@@ -59,8 +70,7 @@ pub fn context_truth(
                     .map(|row| dot_bf16(q, row))
                     .collect();
                 let candidates = SINK..n.saturating_sub(LOCAL).max(SINK);
-                let mut top = top_k_of(&scores, candidates, k);
-                top.sort_unstable();
+                let top = top_k_of(&scores, candidates, k);
                 let truth = QueryTruth {
                     output: dense(q, &head.keys, &head.values, d, n, scale),
                     top,
@@ -85,20 +95,22 @@ pub fn context_truth(
     }
 }
 
-/// Mean relative error and mean recall@k of sequence 0 of `out` against `truth` (recall left
-/// out when `with_recall` is false: dense selects every token).
+/// Mean relative error and mean recall@`recall_k` of sequence 0 of `out` against `truth`: the
+/// share of the exact top-`recall_k` that the selection holds (recall left out when
+/// `recall_k` is `None`: dense selects every token). `recall_k` is the method's own `k`
+/// ([`super::figures::recall_k`]); at most `truth.k` is measured.
 pub fn compare(
     truth: &ContextTruth,
     out: &HostStepOutput,
-    with_recall: bool,
+    recall_k: Option<usize>,
 ) -> (f64, Option<f64>) {
     let (mut error, mut recalls) = (0.0, Vec::new());
     for (i, t) in truth.queries.iter().enumerate() {
         let (h, g) = (i / truth.group, i % truth.group);
         let got: Vec<f64> = out.output(0, h, g).iter().map(|&x| f64::from(x)).collect();
         error += fidelity(&got, &t.output);
-        if with_recall {
-            recalls.extend(recall(out.selected(0, h, g), &t.top));
+        if let Some(k) = recall_k {
+            recalls.extend(recall(out.selected(0, h, g), t.top_at(k)));
         }
     }
     let count = truth.queries.len().max(1) as f64;

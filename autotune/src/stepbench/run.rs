@@ -25,7 +25,8 @@ use thiserror::Error;
 use super::args::{context_label, Options, BLOCK, MIN_STEPS};
 use super::data::{self, DataError, HeadCalibration};
 use super::figures::{
-    floor_ms, group_bytes, median, pariskv_index_bytes, steps_within, workspace_bytes,
+    floor_ms, group_bytes, median, pariskv_index_bytes, recall_k, steps_within, time_capped,
+    workspace_bytes,
 };
 use super::record::{date_of, Generator, Header, Row};
 use super::reference::{compare, context_truth, ContextTruth};
@@ -302,7 +303,9 @@ impl Bench {
             head_dim: self.model.head_dim,
             block: BLOCK,
             segment_words: SEGMENT_WORDS,
-            k: "paper_k(context): 512 from 32k tokens".into(),
+            k: "paper_k(context): 512 from 32k tokens; pariskv(k) selects its own k. recall is \
+                recall@k at the k the row's method selects (its recall_k)"
+                .into(),
             steps: self.options.steps,
             cell_seconds: self.options.cell_seconds,
             ceilings: self.ceilings.clone(),
@@ -337,7 +340,8 @@ impl Bench {
             },
             sample: "layer 0 (slot 0), sequence 0, every query head; queries at the end of the \
                      window (the slot's queries moved by RoPE to position n); error vs f64 dense \
-                     attention, recall@k vs the exact f64 top-k of tokens SINK..n-LOCAL"
+                     attention, recall@k vs the exact f64 top-k of tokens SINK..n-LOCAL at the row's \
+                     recall_k (the method's own k: pariskv(k) its k, the others paper_k(n))"
                 .into(),
         })
     }
@@ -446,7 +450,15 @@ impl Bench {
         if !self.truths.contains_key(&n) {
             let queries = self.slot_queries(0, n);
             let scale = 1.0 / (self.model.head_dim as f64).sqrt();
-            let truth = context_truth(&self.heads[0], &queries, n, paper_k(n), scale, threads());
+            // One ranked truth serves every method: its prefixes are the smaller top-k's.
+            let k = self
+                .options
+                .methods
+                .iter()
+                .filter_map(|&m| recall_k(m, n))
+                .max()
+                .unwrap_or_else(|| paper_k(n));
+            let truth = context_truth(&self.heads[0], &queries, n, k, scale, threads());
             self.truths.insert(n, truth);
         }
         &self.truths[&n]
@@ -662,7 +674,11 @@ impl Bench {
             inputs,
             &request,
             self.options.steps,
-            self.options.cell_seconds,
+            if time_capped(method) {
+                self.options.cell_seconds
+            } else {
+                f64::INFINITY
+            },
         )?;
         // The sample: layer 0 (slot 0), sequence 0.
         let out = decoder.step(&layers[0].view(), &inputs.queries[0], request(0))?;
@@ -679,10 +695,12 @@ impl Bench {
         row.bytes_per_step = Some(bytes);
         row.bits = bits;
         row.floor_ms = floor_ms(bytes, self.floor_rate(placement));
+        let at = recall_k(method, n);
         let truth = self.truth(n);
-        let (error, recall) = compare(truth, &host, method != Method::Dense);
+        let (error, recall) = compare(truth, &host, at);
         row.fidelity = Some(error);
         row.recall = recall;
+        row.recall_k = recall.and(at);
         Ok(())
     }
 }

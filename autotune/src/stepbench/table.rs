@@ -10,12 +10,12 @@ fn opt(v: Option<f64>, precision: usize) -> String {
 }
 
 /// One line per row: method, placement, context, batch, times, floor, ratio, bits, error,
-/// recall, status.
+/// recall and the `k` it is at, status.
 pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6}  status",
+        "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6} {:>4}  status",
         "method",
         "at",
         "ctx",
@@ -26,12 +26,13 @@ pub fn table(rows: &[Row]) -> String {
         "x sq32",
         "bits",
         "error",
-        "recall"
+        "recall",
+        "@k"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6}  {}",
+            "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6} {:>4}  {}",
             r.method,
             r.placement,
             context_label(r.context),
@@ -43,6 +44,7 @@ pub fn table(rows: &[Row]) -> String {
             opt(r.bits, 1),
             r.fidelity.map_or("-".into(), |e| format!("{e:.2e}")),
             opt(r.recall, 3),
+            r.recall_k.map_or("-".into(), |k| k.to_string()),
             r.status
         );
     }

@@ -22,6 +22,22 @@ fn find<'a>(rows: &'a [Row], method: &str, context: usize, placement: &str) -> O
     })
 }
 
+/// Timed steps per cell the §9 protocol asks for.
+pub const PROTOCOL_STEPS: usize = 20;
+
+/// ` [medians of a, b steps: fewer than 20]` when a verdict rests on a cell timed over fewer
+/// steps than the protocol asks, else nothing.
+fn steps_note(cells: &[&Row]) -> String {
+    if cells.iter().all(|r| r.steps >= PROTOCOL_STEPS) {
+        return String::new();
+    }
+    let steps: Vec<String> = cells.iter().map(|r| r.steps.to_string()).collect();
+    format!(
+        " [medians of {} steps: fewer than {PROTOCOL_STEPS}]",
+        steps.join(", ")
+    )
+}
+
 fn label(context: usize) -> String {
     super::args::context_label(context)
 }
@@ -36,13 +52,14 @@ fn speedup(rows: &[Row], context: usize, placement: &str, need: f64) -> Verdict 
         find(rows, "fathom(48)", context, placement),
         find(rows, SPARQ32, context, placement),
     ) {
-        (Some(f), Some(s)) => match (f.gpu_ms, s.gpu_ms) {
+        (Some(fr), Some(sr)) => match (fr.gpu_ms, sr.gpu_ms) {
             (Some(f), Some(s)) if f > 0.0 => {
                 let got = s / f;
+                let note = steps_note(&[fr, sr]);
                 if got >= need {
-                    format!("met ({got:.2}x)")
+                    format!("met ({got:.2}x){note}")
                 } else {
-                    format!("missed by {:.2}x ({got:.2}x of {need}x)", need / got)
+                    format!("missed by {:.2}x ({got:.2}x of {need}x){note}", need / got)
                 }
             }
             _ => "not measured: no GPU time".into(),
@@ -64,10 +81,11 @@ pub fn verdicts(rows: &[Row], largest: usize) -> Vec<Verdict> {
         Some(r) => match (r.gpu_ms, r.floor_ms) {
             (Some(g), Some(f)) if f > 0.0 => {
                 let x = g / f;
+                let note = steps_note(&[r]);
                 if x <= 1.25 {
-                    format!("met ({x:.2}x the floor)")
+                    format!("met ({x:.2}x the floor){note}")
                 } else {
-                    format!("missed by {:.2}x ({x:.2}x the floor)", x / 1.25)
+                    format!("missed by {:.2}x ({x:.2}x the floor){note}", x / 1.25)
                 }
             }
             _ => "not measured: no time or floor".into(),

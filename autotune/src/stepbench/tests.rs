@@ -14,8 +14,8 @@ use runtime::step::{HostStepOutput, OutputLayout};
 use super::args::{context_label, parse_context, parse_methods, Args, ArgsError, Options};
 use super::data;
 use super::figures::{
-    fill_ratios, floor_ms, group_bytes, median, pariskv_index_bytes, recall, steps_within,
-    workspace_bytes,
+    fill_ratios, floor_ms, group_bytes, median, pariskv_index_bytes, recall, recall_k,
+    steps_within, workspace_bytes,
 };
 use super::plots::{fidelity_vs_bits, pareto_front, time_vs_context};
 use super::record::{date_of, file_stem, gpu_slug, Record, Row};
@@ -222,13 +222,19 @@ fn record_round_trips_and_names() {
         "bytes_per_step",
         "fidelity",
         "recall",
+        "recall_k",
         "status",
     ] {
         assert!(json.get(field).is_some(), "row lacks {field}");
     }
     assert_eq!(json["method"], "fathom(48)");
-    let back: Row = serde_json::from_value(json).unwrap();
+    let back: Row = serde_json::from_value(json.clone()).unwrap();
     assert_eq!(back, r);
+    // A record written before `recall_k` existed still reads, without one.
+    let mut old = json;
+    old.as_object_mut().unwrap().remove("recall_k");
+    let back: Row = serde_json::from_value(old).unwrap();
+    assert_eq!(back.recall_k, None);
     assert_eq!(gpu_slug("NVIDIA H200"), "h200");
     assert_eq!(gpu_slug("NVIDIA A100-SXM4-80GB"), "a100-sxm4-80gb");
     assert_eq!(gpu_slug("  "), "gpu");
@@ -345,6 +351,22 @@ fn targets() {
         .unwrap()
         .outcome;
     assert!(o.contains("time 1.09x"), "{o}");
+    // A verdict on a cell timed over fewer steps than the protocol's 20 says so.
+    let all_twenty =
+        |v: &[super::targets::Verdict]| v.iter().all(|x| !x.outcome.contains("fewer than 20"));
+    rows.iter_mut().for_each(|r| r.steps = 20);
+    assert!(all_twenty(&verdicts(&rows, m)));
+    rows[1].steps = 7;
+    let v = verdicts(&rows, m);
+    let o = &v
+        .iter()
+        .find(|x| x.target.starts_with("host 1m: fathom(48) at least"))
+        .unwrap()
+        .outcome;
+    assert!(
+        o.ends_with("[medians of 20, 7 steps: fewer than 20]"),
+        "{o}"
+    );
 }
 
 #[test]
@@ -540,9 +562,18 @@ fn reference_comparison() {
             out.sel[i * stride + j] = tok as i32;
         }
     }
-    let (error, rec) = compare(&truth, &out, true);
+    let (error, rec) = compare(&truth, &out, Some(k));
     assert!(error < 1e-6, "{error}");
     assert_eq!(rec, Some(1.0));
+    // The truth is in rank order: each head's top is the exact top-k by score, descending.
+    for (i, t) in truth.queries.iter().enumerate() {
+        let (h, g) = (i / 2, i % 2);
+        let q = &queries[h][g];
+        let score = |tok: usize| {
+            runtime::reference::attention::dot_bf16(q, &heads[h].keys[tok * d..(tok + 1) * d])
+        };
+        assert!(t.top.windows(2).all(|w| score(w[0]) >= score(w[1])));
+    }
     // Half the selection wrong and the outputs off.
     for i in 0..4 {
         for j in 0..k / 2 {
@@ -550,10 +581,59 @@ fn reference_comparison() {
         }
     }
     out.out.iter_mut().for_each(|x| *x *= 1.5);
-    let (error, rec) = compare(&truth, &out, true);
+    let (error, rec) = compare(&truth, &out, Some(k));
     assert!((error - 0.5).abs() < 1e-3, "{error}");
     assert_eq!(rec, Some(0.5));
-    assert_eq!(compare(&truth, &out, false).1, None);
+    assert_eq!(compare(&truth, &out, None).1, None);
+}
+
+/// A method that selects fewer tokens than the truth holds is measured at its own `k`: a
+/// selection of exactly the top-`k'` has recall 1 at `k'`, and only `k'/k` at `k`.
+#[test]
+fn recall_is_measured_at_the_methods_own_k() {
+    let settings = small_settings(1024);
+    let heads: Vec<_> = (0..2)
+        .map(|h| generate_head(&settings, h).unwrap())
+        .collect();
+    let queries: Vec<Vec<Vec<f64>>> = heads.iter().map(|h| h.queries.clone()).collect();
+    let (n, k, small, d) = (512, 32, 8, 32);
+    let truth = context_truth(&heads, &queries, n, k, 1.0 / (d as f64).sqrt(), 2);
+    assert_eq!(truth.k, k);
+    let layout = OutputLayout {
+        batch: 1,
+        kv_heads: 2,
+        group: 2,
+        head_dim: d,
+        k,
+    };
+    let stride = layout.sel_stride();
+    let mut out = HostStepOutput {
+        layout,
+        sel: vec![-1; 4 * stride],
+        sel_pos: vec![0; 4 * stride],
+        sel_count: vec![small as i32; 4],
+        uni: vec![0; 2 * layout.uni_stride()],
+        uni_count: vec![0; 2],
+        out: vec![0.0; 4 * d],
+    };
+    for (i, t) in truth.queries.iter().enumerate() {
+        assert_eq!(t.top_at(small), &t.top[..small]);
+        assert_eq!(t.top_at(10 * k).len(), k);
+        for (j, &tok) in t.top_at(small).iter().enumerate() {
+            out.sel[i * stride + j] = tok as i32;
+        }
+    }
+    assert_eq!(compare(&truth, &out, Some(small)).1, Some(1.0));
+    let at_k = compare(&truth, &out, Some(k)).1.unwrap();
+    assert!((at_k - small as f64 / k as f64).abs() < 1e-12, "{at_k}");
+    // Which k each method's recall is at.
+    assert_eq!(recall_k(Method::Pariskv { k: 100 }, 1 << 20), Some(100));
+    assert_eq!(recall_k(Method::Oracle, 1 << 20), Some(512));
+    assert_eq!(
+        recall_k(Method::Fathom { bits: 48.0 }, 1 << 15),
+        Some(runtime::reference::select::paper_k(1 << 15))
+    );
+    assert_eq!(recall_k(Method::Dense, 1 << 15), None);
 }
 
 #[test]
@@ -563,4 +643,23 @@ fn per_head_strides_by_the_views_segments_not_the_buffer() {
     let flat = [10, 20, 0, 0, 0, 0, 0, 0];
     assert_eq!(per_head(&flat, 2, 1), vec![vec![10], vec![20]]);
     assert_eq!(per_head(&flat[..4], 2, 2), vec![vec![10, 20], vec![0, 0]]);
+}
+
+#[test]
+fn only_the_reference_baselines_are_cut_short() {
+    use super::figures::time_capped;
+    use runtime::step::Method;
+    assert!(time_capped(Method::Oracle) && time_capped(Method::Dense));
+    for m in [
+        "fathom(48)",
+        "sparq(32)",
+        "double_sparsity(32)",
+        "loki(32)",
+        "thumbnail",
+        "landmark",
+        "pariskv(100)",
+    ] {
+        let method: Method = m.parse().unwrap();
+        assert!(!time_capped(method), "{m} must be timed over every step");
+    }
 }

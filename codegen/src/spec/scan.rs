@@ -79,6 +79,18 @@ impl ScanSpec {
         }
     }
 
+    /// This spec with its tile fitted to its segment ([`fit_scan_tile`]): the default tiles
+    /// (16 or 64 words) do not divide every segment size.
+    pub fn with_fitted_tile(self) -> Self {
+        let (tile_words, threads) =
+            fit_scan_tile((self.tile_words, self.threads), self.segment_words);
+        ScanSpec {
+            tile_words,
+            threads,
+            ..self
+        }
+    }
+
     /// Tokens each thread scores (and 32-token halves of plane words each warp covers).
     pub fn thread_tokens(&self) -> usize {
         self.tile_words * shape::WORD_TOKENS / self.threads
@@ -306,4 +318,20 @@ impl Family for ScanSpec {
         c.insert("host", &(self.placement == Placement::Host));
         c
     }
+}
+
+/// The scan tile `(tile_words, threads)` closest to `(tile_words, threads)` that a segment of
+/// `segment_words` words can hold: the largest even divisor of the segment not above the
+/// tile, at the same tokens per thread (at least one warp).
+pub fn fit_scan_tile(tile: (usize, usize), segment_words: usize) -> (usize, usize) {
+    let (tile_words, threads) = tile;
+    if tile_words > 0 && segment_words.is_multiple_of(tile_words) {
+        return tile;
+    }
+    let per_thread = (tile_words * 64 / threads.max(1)).max(1);
+    let fitted = (2..=tile_words.min(segment_words))
+        .rev()
+        .find(|w| w % 2 == 0 && segment_words.is_multiple_of(*w))
+        .unwrap_or(2);
+    (fitted, (fitted * 64 / per_thread).clamp(32, 1024))
 }

@@ -8,7 +8,7 @@
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use clap::Parser;
 use runtime::drift::{run, DriftArm, DriftConfig, DriftReport, DriftRow, Sigma2, PROFILE_WINDOW};
@@ -71,14 +71,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
 fn config(args: &Args) -> DriftConfig {
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -113,11 +105,11 @@ fn run_program(args: Args) -> Result<(), Box<dyn Error>> {
     }
     let commit = args
         .commit
-        .or_else(|| command_output("git", &["rev-parse", "--short", "HEAD"]))
+        .or_else(runtime::parallel::current_commit)
         .unwrap_or_else(|| "unknown".into());
     let date = args
         .date
-        .or_else(|| command_output("date", &["-u", "+%F"]))
+        .or_else(runtime::parallel::today_utc)
         .unwrap_or_else(|| "unknown".into());
     let out = args.out.unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,7 +6,7 @@
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use clap::Parser;
 use runtime::fidelity::{
@@ -62,14 +62,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
 fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let path = args
         .data
@@ -104,11 +96,11 @@ fn run(args: Args) -> Result<(), Box<dyn Error>> {
     if !args.no_json {
         let commit = args
             .commit
-            .or_else(|| command_output("git", &["rev-parse", "--short", "HEAD"]))
+            .or_else(runtime::parallel::current_commit)
             .unwrap_or_else(|| "unknown".into());
         let date = args
             .date
-            .or_else(|| command_output("date", &["-u", "+%F"]))
+            .or_else(runtime::parallel::today_utc)
             .unwrap_or_else(|| "unknown".into());
         let out_dir = args
             .out_dir

@@ -15,7 +15,7 @@ use codegen::spec::{
 use super::request::{Scoring, Transfer};
 use super::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
 use super::StepError;
-use crate::pariskv::{RetrievalSizes, Stage, THREADS as PARISKV_THREADS};
+use crate::pariskv::{RetrievalSizes, Stage};
 
 /// Tokens every query head selects beside its top-k (§6).
 pub const ALWAYS: usize = (SINK + LOCAL) as usize;
@@ -427,23 +427,26 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     }
     let pariskv = matches!(inputs.scoring, Scoring::Pariskv { .. });
     if pariskv {
-        // Tiles are the default kernel set's: the autotuner does not tune these families yet.
+        // Vote and rerank read the index rows, in the rows' placement (the rerank's `_select`
+        // reads device memory only, but its `_score` dominates the family's memory traffic);
+        // the top-C reads only the votes, in device memory.
+        let default = tiles.pariskv_threads;
         specs.pariskv = Some(PariskvSpecs {
             query: PariskvQuerySpec { head_dim, group },
             vote: PariskvVoteSpec {
                 head_dim,
-                threads: PARISKV_THREADS,
+                threads: chooser.threads(TunedFamily::PariskvVote, row_placement, default)?,
                 placement: row_placement,
             },
             topc: PariskvTopcSpec {
                 head_dim,
-                threads: PARISKV_THREADS,
+                threads: chooser.threads(TunedFamily::PariskvTopc, Placement::Hbm, default)?,
             },
             rerank: PariskvRerankSpec {
                 head_dim,
                 group,
                 k_max: inputs.k_max as u32,
-                threads: PARISKV_THREADS,
+                threads: chooser.threads(TunedFamily::PariskvRerank, row_placement, default)?,
                 placement: row_placement,
             },
         });

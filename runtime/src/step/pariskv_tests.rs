@@ -245,3 +245,167 @@ fn k_is_checked_against_k_max() {
     }
     assert!(plan(s, 10, K_MAX + 100).is_ok());
 }
+
+/// A record with ParisKV winners only, remembering the keys it was asked.
+struct PariskvRecord {
+    keys: std::cell::RefCell<Vec<super::tuning::TuneKey>>,
+}
+
+impl super::tuning::Tuning for PariskvRecord {
+    fn tile(&self, key: &super::tuning::TuneKey) -> Option<super::tuning::Tile> {
+        use super::tuning::{Tile, TunedFamily};
+        self.keys.borrow_mut().push(*key);
+        match key.family {
+            TunedFamily::PariskvVote => Some(Tile::Threads(512)),
+            TunedFamily::PariskvTopc => Some(Tile::Threads(1024)),
+            TunedFamily::PariskvRerank => Some(Tile::Threads(128)),
+            _ => None,
+        }
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<super::request::Transfer> {
+        None
+    }
+}
+
+#[test]
+fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
+    use super::tuning::{context_bucket, Tile, TuneKey, TunedFamily, Tuning};
+    let tokens = 200_000;
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(1, 4, tokens, placement);
+        let scoring = Scoring::of(Method::Pariskv { k: 100 }, 128, 64, Basis::Raw).unwrap();
+        let with = |tuning: Option<&dyn Tuning>| {
+            launch_plan(&PlanInputs {
+                shape: s,
+                scoring,
+                transfer: None,
+                k: 7,
+                k_max: K_MAX,
+                tiles: &Tiles::default(),
+                tuning,
+            })
+            .unwrap()
+        };
+        // Without a record: the default threads everywhere.
+        let untuned = with(None);
+        let defaults = untuned.specs.pariskv.unwrap();
+        let t = Tiles::default().pariskv_threads;
+        assert_eq!(
+            (
+                defaults.vote.threads,
+                defaults.topc.threads,
+                defaults.rerank.threads
+            ),
+            (t, t, t)
+        );
+        let record = PariskvRecord {
+            keys: Default::default(),
+        };
+        let tuned = with(Some(&record));
+        let specs = tuned.specs.pariskv.unwrap();
+        assert_eq!(
+            (specs.vote.threads, specs.topc.threads, specs.rerank.threads),
+            (512, 1024, 128)
+        );
+        assert_eq!(specs.query, defaults.query);
+        // The launches are built from the tuned specs.
+        let block = |stage: Stage| {
+            tuned
+                .operations
+                .iter()
+                .find(|op| op.role == Role::Pariskv(stage))
+                .and_then(|op| op.kernel.as_ref())
+                .map(|k| (k.launch.block[0], k.entry.clone()))
+                .unwrap()
+        };
+        assert_eq!(block(Stage::Vote), (512, specs.vote.kernel_name()));
+        assert_eq!(block(Stage::TopcCount), (1024, specs.topc.count_entry()));
+        assert_eq!(block(Stage::TopcWrite).0, 1024);
+        assert_eq!(block(Stage::RerankScore), (128, specs.rerank.score_entry()));
+        assert_eq!(block(Stage::RerankSelect).0, 128);
+        assert_eq!(block(Stage::Query).0, codegen::spec::pariskv::QUERY_THREADS);
+        // The topc chunk follows its threads: 1024 threads x 16 votes per block.
+        let capacity = token_capacity(tokens) as u64;
+        let (topc, _) = specs.topc.launch(1, 3, capacity).unwrap();
+        assert_eq!(tuned.operations[2].kernel.as_ref().unwrap().launch, topc);
+        // The keys: vote and rerank in the index rows' placement, the top-C (votes only)
+        // in HBM; the shape and context bucket of the step.
+        let keys = record.keys.borrow();
+        let asked = |family: TunedFamily| -> TuneKey {
+            *keys
+                .iter()
+                .find(|k| k.family == family)
+                .unwrap_or_else(|| panic!("{family:?} was not looked up"))
+        };
+        assert_eq!(asked(TunedFamily::PariskvVote).placement, placement);
+        assert_eq!(asked(TunedFamily::PariskvRerank).placement, placement);
+        assert_eq!(asked(TunedFamily::PariskvTopc).placement, Placement::Hbm);
+        let key = asked(TunedFamily::PariskvVote);
+        assert_eq!((key.head_dim, key.group), (128, 4));
+        assert_eq!(key.context_bucket, context_bucket(tokens));
+        // Nothing ParisKV does not run is asked for.
+        for family in [TunedFamily::Select, TunedFamily::Oracle, TunedFamily::Scan] {
+            assert!(keys.iter().all(|k| k.family != family), "{family:?}");
+        }
+        // Fetch and attention fell back to the defaults; the ParisKV families did not.
+        assert!(!tuned.tuned);
+        assert!(tuned.untuned.iter().all(|f| !f.starts_with("pariskv")));
+        assert!(untuned.untuned.is_empty());
+        // A tile of another shape is refused.
+        struct Wrong;
+        impl Tuning for Wrong {
+            fn tile(&self, key: &TuneKey) -> Option<Tile> {
+                (key.family == TunedFamily::PariskvTopc).then_some(Tile::Select {
+                    threads: 256,
+                    items_per_thread: 4,
+                })
+            }
+            fn transfer(&self, _: usize, _: usize, _: u32) -> Option<super::request::Transfer> {
+                None
+            }
+        }
+        let refused = launch_plan(&PlanInputs {
+            shape: s,
+            scoring,
+            transfer: None,
+            k: 7,
+            k_max: K_MAX,
+            tiles: &Tiles::default(),
+            tuning: Some(&Wrong),
+        });
+        assert!(matches!(
+            refused,
+            Err(StepError::Tuning {
+                family: "pariskv_topc",
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
+fn pariskv_families_have_the_spec_names() {
+    use super::tuning::TunedFamily;
+    use codegen::spec::{PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec};
+    assert_eq!(
+        TunedFamily::PariskvVote.as_str(),
+        <PariskvVoteSpec as Family>::FAMILY
+    );
+    assert_eq!(
+        TunedFamily::PariskvTopc.as_str(),
+        <PariskvTopcSpec as Family>::FAMILY
+    );
+    assert_eq!(
+        TunedFamily::PariskvRerank.as_str(),
+        <PariskvRerankSpec as Family>::FAMILY
+    );
+    for f in TunedFamily::ALL {
+        assert_eq!(TunedFamily::from_name(f.as_str()), Some(f));
+        // serde spells each family as its name (the record's keys).
+        assert_eq!(
+            serde_json::to_value(f).unwrap(),
+            serde_json::Value::String(f.as_str().into())
+        );
+    }
+}

@@ -20,11 +20,20 @@ pub enum TunedFamily {
     Select,
     Fetch,
     Attention,
+    /// `pariskv_vote`, the collision vote of `pariskv(k)` (threads).
+    #[serde(rename = "pariskv_vote")]
+    PariskvVote,
+    /// `pariskv_topc`, the candidate top-C (threads of both entry points).
+    #[serde(rename = "pariskv_topc")]
+    PariskvTopc,
+    /// `pariskv_rerank`, the rerank and the group's top-k (threads of both entry points).
+    #[serde(rename = "pariskv_rerank")]
+    PariskvRerank,
 }
 
 impl TunedFamily {
     /// Every family, in declaration order.
-    pub const ALL: [TunedFamily; 8] = [
+    pub const ALL: [TunedFamily; 11] = [
         TunedFamily::Plan,
         TunedFamily::Gather,
         TunedFamily::Scan,
@@ -33,6 +42,9 @@ impl TunedFamily {
         TunedFamily::Select,
         TunedFamily::Fetch,
         TunedFamily::Attention,
+        TunedFamily::PariskvVote,
+        TunedFamily::PariskvTopc,
+        TunedFamily::PariskvRerank,
     ];
 
     /// The family called `name` (as [`TunedFamily::as_str`] spells it).
@@ -51,6 +63,9 @@ impl TunedFamily {
             TunedFamily::Select => "select",
             TunedFamily::Fetch => "fetch",
             TunedFamily::Attention => "attention",
+            TunedFamily::PariskvVote => "pariskv_vote",
+            TunedFamily::PariskvTopc => "pariskv_topc",
+            TunedFamily::PariskvRerank => "pariskv_rerank",
         }
     }
 }
@@ -70,7 +85,8 @@ pub struct TuneKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tile {
-    /// Threads per block (plan, oracle, landmark, fetch).
+    /// Threads per block (plan, oracle, landmark, fetch, and the ParisKV vote, top-C and
+    /// rerank).
     Threads(u32),
     /// Words per tile and threads (scan).
     Scan { tile_words: usize, threads: usize },
@@ -115,6 +131,9 @@ pub struct Tiles {
     pub select_compact: bool,
     /// `(threads, rows_per_warp)`.
     pub attention: (u32, u32),
+    /// Threads of the ParisKV retrieval kernels with a tile (vote, top-C, rerank); the query
+    /// kernel's block is fixed (one thread per centroid).
+    pub pariskv_threads: u32,
 }
 
 impl Default for Tiles {
@@ -131,25 +150,12 @@ impl Default for Tiles {
             // Until the compacting variant is measured on a GPU.
             select_compact: false,
             attention: (256, 4),
+            pariskv_threads: crate::pariskv::THREADS,
         }
     }
 }
 
-/// The scan tile `(tile_words, threads)` closest to `(tile_words, threads)` that a segment of
-/// `segment_words` words can hold: the largest even divisor of the segment not above the
-/// tile, at the same tokens per thread (at least one warp).
-pub fn fit_scan_tile(tile: (usize, usize), segment_words: usize) -> (usize, usize) {
-    let (tile_words, threads) = tile;
-    if segment_words.is_multiple_of(tile_words) {
-        return tile;
-    }
-    let per_thread = (tile_words * 64 / threads.max(1)).max(1);
-    let fitted = (2..=tile_words.min(segment_words))
-        .rev()
-        .find(|w| w % 2 == 0 && segment_words.is_multiple_of(*w))
-        .unwrap_or(2);
-    (fitted, (fitted * 64 / per_thread).clamp(32, 1024))
-}
+pub use codegen::spec::scan::fit_scan_tile;
 
 /// `ceil(log2(tokens))`, 0 for at most one token.
 pub fn context_bucket(tokens: usize) -> u32 {
