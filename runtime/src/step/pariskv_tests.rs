@@ -359,6 +359,7 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
                 (key.family == TunedFamily::PariskvTopc).then_some(Tile::Select {
                     threads: 256,
                     items_per_thread: 4,
+                    compact: false,
                 })
             }
             fn transfer(&self, _: usize, _: usize, _: u32) -> Option<super::request::Transfer> {
