@@ -3,6 +3,7 @@
 //! `fetch` writes them), checked against `runtime::reference::attention::attend` before it is
 //! timed.
 
+use codegen::spec::Placement;
 use std::sync::Arc;
 
 use codegen::spec::KernelSpec;
@@ -104,10 +105,7 @@ impl AttentionBench {
             .sum();
         Ok(CaseInfo {
             bytes: Some((selected * d * 2 * 2) as u64),
-            ceiling: Some((
-                runtime::ceilings::HBM_CEILING.to_string(),
-                dev.ceilings.hbm_stream_gbps(),
-            )),
+            ceiling: Some(dev.read_ceiling(Placement::Hbm)),
         })
     }
 

@@ -1,6 +1,7 @@
 //! What every bench of the GPU shares: the device, the kernel loader, the L2 flush, the
 //! ceilings, and how a candidate's launches are run once and timed.
 
+use codegen::spec::Placement;
 use std::sync::Arc;
 
 use codegen::spec::launch::Launch as Geometry;
@@ -31,6 +32,18 @@ pub struct Device {
 }
 
 impl Device {
+    /// The ceiling a kernel reading `placement` is judged against: the HBM stream rate, or
+    /// the rate of a kernel reading mapped host memory.
+    pub fn read_ceiling(&self, placement: Placement) -> (String, f64) {
+        match placement {
+            Placement::Hbm => (
+                runtime::ceilings::HBM_CEILING.to_string(),
+                self.ceilings.hbm_stream_gbps(),
+            ),
+            Placement::Host => ("mapped read".to_string(), self.ceilings.mapped_read_gbps),
+        }
+    }
+
     /// The device of `gpu`, judging rates against `ceilings`, loading kernels through a
     /// [`Jit`] on the default kernel cache.
     pub fn new(gpu: Arc<Gpu>, ceilings: Ceilings) -> Result<Self, String> {

@@ -365,10 +365,9 @@ impl GpuBench {
             });
         }
         let ceiling = match (case.subject, case.placement) {
-            (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => (
-                runtime::ceilings::HBM_CEILING.to_string(),
-                self.dev.ceilings.hbm_stream_gbps(),
-            ),
+            (Subject::Kernel(TunedFamily::Scan), Placement::Hbm) => {
+                self.dev.read_ceiling(Placement::Hbm)
+            }
             _ => (
                 "pinned copy".to_string(),
                 self.dev.ceilings.pinned_copy_gbps,

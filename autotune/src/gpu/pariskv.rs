@@ -330,12 +330,10 @@ impl PariskvBench {
                 TunedFamily::PariskvTopc => n_r * 2 * 2 + c * 4,
                 _ => c * (d / 2 + 2 * ns) + c * (4 + 8) + c * 8 * 9,
             };
-        let ceiling = match (family, case.placement) {
-            (TunedFamily::PariskvTopc, _) | (_, Placement::Hbm) => (
-                runtime::ceilings::HBM_CEILING.to_string(),
-                dev.ceilings.hbm_stream_gbps(),
-            ),
-            (_, Placement::Host) => ("mapped read".to_string(), dev.ceilings.mapped_read_gbps),
+        // The top-C reads only the votes, which are in HBM in either placement.
+        let ceiling = match family {
+            TunedFamily::PariskvTopc => dev.read_ceiling(Placement::Hbm),
+            _ => dev.read_ceiling(case.placement),
         };
         Ok(CaseInfo {
             bytes: Some(bytes as u64),

@@ -138,13 +138,7 @@ impl RowsBench {
                 union * d * 2 * 2
             }
         };
-        let ceiling = match case.placement {
-            Placement::Hbm => (
-                runtime::ceilings::HBM_CEILING.to_string(),
-                dev.ceilings.hbm_stream_gbps(),
-            ),
-            Placement::Host => ("mapped read".to_string(), dev.ceilings.mapped_read_gbps),
-        };
+        let ceiling = dev.read_ceiling(case.placement);
         Ok(CaseInfo {
             bytes: Some(bytes as u64),
             ceiling: Some(ceiling),

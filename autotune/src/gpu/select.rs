@@ -2,6 +2,7 @@
 //! for the compacting variant, at the step's token capacity and score stride) on fresh random
 //! scores, checked exactly against `runtime::reference::select` before it is timed.
 
+use codegen::spec::Placement;
 use std::sync::Arc;
 
 use codegen::spec::select::SelectParam;
@@ -92,10 +93,7 @@ impl SelectBench {
         let bytes = 5 * heads * g * n * 4;
         Ok(CaseInfo {
             bytes: Some(bytes as u64),
-            ceiling: Some((
-                runtime::ceilings::HBM_CEILING.to_string(),
-                dev.ceilings.hbm_stream_gbps(),
-            )),
+            ceiling: Some(dev.read_ceiling(Placement::Hbm)),
         })
     }
 
