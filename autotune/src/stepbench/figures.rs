@@ -137,24 +137,3 @@ pub fn recall(selected: &[i32], truth: &[usize]) -> Option<f64> {
         .count();
     Some(hits as f64 / truth.len() as f64)
 }
-
-/// Device bytes a step's workspace needs (elements of [`WorkspaceSizes`] times their width;
-/// `sel`/`sel_pos` and the K/V row buffers are two buffers each).
-///
-/// [`WorkspaceSizes`]: runtime::step::launches::WorkspaceSizes
-pub fn workspace_bytes(s: &runtime::step::launches::WorkspaceSizes) -> usize {
-    s.q_store * 4
-        + s.depths
-        + s.class_count * 4
-        + (s.runs + s.staged_runs + s.stage_words) * 8
-        + s.stage_scales * 2
-        + s.plan_status * 4
-        + s.scores * 4
-        + (s.select_state + s.chunk_counts + s.scratch) * 4
-        + 2 * s.sel * 4
-        + (s.sel_count + s.uni + s.uni_count) * 4
-        + 2 * s.rows * 2
-        + s.out * 4
-        + (s.dense_uni + s.dense_sel) * 4
-        + s.pariskv.bytes()
-}
