@@ -94,6 +94,7 @@ pub mod launch;
 pub mod parallel;
 pub mod pariskv;
 pub mod plot;
+pub mod provenance;
 pub mod reference;
 pub mod step;
 pub mod store;

@@ -1,7 +1,5 @@
-//! Small helpers the CPU-heavy reference programs share: a scoped parallel map, and where a
-//! result's commit and date come from.
+//! A scoped parallel map for the CPU-heavy reference code.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -31,25 +29,6 @@ pub fn parallel_map<T: Sync, R: Send>(
         .collect()
 }
 
-/// The trimmed standard output of a program that succeeded and printed something.
-pub fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
-/// The checkout's short commit, when run inside one with git.
-pub fn current_commit() -> Option<String> {
-    command_output("git", &["rev-parse", "--short", "HEAD"])
-}
-
-/// Today's date in UTC, `YYYY-MM-DD`.
-pub fn today_utc() -> Option<String> {
-    command_output("date", &["-u", "+%F"])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,10 +41,5 @@ mod tests {
             assert_eq!(squares, items.iter().map(|x| x * x).collect::<Vec<_>>());
         }
         assert!(parallel_map(&[] as &[u8], 4, |x| *x).is_empty());
-    }
-
-    #[test]
-    fn a_missing_program_gives_nothing() {
-        assert_eq!(command_output("fathom-no-such-program", &[]), None);
     }
 }

@@ -137,11 +137,3 @@ pub fn recall(selected: &[i32], truth: &[usize]) -> Option<f64> {
         .count();
     Some(hits as f64 / truth.len() as f64)
 }
-
-/// Device bytes a step's workspace needs: [`WorkspaceSizes::bytes`], the one sum of every
-/// buffer and its width (a second copy of it here missed the compacting select's candidates).
-///
-/// [`WorkspaceSizes::bytes`]: runtime::step::launches::WorkspaceSizes::bytes
-pub fn workspace_bytes(s: &runtime::step::launches::WorkspaceSizes) -> usize {
-    s.bytes()
-}

@@ -26,7 +26,6 @@ use super::args::{context_label, Options, BLOCK, MIN_STEPS};
 use super::data::{self, DataError, HeadCalibration};
 use super::figures::{
     floor_ms, group_bytes, median, pariskv_index_bytes, recall_k, steps_within, time_capped,
-    workspace_bytes,
 };
 use super::record::{date_of, Generator, Header, Row};
 use super::reference::{compare, context_truth, ContextTruth};
@@ -654,7 +653,7 @@ impl Bench {
             )?
             .with_calibration(self.raw_calibration.clone())?;
             let plan = dense_decoder.launch_plan(&layers[0].view(), &request(0))?;
-            let need = workspace_bytes(&plan.sizes);
+            let need = plan.sizes.bytes();
             let (free, _) = self.gpu.memory()?;
             if need + HEADROOM > free {
                 return Err(BenchError::Skipped(format!(

@@ -14,8 +14,7 @@ use runtime::step::{HostStepOutput, OutputLayout};
 use super::args::{context_label, parse_context, parse_methods, Args, ArgsError, Options};
 use super::data;
 use super::figures::{
-    fill_ratios, floor_ms, group_bytes, median, pariskv_index_bytes, recall, recall_k,
-    steps_within, workspace_bytes,
+    fill_ratios, floor_ms, group_bytes, median, pariskv_index_bytes, recall, recall_k, steps_within,
 };
 use super::plots::{fidelity_vs_bits, pareto_front, time_vs_context};
 use super::record::{date_of, file_stem, gpu_slug, Record, Row};
@@ -189,17 +188,14 @@ fn bytes_per_group() {
         scores: 2,
         ..WorkspaceSizes::default()
     };
-    assert_eq!(workspace_bytes(&sizes), 10 * 4 + 3 * 8 + 5 + 2 * 4);
+    assert_eq!(sizes.bytes(), 10 * 4 + 3 * 8 + 5 + 2 * 4);
     // The compacting select's candidates and their runs count too.
     let compact = WorkspaceSizes {
         select_candidates: 6,
         select_candidate_runs: 7,
         ..sizes
     };
-    assert_eq!(
-        workspace_bytes(&compact),
-        workspace_bytes(&sizes) + (6 + 7) * 4
-    );
+    assert_eq!(compact.bytes(), sizes.bytes() + (6 + 7) * 4);
 }
 
 #[test]

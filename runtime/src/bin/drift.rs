@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use runtime::drift::{run, DriftArm, DriftConfig, DriftReport, DriftRow, Sigma2, PROFILE_WINDOW};
 use runtime::plot::{line_chart_svg, Chart, Series};
+use runtime::provenance::ResultNaming;
 use serde_json::json;
 
 /// Recall@k over a long generation with drifting keys (qwen3-8b head shape: D = 128, G = 4).
@@ -50,15 +51,8 @@ struct Args {
     /// bench/results/drift-DATE-COMMIT.json of the workspace.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Commit named in the result. Default: `git rev-parse --short HEAD`.
-    #[arg(long)]
-    commit: Option<String>,
-    /// Date named in the result (YYYY-MM-DD). Default: today (UTC).
-    #[arg(long)]
-    date: Option<String>,
-    /// Print the table only.
-    #[arg(long)]
-    no_json: bool,
+    #[command(flatten)]
+    result: ResultNaming,
 }
 
 fn main() -> ExitCode {
@@ -100,17 +94,11 @@ fn run_program(args: Args) -> Result<(), Box<dyn Error>> {
     let report = run(&config)?;
     let seconds = started.elapsed().as_secs_f64();
     print_table(&config, &report, seconds);
-    if args.no_json {
+    if args.result.no_json {
         return Ok(());
     }
-    let commit = args
-        .commit
-        .or_else(runtime::parallel::current_commit)
-        .unwrap_or_else(|| "unknown".into());
-    let date = args
-        .date
-        .or_else(runtime::parallel::today_utc)
-        .unwrap_or_else(|| "unknown".into());
+    let commit = args.result.commit();
+    let date = args.result.date();
     let out = args.out.unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../bench/results")

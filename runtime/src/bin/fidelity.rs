@@ -13,6 +13,7 @@ use runtime::fidelity::{
     default_arms, equal_error, evaluate, ArmSummary, EqualError, FidelityConfig, FidelityReport,
     Reach, Split, FATHOM_BUDGETS,
 };
+use runtime::provenance::ResultNaming;
 use runtime::reference::activations::{data_dir, Activations, SMOLLM2_CODE_8K};
 use runtime::reference::select::paper_k;
 use serde_json::json;
@@ -41,15 +42,8 @@ struct Args {
     /// Directory of the JSON result. Default: bench/results of the workspace.
     #[arg(long)]
     out_dir: Option<PathBuf>,
-    /// Commit named in the result. Default: `git rev-parse --short HEAD`.
-    #[arg(long)]
-    commit: Option<String>,
-    /// Date named in the result (YYYY-MM-DD). Default: today (UTC).
-    #[arg(long)]
-    date: Option<String>,
-    /// Print the table only.
-    #[arg(long)]
-    no_json: bool,
+    #[command(flatten)]
+    result: ResultNaming,
 }
 
 fn main() -> ExitCode {
@@ -93,15 +87,9 @@ fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let seconds = started.elapsed().as_secs_f64();
     let savings = savings(&report);
     print_table(&report, &savings, &path, seconds);
-    if !args.no_json {
-        let commit = args
-            .commit
-            .or_else(runtime::parallel::current_commit)
-            .unwrap_or_else(|| "unknown".into());
-        let date = args
-            .date
-            .or_else(runtime::parallel::today_utc)
-            .unwrap_or_else(|| "unknown".into());
+    if !args.result.no_json {
+        let commit = args.result.commit();
+        let date = args.result.date();
         let out_dir = args
             .out_dir
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results"));

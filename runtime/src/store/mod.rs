@@ -877,6 +877,28 @@ impl KeyStore {
         Ok(())
     }
 
+    /// The encode kernel's arguments (bulk and append share them; `templates/ABI.md`).
+    fn encode_args(
+        &self,
+        t: &Tables,
+        layer: usize,
+        max_seg: usize,
+        heads: usize,
+        status: Arg,
+    ) -> [Arg; 9] {
+        [
+            t.k_rows.arg(),
+            self.rotation_arg(layer),
+            t.seg_words.arg(),
+            t.seg_scales.arg(),
+            Arg::I32(max_seg as i32),
+            t.n_stored.arg(),
+            t.n_total.arg(),
+            Arg::I32(heads as i32),
+            status,
+        ]
+    }
+
     fn rotation_arg(&self, layer: usize) -> Arg {
         self.rotations
             .get(layer)
@@ -1152,17 +1174,7 @@ impl KeyStore {
             grid,
             block,
             shared,
-            &[
-                t.k_rows.arg(),
-                self.rotation_arg(layer),
-                t.seg_words.arg(),
-                t.seg_scales.arg(),
-                Arg::I32(max_seg as i32),
-                t.n_stored.arg(),
-                t.n_total.arg(),
-                Arg::I32(heads as i32),
-                self.prefill_status.arg(),
-            ],
+            &self.encode_args(t, layer, max_seg, heads, self.prefill_status.arg()),
         )?;
         if let Some(build) = &self.functions.landmark_build {
             // Means of the groups entering the store: range (old_stored, new_stored).
@@ -1293,17 +1305,7 @@ impl KeyStore {
             grid,
             block,
             shared,
-            &[
-                t.k_rows.arg(),
-                self.rotation_arg(layer),
-                t.seg_words.arg(),
-                t.seg_scales.arg(),
-                Arg::I32(max_seg as i32),
-                t.n_stored.arg(),
-                t.n_total.arg(),
-                Arg::I32(heads as i32),
-                Arg::Ptr(status),
-            ],
+            &self.encode_args(t, layer, max_seg, heads, Arg::Ptr(status)),
         )?;
         if let Some(build) = &self.functions.landmark_build {
             // Groups in (n_stored, n_total): the new block's, and for the other sequences some
