@@ -21,8 +21,9 @@
 # - racecheck (shared-memory hazards; slow): one small test per kernel family and the step:
 #   the RACECHECK table below. gpu_decode and gpu_faults are not run under racecheck (their
 #   kernels are the ones covered by gpu_step and the families' own tests).
-# - programs: fathom-soak (200 steps over 40,000 tokens, a reference check at 100 and 200) and
-#   kernel-bench (65,536 tokens, budget 48, 3 repetitions), under every tool. autotune is left
+# - programs: fathom-soak (200 steps over 40,000 tokens, a reference check at 100 and 200; 20
+#   steps under racecheck) and kernel-bench (65,536 tokens, budget 48, 3 repetitions), under every
+#   tool. Under a tool the soak reports the device's free memory but does not check it. autotune is left
 #   out (it would write a tuning record timed under the tool into the cache), fathom-jit-report
 #   too (it compiles and loads, launches nothing), except with --full.
 # FILTER replaces the default test selection of every binary (cargo test's filter syntax).
@@ -52,7 +53,8 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 [ -d .gpu/tests ] || { echo "sanitize.sh: no .gpu/tests: build them with ../shared/tools/gpu-pack"; exit 2; }
 logs=${OUT:-.gpu/sanitize}; mkdir -p "$logs/lines"
 summary="$logs/summary.txt"
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo "${FATHOM_COMMIT:-unknown}")
+# FATHOM_COMMIT names the build when the copy here is not the checkout the binaries came from.
+commit=${FATHOM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 {
   echo "# compute-sanitizer over fathom's GPU tests and programs, commit $commit"
   date -u
@@ -88,6 +90,10 @@ declare -A PROGRAMS=(
   [kernel-bench]="--tokens 65536 --budgets 48 --reps 3"
 )
 [ $full -eq 1 ] && PROGRAMS[fathom-jit-report]="--model qwen3-8b"
+# Racecheck runs the soak's kernels (those of gpu_step) ~100x slower: fewer steps, still two checks.
+declare -A RACECHECK_PROGRAMS=(
+  [fathom-soak]="--steps 20 --check-every 10 --tokens 40000 --seed 7"
+)
 
 # One run: binary $1 (name $2) under tool $3 with arguments $4...; writes its log and its
 # summary line.
@@ -141,7 +147,9 @@ for tool in ${tools//,/ }; do
     selected "$name" || continue
     bin=.gpu/bin/$name
     [ -x "$bin" ] || { echo "sanitize.sh: $bin is missing (gpu-pack builds it)"; continue; }
-    read -r -a pick <<< "${PROGRAMS[$name]}"
+    args_line=${PROGRAMS[$name]}
+    [ $full -eq 0 ] && [ "$tool" = racecheck ] && args_line=${RACECHECK_PROGRAMS[$name]:-$args_line}
+    read -r -a pick <<< "$args_line"
     queue "$bin" "$name" "$tool" "${pick[@]}"
   done
 done

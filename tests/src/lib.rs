@@ -12,6 +12,13 @@ pub mod store_kernels;
 
 use runtime::gpu::Gpu;
 
+/// Whether compute-sanitizer runs this process (`scripts/sanitize.sh` sets `FATHOM_SANITIZER=1`):
+/// the device's free memory then counts the tool's own allocations, so a check of it would fail
+/// for reasons outside fathom.
+pub fn under_sanitizer() -> bool {
+    std::env::var_os("FATHOM_SANITIZER").is_some_and(|v| v == "1")
+}
+
 /// The GPU the tests run on. A GPU test must fail, never pass, without one.
 pub fn gpu() -> Gpu {
     match Gpu::open(0) {

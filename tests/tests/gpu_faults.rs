@@ -38,7 +38,7 @@ use codegen::spec::Placement;
 use fathom_tests::select_kernels::Mismatches;
 use fathom_tests::step_check::replay_difference;
 use fathom_tests::store_check::{bits, check_contents, Chunk, Contents};
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu, inputs, under_sanitizer};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -196,12 +196,6 @@ fn device_memory_runs_out_while_growing_an_hbm_store() {
 #[ignore = "needs a CUDA GPU"]
 fn pinned_memory_runs_out_while_growing_a_host_store() {
     growth_runs_out(Placement::Host);
-}
-
-/// Whether compute-sanitizer runs this process (`scripts/sanitize.sh` says so): the device's
-/// free memory then counts the tool's own allocations too.
-fn under_sanitizer() -> bool {
-    std::env::var_os("FATHOM_SANITIZER").is_some_and(|v| v == "1")
 }
 
 /// Rounds of random operations, each ending with every sequence freed (see the module docs).
