@@ -154,20 +154,6 @@ pub const SUBJECTS: [(Subject, Placement); 18] = [
     (kernel(TunedFamily::PariskvRerank), Placement::Host),
 ];
 
-/// Subjects tuned only when `--only` names them: their GPU bench has not yet run on a GPU
-/// (the ParisKV kernels themselves are verified by `tests/tests/gpu_pariskv*.rs`), so a default
-/// run does not depend on it. Drop a subject from here once a run on a GPU has checked it.
-pub const OPT_IN: [TunedFamily; 3] = [
-    TunedFamily::PariskvVote,
-    TunedFamily::PariskvTopc,
-    TunedFamily::PariskvRerank,
-];
-
-/// Whether a default run (no `--only`) tunes `subject`.
-pub fn in_default_run(subject: Subject) -> bool {
-    !matches!(subject, Subject::Kernel(f) if OPT_IN.contains(&f))
-}
-
 fn threads(list: &[u32]) -> Vec<Variant> {
     list.iter()
         .map(|&t| Variant::Tile(Tile::Threads(t)))

@@ -6,7 +6,7 @@ use codegen::spec::Placement;
 use runtime::tuning::Subject;
 use thiserror::Error;
 
-use crate::candidates::{in_default_run, Case, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
+use crate::candidates::{Case, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
 
 /// A selection the tuner cannot serve.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -140,11 +140,7 @@ pub fn select_shapes(
                     placement,
                     tokens,
                 };
-                let wanted = if filters.is_empty() {
-                    in_default_run(subject)
-                } else {
-                    filters.iter().any(|f| f.matches(&case))
-                };
+                let wanted = filters.is_empty() || filters.iter().any(|f| f.matches(&case));
                 if wanted {
                     cases.push(case);
                 }
@@ -173,21 +169,12 @@ mod tests {
             .collect();
         shapes.sort();
         shapes.dedup();
-        let default_subjects = SUBJECTS.iter().filter(|(s, _)| in_default_run(*s)).count();
-        assert!(
-            default_subjects < SUBJECTS.len(),
-            "the opt-in subjects are left out"
-        );
-        assert_eq!(all.len(), shapes.len() * CONTEXTS.len() * default_subjects);
+        assert_eq!(all.len(), shapes.len() * CONTEXTS.len() * SUBJECTS.len());
         let quick = select(&[], &[], true).unwrap();
         assert_eq!(
             quick.len(),
-            shapes.len() * QUICK_CONTEXTS.len() * default_subjects
+            shapes.len() * QUICK_CONTEXTS.len() * SUBJECTS.len()
         );
-        // Named by --only, an opt-in subject is tuned.
-        let pariskv = select(&[], &["pariskv_vote".to_string()], true).unwrap();
-        assert!(!pariskv.is_empty());
-        assert!(pariskv.iter().all(|c| !in_default_run(c.subject)));
         // The transfer of a (shape, context) comes after its scan and gather.
         let i = |s: Subject| all.iter().position(|c| c.subject == s).unwrap();
         assert!(i(Subject::Transfer) > i(Subject::Kernel(TunedFamily::Gather)));
@@ -195,18 +182,15 @@ mod tests {
         let select_at = i(Subject::Kernel(TunedFamily::Select));
         assert!(i(Subject::Kernel(TunedFamily::Attention)) > select_at);
         assert!(i(Subject::Kernel(TunedFamily::Fetch)) > select_at);
-        // Every family the step looks up a tile for is tuned (the opt-in ones when named).
+        // Every family the step looks up a tile for is tuned, by default and when named.
         for family in TunedFamily::ALL {
             let named = select(&[], &[family.as_str().to_string()], false).unwrap();
-            let cases = if in_default_run(Subject::Kernel(family)) {
-                &all
-            } else {
-                &named
-            };
-            assert!(
-                cases.iter().any(|c| c.subject == Subject::Kernel(family)),
-                "{family:?}"
-            );
+            for cases in [&all, &named] {
+                assert!(
+                    cases.iter().any(|c| c.subject == Subject::Kernel(family)),
+                    "{family:?}"
+                );
+            }
         }
     }
 
