@@ -94,6 +94,23 @@ impl DeviceInfo {
             self.compute_capability.0, self.compute_capability.1
         )
     }
+
+    /// The compute capability as records write it, `X.Y`.
+    pub fn compute_capability_text(&self) -> String {
+        format!(
+            "{}.{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+
+    /// The driver's CUDA version as records write it, `major.minor` (13000 is `13.0`).
+    pub fn driver_cuda(&self) -> String {
+        format!(
+            "{}.{}",
+            self.driver_version / 1000,
+            self.driver_version % 1000 / 10
+        )
+    }
 }
 
 /// One CUDA device with its own stream.
@@ -679,6 +696,20 @@ impl<T> Drop for MappedBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_info_names_its_target_capability_and_driver() {
+        let info = DeviceInfo {
+            name: "NVIDIA H200".into(),
+            compute_capability: (9, 0),
+            multiprocessors: 132,
+            total_memory: 1 << 30,
+            driver_version: 12080,
+        };
+        assert_eq!(info.arch(), "sm_90");
+        assert_eq!(info.compute_capability_text(), "9.0");
+        assert_eq!(info.driver_cuda(), "12.8");
+    }
 
     #[test]
     fn the_pinned_ledger_refuses_past_its_cap_and_counts_releases() {

@@ -481,15 +481,8 @@ fn run(o: &Options) -> Result<Record, String> {
     let info = gpu.info();
     Ok(Record {
         gpu: info.name.clone(),
-        compute_capability: format!(
-            "{}.{}",
-            info.compute_capability.0, info.compute_capability.1
-        ),
-        driver_cuda: format!(
-            "{}.{}",
-            info.driver_version / 1000,
-            info.driver_version % 1000 / 10
-        ),
+        compute_capability: info.compute_capability_text(),
+        driver_cuda: info.driver_cuda(),
         nvrtc: format!("{major}.{minor}"),
         date_unix: SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -282,15 +282,8 @@ impl Bench {
         let s = &self.settings[0];
         Ok(Header {
             gpu: info.name.clone(),
-            compute_capability: format!(
-                "{}.{}",
-                info.compute_capability.0, info.compute_capability.1
-            ),
-            driver_cuda: format!(
-                "{}.{}",
-                info.driver_version / 1000,
-                info.driver_version % 1000 / 10
-            ),
+            compute_capability: info.compute_capability_text(),
+        driver_cuda: info.driver_cuda(),
             nvrtc: format!("{major}.{minor}"),
             commit: self.options.commit.clone(),
             date: date_of(date_unix),

@@ -66,16 +66,9 @@ impl RecordMeta {
     pub fn current(device: &DeviceInfo, nvrtc: String, candidate_checksum: String) -> Self {
         RecordMeta {
             gpu: device.name.clone(),
-            compute_capability: format!(
-                "{}.{}",
-                device.compute_capability.0, device.compute_capability.1
-            ),
+            compute_capability: device.compute_capability_text(),
             multiprocessors: device.multiprocessors,
-            driver: format!(
-                "{}.{}",
-                device.driver_version / 1000,
-                device.driver_version % 1000 / 10
-            ),
+            driver: device.driver_cuda(),
             nvrtc,
             project_version: env!("CARGO_PKG_VERSION").to_string(),
             candidate_checksum,

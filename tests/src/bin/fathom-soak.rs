@@ -165,11 +165,10 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let info = gpu.info().clone();
     let (major, minor) = codegen::nvrtc::version()?;
     eprintln!(
-        "fathom-soak: {} (driver CUDA {}.{}), NVRTC {major}.{minor}, seed {seed}, commit \
+        "fathom-soak: {} (driver CUDA {}), NVRTC {major}.{minor}, seed {seed}, commit \
          {commit}: {} steps over {prefill} → {} tokens, fathom({}) k = {}",
         info.name,
-        info.driver_version / 1000,
-        info.driver_version % 1000 / 10,
+        info.driver_cuda(),
         args.steps,
         args.tokens,
         args.bits,
@@ -371,7 +370,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         "tool": "fathom-soak",
         "gpu": info.name,
         "compute_capability": info.arch(),
-        "driver_cuda": format!("{}.{}", info.driver_version / 1000, info.driver_version % 1000 / 10),
+        "driver_cuda": info.driver_cuda(),
         "nvrtc": format!("{major}.{minor}"),
         "commit": commit,
         "seed": seed,
