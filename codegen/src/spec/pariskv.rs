@@ -110,10 +110,24 @@ fn rows_grid(
     Ok(Launch::new([x, y, z], threads))
 }
 
-fn insert_common(context: &mut tera::Context, head_dim: u32) {
+/// The variables every ParisKV template reads: `head_dim`, `sink`, `local` and `threads`.
+fn common_context(head_dim: u32, threads: u32) -> tera::Context {
+    let mut context = tera::Context::new();
     context.insert("head_dim", &head_dim);
     context.insert("sink", &SINK);
     context.insert("local", &LOCAL);
+    context.insert("threads", &threads);
+    context
+}
+
+/// Validation of the families whose only parameters beside the placement are `D` and threads.
+fn check_head_dim_and_threads(
+    family: &'static str,
+    head_dim: u32,
+    threads: u32,
+) -> Result<(), SpecError> {
+    check_head_dim(family, head_dim)?;
+    checks::threads(family, threads)
 }
 
 /// Spec of the index build.
@@ -168,8 +182,7 @@ impl Family for PariskvIndexSpec {
     const FAMILY: &'static str = "pariskv_index";
 
     fn validate(&self) -> Result<(), SpecError> {
-        check_head_dim(Self::FAMILY, self.head_dim)?;
-        checks::threads(Self::FAMILY, self.threads)
+        check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
     }
 
     fn kernel_name(&self) -> String {
@@ -182,9 +195,7 @@ impl Family for PariskvIndexSpec {
     }
 
     fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        insert_common(&mut context, self.head_dim);
-        context.insert("threads", &self.threads);
+        let mut context = common_context(self.head_dim, self.threads);
         context.insert("placement", self.placement.as_str());
         context
     }
@@ -239,10 +250,8 @@ impl Family for PariskvQuerySpec {
     }
 
     fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        insert_common(&mut context, self.head_dim);
+        let mut context = common_context(self.head_dim, QUERY_THREADS);
         context.insert("group", &self.group);
-        context.insert("threads", &QUERY_THREADS);
         context
     }
 }
@@ -291,8 +300,7 @@ impl Family for PariskvVoteSpec {
     const FAMILY: &'static str = "pariskv_vote";
 
     fn validate(&self) -> Result<(), SpecError> {
-        check_head_dim(Self::FAMILY, self.head_dim)?;
-        checks::threads(Self::FAMILY, self.threads)
+        check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
     }
 
     fn kernel_name(&self) -> String {
@@ -305,9 +313,7 @@ impl Family for PariskvVoteSpec {
     }
 
     fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        insert_common(&mut context, self.head_dim);
-        context.insert("threads", &self.threads);
+        let mut context = common_context(self.head_dim, self.threads);
         context.insert("placement", self.placement.as_str());
         context
     }
@@ -375,8 +381,7 @@ impl Family for PariskvTopcSpec {
     const FAMILY: &'static str = "pariskv_topc";
 
     fn validate(&self) -> Result<(), SpecError> {
-        check_head_dim(Self::FAMILY, self.head_dim)?;
-        checks::threads(Self::FAMILY, self.threads)
+        check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
     }
 
     fn kernel_name(&self) -> String {
@@ -384,9 +389,7 @@ impl Family for PariskvTopcSpec {
     }
 
     fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        insert_common(&mut context, self.head_dim);
-        context.insert("threads", &self.threads);
+        let mut context = common_context(self.head_dim, self.threads);
         context.insert("items", &TOPC_ITEMS);
         context
     }
@@ -486,11 +489,9 @@ impl Family for PariskvRerankSpec {
     }
 
     fn context(&self) -> tera::Context {
-        let mut context = tera::Context::new();
-        insert_common(&mut context, self.head_dim);
+        let mut context = common_context(self.head_dim, self.threads);
         context.insert("group", &self.group);
         context.insert("k_max", &self.k_max);
-        context.insert("threads", &self.threads);
         context.insert("placement", self.placement.as_str());
         context
     }
