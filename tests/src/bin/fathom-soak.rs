@@ -369,7 +369,8 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let summary = json!({
         "tool": "fathom-soak",
         "gpu": info.name,
-        "compute_capability": info.arch(),
+        "compute_capability": info.compute_capability_text(),
+        "arch": info.arch(),
         "driver_cuda": info.driver_cuda(),
         "nvrtc": format!("{major}.{minor}"),
         "commit": commit,
