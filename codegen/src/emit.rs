@@ -1,11 +1,12 @@
 //! Emitting a model's kernels: render and compile every one in memory, then write `<name>.cu`,
-//! `<name>.ptx` and `manifest.json` into a directory in one step, so that a failure leaves
-//! nothing behind.
+//! `<name>.ptx` and `manifest.json` (with what each entry point uses, `crate::resources`) into
+//! a directory in one step, so that a failure leaves nothing behind.
 
 use crate::kernels::{kernels_for, KernelSetOptions};
 use crate::model::ModelShape;
 use crate::nvrtc::{self, NvrtcError};
 use crate::render::{render_any, RenderError};
+use crate::resources::{self, EntryResources, ResourcesError};
 use crate::spec::KernelSpec;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -32,6 +33,11 @@ pub struct ManifestEntry {
     pub arch: String,
     /// The module's entry points in launch order (several for the families of several stages).
     pub entry_points: Vec<String>,
+    /// What each entry point uses (registers, shared memory, stack, spills), as ptxas reports
+    /// it for `arch`, in `entry_points` order; empty for a virtual architecture (`compute_XY`),
+    /// for which ptxas does not run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<EntryResources>,
 }
 
 /// `manifest.json`: the model and its kernels.
@@ -68,6 +74,12 @@ pub enum EmitError {
         name: String,
         #[source]
         source: NvrtcError,
+    },
+    #[error("kernel {name}: resources: {source}")]
+    Resources {
+        name: String,
+        #[source]
+        source: ResourcesError,
     },
     #[error("{action} {path}: {source}")]
     Io {
@@ -117,20 +129,42 @@ pub fn build_model(
         name: "(nvrtc version)".into(),
         source,
     })?;
-    let manifest = Manifest {
-        model: model.clone(),
-        kernels: kernels
-            .iter()
-            .map(|k| ManifestEntry {
-                name: k.spec.kernel_name(),
+    let entries = kernels
+        .iter()
+        .map(|k| {
+            let name = k.spec.kernel_name();
+            let entry_points = k.spec.entry_points();
+            let resources = if arch.starts_with("sm_") {
+                let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+                resources::measure(
+                    &k.source,
+                    &format!("{name}.cu"),
+                    arch,
+                    &options,
+                    &entry_points,
+                )
+                .map_err(|source| EmitError::Resources {
+                    name: name.clone(),
+                    source,
+                })?
+            } else {
+                Vec::new()
+            };
+            Ok(ManifestEntry {
+                name,
                 family: k.spec.family().to_string(),
                 spec: k.spec.fields_json(),
                 source_sha256: sha256_hex(&k.source),
                 nvrtc_version: format!("{major}.{minor}"),
                 arch: arch.to_string(),
-                entry_points: k.spec.entry_points(),
+                entry_points,
+                resources,
             })
-            .collect(),
+        })
+        .collect::<Result<Vec<_>, EmitError>>()?;
+    let manifest = Manifest {
+        model: model.clone(),
+        kernels: entries,
     };
     Ok((kernels, manifest))
 }

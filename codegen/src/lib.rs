@@ -2,7 +2,8 @@
 //!
 //! `config.json` or a preset ([`model`]) gives a shape; a kernel spec per family names every
 //! specialisation parameter; a strict Tera template per family (in `templates/`) renders it to
-//! CUDA C; NVRTC ([`nvrtc`]) compiles that to PTX. Rendering is a pure function of the spec and
+//! CUDA C; NVRTC ([`nvrtc`]) compiles that to PTX, and [`resources`] reads what ptxas says each
+//! entry point uses (registers, shared memory, spills). Rendering is a pure function of the spec and
 //! compilation a pure function of the source and the compiler, so the same spec always gives the
 //! same source and the same PTX.
 
@@ -11,6 +12,7 @@ pub mod kernels;
 pub mod model;
 pub mod nvrtc;
 pub mod render;
+pub mod resources;
 pub mod spec;
 
 pub use kernels::{kernels_for, KernelSetOptions};

@@ -81,6 +81,19 @@ fn run(args: EmitArgs) -> Result<(), String> {
         args.arch,
         args.out.display()
     );
+    let entries = manifest.kernels.iter().flat_map(|k| &k.resources);
+    if let Some(most) = entries.clone().max_by_key(|r| r.registers) {
+        println!(
+            "registers per thread: at most {} ({})",
+            most.registers, most.entry
+        );
+    }
+    for r in entries.filter(|r| r.spills()) {
+        println!(
+            "note: {} spills to local memory ({} bytes stored, {} loaded, {} registers)",
+            r.entry, r.spill_store_bytes, r.spill_load_bytes, r.registers
+        );
+    }
     Ok(())
 }
 

@@ -251,6 +251,15 @@ fn emit_writes_sources_ptx_and_manifest_or_nothing() {
         }
         assert_eq!(entry.family, spec.family());
         assert_eq!(entry.arch, "sm_90");
+        let measured: Vec<&str> = entry.resources.iter().map(|r| r.entry.as_str()).collect();
+        assert_eq!(
+            measured, entry.entry_points,
+            "resources of every entry, in order"
+        );
+        assert!(entry
+            .resources
+            .iter()
+            .all(|r| (1..=255).contains(&r.registers)));
         assert_eq!(entry.spec, spec.fields_json());
     }
     // A bad architecture fails before anything is written, and the old output stays.
