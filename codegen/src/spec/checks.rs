@@ -1,5 +1,6 @@
 //! Field checks shared by the kernel families of the selection pipeline.
 
+use super::select::MAX_K;
 use super::SpecError;
 
 /// Head dimensions the row kernels are written for: a row is a whole number of 16-byte loads
@@ -9,10 +10,20 @@ pub(crate) const HEAD_DIMS: [u32; 3] = [64, 128, 256];
 pub(crate) const MAX_GROUP: u32 = 8;
 
 pub(crate) fn head_dim(family: &'static str, value: u32) -> Result<(), SpecError> {
-    if HEAD_DIMS.contains(&value) {
+    head_dim_allowing(family, value.into(), "64, 128 or 256")
+}
+
+/// `head_dim` in [`HEAD_DIMS`], for families of any integer width whose error explains the
+/// choice in its own words (`allowed`).
+pub(crate) fn head_dim_allowing(
+    family: &'static str,
+    value: u64,
+    allowed: &str,
+) -> Result<(), SpecError> {
+    if HEAD_DIMS.iter().any(|&d| u64::from(d) == value) {
         Ok(())
     } else {
-        Err(SpecError::new(family, "head_dim", value, "64, 128 or 256"))
+        Err(SpecError::new(family, "head_dim", value, allowed))
     }
 }
 
@@ -39,6 +50,20 @@ pub(crate) fn threads(family: &'static str, value: u32) -> Result<(), SpecError>
             "threads",
             value,
             "a multiple of 32 in 32..=1024",
+        ))
+    }
+}
+
+/// Largest run-time `k` a spec is generated for: `1..=`[`MAX_K`].
+pub(crate) fn k_max(family: &'static str, value: u32) -> Result<(), SpecError> {
+    if (1..=MAX_K).contains(&value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            family,
+            "k_max",
+            value,
+            format!("1..={MAX_K}"),
         ))
     }
 }

@@ -21,7 +21,7 @@
 //! does not support over PCIe).
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
-use super::select::{LOCAL, MAX_K, SINK};
+use super::select::{LOCAL, SINK};
 use super::{checks, Family, Placement, SpecError};
 use serde::{Deserialize, Serialize};
 
@@ -83,17 +83,12 @@ pub fn candidate_capacity(max_tokens: u64) -> u64 {
 /// Head dimensions of ParisKV: the subspaces need a multiple of 8 and the Hadamard transform a
 /// power of two, and the kernels are written for 64, 128 and 256 (as the reference).
 fn check_head_dim(family: &'static str, head_dim: u32) -> Result<(), SpecError> {
-    if checks::HEAD_DIMS.contains(&head_dim) {
-        Ok(())
-    } else {
-        Err(SpecError::new(
-            family,
-            "head_dim",
-            head_dim,
-            "64, 128 or 256 (a multiple of 8 for the subspaces of 8 coordinates, and a power of \
-             two for the Hadamard transform)",
-        ))
-    }
+    checks::head_dim_allowing(
+        family,
+        head_dim.into(),
+        "64, 128 or 256 (a multiple of 8 for the subspaces of 8 coordinates, and a power of two \
+         for the Hadamard transform)",
+    )
 }
 
 fn rows_grid(
@@ -128,6 +123,37 @@ fn check_head_dim_and_threads(
 ) -> Result<(), SpecError> {
     check_head_dim(family, head_dim)?;
     checks::threads(family, threads)
+}
+
+/// The [`Family`] impl of a spec whose only fields are `head_dim`, `threads` and `placement`
+/// (the index and the vote): both validate, name (`fathom_<family>_d<D>_t<threads>_<placement>`)
+/// and parametrise their templates alike, so one impl serves both.
+macro_rules! placed_family {
+    ($spec:ident, $family:literal) => {
+        impl Family for $spec {
+            const FAMILY: &'static str = $family;
+
+            fn validate(&self) -> Result<(), SpecError> {
+                check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
+            }
+
+            fn kernel_name(&self) -> String {
+                format!(
+                    "fathom_{}_d{}_t{}_{}",
+                    Self::FAMILY,
+                    self.head_dim,
+                    self.threads,
+                    self.placement.as_str()
+                )
+            }
+
+            fn context(&self) -> tera::Context {
+                let mut context = common_context(self.head_dim, self.threads);
+                context.insert("placement", self.placement.as_str());
+                context
+            }
+        }
+    };
 }
 
 /// Spec of the index build.
@@ -178,28 +204,7 @@ impl PariskvIndexSpec {
     }
 }
 
-impl Family for PariskvIndexSpec {
-    const FAMILY: &'static str = "pariskv_index";
-
-    fn validate(&self) -> Result<(), SpecError> {
-        check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
-    }
-
-    fn kernel_name(&self) -> String {
-        format!(
-            "fathom_pariskv_index_d{}_t{}_{}",
-            self.head_dim,
-            self.threads,
-            self.placement.as_str()
-        )
-    }
-
-    fn context(&self) -> tera::Context {
-        let mut context = common_context(self.head_dim, self.threads);
-        context.insert("placement", self.placement.as_str());
-        context
-    }
-}
+placed_family!(PariskvIndexSpec, "pariskv_index");
 
 /// Spec of the query transform and the centroid tiers, one block of [`QUERY_THREADS`] per
 /// (sequence, KV head).
@@ -296,28 +301,7 @@ impl PariskvVoteSpec {
     }
 }
 
-impl Family for PariskvVoteSpec {
-    const FAMILY: &'static str = "pariskv_vote";
-
-    fn validate(&self) -> Result<(), SpecError> {
-        check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
-    }
-
-    fn kernel_name(&self) -> String {
-        format!(
-            "fathom_pariskv_vote_d{}_t{}_{}",
-            self.head_dim,
-            self.threads,
-            self.placement.as_str()
-        )
-    }
-
-    fn context(&self) -> tera::Context {
-        let mut context = common_context(self.head_dim, self.threads);
-        context.insert("placement", self.placement.as_str());
-        context
-    }
-}
+placed_family!(PariskvVoteSpec, "pariskv_vote");
 
 /// Spec of the candidate top-C: the `C` retrievable tokens with the most votes, ties by the
 /// lower index, written in ascending token order. Two entry points, launched in this order
@@ -466,14 +450,7 @@ impl Family for PariskvRerankSpec {
     fn validate(&self) -> Result<(), SpecError> {
         check_head_dim(Self::FAMILY, self.head_dim)?;
         checks::group(Self::FAMILY, self.group)?;
-        if !(1..=MAX_K).contains(&self.k_max) {
-            return Err(SpecError::new(
-                Self::FAMILY,
-                "k_max",
-                self.k_max,
-                format!("1..={MAX_K}"),
-            ));
-        }
+        checks::k_max(Self::FAMILY, self.k_max)?;
         checks::threads(Self::FAMILY, self.threads)
     }
 

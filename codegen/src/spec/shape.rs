@@ -3,7 +3,7 @@
 //! They all agree on the §2 segment shape: head dimension `D`, scale block `BLK`, `S` words per
 //! plane per segment, and so `SPC = 64*S/BLK` scales per channel per segment.
 
-use super::SpecError;
+use super::{checks, SpecError};
 
 /// Tokens packed into one plane word (§2).
 pub const WORD_TOKENS: usize = 64;
@@ -15,16 +15,7 @@ pub const BLOCKS: [usize; 3] = [32, 64, 128];
 pub const MAX_GROUP: usize = 8;
 
 pub(crate) fn check_head_dim(family: &'static str, head_dim: usize) -> Result<(), SpecError> {
-    if HEAD_DIMS.contains(&head_dim) {
-        Ok(())
-    } else {
-        Err(SpecError::new(
-            family,
-            "head_dim",
-            head_dim,
-            "64, 128 or 256",
-        ))
-    }
+    checks::head_dim_allowing(family, head_dim as u64, "64, 128 or 256")
 }
 
 pub(crate) fn check_group(family: &'static str, group: usize) -> Result<(), SpecError> {
