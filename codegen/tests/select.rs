@@ -3,7 +3,8 @@
 mod family_checks;
 
 use codegen::spec::select::{
-    SelectParam, SelectSpec, SelectStage, CANDIDATES_PER_K, COMPACT_STATE_WORDS, STATE_WORDS,
+    SelectParam, SelectPlan, SelectSpec, SelectStage, CANDIDATES_PER_K, COMPACT_STATE_WORDS,
+    STATE_WORDS,
 };
 use codegen::spec::Family;
 use family_checks::{assert_compiles, assert_renders, grid4};
@@ -131,45 +132,42 @@ fn the_compact_order_is_the_plain_one_with_a_filter_after_the_first_two_picks() 
     assert_eq!(SelectStage::Count.pass(), None);
 }
 
+/// `params` as the names of its parameters, for comparing with the lists the docs spell out.
+fn spelled(spec: &SelectSpec, stage: SelectStage) -> String {
+    let names: Vec<String> = spec
+        .params(stage)
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect();
+    names.join(" ")
+}
+
 /// The plain select's launch ABI, spelled out: `params` must not change it.
 #[test]
 fn the_plain_parameter_lists_are_the_documented_ones() {
-    use SelectParam::*;
     let spec = base();
-    let lists: Vec<(SelectStage, Vec<SelectParam>)> = vec![
-        (
-            SelectStage::Init,
-            vec![NTotal, K, State, SelCount, NumKvHeads],
-        ),
+    let lists = [
+        (SelectStage::Init, "NTotal K State SelCount NumKvHeads"),
         (
             SelectStage::Hist(1),
-            vec![Scores, LdScores, NTotal, State, Pass, NumKvHeads],
+            "Scores LdScores NTotal State Pass NumKvHeads",
         ),
-        (SelectStage::Pick(2), vec![State, Pass]),
+        (SelectStage::Pick(2), "State Pass"),
         (
             SelectStage::Count,
-            vec![Scores, LdScores, NTotal, State, ChunkCounts, NumKvHeads],
+            "Scores LdScores NTotal State ChunkCounts NumKvHeads",
         ),
         (
             SelectStage::Write,
-            vec![
-                Scores,
-                LdScores,
-                NTotal,
-                State,
-                ChunkCounts,
-                Sel,
-                K,
-                NumKvHeads,
-            ],
+            "Scores LdScores NTotal State ChunkCounts Sel K NumKvHeads",
         ),
         (
             SelectStage::Union,
-            vec![Sel, SelCount, SelPos, Uni, UniCount, Scratch, K],
+            "Sel SelCount SelPos Uni UniCount Scratch K",
         ),
     ];
     for (stage, want) in lists {
-        assert_eq!(spec.params(stage), want.as_slice(), "{stage:?}");
+        assert_eq!(spelled(&spec, stage), want, "{stage:?}");
     }
 }
 
@@ -177,7 +175,6 @@ fn the_plain_parameter_lists_are_the_documented_ones() {
 /// the state; the per-head stages and the union are the plain ones.
 #[test]
 fn the_compact_parameter_lists_add_the_candidates() {
-    use SelectParam::*;
     let (plain, spec) = (base(), compact());
     for stage in [SelectStage::Init, SelectStage::Pick(0), SelectStage::Union] {
         assert_eq!(spec.params(stage), plain.params(stage), "{stage:?}");
@@ -188,29 +185,29 @@ fn the_compact_parameter_lists_add_the_candidates() {
         SelectStage::Filter(1),
     ] {
         assert_eq!(
-            spec.params(stage),
-            [
-                Scores,
-                LdScores,
-                NTotal,
-                State,
-                Candidates,
-                CandidateRuns,
-                Pass,
-                NumKvHeads
-            ],
+            spelled(&spec, stage),
+            "Scores LdScores NTotal State Candidates CandidateRuns Pass NumKvHeads",
             "{stage:?}"
         );
     }
-    for stage in [SelectStage::Count, SelectStage::Write] {
-        let mut want = plain.params(stage).to_vec();
-        want.splice(4..4, [Candidates, CandidateRuns]);
-        assert_eq!(spec.params(stage), want.as_slice(), "{stage:?}");
+    // Spelled out rather than derived from the plain lists: `params` derives them that way.
+    let lists = [
+        (
+            SelectStage::Count,
+            "Scores LdScores NTotal State Candidates CandidateRuns ChunkCounts NumKvHeads",
+        ),
+        (
+            SelectStage::Write,
+            "Scores LdScores NTotal State Candidates CandidateRuns ChunkCounts Sel K NumKvHeads",
+        ),
+    ];
+    for (stage, want) in lists {
+        assert_eq!(spelled(&spec, stage), want, "{stage:?}");
     }
     // Every stage that takes a pass has one, and only those.
     for &stage in spec.stages() {
         assert_eq!(
-            spec.params(stage).contains(&Pass),
+            spec.params(stage).contains(&SelectParam::Pass),
             stage.pass().is_some(),
             "{stage:?}"
         );
@@ -254,6 +251,22 @@ fn the_rendered_signatures_follow_params() {
     }
 }
 
+/// `plan` launches `order`, the per-head stages one block per query head, the union one per
+/// KV head and the chunked stages `chunks` blocks per query head; all with 256 threads.
+fn assert_launches(plan: &SelectPlan, order: &[SelectStage], kv: u64, heads: u64, chunks: u64) {
+    let stages: Vec<SelectStage> = plan.launches.iter().map(|(s, _)| *s).collect();
+    assert_eq!(stages, order);
+    for (stage, launch) in &plan.launches {
+        let expected = match stage {
+            SelectStage::Init | SelectStage::Pick(_) => [heads as u32, 1, 1],
+            SelectStage::Union => [kv as u32, 1, 1],
+            _ => [chunks as u32, heads as u32, 1],
+        };
+        assert_eq!(launch.grid, expected, "{stage:?}");
+        assert_eq!(launch.block, [256, 1, 1]);
+    }
+}
+
 #[test]
 fn plan_at_a_million_tokens() {
     let spec = base();
@@ -264,17 +277,7 @@ fn plan_at_a_million_tokens() {
     assert_eq!(plan.chunks, chunks);
     // Many blocks per query head at 1M tokens.
     assert!(plan.chunks >= 128);
-    let order: Vec<SelectStage> = plan.launches.iter().map(|(s, _)| *s).collect();
-    assert_eq!(order, SelectStage::ORDER);
-    for (stage, launch) in &plan.launches {
-        let expected = match stage {
-            SelectStage::Init | SelectStage::Pick(_) => [heads as u32, 1, 1],
-            SelectStage::Union => [(batch * kv_heads) as u32, 1, 1],
-            _ => [chunks as u32, heads as u32, 1],
-        };
-        assert_eq!(launch.grid, expected, "{stage:?}");
-        assert_eq!(launch.block, [256, 1, 1]);
-    }
+    assert_launches(&plan, &SelectStage::ORDER, batch * kv_heads, heads, chunks);
     assert_eq!(plan.state_words, heads * STATE_WORDS);
     assert_eq!(plan.chunk_count_words, heads * chunks * 2);
     assert_eq!(plan.sel_words, heads * (k + 36));
@@ -293,17 +296,13 @@ fn compact_plan_at_a_million_tokens() {
     let heads = batch * kv_heads * 4;
     let chunks = n.div_ceil(256 * 16);
     assert_eq!(plan.chunks, chunks);
-    let order: Vec<SelectStage> = plan.launches.iter().map(|(s, _)| *s).collect();
-    assert_eq!(order, SelectStage::COMPACT_ORDER);
-    for (stage, launch) in &plan.launches {
-        let expected = match stage {
-            SelectStage::Init | SelectStage::Pick(_) => [heads as u32, 1, 1],
-            SelectStage::Union => [(batch * kv_heads) as u32, 1, 1],
-            _ => [chunks as u32, heads as u32, 1],
-        };
-        assert_eq!(launch.grid, expected, "{stage:?}");
-        assert_eq!(launch.block, [256, 1, 1]);
-    }
+    assert_launches(
+        &plan,
+        &SelectStage::COMPACT_ORDER,
+        batch * kv_heads,
+        heads,
+        chunks,
+    );
     assert_eq!(spec.candidates(), CANDIDATES_PER_K * 512);
     assert_eq!(plan.state_words, heads * COMPACT_STATE_WORDS);
     assert_eq!(plan.candidate_words, heads * CANDIDATES_PER_K * 512 * 2);

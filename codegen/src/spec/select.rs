@@ -66,35 +66,36 @@ pub enum SelectStage {
 
 impl SelectStage {
     /// The ten launches of one selection of the plain variant, in order.
-    pub const ORDER: [SelectStage; 10] = [
-        SelectStage::Init,
-        SelectStage::Hist(0),
-        SelectStage::Pick(0),
-        SelectStage::Hist(1),
-        SelectStage::Pick(1),
-        SelectStage::Hist(2),
-        SelectStage::Pick(2),
-        SelectStage::Count,
-        SelectStage::Write,
-        SelectStage::Union,
-    ];
+    pub const ORDER: [SelectStage; 10] = SelectStage::order(false);
 
     /// The twelve launches of one selection of the compacting variant, in order: a `_filter`
     /// after the first two picks.
-    pub const COMPACT_ORDER: [SelectStage; 12] = [
-        SelectStage::Init,
-        SelectStage::Hist(0),
-        SelectStage::Pick(0),
-        SelectStage::Filter(0),
-        SelectStage::Hist(1),
-        SelectStage::Pick(1),
-        SelectStage::Filter(1),
-        SelectStage::Hist(2),
-        SelectStage::Pick(2),
-        SelectStage::Count,
-        SelectStage::Write,
-        SelectStage::Union,
-    ];
+    pub const COMPACT_ORDER: [SelectStage; 12] = SelectStage::order(true);
+
+    /// `_init`, a `_hist` and a `_pick` per digit pass (in the compacting variant a `_filter`
+    /// after the picks of passes 0 and 1), then `_count`, `_write` and `_union`: both orders
+    /// are this one sequence, so they cannot drift apart. `N` must be its length (checked when
+    /// the constants are evaluated).
+    const fn order<const N: usize>(compact: bool) -> [SelectStage; N] {
+        let mut order = [SelectStage::Init; N];
+        let mut i = 1;
+        let mut pass = 0;
+        while pass < 3 {
+            order[i] = SelectStage::Hist(pass);
+            order[i + 1] = SelectStage::Pick(pass);
+            i += 2;
+            if compact && pass < 2 {
+                order[i] = SelectStage::Filter(pass);
+                i += 1;
+            }
+            pass += 1;
+        }
+        order[i] = SelectStage::Count;
+        order[i + 1] = SelectStage::Write;
+        order[i + 2] = SelectStage::Union;
+        assert!(i + 3 == N, "the length of a select order");
+        order
+    }
 
     /// The `pass` argument of the stages that take one.
     pub fn pass(self) -> Option<u8> {
@@ -179,6 +180,31 @@ pub struct SelectPlan {
     pub sel_words: u64,
     /// `i32` words of `uni`: `B*H*(G*k+36)`.
     pub uni_words: u64,
+}
+
+/// The compacting variant's parameters of a chunked entry point: the plain variant's, with
+/// the candidates and their runs after the state. `M` must be `N + 2` (checked when the
+/// constants are evaluated).
+const fn with_candidates<const N: usize, const M: usize>(
+    plain: [SelectParam; N],
+) -> [SelectParam; M] {
+    let mut out = [SelectParam::Candidates; M];
+    let (mut i, mut o) = (0, 0);
+    while i < N {
+        out[o] = plain[i];
+        o += 1;
+        if matches!(plain[i], SelectParam::State) {
+            out[o] = SelectParam::Candidates;
+            out[o + 1] = SelectParam::CandidateRuns;
+            o += 2;
+        }
+        i += 1;
+    }
+    assert!(
+        o == M,
+        "a compact parameter list is the plain one and two more"
+    );
+    out
 }
 
 /// Spec of the select kernels.
@@ -279,56 +305,31 @@ impl SelectSpec {
     /// The parameters of the entry point of `stage`, in order (see the type's docs).
     pub fn params(&self, stage: SelectStage) -> &'static [SelectParam] {
         use SelectParam::*;
+        const HIST: [SelectParam; 6] = [Scores, LdScores, NTotal, State, Pass, NumKvHeads];
+        const COUNT: [SelectParam; 6] = [Scores, LdScores, NTotal, State, ChunkCounts, NumKvHeads];
+        const WRITE: [SelectParam; 8] = [
+            Scores,
+            LdScores,
+            NTotal,
+            State,
+            ChunkCounts,
+            Sel,
+            K,
+            NumKvHeads,
+        ];
+        const COMPACT_HIST: [SelectParam; 8] = with_candidates(HIST);
+        const COMPACT_COUNT: [SelectParam; 8] = with_candidates(COUNT);
+        const COMPACT_WRITE: [SelectParam; 10] = with_candidates(WRITE);
         match (stage, self.compact) {
             (SelectStage::Init, _) => &[NTotal, K, State, SelCount, NumKvHeads],
             (SelectStage::Pick(_), _) => &[State, Pass],
             (SelectStage::Union, _) => &[Sel, SelCount, SelPos, Uni, UniCount, Scratch, K],
-            (SelectStage::Hist(_), false) => &[Scores, LdScores, NTotal, State, Pass, NumKvHeads],
-            (SelectStage::Count, false) => {
-                &[Scores, LdScores, NTotal, State, ChunkCounts, NumKvHeads]
-            }
-            (SelectStage::Write, false) => &[
-                Scores,
-                LdScores,
-                NTotal,
-                State,
-                ChunkCounts,
-                Sel,
-                K,
-                NumKvHeads,
-            ],
-            (SelectStage::Hist(_) | SelectStage::Filter(_), _) => &[
-                Scores,
-                LdScores,
-                NTotal,
-                State,
-                Candidates,
-                CandidateRuns,
-                Pass,
-                NumKvHeads,
-            ],
-            (SelectStage::Count, true) => &[
-                Scores,
-                LdScores,
-                NTotal,
-                State,
-                Candidates,
-                CandidateRuns,
-                ChunkCounts,
-                NumKvHeads,
-            ],
-            (SelectStage::Write, true) => &[
-                Scores,
-                LdScores,
-                NTotal,
-                State,
-                Candidates,
-                CandidateRuns,
-                ChunkCounts,
-                Sel,
-                K,
-                NumKvHeads,
-            ],
+            (SelectStage::Hist(_), false) => &HIST,
+            (SelectStage::Count, false) => &COUNT,
+            (SelectStage::Write, false) => &WRITE,
+            (SelectStage::Hist(_) | SelectStage::Filter(_), _) => &COMPACT_HIST,
+            (SelectStage::Count, true) => &COMPACT_COUNT,
+            (SelectStage::Write, true) => &COMPACT_WRITE,
         }
     }
 
@@ -407,14 +408,7 @@ impl Family for SelectSpec {
 
     fn validate(&self) -> Result<(), SpecError> {
         checks::group(Self::FAMILY, self.group)?;
-        if !(1..=MAX_K).contains(&self.k_max) {
-            return Err(SpecError::new(
-                Self::FAMILY,
-                "k_max",
-                self.k_max,
-                format!("1..={MAX_K}"),
-            ));
-        }
+        checks::k_max(Self::FAMILY, self.k_max)?;
         checks::threads(Self::FAMILY, self.threads)?;
         if !(1..=32).contains(&self.items_per_thread) {
             return Err(SpecError::new(
