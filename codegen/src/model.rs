@@ -268,37 +268,46 @@ impl ModelError {
 }
 
 /// A named model shape from the table of SPEC §10.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Preset {
     /// The canonical name, e.g. `qwen3-8b`.
     pub name: &'static str,
     /// Other names accepted by [`preset`].
     pub aliases: &'static [&'static str],
-    /// `L`.
-    pub layers: usize,
-    /// `H_q`.
-    pub query_heads: usize,
-    /// `H_kv`.
-    pub kv_heads: usize,
-    /// `D`.
-    pub head_dim: usize,
-    /// QK-norm.
-    pub qk_norm: bool,
-    /// The store basis.
-    pub basis: Basis,
+    /// The shape with an empty name, which [`Preset::shape`] fills in: a static table cannot
+    /// hold a name's `String`.
+    unnamed: ModelShape,
 }
 
 impl Preset {
+    /// A row of the §10 table: `[L, H_q, H_kv, D]` in the table's order (`G` follows from them).
+    const fn row(
+        name: &'static str,
+        aliases: &'static [&'static str],
+        [layers, query_heads, kv_heads, head_dim]: [usize; 4],
+        qk_norm: bool,
+        basis: Basis,
+    ) -> Preset {
+        Preset {
+            name,
+            aliases,
+            unnamed: ModelShape {
+                name: String::new(),
+                layers,
+                query_heads,
+                kv_heads,
+                head_dim,
+                qk_norm,
+                basis,
+            },
+        }
+    }
+
     /// The preset as a [`ModelShape`] named by its canonical name.
     pub fn shape(&self) -> ModelShape {
         ModelShape {
             name: self.name.to_string(),
-            layers: self.layers,
-            query_heads: self.query_heads,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            qk_norm: self.qk_norm,
-            basis: self.basis,
+            ..self.unnamed.clone()
         }
     }
 
@@ -309,57 +318,18 @@ impl Preset {
     }
 }
 
-const PRESETS: [Preset; 5] = [
-    Preset {
-        name: "qwen3-8b",
-        aliases: &[],
-        layers: 36,
-        query_heads: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        qk_norm: true,
-        basis: Basis::Raw,
-    },
-    Preset {
-        name: "qwen3-4b",
-        aliases: &[],
-        layers: 36,
-        query_heads: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        qk_norm: true,
-        basis: Basis::Raw,
-    },
-    Preset {
-        name: "qwen2.5-7b",
-        aliases: &["qwen2.5-7b-instruct-1m"],
-        layers: 28,
-        query_heads: 28,
-        kv_heads: 4,
-        head_dim: 128,
-        qk_norm: false,
-        basis: Basis::Klt,
-    },
-    Preset {
-        name: "llama-3.1-8b",
-        aliases: &[],
-        layers: 32,
-        query_heads: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        qk_norm: false,
-        basis: Basis::Klt,
-    },
-    Preset {
-        name: "llama-3.1-70b",
-        aliases: &[],
-        layers: 80,
-        query_heads: 64,
-        kv_heads: 8,
-        head_dim: 128,
-        qk_norm: false,
-        basis: Basis::Klt,
-    },
+static PRESETS: [Preset; 5] = [
+    Preset::row("qwen3-8b", &[], [36, 32, 8, 128], true, Basis::Raw),
+    Preset::row("qwen3-4b", &[], [36, 32, 8, 128], true, Basis::Raw),
+    Preset::row(
+        "qwen2.5-7b",
+        &["qwen2.5-7b-instruct-1m"],
+        [28, 28, 4, 128],
+        false,
+        Basis::Klt,
+    ),
+    Preset::row("llama-3.1-8b", &[], [32, 32, 8, 128], false, Basis::Klt),
+    Preset::row("llama-3.1-70b", &[], [80, 64, 8, 128], false, Basis::Klt),
 ];
 
 /// Every preset of SPEC §10, in the table's order.
