@@ -95,15 +95,12 @@ impl Family for GatherSpec {
         shape::check_threads(Self::FAMILY, threads)
     }
 
+    /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
-        let GatherSpec {
-            head_dim,
-            block,
-            segment_words,
-            loads_in_flight,
-            threads,
-        } = *self;
-        format!("fathom_gather_d{head_dim}_b{block}_s{segment_words}_l{loads_in_flight}_t{threads}")
+        format!(
+            "fathom_gather_d{}_b{}_s{}_l{}_t{}",
+            self.head_dim, self.block, self.segment_words, self.loads_in_flight, self.threads
+        )
     }
 
     fn context(&self) -> tera::Context {

@@ -166,20 +166,17 @@ impl Family for PlanSpec {
         shape::check_threads(Self::FAMILY, threads)
     }
 
+    /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
-        let PlanSpec {
-            head_dim,
-            group,
-            block,
-            segment_words,
-            method,
-            rotate,
-            threads,
-        } = *self;
         format!(
-            "fathom_plan_d{head_dim}_g{group}_b{block}_s{segment_words}_{}_{}_t{threads}",
-            method.tag(),
-            if rotate { "rot" } else { "raw" }
+            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}",
+            self.head_dim,
+            self.group,
+            self.block,
+            self.segment_words,
+            self.method.tag(),
+            if self.rotate { "rot" } else { "raw" },
+            self.threads
         )
     }
 

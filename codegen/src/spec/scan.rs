@@ -284,19 +284,17 @@ impl Family for ScanSpec {
         Ok(())
     }
 
+    /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
-        let ScanSpec {
-            head_dim,
-            group,
-            block,
-            segment_words,
-            tile_words,
-            threads,
-            placement,
-        } = *self;
         format!(
-            "fathom_scan_d{head_dim}_g{group}_b{block}_s{segment_words}_w{tile_words}_{}_t{threads}",
-            placement.as_str()
+            "fathom_scan_d{}_g{}_b{}_s{}_w{}_{}_t{}",
+            self.head_dim,
+            self.group,
+            self.block,
+            self.segment_words,
+            self.tile_words,
+            self.placement.as_str(),
+            self.threads
         )
     }
 
