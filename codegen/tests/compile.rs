@@ -14,6 +14,9 @@ use codegen::spec::{
     ScanSpec, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions};
+use scan_cells::scan_cells;
+
+mod scan_cells;
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 
@@ -139,31 +142,12 @@ fn the_same_source_compiles_to_the_same_ptx() {
 
 /// A valid spec per cell of a sampled grid, with threads chosen to fit the tile.
 fn scan_grid() -> Vec<ScanSpec> {
-    let mut specs = Vec::new();
-    for head_dim in [64, 128, 256] {
-        for group in [1, 3, 4, 7, 8] {
-            for placement in [Placement::Hbm, Placement::Host] {
-                for (tile_words, threads) in [(2, 32), (8, 128), (16, 256), (64, 1024)] {
-                    for block in [32, 64, 128] {
-                        // Thin the grid: every block size, but not for every cell.
-                        if (head_dim + group + tile_words + block) % 5 != 0 {
-                            continue;
-                        }
-                        specs.push(ScanSpec {
-                            head_dim,
-                            group,
-                            block,
-                            segment_words: 512,
-                            tile_words,
-                            threads,
-                            placement,
-                        });
-                    }
-                }
-            }
-        }
-    }
-    specs
+    let tiles = [(2, 32), (8, 128), (16, 256), (64, 1024)];
+    scan_cells(&[1, 3, 4, 7, 8], &tiles)
+        .into_iter()
+        // Thin the grid: every block size, but not for every cell.
+        .filter(|s| (s.head_dim + s.group + s.tile_words + s.block) % 5 == 0)
+        .collect()
 }
 
 fn other_grid() -> Vec<KernelSpec> {

@@ -7,7 +7,10 @@ use codegen::spec::{
     ScanSpec,
 };
 use codegen::{kernels_for, KernelSetOptions};
+use scan_cells::scan_cells;
 use std::collections::{BTreeSet, HashMap};
+
+mod scan_cells;
 
 /// Checks that `variations` changes every serialised field of `base` exactly once, one field
 /// per variation, and that each change changes the kernel name.
@@ -218,31 +221,16 @@ fn scan_name_carries_every_field() {
 #[test]
 fn scan_names_are_unique_over_a_grid() {
     let mut names: HashMap<String, ScanSpec> = HashMap::new();
-    for head_dim in [64, 128, 256] {
-        for group in 1..=8 {
-            for block in [32, 64, 128] {
-                for tile_words in [2, 4, 16, 64] {
-                    for threads in [32, 64, 128, 256, 512, 1024] {
-                        for placement in [Placement::Hbm, Placement::Host] {
-                            let spec = ScanSpec {
-                                head_dim,
-                                group,
-                                block,
-                                segment_words: 512,
-                                tile_words,
-                                threads,
-                                placement,
-                            };
-                            if spec.validate().is_err() {
-                                continue;
-                            }
-                            if let Some(other) = names.insert(spec.kernel_name(), spec) {
-                                panic!("{other:?} and {spec:?} share a name");
-                            }
-                        }
-                    }
-                }
-            }
+    let tiles: Vec<(usize, usize)> = [2, 4, 16, 64]
+        .into_iter()
+        .flat_map(|t| [32, 64, 128, 256, 512, 1024].map(|threads| (t, threads)))
+        .collect();
+    for spec in scan_cells(&[1, 2, 3, 4, 5, 6, 7, 8], &tiles) {
+        if spec.validate().is_err() {
+            continue;
+        }
+        if let Some(other) = names.insert(spec.kernel_name(), spec) {
+            panic!("{other:?} and {spec:?} share a name");
         }
     }
     assert!(
