@@ -99,15 +99,12 @@ fn hbm_scan() -> Case {
     case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 17)
 }
 
+/// The shared test header, of this tuner's version and candidate set.
 fn meta() -> RecordMeta {
     RecordMeta {
-        gpu: "NVIDIA H200".into(),
-        compute_capability: "9.0".into(),
-        multiprocessors: 132,
-        driver: "13.0".into(),
-        nvrtc: "13.0".into(),
         project_version: env!("CARGO_PKG_VERSION").into(),
         candidate_checksum: candidate_checksum(),
+        ..RecordMeta::test_header()
     }
 }
 

@@ -113,11 +113,11 @@ impl RecordMeta {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn meta() -> RecordMeta {
+impl RecordMeta {
+    /// A header of an H200 (CUDA and NVRTC 13.0, fathom 0.1.0, candidate checksum `"abc"`)
+    /// for the tests of this crate and of the tuner, which vary single fields of it.
+    #[doc(hidden)]
+    pub fn test_header() -> RecordMeta {
         RecordMeta {
             gpu: "NVIDIA H200".into(),
             compute_capability: "9.0".into(),
@@ -127,6 +127,15 @@ mod tests {
             project_version: "0.1.0".into(),
             candidate_checksum: "abc".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> RecordMeta {
+        RecordMeta::test_header()
     }
 
     #[test]

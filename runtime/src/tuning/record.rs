@@ -366,15 +366,7 @@ mod tests {
     use super::*;
 
     fn meta() -> RecordMeta {
-        RecordMeta {
-            gpu: "NVIDIA H200".into(),
-            compute_capability: "9.0".into(),
-            multiprocessors: 132,
-            driver: "13.0".into(),
-            nvrtc: "13.0".into(),
-            project_version: "0.1.0".into(),
-            candidate_checksum: "abc".into(),
-        }
+        RecordMeta::test_header()
     }
 
     fn entry(subject: Subject, placement: Placement, bucket: u32, variant: Variant) -> EntryRecord {
