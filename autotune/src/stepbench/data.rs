@@ -12,7 +12,7 @@ use runtime::reference::klt::Klt;
 use runtime::reference::plans::{channel_variance, CalibrationError, DoubleSparsityCalibration};
 use runtime::reference::select::SINK;
 use runtime::reference::synthetic::{
-    apply_rope, generate_head, SyntheticError, SyntheticHead, SyntheticSettings,
+    apply_rope, generate_head, rope_turn, SyntheticError, SyntheticHead, SyntheticSettings,
 };
 use thiserror::Error;
 
@@ -97,16 +97,10 @@ pub fn generate_slots(
 /// `x` (at some position) turned by RoPE through `delta` positions (negative: back), rounded
 /// to f32 as a kernel receives queries.
 pub fn rope_shift(x: &[f64], delta: i64, base: f64) -> Vec<f64> {
-    let d = x.len();
-    let half = d / 2;
-    let mut out = x.to_vec();
-    for i in 0..half {
-        let angle = delta as f64 * base.powf(-2.0 * i as f64 / d as f64);
-        let (sin, cos) = angle.sin_cos();
-        out[i] = x[i] * cos - x[i + half] * sin;
-        out[i + half] = x[i] * sin + x[i + half] * cos;
-    }
-    out.into_iter().map(|v| v as f32 as f64).collect()
+    rope_turn(x, delta as f64, base)
+        .into_iter()
+        .map(|v| v as f32 as f64)
+        .collect()
 }
 
 /// The queries of a head generated for `generated` tokens, moved to decode position `n` (the

@@ -279,11 +279,17 @@ pub fn generate(settings: &SyntheticSettings) -> Result<SyntheticKv, SyntheticEr
 
 /// Rotates `x` (pre-RoPE, `D` values) to position `position`, half-split pairing.
 pub fn apply_rope(x: &[f64], position: usize, base: f64) -> Vec<f64> {
+    rope_turn(x, position as f64, base)
+}
+
+/// Turns `x` (`D` values, at any position) through `positions` positions, half-split pairing;
+/// negative turns back. Pair `i` turns by `positions * base^(-2i/D)`.
+pub fn rope_turn(x: &[f64], positions: f64, base: f64) -> Vec<f64> {
     let d = x.len();
     let half = d / 2;
     let mut out = x.to_vec();
     for i in 0..half {
-        let angle = position as f64 * base.powf(-2.0 * i as f64 / d as f64);
+        let angle = positions * base.powf(-2.0 * i as f64 / d as f64);
         let (sin, cos) = angle.sin_cos();
         out[i] = x[i] * cos - x[i + half] * sin;
         out[i + half] = x[i] * sin + x[i + half] * cos;
