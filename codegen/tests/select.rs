@@ -142,69 +142,79 @@ fn spelled(spec: &SelectSpec, stage: SelectStage) -> String {
     names.join(" ")
 }
 
-/// The plain select's launch ABI, spelled out: `params` must not change it.
+/// The launch ABI of both variants, spelled out (not derived from each other, as `params`
+/// derives the compacting variant's lists): `params` must not change it. The compacting
+/// variant's chunked stages take the candidates and their runs after the state.
 #[test]
-fn the_plain_parameter_lists_are_the_documented_ones() {
-    let spec = base();
+fn the_parameter_lists_are_the_documented_ones() {
+    let chunked = "Scores LdScores NTotal State";
+    let with_candidates = "Scores LdScores NTotal State Candidates CandidateRuns";
     let lists = [
-        (SelectStage::Init, "NTotal K State SelCount NumKvHeads"),
         (
+            base(),
+            SelectStage::Init,
+            "NTotal K State SelCount NumKvHeads".into(),
+        ),
+        (
+            base(),
             SelectStage::Hist(1),
-            "Scores LdScores NTotal State Pass NumKvHeads",
+            format!("{chunked} Pass NumKvHeads"),
         ),
-        (SelectStage::Pick(2), "State Pass"),
+        (base(), SelectStage::Pick(2), "State Pass".into()),
         (
+            base(),
             SelectStage::Count,
-            "Scores LdScores NTotal State ChunkCounts NumKvHeads",
+            format!("{chunked} ChunkCounts NumKvHeads"),
         ),
         (
+            base(),
             SelectStage::Write,
-            "Scores LdScores NTotal State ChunkCounts Sel K NumKvHeads",
+            format!("{chunked} ChunkCounts Sel K NumKvHeads"),
         ),
         (
+            base(),
             SelectStage::Union,
-            "Sel SelCount SelPos Uni UniCount Scratch K",
+            "Sel SelCount SelPos Uni UniCount Scratch K".into(),
+        ),
+        (
+            compact(),
+            SelectStage::Hist(0),
+            format!("{with_candidates} Pass NumKvHeads"),
+        ),
+        (
+            compact(),
+            SelectStage::Filter(0),
+            format!("{with_candidates} Pass NumKvHeads"),
+        ),
+        (
+            compact(),
+            SelectStage::Filter(1),
+            format!("{with_candidates} Pass NumKvHeads"),
+        ),
+        (
+            compact(),
+            SelectStage::Count,
+            format!("{with_candidates} ChunkCounts NumKvHeads"),
+        ),
+        (
+            compact(),
+            SelectStage::Write,
+            format!("{with_candidates} ChunkCounts Sel K NumKvHeads"),
         ),
     ];
-    for (stage, want) in lists {
-        assert_eq!(spelled(&spec, stage), want, "{stage:?}");
+    for (spec, stage, want) in lists {
+        assert_eq!(spelled(&spec, stage), want, "{stage:?} of {spec:?}");
     }
 }
 
-/// The compacting variant's lists: the chunked stages take the candidates and their runs after
-/// the state; the per-head stages and the union are the plain ones.
+/// The compacting variant's per-head stages and union are the plain ones, and only the
+/// stages with a pass take one.
 #[test]
 fn the_compact_parameter_lists_add_the_candidates() {
     let (plain, spec) = (base(), compact());
     for stage in [SelectStage::Init, SelectStage::Pick(0), SelectStage::Union] {
         assert_eq!(spec.params(stage), plain.params(stage), "{stage:?}");
     }
-    for stage in [
-        SelectStage::Hist(0),
-        SelectStage::Filter(0),
-        SelectStage::Filter(1),
-    ] {
-        assert_eq!(
-            spelled(&spec, stage),
-            "Scores LdScores NTotal State Candidates CandidateRuns Pass NumKvHeads",
-            "{stage:?}"
-        );
-    }
-    // Spelled out rather than derived from the plain lists: `params` derives them that way.
-    let lists = [
-        (
-            SelectStage::Count,
-            "Scores LdScores NTotal State Candidates CandidateRuns ChunkCounts NumKvHeads",
-        ),
-        (
-            SelectStage::Write,
-            "Scores LdScores NTotal State Candidates CandidateRuns ChunkCounts Sel K NumKvHeads",
-        ),
-    ];
-    for (stage, want) in lists {
-        assert_eq!(spelled(&spec, stage), want, "{stage:?}");
-    }
-    // Every stage that takes a pass has one, and only those.
     for &stage in spec.stages() {
         assert_eq!(
             spec.params(stage).contains(&SelectParam::Pass),

@@ -28,16 +28,7 @@ pub(crate) fn head_dim_allowing(
 }
 
 pub(crate) fn group(family: &'static str, value: u32) -> Result<(), SpecError> {
-    if (1..=MAX_GROUP).contains(&value) {
-        Ok(())
-    } else {
-        Err(SpecError::new(
-            family,
-            "group",
-            value,
-            format!("1..={MAX_GROUP}"),
-        ))
-    }
+    one_to(family, "group", value, MAX_GROUP)
 }
 
 /// Threads per block: whole warps, at most CUDA's 1024.
@@ -56,14 +47,19 @@ pub(crate) fn threads(family: &'static str, value: u32) -> Result<(), SpecError>
 
 /// Largest run-time `k` a spec is generated for: `1..=`[`MAX_K`].
 pub(crate) fn k_max(family: &'static str, value: u32) -> Result<(), SpecError> {
-    if (1..=MAX_K).contains(&value) {
+    one_to(family, "k_max", value, MAX_K)
+}
+
+/// `value` in `1..=max`, else an error naming `field` and that range.
+fn one_to(
+    family: &'static str,
+    field: &'static str,
+    value: u32,
+    max: u32,
+) -> Result<(), SpecError> {
+    if (1..=max).contains(&value) {
         Ok(())
     } else {
-        Err(SpecError::new(
-            family,
-            "k_max",
-            value,
-            format!("1..={MAX_K}"),
-        ))
+        Err(SpecError::new(family, field, value, format!("1..={max}")))
     }
 }
