@@ -14,11 +14,11 @@
 //!   `fused` is the host scan, `copy-kernel` the gather and the HBM scan of the staged runs,
 //!   each with the best tile found earlier in the run (cases are ordered so that the scan and
 //!   gather come first) or the runtime's default;
-//! - `plan` ([`plan`]): the plan kernel on that store;
-//! - `select` ([`select`]), `attention` ([`attention`]), and `oracle`, `landmark`, `fetch`
-//!   ([`rows`]) on fresh random scores and K/V rows ([`inputs`]);
-//! - `pariskv_vote`, `pariskv_topc`, `pariskv_rerank` ([`pariskv`]): each family's own launches
-//!   on an index built on the device from the random keys of [`inputs`] and on the outputs of
+//! - `plan` (`plan.rs`): the plan kernel on that store;
+//! - `select` (`select.rs`), `attention` (`attention.rs`), and `oracle`, `landmark`, `fetch`
+//!   (`rows.rs`) on fresh random scores and K/V rows (`inputs.rs`);
+//! - `pariskv_vote`, `pariskv_topc`, `pariskv_rerank` (`pariskv.rs`): each family's own launches
+//!   on an index built on the device from the random keys of `inputs.rs` and on the outputs of
 //!   a default retrieval chain, checked exactly against `runtime::reference::pariskv` on a
 //!   sample of KV heads (the first and the last).
 

@@ -12,7 +12,7 @@
 //!
 //! - [`args`]: the command line and its validation;
 //! - [`data`]: the synthetic slots, their calibration, queries at a context;
-//! - [`reference`]: the f64 truth of the sample and how a step compares with it;
+//! - [`mod@reference`]: the f64 truth of the sample and how a step compares with it;
 //! - [`figures`]: medians, floors, ratios, bytes per step, recall;
 //! - [`record`]: the JSON record and its file name;
 //! - [`plots`]: the SVG plots;
