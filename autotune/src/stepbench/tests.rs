@@ -7,7 +7,7 @@ use codegen::spec::Placement;
 use runtime::reference::metrics::bytes_per_step;
 use runtime::reference::plans::Method;
 use runtime::reference::store::BlockSize;
-use runtime::reference::synthetic::{generate_head, SyntheticSettings};
+use runtime::reference::synthetic::{generate_head, SyntheticHead, SyntheticSettings};
 use runtime::step::launches::WorkspaceSizes;
 use runtime::step::{HostStepOutput, OutputLayout};
 
@@ -18,7 +18,7 @@ use super::figures::{
 };
 use super::plots::{fidelity_vs_bits, pareto_front, time_vs_context};
 use super::record::{date_of, file_stem, gpu_slug, Record, Row};
-use super::reference::{compare, context_truth};
+use super::reference::{compare, context_truth, ContextTruth};
 use super::stores::{compose, histograms, per_head, SlotIndex, SlotTables};
 use super::targets::verdicts;
 
@@ -517,47 +517,72 @@ fn data_slots_queries_and_calibration() {
     assert_eq!(cal.klt.head_dim(), 32);
 }
 
-#[test]
-fn reference_comparison() {
+/// Two KV heads of G = 2 at D = 32 from the §11 generator, their queries, and the truth of
+/// their first 512 tokens at `k` (with `threads`).
+fn small_truth(k: usize, threads: usize) -> (Vec<SyntheticHead>, Vec<Vec<Vec<f64>>>, ContextTruth) {
     let settings = small_settings(1024);
     let heads: Vec<_> = (0..2)
         .map(|h| generate_head(&settings, h).unwrap())
         .collect();
     let queries: Vec<Vec<Vec<f64>>> = heads.iter().map(|h| h.queries.clone()).collect();
-    let (n, k, d) = (512, 16, 32);
-    let truth = context_truth(&heads, &queries, n, k, 1.0 / (d as f64).sqrt(), 3);
+    let truth = context_truth(
+        &heads,
+        &queries,
+        512,
+        k,
+        1.0 / (SMALL_D as f64).sqrt(),
+        threads,
+    );
+    (heads, queries, truth)
+}
+
+const SMALL_D: usize = 32;
+
+/// A step's output for `truth` (k = `truth.k`): each query head selected the first `selected`
+/// tokens of its truth, and its attention output is `out`.
+fn output_selecting(truth: &ContextTruth, selected: usize, out: Vec<f32>) -> HostStepOutput {
+    let layout = OutputLayout {
+        batch: 1,
+        kv_heads: 2,
+        group: 2,
+        head_dim: SMALL_D,
+        k: truth.k,
+    };
+    let stride = layout.sel_stride();
+    let mut output = HostStepOutput {
+        layout,
+        sel: vec![-1; 4 * stride],
+        sel_pos: vec![0; 4 * stride],
+        sel_count: vec![selected as i32; 4],
+        uni: vec![0; 2 * layout.uni_stride()],
+        uni_count: vec![0; 2],
+        out,
+    };
+    for (i, t) in truth.queries.iter().enumerate() {
+        for (j, &tok) in t.top_at(selected).iter().enumerate() {
+            output.sel[i * stride + j] = tok as i32;
+        }
+    }
+    output
+}
+
+#[test]
+fn reference_comparison() {
+    let (k, d) = (16, SMALL_D);
+    let (heads, queries, truth) = small_truth(k, 3);
     assert_eq!(truth.queries.len(), 4);
     assert!(truth
         .queries
         .iter()
         .all(|t| t.top.len() == k && t.output.len() == d));
     // A step that got everything right: outputs of the truth, selections = top-k.
-    let layout = OutputLayout {
-        batch: 1,
-        kv_heads: 2,
-        group: 2,
-        head_dim: d,
-        k,
-    };
-    let stride = layout.sel_stride();
-    let mut out = HostStepOutput {
-        layout,
-        sel: vec![0; 4 * stride],
-        sel_pos: vec![0; 4 * stride],
-        sel_count: vec![k as i32; 4],
-        uni: vec![0; 2 * layout.uni_stride()],
-        uni_count: vec![0; 2],
-        out: truth
-            .queries
-            .iter()
-            .flat_map(|t| t.output.iter().map(|&x| x as f32))
-            .collect(),
-    };
-    for (i, t) in truth.queries.iter().enumerate() {
-        for (j, &tok) in t.top.iter().enumerate() {
-            out.sel[i * stride + j] = tok as i32;
-        }
-    }
+    let outputs = truth
+        .queries
+        .iter()
+        .flat_map(|t| t.output.iter().map(|&x| x as f32))
+        .collect();
+    let mut out = output_selecting(&truth, k, outputs);
+    let stride = out.layout.sel_stride();
     let (error, rec) = compare(&truth, &out, Some(k));
     assert!(error < 1e-6, "{error}");
     assert_eq!(rec, Some(1.0));
@@ -587,38 +612,14 @@ fn reference_comparison() {
 /// selection of exactly the top-`k'` has recall 1 at `k'`, and only `k'/k` at `k`.
 #[test]
 fn recall_is_measured_at_the_methods_own_k() {
-    let settings = small_settings(1024);
-    let heads: Vec<_> = (0..2)
-        .map(|h| generate_head(&settings, h).unwrap())
-        .collect();
-    let queries: Vec<Vec<Vec<f64>>> = heads.iter().map(|h| h.queries.clone()).collect();
-    let (n, k, small, d) = (512, 32, 8, 32);
-    let truth = context_truth(&heads, &queries, n, k, 1.0 / (d as f64).sqrt(), 2);
+    let (k, small) = (32, 8);
+    let (_, _, truth) = small_truth(k, 2);
     assert_eq!(truth.k, k);
-    let layout = OutputLayout {
-        batch: 1,
-        kv_heads: 2,
-        group: 2,
-        head_dim: d,
-        k,
-    };
-    let stride = layout.sel_stride();
-    let mut out = HostStepOutput {
-        layout,
-        sel: vec![-1; 4 * stride],
-        sel_pos: vec![0; 4 * stride],
-        sel_count: vec![small as i32; 4],
-        uni: vec![0; 2 * layout.uni_stride()],
-        uni_count: vec![0; 2],
-        out: vec![0.0; 4 * d],
-    };
-    for (i, t) in truth.queries.iter().enumerate() {
+    for t in &truth.queries {
         assert_eq!(t.top_at(small), &t.top[..small]);
         assert_eq!(t.top_at(10 * k).len(), k);
-        for (j, &tok) in t.top_at(small).iter().enumerate() {
-            out.sel[i * stride + j] = tok as i32;
-        }
     }
+    let out = output_selecting(&truth, small, vec![0.0; 4 * SMALL_D]);
     assert_eq!(compare(&truth, &out, Some(small)).1, Some(1.0));
     let at_k = compare(&truth, &out, Some(k)).1.unwrap();
     assert!((at_k - small as f64 / k as f64).abs() < 1e-12, "{at_k}");

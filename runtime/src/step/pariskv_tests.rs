@@ -275,7 +275,7 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
     for placement in [Placement::Hbm, Placement::Host] {
         let s = shape(1, 4, tokens, placement);
         let scoring = Scoring::of(Method::Pariskv { k: 100 }, 128, 64, Basis::Raw).unwrap();
-        let with = |tuning: Option<&dyn Tuning>| {
+        let plan = |tuning: Option<&dyn Tuning>| {
             launch_plan(&PlanInputs {
                 shape: s,
                 scoring,
@@ -285,10 +285,9 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
                 tiles: &Tiles::default(),
                 tuning,
             })
-            .unwrap()
         };
         // Without a record: the default threads everywhere.
-        let untuned = with(None);
+        let untuned = plan(None).unwrap();
         let defaults = untuned.specs.pariskv.unwrap();
         let t = Tiles::default().pariskv_threads;
         assert_eq!(
@@ -302,7 +301,7 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
         let record = PariskvRecord {
             keys: Default::default(),
         };
-        let tuned = with(Some(&record));
+        let tuned = plan(Some(&record)).unwrap();
         let specs = tuned.specs.pariskv.unwrap();
         assert_eq!(
             (specs.vote.threads, specs.topc.threads, specs.rerank.threads),
@@ -366,17 +365,8 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
                 None
             }
         }
-        let refused = launch_plan(&PlanInputs {
-            shape: s,
-            scoring,
-            transfer: None,
-            k: 7,
-            k_max: K_MAX,
-            tiles: &Tiles::default(),
-            tuning: Some(&Wrong),
-        });
         assert!(matches!(
-            refused,
+            plan(Some(&Wrong)),
             Err(StepError::Tuning {
                 family: "pariskv_topc",
                 ..
