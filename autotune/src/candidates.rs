@@ -17,8 +17,10 @@
 //!   steps), and chunks of at least [`SELECT_MIN_CHUNK`] tokens: every block of the chunked
 //!   passes clears and flushes a 2,048-bin histogram, more work than a smaller chunk's scores.
 //!   Every select tile is tried as the plain variant and as the compacting one
-//!   ([`SELECT_COMPACT`]): which is faster depends on the chunk (its later passes launch the
+//!   ([`SELECT_ALGORITHMS`]): which is faster depends on the chunk (its later passes launch the
 //!   same chunked grids over far fewer tokens), so it is a tile parameter, not a separate case.
+//!   The one-read variant is tried as well only when asked for ([`OptIn::select_onepass`],
+//!   `--opt-in select-onepass`): its kernels have not yet run on a GPU.
 //! - attention: rows per warp 1, 2, 4, 8 (the register arrays that keep rows in flight grow
 //!   with it; the powers of two sample it).
 //! - ParisKV (`pariskv_vote`, `pariskv_topc`, `pariskv_rerank`): threads 64..1024 in powers of
@@ -29,7 +31,8 @@
 
 use codegen::spec::{
     AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
-    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm,
+    SelectSpec,
 };
 use runtime::reference::select::paper_k;
 use runtime::step::tuning::context_bucket;
@@ -66,7 +69,49 @@ pub const SELECT_ITEMS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// The smallest select chunk (`threads × items`) tried, in tokens (see the module docs).
 pub const SELECT_MIN_CHUNK: u32 = 1024;
 /// The select variants tried for every tile: plain (five reads of the scores), compacting (two).
-pub const SELECT_COMPACT: [bool; 2] = [false, true];
+pub const SELECT_ALGORITHMS: [SelectAlgorithm; 2] =
+    [SelectAlgorithm::Radix, SelectAlgorithm::Compact];
+
+/// Candidates a run tries only when asked for (`--opt-in NAME`): variants whose kernels pass
+/// their CPU tests but have not yet run on a GPU, so that a default run does not depend on
+/// them. A run with an opt-in has its own candidate checksum ([`candidate_checksum`]), so its
+/// record does not merge into one made without (write it to a scratch `--out`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OptIn {
+    /// `select-onepass`: every select tile also as the one-read variant.
+    pub select_onepass: bool,
+}
+
+impl OptIn {
+    /// The names `--opt-in` takes.
+    pub const NAMES: [&'static str; 1] = ["select-onepass"];
+
+    /// The opt-ins named by `names`; an unknown name is refused with the known ones.
+    pub fn parse(names: &[String]) -> Result<OptIn, String> {
+        let mut opt_in = OptIn::default();
+        for name in names {
+            match name.as_str() {
+                "select-onepass" => opt_in.select_onepass = true,
+                other => {
+                    return Err(format!(
+                        "unknown --opt-in `{other}`; known: {}",
+                        OptIn::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(opt_in)
+    }
+
+    /// The select algorithms tried for every tile.
+    pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
+        let mut all = SELECT_ALGORITHMS.to_vec();
+        if self.select_onepass {
+            all.push(SelectAlgorithm::Onepass);
+        }
+        all
+    }
+}
 /// Threads per block tried for attention.
 pub const ATTENTION_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 /// Rows each warp loads before it computes, tried for attention.
@@ -101,6 +146,8 @@ pub struct Case {
     pub kv_heads: usize,
     pub placement: Placement,
     pub tokens: usize,
+    /// The opt-in candidates this run tries (not part of the key).
+    pub opt_in: OptIn,
 }
 
 impl Case {
@@ -160,8 +207,15 @@ fn threads(list: &[u32]) -> Vec<Variant> {
         .collect()
 }
 
-/// Every candidate of the grid for `subject` in `placement`, before any shape is applied.
+/// Every candidate of the default grid for `subject` in `placement`, before any shape is
+/// applied.
 pub fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
+    grid_with(subject, placement, OptIn::default())
+}
+
+/// Every candidate of the grid for `subject` in `placement` with the candidates of `opt_in`.
+pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<Variant> {
+    let algorithms = opt_in.select_algorithms();
     match subject {
         Subject::Kernel(TunedFamily::Scan) => SCAN_TILE_WORDS
             .iter()
@@ -199,16 +253,13 @@ pub fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
         Subject::Kernel(TunedFamily::Select) => SELECT_THREADS
             .iter()
             .flat_map(|&threads| {
+                let algorithms = algorithms.clone();
                 SELECT_ITEMS
                     .iter()
                     .filter(move |&&items| threads * items >= SELECT_MIN_CHUNK)
                     .flat_map(move |&items_per_thread| {
-                        SELECT_COMPACT.iter().map(move |&compact| {
-                            Variant::Tile(Tile::Select {
-                                threads,
-                                items_per_thread,
-                                compact,
-                            })
+                        algorithms.clone().into_iter().map(move |algorithm| {
+                            Variant::Tile(Tile::select(threads, items_per_thread, algorithm))
                         })
                     })
             })
@@ -227,9 +278,10 @@ pub fn grid(subject: Subject, placement: Placement) -> Vec<Variant> {
     }
 }
 
-/// The candidates of `case`: the grid's variants whose spec validates for its shape.
+/// The candidates of `case`: the grid's variants (with its opt-ins) whose spec validates for its
+/// shape.
 pub fn enumerate(case: &Case) -> Vec<Variant> {
-    grid(case.subject, case.placement)
+    grid_with(case.subject, case.placement, case.opt_in)
         .into_iter()
         .filter(|v| match v {
             Variant::Transfer(_) => true,
@@ -303,17 +355,17 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
         .into(),
         (
             TunedFamily::Select,
-            Tile::Select {
+            tile @ Tile::Select {
                 threads,
                 items_per_thread,
-                compact,
+                ..
             },
         ) => SelectSpec {
             group: g32,
             k_max: bench_k_max() as u32,
             threads,
             items_per_thread,
-            compact,
+            algorithm: tile.select_algorithm().ok_or_else(mismatch)?,
         }
         .into(),
         (
@@ -367,15 +419,16 @@ pub fn plan_spec(head_dim: usize, group: usize, threads: usize) -> PlanSpec {
     }
 }
 
-/// sha256 (hex) of the sorted names of the whole grid (every subject and placement, with the
-/// context lists, the store's block and segment, and the `k` and `k_max` of the selection):
-/// it changes exactly when what a run may try changes, whatever `--model`, `--config` or
-/// `--quick` narrowed it to, so that runs narrowed differently merge into one record.
-pub fn candidate_checksum() -> String {
+/// sha256 (hex) of the sorted names of the whole grid with the candidates of `opt_in` (every
+/// subject and placement, with the context lists, the store's block and segment, and the `k`
+/// and `k_max` of the selection): it changes exactly when what a run may try changes, whatever
+/// `--model`, `--config` or `--quick` narrowed it to, so that runs narrowed differently merge
+/// into one record. Without opt-ins it is the checksum of the default grid.
+pub fn candidate_checksum(opt_in: OptIn) -> String {
     let mut names: Vec<String> = SUBJECTS
         .iter()
         .flat_map(|&(subject, placement)| {
-            grid(subject, placement)
+            grid_with(subject, placement, opt_in)
                 .into_iter()
                 .map(move |v| format!("{subject} {} {}", placement.as_str(), v.name()))
         })
@@ -407,6 +460,7 @@ mod tests {
 
     fn case(subject: Subject, placement: Placement, group: usize) -> Case {
         Case {
+            opt_in: OptIn::default(),
             subject,
             head_dim: 128,
             group,
@@ -576,48 +630,89 @@ mod tests {
 
     #[test]
     fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
-        let c = case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7);
-        let valid = enumerate(&c);
-        let mut domain = 0;
-        for threads in 1..=1100u32 {
-            for items_per_thread in 0..=40u32 {
-                for compact in [false, true] {
-                    let spec = SelectSpec {
-                        group: 7,
-                        k_max: bench_k_max() as u32,
-                        threads,
-                        items_per_thread,
-                        compact,
-                    };
-                    let tile = Variant::Tile(Tile::Select {
-                        threads,
-                        items_per_thread,
-                        compact,
-                    });
-                    if spec.validate().is_err() {
-                        assert!(!valid.contains(&tile), "{}", tile.name());
-                        continue;
+        for opt_in in [
+            OptIn::default(),
+            OptIn {
+                select_onepass: true,
+            },
+        ] {
+            let c = Case {
+                opt_in,
+                ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
+            };
+            let valid = enumerate(&c);
+            let mut domain = 0;
+            for threads in 1..=1100u32 {
+                for items_per_thread in 0..=40u32 {
+                    for algorithm in SelectAlgorithm::ALL {
+                        let spec = SelectSpec {
+                            group: 7,
+                            k_max: bench_k_max() as u32,
+                            threads,
+                            items_per_thread,
+                            algorithm,
+                        };
+                        let tile =
+                            Variant::Tile(Tile::select(threads, items_per_thread, algorithm));
+                        if spec.validate().is_err() {
+                            assert!(!valid.contains(&tile), "{}", tile.name());
+                            continue;
+                        }
+                        domain += 1;
+                        let kept = threads.is_power_of_two()
+                            && threads >= 64
+                            && items_per_thread.is_power_of_two()
+                            && threads * items_per_thread >= SELECT_MIN_CHUNK
+                            && (algorithm != SelectAlgorithm::Onepass || opt_in.select_onepass);
+                        assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                     }
-                    domain += 1;
-                    let kept = threads.is_power_of_two()
-                        && threads >= 64
-                        && items_per_thread.is_power_of_two()
-                        && threads * items_per_thread >= SELECT_MIN_CHUNK;
-                    assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
             }
+            // Multiples of 32 up to 1,024 threads, 1 to 32 items, the plain and compacting
+            // variants: the spec's whole domain; the one-read variant wherever its buffer holds
+            // k_max = 2048 (from 64 threads on).
+            assert_eq!(domain, 32 * 32 * 2 + 31 * 32);
+            // The runtime's default select tile is among the candidates.
+            let defaults = runtime::step::Tiles::default();
+            let (threads, items_per_thread) = defaults.select;
+            assert!(valid.contains(&Variant::Tile(Tile::select(
+                threads,
+                items_per_thread,
+                defaults.select_algorithm,
+            ))));
+            // Opted in, every tile is tried as each of the three variants; else as two.
+            let per_tile = if opt_in.select_onepass { 3 } else { 2 };
+            assert_eq!(valid.len(), 20 * per_tile);
         }
-        // Multiples of 32 up to 1,024 threads, 1 to 32 items, both variants: the spec's whole
-        // domain.
-        assert_eq!(domain, 32 * 32 * 2);
-        // The runtime's default select tile is among the candidates.
-        let defaults = runtime::step::Tiles::default();
-        let (threads, items_per_thread) = defaults.select;
-        assert!(valid.contains(&Variant::Tile(Tile::Select {
-            threads,
-            items_per_thread,
-            compact: defaults.select_compact,
-        })));
+    }
+
+    #[test]
+    fn opt_ins_are_named_and_change_the_checksum() {
+        assert_eq!(OptIn::parse(&[]).unwrap(), OptIn::default());
+        let onepass = OptIn::parse(&["select-onepass".to_string()]).unwrap();
+        assert!(onepass.select_onepass);
+        let e = OptIn::parse(&["select-fast".to_string()]).unwrap_err();
+        assert!(
+            e.contains("select-fast") && e.contains("select-onepass"),
+            "{e}"
+        );
+        assert_ne!(
+            candidate_checksum(onepass),
+            candidate_checksum(OptIn::default())
+        );
+        // Only the select's grid grows.
+        for &(subject, placement) in &SUBJECTS {
+            let (default, opted) = (
+                grid(subject, placement),
+                grid_with(subject, placement, onepass),
+            );
+            if subject == Subject::Kernel(TunedFamily::Select) {
+                assert_eq!(opted.len(), default.len() * 3 / 2);
+                assert!(default.iter().all(|v| opted.contains(v)));
+            } else {
+                assert_eq!(opted, default, "{subject}");
+            }
+        }
     }
 
     #[test]
@@ -665,10 +760,10 @@ mod tests {
             names.dedup();
             assert_eq!(names.len(), n);
         }
-        let sum = candidate_checksum();
+        let sum = candidate_checksum(OptIn::default());
         assert_eq!(sum.len(), 64);
         assert!(sum.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_eq!(sum, candidate_checksum());
+        assert_eq!(sum, candidate_checksum(OptIn::default()));
     }
 
     #[test]

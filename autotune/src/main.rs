@@ -8,14 +8,14 @@
 //! whose header differs, with the reason), prints a summary table and writes an SVG plot of
 //! every candidate's achieved bandwidth beside the record.
 //!
-//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick]`
+//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick] [--opt-in select-onepass]`
 //! `cargo run --release -p autotune -- --report autotune/records/nvidia-h200.json` (no GPU)
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autotune::candidates::{candidate_checksum, enumerate, Case};
+use autotune::candidates::{candidate_checksum, enumerate, Case, OptIn};
 use autotune::gpu::GpuBench;
 use autotune::records::{default_dir, merge_into, record_path};
 use autotune::report::{bandwidth_svg, summary_table};
@@ -42,6 +42,11 @@ struct Args {
     /// Contexts 32k and 128k only, fewer repetitions.
     #[arg(long)]
     quick: bool,
+    /// Also try the candidates of NAME, left out of a default run until they have run on a
+    /// GPU (repeatable): `select-onepass`, the one-read select. The record gets its own
+    /// candidate checksum: write it to a scratch `--out`.
+    #[arg(long = "opt-in", value_name = "NAME")]
+    opt_in: Vec<String>,
     /// Timed runs per candidate (default 25, 10 with --quick).
     #[arg(long)]
     reps: Option<usize>,
@@ -53,7 +58,7 @@ struct Args {
     device: usize,
     /// Tune nothing: print the summary table of this record and rewrite its SVG plot beside
     /// it (no GPU needed).
-    #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out"])]
+    #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out", "opt_in"])]
     report: Option<std::path::PathBuf>,
 }
 
@@ -95,13 +100,14 @@ fn run(args: &Args) -> Result<(), String> {
         .map(codegen::model::from_config_path)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    let cases =
-        select_shapes(&args.model, &shapes, &args.only, args.quick).map_err(|e| e.to_string())?;
+    let opt_in = OptIn::parse(&args.opt_in)?;
+    let cases = select_shapes(&args.model, &shapes, &args.only, args.quick, opt_in)
+        .map_err(|e| e.to_string())?;
     let gpu = Arc::new(Gpu::open(args.device).map_err(|e| e.to_string())?);
     let info = gpu.info().clone();
     let nvrtc = codegen::nvrtc::version().map_err(|e| e.to_string())?;
     let nvrtc = format!("{}.{}", nvrtc.0, nvrtc.1);
-    let meta = RecordMeta::current(&info, nvrtc, candidate_checksum());
+    let meta = RecordMeta::current(&info, nvrtc, candidate_checksum(opt_in));
     eprintln!(
         "autotune: {} (compute capability {}, {} SMs, {:.1} GiB), driver CUDA {}, NVRTC {}",
         meta.gpu,

@@ -6,7 +6,7 @@ use codegen::spec::Placement;
 use runtime::tuning::Subject;
 use thiserror::Error;
 
-use crate::candidates::{Case, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
+use crate::candidates::{Case, OptIn, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
 
 /// A selection the tuner cannot serve.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -86,16 +86,18 @@ pub fn select(
     only: &[String],
     quick: bool,
 ) -> Result<Vec<Case>, SelectionError> {
-    select_shapes(models, &[], only, quick)
+    select_shapes(models, &[], only, quick, OptIn::default())
 }
 
 /// [`select`] with shapes read from `config.json` files (`--config`) beside the presets
-/// named in `models`; with neither, every preset's shape.
+/// named in `models` (with neither, every preset's shape), each case trying the candidates of
+/// `opt_in` too.
 pub fn select_shapes(
     models: &[String],
     extra: &[codegen::model::ModelShape],
     only: &[String],
     quick: bool,
+    opt_in: OptIn,
 ) -> Result<Vec<Case>, SelectionError> {
     let mut shapes: Vec<codegen::model::ModelShape> = if models.is_empty() && extra.is_empty() {
         presets().iter().map(|p| p.shape()).collect()
@@ -139,6 +141,7 @@ pub fn select_shapes(
                     kv_heads,
                     placement,
                     tokens,
+                    opt_in,
                 };
                 let wanted = filters.is_empty() || filters.iter().any(|f| f.matches(&case));
                 if wanted {
@@ -309,10 +312,12 @@ mod config_tests {
         let mut shape = preset("qwen3-8b").unwrap();
         shape.name = "custom".into();
         shape.head_dim = 64;
-        let only_config = select_shapes(&[], &[shape.clone()], &[], true).unwrap();
+        let only_config =
+            select_shapes(&[], &[shape.clone()], &[], true, OptIn::default()).unwrap();
         assert!(only_config.iter().all(|c| c.head_dim == 64));
         assert!(!only_config.is_empty());
-        let both = select_shapes(&["qwen3-8b".into()], &[shape], &[], true).unwrap();
+        let both =
+            select_shapes(&["qwen3-8b".into()], &[shape], &[], true, OptIn::default()).unwrap();
         assert!(both.iter().any(|c| c.head_dim == 64));
         assert!(both.iter().any(|c| c.head_dim == 128));
     }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use codegen::model::Basis;
-use codegen::spec::Placement;
+use codegen::spec::{Placement, SelectAlgorithm};
 use runtime::pariskv::Stage;
 use runtime::step::launches::{launch_plan, LaunchPlan, PlanInputs, Role, StepShape};
 use runtime::step::{Method, Scoring, Tile, Tiles, Transfer, TuneKey, TunedFamily, Tuning};
@@ -92,6 +92,7 @@ fn case(subject: Subject, placement: Placement, tokens: usize) -> Case {
         kv_heads: 8,
         placement,
         tokens,
+        opt_in: Default::default(),
     }
 }
 
@@ -103,7 +104,7 @@ fn hbm_scan() -> Case {
 fn meta() -> RecordMeta {
     RecordMeta {
         project_version: env!("CARGO_PKG_VERSION").into(),
-        candidate_checksum: candidate_checksum(),
+        candidate_checksum: candidate_checksum(Default::default()),
         ..RecordMeta::test_header()
     }
 }
@@ -234,17 +235,24 @@ fn simpler_is_fused_then_fewer_threads_then_smaller_tiles() {
     };
     assert!(s(64, 256) < s(8, 512));
     assert!(s(8, 256) < s(16, 256));
-    // The plain select before the compacting one, whatever their tiles.
-    let select = |threads, items_per_thread, compact| {
-        simplicity(&Variant::Tile(Tile::Select {
+    // The plain select before the compacting one, and that before the one-read one, whatever
+    // their tiles.
+    let select = |threads, items_per_thread, algorithm| {
+        simplicity(&Variant::Tile(Tile::select(
             threads,
             items_per_thread,
-            compact,
-        }))
+            algorithm,
+        )))
     };
-    assert!(select(1024, 32, false) < select(64, 16, true));
-    assert!(select(64, 16, true) < select(128, 16, true));
-    assert!(select(256, 4, false) < select(256, 8, false));
+    let (radix, compact, onepass) = (
+        SelectAlgorithm::Radix,
+        SelectAlgorithm::Compact,
+        SelectAlgorithm::Onepass,
+    );
+    assert!(select(1024, 32, radix) < select(64, 16, compact));
+    assert!(select(64, 16, compact) < select(128, 16, compact));
+    assert!(select(256, 4, radix) < select(256, 8, radix));
+    assert!(select(1024, 32, compact) < select(64, 1, onepass));
     // Exact ties between transfers go to fused.
     let mut bench = FakeBench::new(1.0);
     let c = case(Subject::Transfer, Placement::Host, 1 << 15);

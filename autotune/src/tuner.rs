@@ -92,8 +92,9 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
             0,
         ),
         Variant::Tile(tile) => {
-            // The plain select before the compacting one (more launches, more workspace): a
-            // compacting tile wins only when it is faster beyond noise.
+            // The plain select before the compacting one (more launches, more workspace) and
+            // the one-read one (newest): another variant wins only when it is faster beyond
+            // noise.
             let (kind, threads, size) = match tile {
                 Tile::Scan {
                     tile_words,
@@ -108,8 +109,9 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     threads,
                     items_per_thread,
                     compact,
+                    onepass,
                 } => (
-                    u8::from(compact),
+                    u8::from(compact) + 2 * u8::from(onepass),
                     threads as usize,
                     items_per_thread as usize,
                 ),

@@ -4,7 +4,7 @@ use crate::model::{Basis, ModelShape};
 use crate::spec::{
     AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec,
     OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
-    PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+    PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm, SelectSpec,
 };
 
 /// Threads per thread block of the families whose tile is not tuned yet.
@@ -164,7 +164,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             k_max: K_MAX,
             threads: THREADS,
             items_per_thread: 16,
-            compact: false,
+            algorithm: SelectAlgorithm::Radix,
         }
         .into(),
     );

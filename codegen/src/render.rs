@@ -48,6 +48,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_compact.cu.tera"),
     ),
     (
+        "select_onepass.cu.tera",
+        include_str!("../../templates/select_onepass.cu.tera"),
+    ),
+    (
         "fetch.cu.tera",
         include_str!("../../templates/fetch.cu.tera"),
     ),

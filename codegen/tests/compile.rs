@@ -11,7 +11,7 @@ use codegen::nvrtc;
 use codegen::render::render_any;
 use codegen::spec::{
     EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec,
-    ScanSpec, SelectSpec,
+    ScanSpec, SelectAlgorithm, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions};
 use scan_cells::scan_cells;
@@ -95,37 +95,42 @@ fn ptx_snapshots() {
     }
 }
 
-/// The compacting select is not in the default sets until it is measured on a GPU: its source
-/// and PTX for qwen3-8b's select (G = 4) are snapshotted here.
+/// The compacting and the one-read select are not in the default sets (the compacting one is a
+/// tuning choice, the one-read one opt-in until measured on a GPU): their source and PTX for
+/// the default select tile of qwen3-8b (G = 4), and the one-read variant's for qwen2.5-7b
+/// (G = 7) and llama-3.1-70b (G = 8) too, are snapshotted here.
 #[test]
-fn compact_select_snapshots() {
-    let shape = model::preset("qwen3-8b").unwrap();
-    let plain = kernels_for(&shape, &KernelSetOptions::default())
-        .into_iter()
-        .find_map(|spec| match spec {
-            KernelSpec::Select(s) => Some(s),
-            _ => None,
-        })
-        .expect("the default set has a select");
-    let spec: KernelSpec = SelectSpec {
-        compact: true,
-        ..plain
-    }
-    .into();
-    let source = render_any(&spec).unwrap();
-    insta::assert_snapshot!(format!("cuda-qwen3-8b-{}", spec.kernel_name()), source);
-    let compiled = compile(&spec, "sm_90");
-    assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
-    for entry in spec.entry_points() {
-        assert!(
-            compiled.ptx.contains(&format!(".entry {entry}(")),
-            "{entry}"
+fn select_variant_snapshots() {
+    for (preset, algorithm) in [
+        ("qwen3-8b", SelectAlgorithm::Compact),
+        ("qwen3-8b", SelectAlgorithm::Onepass),
+        ("qwen2.5-7b", SelectAlgorithm::Onepass),
+        ("llama-3.1-70b", SelectAlgorithm::Onepass),
+    ] {
+        let shape = model::preset(preset).unwrap();
+        let plain = kernels_for(&shape, &KernelSetOptions::default())
+            .into_iter()
+            .find_map(|spec| match spec {
+                KernelSpec::Select(s) => Some(s),
+                _ => None,
+            })
+            .expect("the default set has a select");
+        let spec: KernelSpec = SelectSpec { algorithm, ..plain }.into();
+        let source = render_any(&spec).unwrap();
+        insta::assert_snapshot!(format!("cuda-{preset}-{}", spec.kernel_name()), source);
+        let compiled = compile(&spec, "sm_90");
+        assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+        for entry in spec.entry_points() {
+            assert!(
+                compiled.ptx.contains(&format!(".entry {entry}(")),
+                "{entry}"
+            );
+        }
+        insta::assert_snapshot!(
+            format!("ptx-sm_90-{preset}-{}", spec.kernel_name()),
+            compiled.ptx
         );
     }
-    insta::assert_snapshot!(
-        format!("ptx-sm_90-qwen3-8b-{}", spec.kernel_name()),
-        compiled.ptx
-    );
 }
 
 #[test]

@@ -4,9 +4,9 @@ mod family_checks;
 
 use codegen::spec::select::{
     SelectParam, SelectPlan, SelectSpec, SelectStage, CANDIDATES_PER_K, COMPACT_STATE_WORDS,
-    STATE_WORDS,
+    ONEPASS_TARGET_BLOCKS, STATE_WORDS,
 };
-use codegen::spec::Family;
+use codegen::spec::{Family, SelectAlgorithm};
 use family_checks::{assert_compiles, assert_renders, grid4};
 use serde_json::json;
 
@@ -16,18 +16,25 @@ fn base() -> SelectSpec {
         k_max: 512,
         threads: 256,
         items_per_thread: 16,
-        compact: false,
+        algorithm: SelectAlgorithm::Radix,
     }
 }
 
 fn compact() -> SelectSpec {
     SelectSpec {
-        compact: true,
+        algorithm: SelectAlgorithm::Compact,
         ..base()
     }
 }
 
-/// Both variants of every cell.
+fn onepass() -> SelectSpec {
+    SelectSpec {
+        algorithm: SelectAlgorithm::Onepass,
+        ..base()
+    }
+}
+
+/// Every variant of every cell (the one-read variant where its buffer holds `k_max`).
 fn grid() -> Vec<SelectSpec> {
     grid4(
         &[1, 2, 3, 4, 5, 6, 7, 8],
@@ -39,19 +46,12 @@ fn grid() -> Vec<SelectSpec> {
             k_max,
             threads,
             items_per_thread,
-            compact: false,
+            algorithm: SelectAlgorithm::Radix,
         },
     )
     .into_iter()
-    .flat_map(|spec| {
-        [
-            spec,
-            SelectSpec {
-                compact: true,
-                ..spec
-            },
-        ]
-    })
+    .flat_map(|spec| SelectAlgorithm::ALL.map(|algorithm| SelectSpec { algorithm, ..spec }))
+    .filter(|spec| spec.validate().is_ok())
     .collect()
 }
 
@@ -63,7 +63,7 @@ family_checks::family_tests! {
         ("k_max", json!(4096)),
         ("threads", json!(512)),
         ("items_per_thread", json!(8)),
-        ("compact", json!(true)),
+        ("algorithm", json!("compact")),
     ],
     bad_fields: [
         ("group", json!(0)),
@@ -90,10 +90,38 @@ fn the_name_spells_the_fields() {
         compact().entry(SelectStage::Filter(1)),
         "fathom_select_g4_k512_t256_i16_compact_filter"
     );
+    assert_eq!(
+        onepass().entry(SelectStage::Chunk),
+        "fathom_select_g4_k512_t256_i16_onepass_chunk"
+    );
+    assert_eq!(
+        onepass().entry(SelectStage::Final),
+        "fathom_select_g4_k512_t256_i16_onepass_final"
+    );
 }
 
 #[test]
-fn a_spec_without_the_compact_field_is_the_plain_select() {
+fn the_algorithm_is_spelled_as_in_names_and_records() {
+    for algorithm in SelectAlgorithm::ALL {
+        let spelled = serde_json::to_value(algorithm).unwrap();
+        assert_eq!(spelled, json!(algorithm.as_str()));
+        let spec = SelectSpec {
+            algorithm,
+            ..base()
+        };
+        let name = spec.kernel_name();
+        match algorithm {
+            SelectAlgorithm::Radix => assert!(name.ends_with("_i16"), "{name}"),
+            _ => assert!(
+                name.ends_with(&format!("_{}", algorithm.as_str())),
+                "{name}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_spec_without_the_algorithm_field_is_the_plain_select() {
     let json = json!({"group": 4, "k_max": 512, "threads": 256, "items_per_thread": 16});
     let spec: SelectSpec = serde_json::from_value(json).unwrap();
     assert_eq!(spec, base());
@@ -104,8 +132,13 @@ fn every_spec_of_the_grid_renders_every_stage() {
     for spec in grid() {
         let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
         let source = assert_renders(&spec, &entries);
-        // Each variant renders its own template: the plain one has no filter.
-        assert_eq!(source.contains("_filter("), spec.compact);
+        // Each variant renders its own template: only the compacting one has a filter, only
+        // the one-read one a chunk pass.
+        assert_eq!(source.contains("_filter("), spec.compact());
+        assert_eq!(
+            source.contains("_chunk("),
+            spec.algorithm == SelectAlgorithm::Onepass
+        );
     }
 }
 
@@ -142,7 +175,7 @@ fn spelled(spec: &SelectSpec, stage: SelectStage) -> String {
     names.join(" ")
 }
 
-/// The launch ABI of both variants, spelled out (not derived from each other, as `params`
+/// The launch ABI of every variant, spelled out (not derived from each other, as `params`
 /// derives the compacting variant's lists): `params` must not change it. The compacting
 /// variant's chunked stages take the candidates and their runs after the state.
 #[test]
@@ -201,6 +234,21 @@ fn the_parameter_lists_are_the_documented_ones() {
             SelectStage::Write,
             format!("{with_candidates} ChunkCounts Sel K NumKvHeads"),
         ),
+        (
+            onepass(),
+            SelectStage::Chunk,
+            "Scores LdScores NTotal K Candidates ChunkCounts NumKvHeads".into(),
+        ),
+        (
+            onepass(),
+            SelectStage::Final,
+            "Candidates ChunkCounts Chunks NTotal Sel SelCount K NumKvHeads".into(),
+        ),
+        (
+            onepass(),
+            SelectStage::Union,
+            "Sel SelCount SelPos Uni UniCount Scratch K".into(),
+        ),
     ];
     for (spec, stage, want) in lists {
         assert_eq!(spelled(&spec, stage), want, "{stage:?} of {spec:?}");
@@ -233,6 +281,7 @@ fn the_rendered_signatures_follow_params() {
         SelectParam::NTotal => "n_total",
         SelectParam::K => "int k",
         SelectParam::Pass => "int pass",
+        SelectParam::Chunks => "int chunks",
         SelectParam::NumKvHeads => "num_kv_heads",
         SelectParam::State => "state",
         SelectParam::ChunkCounts => "chunk_counts",
@@ -245,7 +294,7 @@ fn the_rendered_signatures_follow_params() {
         SelectParam::Uni => "int* __restrict__ uni",
         SelectParam::UniCount => "uni_count",
     };
-    for spec in [base(), compact()] {
+    for spec in [base(), compact(), onepass()] {
         let source = codegen::render::render(&spec).unwrap();
         for &stage in spec.stages() {
             let entry = format!("{}(", spec.entry(stage));
@@ -268,7 +317,7 @@ fn assert_launches(plan: &SelectPlan, order: &[SelectStage], kv: u64, heads: u64
     assert_eq!(stages, order);
     for (stage, launch) in &plan.launches {
         let expected = match stage {
-            SelectStage::Init | SelectStage::Pick(_) => [heads as u32, 1, 1],
+            SelectStage::Init | SelectStage::Pick(_) | SelectStage::Final => [heads as u32, 1, 1],
             SelectStage::Union => [kv as u32, 1, 1],
             _ => [chunks as u32, heads as u32, 1],
         };
@@ -336,9 +385,86 @@ fn plan_refuses_sizes_it_cannot_serve() {
     assert!(spec.plan(1, 8, 0, 0).is_ok());
     assert!(spec.plan(0, 8, 4096, 16).is_err());
     assert!(spec.plan(10_000, 8, 4096, 16).is_err());
-    let spec = compact();
-    assert_eq!(spec.plan(1, 8, 4096, 513).unwrap_err().field, "k");
-    assert!(spec.plan(0, 8, 4096, 16).is_err());
+    for spec in [compact(), onepass()] {
+        assert_eq!(spec.plan(1, 8, 4096, 513).unwrap_err().field, "k");
+        assert!(spec.plan(0, 8, 4096, 16).is_err());
+    }
+}
+
+#[test]
+fn onepass_plan_at_a_million_and_at_32k_tokens() {
+    let spec = onepass();
+    let plain = base().plan(1, 8, 1 << 20, 512).unwrap();
+    for (batch, n) in [(1u64, 1u64 << 20), (1, 1 << 15), (16, 1 << 17), (1, 100)] {
+        let (kv_heads, k) = (8u64, 512u64);
+        let plan = spec.plan(batch, kv_heads, n, k).unwrap();
+        let heads = batch * kv_heads * 4;
+        // At most ONEPASS_TARGET_BLOCKS in all (one wave), at least one per query head,
+        // never more than one per chunk.
+        let chunks = (ONEPASS_TARGET_BLOCKS / heads)
+            .min(n.div_ceil(spec.chunk()))
+            .max(1);
+        assert!(heads * chunks <= ONEPASS_TARGET_BLOCKS.max(heads));
+        assert_eq!(plan.chunks, chunks, "B={batch} n={n}");
+        assert!(plan.chunks >= 1);
+        assert_launches(
+            &plan,
+            &SelectStage::ONEPASS_ORDER,
+            batch * kv_heads,
+            heads,
+            chunks,
+        );
+        // A slot of k candidates per block and its count; no radix state, no runs.
+        assert_eq!(plan.candidate_words, heads * chunks * k * 2);
+        assert_eq!(plan.chunk_count_words, heads * chunks);
+        assert_eq!(plan.state_words, 0);
+        assert_eq!(plan.candidate_run_words, 0);
+        assert_eq!(plan.sel_words, heads * (k + 36));
+        assert_eq!(plan.scratch_words, heads * (k + 37));
+        assert_eq!(plan.uni_words, batch * kv_heads * (4 * k + 36));
+    }
+    // 32 query heads at 1M: 8 blocks each (256 in all), 4,096 candidates per head for _final.
+    assert_eq!(spec.plan(1, 8, 1 << 20, 512).unwrap().chunks, 8);
+    assert!(plain.chunks > 200);
+    // k = 0 needs no candidates.
+    assert_eq!(spec.plan(1, 8, 1 << 20, 0).unwrap().candidate_words, 0);
+}
+
+/// The block buffer is whole entries per thread, at least 4,096 candidates from 128 threads
+/// on, and fits the static shared memory a block may declare with the rest of the block's
+/// shared data; k_max above it is refused, naming k_max.
+#[test]
+fn the_onepass_buffer_holds_k_max_and_fits_shared_memory() {
+    for threads in (32..=1024).step_by(32) {
+        let spec = SelectSpec {
+            threads,
+            k_max: 1,
+            ..onepass()
+        };
+        let buffer = spec.onepass_buffer();
+        assert_eq!(buffer % u64::from(threads), 0);
+        assert!(buffer / u64::from(threads) <= 32);
+        if threads >= 128 {
+            assert!(buffer >= 4096, "{threads}: {buffer}");
+        }
+        assert!(spec.onepass_shared_bytes() <= 48 * 1024, "{threads}");
+        let fits = SelectSpec {
+            k_max: buffer.min(4096) as u32,
+            ..spec
+        };
+        assert!(fits.validate().is_ok(), "{threads}");
+        if buffer < 4096 {
+            let over = SelectSpec {
+                k_max: buffer as u32 + 1,
+                ..spec
+            };
+            let e = over.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("k_max") && e.contains(&buffer.to_string()),
+                "{e}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -350,14 +476,19 @@ fn a_sampled_grid_compiles_without_warnings() {
         (4, 128, 512, 8),
     ];
     for (group, k_max, threads, items_per_thread) in samples {
-        for compact in [false, true] {
+        for algorithm in SelectAlgorithm::ALL {
             let spec = SelectSpec {
                 group,
                 k_max,
                 threads,
                 items_per_thread,
-                compact,
+                algorithm,
             };
+            if spec.validate().is_err() {
+                // The one-read buffer of 32 threads holds 1,024 candidates.
+                assert!(algorithm == SelectAlgorithm::Onepass && k_max > 1024);
+                continue;
+            }
             let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
             assert_compiles(&spec, &entries);
         }

@@ -367,7 +367,7 @@ mod tests {
     fn field_names_follow_the_struct() {
         assert_eq!(
             fields_of("select").unwrap(),
-            ["group", "k_max", "threads", "items_per_thread", "compact"]
+            ["group", "k_max", "threads", "items_per_thread", "algorithm"]
         );
         assert_eq!(fields_of("scan").unwrap().len(), 7);
         assert!(fields_of("nope").is_none());

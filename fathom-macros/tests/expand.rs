@@ -3,7 +3,8 @@
 
 use codegen::model::preset;
 use codegen::spec::{
-    EncodeMode, EncodeSpec, LandmarkSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
+    EncodeMode, EncodeSpec, LandmarkSpec, Placement, PlanMethod, PlanSpec, ScanSpec,
+    SelectAlgorithm, SelectSpec,
 };
 use codegen::{kernels_for, render_any, KernelSetOptions, KernelSpec};
 use runtime::gpu::{Gpu, GpuError};
@@ -52,7 +53,7 @@ fn small_specs() -> Vec<KernelSpec> {
             k_max: 1024,
             threads: 256,
             items_per_thread: 8,
-            compact: false,
+            algorithm: SelectAlgorithm::Radix,
         }
         .into(),
         PlanSpec {

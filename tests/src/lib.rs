@@ -2,10 +2,13 @@
 //! reference. The tests live in `tests/tests/`; this library holds what they share: opening the
 //! GPU, fresh random inputs, and the key store laid out on the device as `templates/ABI.md` says.
 
+pub mod cpu_cuda;
 pub mod device_store;
 pub mod inputs;
 pub mod pariskv_kernels;
+pub mod select_cpu;
 pub mod select_kernels;
+pub mod select_scores;
 pub mod step_check;
 pub mod store_check;
 pub mod store_kernels;

@@ -416,7 +416,8 @@ impl LandmarkKernels {
     }
 }
 
-/// The launches of a `select` spec (ten, or twelve for the compacting variant).
+/// The launches of a `select` spec (ten; twelve for the compacting variant, three for the
+/// one-read one).
 pub struct SelectKernels {
     /// Their spec.
     pub spec: SelectSpec,
@@ -511,7 +512,7 @@ impl SelectKernels {
             a.k as u64,
         )?;
         let words = |w: u64| usize::try_from(w).expect("buffer sizes fit usize");
-        let state = gpu.filled::<u32>(words(plan.state_words), POISON)?;
+        let state = gpu.filled::<u32>(words(plan.state_words.max(1)), POISON)?;
         let chunk_counts = gpu.filled::<u32>(words(plan.chunk_count_words), POISON)?;
         let scratch = gpu.filled::<i32>(words(plan.scratch_words), POISON)?;
         // The plain variant never reads these; one word keeps the allocation non-empty.
@@ -543,6 +544,7 @@ impl SelectKernels {
                     SelectParam::NTotal => Arg::Ptr(a.n_total),
                     SelectParam::K => k,
                     SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
+                    SelectParam::Chunks => int(words(plan.chunks), "chunks"),
                     SelectParam::NumKvHeads => heads,
                     SelectParam::State => out.state.arg(),
                     SelectParam::ChunkCounts => chunk_counts.arg(),

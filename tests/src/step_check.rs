@@ -24,7 +24,9 @@ use runtime::reference::plans::DoubleSparsityCalibration;
 use runtime::reference::select::{LOCAL, SINK};
 use runtime::reference::step::{step_group, GroupInput, GroupStep, StepConfig};
 use runtime::reference::store::HeadStore;
-use runtime::step::{HostStepOutput, Method, StepOutput};
+use runtime::step::{
+    HostStepOutput, Method, StepOutput, Tile, Transfer, TuneKey, TunedFamily, Tuning,
+};
 
 use crate::select_kernels::{relative_error, Mismatches};
 
@@ -342,4 +344,18 @@ pub fn calibration_rows(rng: &mut impl rand::Rng, rows: usize, d: usize) -> Vec<
                 .collect()
         })
         .collect()
+}
+
+/// A tuning record whose only entry is a select tile: every step that selects runs it, every
+/// other lookup falls back to the default tiles and transfer.
+pub struct SelectRecord(pub Tile);
+
+impl Tuning for SelectRecord {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        (key.family == TunedFamily::Select).then_some(self.0)
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
 }

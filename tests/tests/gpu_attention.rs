@@ -215,7 +215,7 @@ fn chain(placement: Placement, test: &str) {
             k_max: 2048,
             threads: 256,
             items_per_thread: 16,
-            compact: false,
+            algorithm: codegen::spec::SelectAlgorithm::Radix,
         },
     )
     .expect("select compiles");

@@ -16,6 +16,8 @@
 //! - `gpu_decode_klt_g7`: a KLT store, G = 7, a long sequence of 20k–50k tokens; rotations from
 //!   the reference `Klt` fit, given to the store config and the decoder's calibration (with
 //!   `σ²` and `double_sparsity`'s channels), plus `loki(32)`.
+//! - `gpu_decode_onepass_raw_g4`, `gpu_decode_onepass_klt_g7`: the same with the one-read select
+//!   (`algorithm: onepass`), through a tuning record whose only entry it is.
 //!
 //! Decoding: steps at three checkpoints, after the prefill, after one appended token and after
 //! 64 more (so every sequence crosses a block boundary and the append encodes a block
@@ -40,11 +42,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::Placement;
+use codegen::spec::{Placement, SelectAlgorithm};
 use fathom_tests::select_kernels::Mismatches;
 use fathom_tests::step_check::{
     calibration_rows, check_step, is_plane_method, methods, poison, reference_steps,
-    replay_difference, GroupData, StepCheck,
+    replay_difference, GroupData, SelectRecord, StepCheck,
 };
 use fathom_tests::store_kernels::rotate_keys;
 use fathom_tests::{gpu, inputs};
@@ -58,7 +60,7 @@ use runtime::reference::plans::DoubleSparsityCalibration;
 use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::launches::token_capacity;
 use runtime::step::{
-    Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Transfer,
+    Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Tile, Transfer,
 };
 use runtime::store::{KeyStore, SequenceId, StoreConfig};
 
@@ -402,6 +404,17 @@ fn transfers(placement: Placement, method: Method) -> Vec<Option<Transfer>> {
 }
 
 fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>) {
+    run_case_with(test, group, basis, long, None);
+}
+
+/// A case; with `select`, every step runs that select tile (a record whose only entry it is).
+fn run_case_with(
+    test: &str,
+    group: usize,
+    basis: Basis,
+    long: std::ops::Range<usize>,
+    select: Option<Tile>,
+) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let lengths = lengths(&mut rng, long);
@@ -443,6 +456,9 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
         .expect("a valid decoder")
         .with_calibration(case.calibration.clone())
         .expect("calibration of the model");
+    if let Some(tile) = select {
+        decoder = decoder.with_tuning(Box::new(SelectRecord(tile)));
+    }
 
     let check = StepCheck {
         k: K,
@@ -599,4 +615,30 @@ fn gpu_decode_raw_g4() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_decode_klt_g7() {
     run_case("gpu_decode_klt_g7", 7, Basis::Klt, 20_000..50_000);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decode_onepass_raw_g4() {
+    let tile = Tile::select(512, 8, SelectAlgorithm::Onepass);
+    run_case_with(
+        "gpu_decode_onepass_raw_g4",
+        4,
+        Basis::Raw,
+        280_000..320_000,
+        Some(tile),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decode_onepass_klt_g7() {
+    let tile = Tile::select(1024, 4, SelectAlgorithm::Onepass);
+    run_case_with(
+        "gpu_decode_onepass_klt_g7",
+        7,
+        Basis::Klt,
+        20_000..50_000,
+        Some(tile),
+    );
 }

@@ -7,8 +7,9 @@
 //! row positions, `uni[sel_pos[j]] == sel[j]`, and nothing written past the counts (the outputs
 //! and the workspaces are poisoned before the launches). See `check_selection`.
 //!
-//! Every case runs both variants of its tile on the same scores: the plain select and the
-//! compacting one (`SelectSpec::compact`), which must give exactly the same outputs.
+//! Every case runs the three variants of its tile on the same scores: the plain (radix) select,
+//! the compacting one and the one-read one (`SelectSpec::algorithm`), which must give exactly
+//! the same outputs. The one-read variant's logic is also run on the CPU by `cpu_select.rs`.
 //!
 //! Coverage:
 //! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8; B = 3 sequences of different lengths
@@ -39,10 +40,11 @@
 //! take top-k places.
 
 use codegen::spec::select::COMPACT_SOURCE_WORD;
-use codegen::spec::{Family, SelectSpec};
+use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
 use fathom_tests::select_kernels::{
     check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
 };
+use fathom_tests::select_scores::{scores, Scores, FAMILIES, WIDE_TIES};
 use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -52,109 +54,6 @@ use runtime::reference::select::Selection;
 /// H in the launches of these tests (the million-token test uses 1).
 const KV_HEADS: usize = 2;
 const GROUPS: [u32; 4] = [1, 4, 7, 8];
-
-/// The families of scores a head can get.
-#[derive(Clone, Copy, Debug)]
-enum Scores {
-    Uniform,
-    SmallIntegers,
-    Cluster,
-    Constant,
-    SignedZeros,
-    Straddle,
-    /// Standard normal: the threshold digit's bin is small.
-    Gaussian,
-    /// `1000 ± 1`: every token shares the top digit.
-    Offset,
-    /// A straddle whose ties outnumber `WIDE_TIES` tokens.
-    WideTies,
-}
-
-/// Ties of `Scores::WideTies`: more than the candidates of `k_max` = 1024 (8,192).
-const WIDE_TIES: usize = 20_000;
-
-const FAMILIES: [Scores; 6] = [
-    Scores::Uniform,
-    Scores::SmallIntegers,
-    Scores::Cluster,
-    Scores::Constant,
-    Scores::SignedZeros,
-    Scores::Straddle,
-];
-
-fn signed_zero(rng: &mut impl Rng) -> f32 {
-    if rng.gen() {
-        0.0
-    } else {
-        -0.0
-    }
-}
-
-/// `n` scores of `family` for a top-`k` selection.
-fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32> {
-    match family {
-        Scores::Uniform => (0..n).map(|_| rng.gen_range(-10.0f32..10.0)).collect(),
-        Scores::SmallIntegers => (0..n)
-            .map(|_| match rng.gen_range(-4i32..=4) {
-                0 => signed_zero(rng),
-                v => v as f32,
-            })
-            .collect(),
-        Scores::Cluster => (0..n)
-            .map(|_| f32::from_bits(0x3f80_0000 + rng.gen_range(0..2048u32)))
-            .collect(),
-        Scores::Constant => {
-            let v = rng.gen_range(-3.0f32..3.0);
-            vec![v; n]
-        }
-        Scores::SignedZeros => (0..n)
-            .map(|_| match rng.gen_range(0..50) {
-                0 => rng.gen_range(0.5f32..2.0),
-                1 => -rng.gen_range(0.5f32..2.0),
-                _ => signed_zero(rng),
-            })
-            .collect(),
-        Scores::Gaussian => (0..n)
-            .map(|_| {
-                // Box-Muller.
-                let (u, v): (f64, f64) = (rng.gen_range(f64::MIN_POSITIVE..1.0), rng.gen());
-                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-            })
-            .collect(),
-        Scores::Offset => (0..n)
-            .map(|_| 1000.0 + rng.gen_range(-1.0f32..1.0))
-            .collect(),
-        Scores::Straddle | Scores::WideTies => {
-            // Below the tie value everywhere, then `above` larger scores and a block of ties
-            // that holds the k-th largest of the middle, placed at random.
-            let tie = rng.gen_range(-1.0f32..1.0);
-            let mut s: Vec<f32> = (0..n).map(|_| tie - rng.gen_range(0.001f32..5.0)).collect();
-            let middle = n.saturating_sub(ALWAYS);
-            if middle == 0 {
-                return s;
-            }
-            let above = rng.gen_range(0..=k.min(middle));
-            let extra = match family {
-                Scores::WideTies => WIDE_TIES + rng.gen_range(1..2000),
-                _ => rng.gen_range(1..2000),
-            };
-            let tied = (k - above.min(k) + extra).min(middle - above);
-            let mut slots: Vec<usize> = (4..4 + middle).collect();
-            slots.shuffle(rng);
-            for &i in &slots[..above] {
-                s[i] = tie + rng.gen_range(0.001f32..5.0);
-            }
-            for &i in &slots[above..above + tied] {
-                s[i] = tie;
-            }
-            // The sink and the window score above everything: they must not take top-k places.
-            for i in (0..4.min(n)).chain(n - 32.min(n)..n) {
-                s[i] = tie + 10.0;
-            }
-            s
-        }
-    }
-}
 
 /// What a case gave beyond its checks: each query head's score family, and for the compacting
 /// variant the source word each query head's state ended with (0: the scores, `1 + p`: the
@@ -234,7 +133,7 @@ fn select_case(
     );
         check_selection(&got, &reference, &mut m);
         m.finish();
-        if kernels.spec.compact {
+        if kernels.spec.compact() {
             let state = out.state.download().expect("download state");
             let words = kernels.spec.state_words_per_head() as usize;
             sources = (0..query_heads)
@@ -248,17 +147,17 @@ fn select_case(
     }
 }
 
-/// The plain and the compacting variant of one tile.
+/// The three variants of one tile: plain, compacting, one-read.
 fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<SelectKernels> {
-    [false, true]
+    SelectAlgorithm::ALL
         .into_iter()
-        .map(|compact| {
+        .map(|algorithm| {
             let spec = SelectSpec {
                 group,
                 k_max,
                 threads,
                 items_per_thread: items,
-                compact,
+                algorithm,
             };
             SelectKernels::load(gpu, spec).expect("select kernels compile")
         })

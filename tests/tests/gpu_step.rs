@@ -22,6 +22,8 @@
 //!
 //! - `gpu_step_compact_select_g4`: the raw store of the first case with a tuning record whose
 //!   select winner is the compacting variant (every launch plan that selects must run it).
+//! - `gpu_step_onepass_select_g4`, `gpu_step_onepass_select_g7`: the first two cases with the
+//!   one-read select (`algorithm: onepass`), through a record whose only entry it is.
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -30,12 +32,12 @@
 use std::sync::Arc;
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::Placement;
+use codegen::spec::{Placement, SelectAlgorithm};
 use fathom_tests::device_store::DeviceStore;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
     calibration_rows, check_step, is_plane_method, methods, poison, reference_steps,
-    replay_difference, GroupData, StepCheck,
+    replay_difference, GroupData, SelectRecord, StepCheck,
 };
 use fathom_tests::store_kernels::rotate_keys;
 use fathom_tests::{gpu, inputs};
@@ -48,7 +50,7 @@ use runtime::reference::plans::DoubleSparsityCalibration;
 use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
-    StepRequest, Tile, Transfer, TuneKey, TunedFamily, Tuning,
+    StepRequest, Tile, Transfer,
 };
 use runtime::view::LayerView;
 
@@ -350,31 +352,13 @@ fn bits(out: &HostStepOutput) -> Vec<u32> {
     out.out.iter().map(|x| x.to_bits()).collect()
 }
 
-/// A record whose only entry is a compacting select (the default select tile otherwise); every
-/// other lookup falls back to the default tiles and transfer.
-struct CompactSelect;
-
-impl Tuning for CompactSelect {
-    fn tile(&self, key: &TuneKey) -> Option<Tile> {
-        (key.family == TunedFamily::Select).then_some(Tile::Select {
-            threads: 256,
-            items_per_thread: 4,
-            compact: true,
-        })
-    }
-
-    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
-        None
-    }
-}
-
 /// Which select the decoder of a case runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum SelectVariant {
     /// Whatever the GPU's record (or the default tiles) say.
     Default,
-    /// The compacting variant, through [`CompactSelect`].
-    Compact,
+    /// This variant (256 threads, 4 items), through a [`SelectRecord`].
+    Only(SelectAlgorithm),
 }
 
 fn run_case(test: &str, group: usize, basis: Basis) {
@@ -396,8 +380,9 @@ fn run_case_with(test: &str, group: usize, basis: Basis, select: SelectVariant) 
         .expect("a valid decoder")
         .with_calibration(f.calibration.clone())
         .expect("calibration of the model");
-    if select == SelectVariant::Compact {
-        decoder = decoder.with_tuning(Box::new(CompactSelect));
+    if let SelectVariant::Only(algorithm) = select {
+        let tile = Tile::select(256, 4, algorithm);
+        decoder = decoder.with_tuning(Box::new(SelectRecord(tile)));
     }
     let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
         .into_iter()
@@ -434,14 +419,14 @@ fn run_case_with(test: &str, group: usize, basis: Basis, select: SelectVariant) 
                     scale: None,
                     sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
                 };
-                if select == SelectVariant::Compact {
+                if let SelectVariant::Only(algorithm) = select {
                     let plan = decoder
                         .launch_plan(&view, &request)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     if let Some(spec) = plan.specs.select {
-                        assert!(
-                            spec.compact,
-                            "{what}: the record's compact select is not used"
+                        assert_eq!(
+                            spec.algorithm, algorithm,
+                            "{what}: the record's select is not used"
                         );
                     }
                 }
@@ -499,7 +484,29 @@ fn gpu_step_compact_select_g4() {
         "gpu_step_compact_select_g4",
         4,
         Basis::Raw,
-        SelectVariant::Compact,
+        SelectVariant::Only(SelectAlgorithm::Compact),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_onepass_select_g4() {
+    run_case_with(
+        "gpu_step_onepass_select_g4",
+        4,
+        Basis::Raw,
+        SelectVariant::Only(SelectAlgorithm::Onepass),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_onepass_select_g7() {
+    run_case_with(
+        "gpu_step_onepass_select_g7",
+        7,
+        Basis::Klt,
+        SelectVariant::Only(SelectAlgorithm::Onepass),
     );
 }
 

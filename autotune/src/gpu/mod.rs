@@ -534,6 +534,7 @@ mod tests {
                 kv_heads: 8,
                 placement,
                 tokens: 1 << 15,
+                opt_in: Default::default(),
             };
             let k = kind(&case);
             match subject {

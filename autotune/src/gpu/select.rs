@@ -1,6 +1,7 @@
-//! The select bench: the whole select stage (the launches of `SelectSpec::plan`: ten, or twelve
-//! for the compacting variant, at the step's token capacity and score stride) on fresh random
-//! scores, checked exactly against `runtime::reference::select` before it is timed.
+//! The select bench: the whole select stage (the launches of `SelectSpec::plan`: ten; twelve
+//! for the compacting variant, three for the one-read one; at the step's token capacity and
+//! score stride) on fresh random scores, checked exactly against `runtime::reference::select`
+//! before it is timed.
 
 use codegen::spec::Placement;
 use std::sync::Arc;
@@ -35,8 +36,8 @@ pub struct Outputs {
     uni_count: DeviceBuffer<i32>,
     state: DeviceBuffer<u32>,
     chunk_counts: DeviceBuffer<u32>,
-    /// The compacting variant's candidates and their runs (one poisoned word for the plain one,
-    /// which never reads them).
+    /// The compacting or one-read variant's candidates, the compacting one's runs (one poisoned
+    /// word where a variant never reads them).
     candidates: DeviceBuffer<u32>,
     candidate_runs: DeviceBuffer<u32>,
     scratch: DeviceBuffer<i32>,
@@ -124,8 +125,9 @@ impl SelectBench {
             sel_count: gpu.filled(heads * case.group, 0xff).map_err(gpu_err)?,
             uni: gpu.filled(words(plan.uni_words)?, 0xff).map_err(gpu_err)?,
             uni_count: gpu.filled(heads, 0xff).map_err(gpu_err)?,
+            // The one-read variant keeps no state: one poisoned word it never reads.
             state: gpu
-                .filled(words(plan.state_words)?, 0xff)
+                .filled(words(plan.state_words.max(1))?, 0xff)
                 .map_err(gpu_err)?,
             chunk_counts: gpu
                 .filled(words(plan.chunk_count_words)?, 0xff)
@@ -140,10 +142,11 @@ impl SelectBench {
                 .filled(words(plan.scratch_words)?, 0xff)
                 .map_err(gpu_err)?,
         };
-        let (ki, hi, ld) = (
+        let (ki, hi, ld, chunks) = (
             int(k, "k")?,
             int(heads, "num_kv_heads")?,
             int(p.capacity, "ld_scores")?,
+            int(words(plan.chunks)?, "chunks")?,
         );
         let mut launches = Vec::with_capacity(plan.launches.len());
         for (stage, geometry) in plan.launches {
@@ -156,6 +159,7 @@ impl SelectBench {
                     SelectParam::NTotal => p.n_total.arg(),
                     SelectParam::K => ki,
                     SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
+                    SelectParam::Chunks => chunks,
                     SelectParam::NumKvHeads => hi,
                     SelectParam::State => out.state.arg(),
                     SelectParam::ChunkCounts => out.chunk_counts.arg(),

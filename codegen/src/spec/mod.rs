@@ -38,7 +38,7 @@ pub use pariskv::{
 };
 pub use plan::{PlanMethod, PlanSpec};
 pub use scan::ScanSpec;
-pub use select::SelectSpec;
+pub use select::{SelectAlgorithm, SelectSpec};
 
 /// A spec field outside what the family supports.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

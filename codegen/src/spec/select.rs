@@ -13,7 +13,7 @@
 //! histogram of 2,048 bins per pass, and for the union `O(G² (k+36) log k)` binary-search steps in
 //! one block per KV head. Ten launches per layer, none with host synchronisation.
 //!
-//! The compacting variant ([`SelectSpec::compact`], template `select_compact.cu.tera`) reads the
+//! The compacting variant ([`SelectAlgorithm::Compact`], template `select_compact.cu.tera`) reads the
 //! scores twice instead of five times: after the first histogram pass a `_filter` pass copies
 //! every token whose key is at or above the threshold digit (index and key) into a candidate
 //! buffer of [`SelectSpec::candidates`] entries per query head, and the later passes read only
@@ -21,6 +21,14 @@
 //! where they do not fit then either (masses of equal keys) that query head reads the scores in
 //! every pass as the plain select does. The choice is made per query head on the device from the
 //! pass's histogram, which counts exactly the tokens the filter would copy. Twelve launches.
+//!
+//! The one-read variant ([`SelectAlgorithm::Onepass`], template `select_onepass.cu.tera`) reads
+//! the scores once: a `_chunk` pass splits each query head's tokens over
+//! [`SelectSpec::onepass_chunks`] blocks, each of which keeps the exact top-k of its share in
+//! shared memory behind a running floor (one compare drops a token that `k` earlier ones beat)
+//! and writes at most `k` candidates to its own slot; `_final` takes the exact top-k of a query
+//! head's slots and `_union` merges the sets. Three launches, no atomics outside shared memory,
+//! and no workspace that must be zeroed; nothing can overflow, so there is no fallback.
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -44,6 +52,61 @@ pub const COMPACT_SOURCE_WORD: u64 = 3;
 /// Candidates per query head of the compacting variant, per unit of `k_max`: room for the
 /// threshold digit's bin to hold seven times as many tokens as the top-k itself.
 pub const CANDIDATES_PER_K: u64 = 8;
+/// Candidates the one-read variant's block keeps in shared memory, before rounding to whole
+/// entries per thread (see [`SelectSpec::onepass_buffer`]): with the 2,048-bin histogram about
+/// 40 KiB, inside the 48 KiB a block may declare statically.
+pub const ONEPASS_BUFFER: u64 = 4096;
+/// Most buffer entries one thread holds in registers while the buffer is compacted.
+pub const ONEPASS_MAX_PER_THREAD: u64 = 32;
+/// Blocks the one-read variant's `_chunk` pass aims for over all query heads of a launch: two
+/// per SM of a 132-SM H200, one wave with enough loads in flight to read HBM at its rate. A
+/// query head gets `floor(ONEPASS_TARGET_BLOCKS / heads)` blocks (so that the blocks fit one
+/// wave), at least one and at most one per chunk of tokens.
+pub const ONEPASS_TARGET_BLOCKS: u64 = 264;
+
+/// How the top-k of each query head is found. All give the same outputs, bit for bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SelectAlgorithm {
+    /// Three radix passes over the scores, then a count and a write pass: five reads, ten
+    /// launches (`select.cu.tera`).
+    #[default]
+    Radix,
+    /// The radix passes move to compacted candidates after the first (or second) pass: two to
+    /// three reads, twelve launches (`select_compact.cu.tera`).
+    Compact,
+    /// One read: per-block top-k with a running floor, then an exact select of the blocks'
+    /// candidates: three launches (`select_onepass.cu.tera`).
+    Onepass,
+}
+
+impl SelectAlgorithm {
+    /// Every algorithm, in the order the tuner tries them.
+    pub const ALL: [SelectAlgorithm; 3] = [
+        SelectAlgorithm::Radix,
+        SelectAlgorithm::Compact,
+        SelectAlgorithm::Onepass,
+    ];
+
+    /// The name as specs, kernel names and tuning records spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectAlgorithm::Radix => "radix",
+            SelectAlgorithm::Compact => "compact",
+            SelectAlgorithm::Onepass => "onepass",
+        }
+    }
+
+    /// The suffix of the kernel name: none for the radix select, whose names predate the
+    /// others.
+    fn name_suffix(self) -> &'static str {
+        match self {
+            SelectAlgorithm::Radix => "",
+            SelectAlgorithm::Compact => "_compact",
+            SelectAlgorithm::Onepass => "_onepass",
+        }
+    }
+}
 
 /// One entry point of the select template, in launch order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,6 +123,10 @@ pub enum SelectStage {
     Count,
     /// `_write`: grid `(chunks, B*H*G)`.
     Write,
+    /// `_chunk` (one-read variant): grid `(chunks, B*H*G)`.
+    Chunk,
+    /// `_final` (one-read variant): grid `(B*H*G)`.
+    Final,
     /// `_union`: grid `(B*H)`.
     Union,
 }
@@ -71,6 +138,10 @@ impl SelectStage {
     /// The twelve launches of one selection of the compacting variant, in order: a `_filter`
     /// after the first two picks.
     pub const COMPACT_ORDER: [SelectStage; 12] = SelectStage::order(true);
+
+    /// The three launches of one selection of the one-read variant, in order.
+    pub const ONEPASS_ORDER: [SelectStage; 3] =
+        [SelectStage::Chunk, SelectStage::Final, SelectStage::Union];
 
     /// `_init`, a `_hist` and a `_pick` per digit pass (in the compacting variant a `_filter`
     /// after the picks of passes 0 and 1), then `_count`, `_write` and `_union`: both orders
@@ -114,6 +185,8 @@ impl SelectStage {
             SelectStage::Filter(_) => "filter",
             SelectStage::Count => "count",
             SelectStage::Write => "write",
+            SelectStage::Chunk => "chunk",
+            SelectStage::Final => "final",
             SelectStage::Union => "union",
         }
     }
@@ -133,13 +206,16 @@ pub enum SelectParam {
     K,
     /// `int pass`: the stage's [`SelectStage::pass`].
     Pass,
+    /// `int chunks` (one-read variant): [`SelectPlan::chunks`], the `_chunk` grid's x.
+    Chunks,
     /// `int num_kv_heads`.
     NumKvHeads,
     /// `unsigned* state`, the radix state workspace.
     State,
-    /// `unsigned* chunk_counts`, the per-chunk counts workspace.
+    /// `unsigned* chunk_counts`, the per-chunk counts workspace (one-read variant: each
+    /// `_chunk` block's number of candidates).
     ChunkCounts,
-    /// `uint2* candidates` (compacting variant), the candidate workspace.
+    /// `uint2* candidates` (compacting and one-read variants), the candidate workspace.
     Candidates,
     /// `unsigned* candidate_runs` (compacting variant), each chunk's run of candidates.
     CandidateRuns,
@@ -160,18 +236,21 @@ pub enum SelectParam {
 /// Everything a caller allocates and launches for one selection of a layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectPlan {
-    /// The launches in [`SelectStage::ORDER`] order.
+    /// The launches in [`SelectSpec::stages`] order.
     pub launches: Vec<(SelectStage, Launch)>,
-    /// `u32` words of the radix state buffer: `B*H*G*STATE_WORDS`.
+    /// `u32` words of the radix state buffer: `B*H*G*STATE_WORDS` (0 for the one-read
+    /// variant, which keeps no state across launches).
     pub state_words: u64,
-    /// `u32` words of the per-chunk counts: `B*H*G*chunks*2`.
+    /// `u32` words of the per-chunk counts: `B*H*G*chunks*2` (one-read variant:
+    /// `B*H*G*chunks`, each block's number of candidates).
     pub chunk_count_words: u64,
     /// `i32` words of the union's scratch: `B*H*G*(k+37)`.
     pub scratch_words: u64,
-    /// `u32` words of the candidates (compacting variant; 0 for the plain one): per query head
-    /// [`SelectSpec::candidates`] `(index, key)` pairs, `B*H*G*candidates*2`.
+    /// `u32` words of the candidates (0 for the plain variant): compacting, per query head
+    /// [`SelectSpec::candidates`] `(index, key)` pairs, `B*H*G*candidates*2`; one-read, a slot
+    /// of `k` pairs per block, `B*H*G*chunks*k*2`.
     pub candidate_words: u64,
-    /// `u32` words of the per-chunk candidate runs (compacting variant; 0 for the plain one):
+    /// `u32` words of the per-chunk candidate runs (compacting variant; 0 for the others):
     /// `B*H*G*chunks*2`.
     pub candidate_run_words: u64,
     /// Blocks per query head of the chunked stages.
@@ -234,7 +313,7 @@ const fn with_candidates<const N: usize, const M: usize>(
 /// grid x (`chunks`). Launch order: `_init`, `_hist(0)`, `_pick(0)`, `_hist(1)`, `_pick(1)`,
 /// `_hist(2)`, `_pick(2)`, `_count`, `_write`, `_union`. Block `threads` for all.
 ///
-/// The compacting variant (`compact`, name suffix `_compact`) has the same outputs and two more
+/// The compacting variant (`algorithm: compact`, name suffix `_compact`) has the same outputs and two more
 /// workspaces, `candidates` (`uint2` `(index, key)` pairs, [`SelectSpec::candidates`] per query
 /// head) and `candidate_runs` (`{offset, count}` per query head and chunk); its state has
 /// [`COMPACT_STATE_WORDS`] words per query head. Entry points:
@@ -253,8 +332,23 @@ const fn with_candidates<const N: usize, const M: usize>(
 ///
 /// Launch order: `_init`, `_hist(0)`, `_pick(0)`, `_filter(0)`, `_hist(1)`, `_pick(1)`,
 /// `_filter(1)`, `_hist(2)`, `_pick(2)`, `_count`, `_write`, `_union`
-/// ([`SelectStage::COMPACT_ORDER`]); `_filter` shares the chunked grid. [`SelectSpec::params`]
-/// gives every entry point's list as data.
+/// ([`SelectStage::COMPACT_ORDER`]); `_filter` shares the chunked grid.
+///
+/// The one-read variant (`algorithm: onepass`, name suffix `_onepass`) has the same outputs
+/// from two workspaces, `candidates` (a slot of `k` `uint2` `(index, key)` pairs per query head
+/// and block of `_chunk`) and `chunk_counts` (each slot's count), and the union's scratch; no
+/// radix state. Entry points:
+///
+/// - `<name>_chunk(const float* scores, int ld_scores, const int* n_total, int k,
+///   uint2* candidates, unsigned* chunk_counts, int num_kv_heads)`: grid
+///   `(chunks, B*H*G)`;
+/// - `<name>_final(const uint2* candidates, const unsigned* chunk_counts, int chunks,
+///   const int* n_total, int* sel, int* sel_count, int k, int num_kv_heads)`: grid `(B*H*G)`,
+///   `chunks` the `_chunk` grid's x;
+/// - `<name>_union`: as above.
+///
+/// Launch order: `_chunk`, `_final`, `_union` ([`SelectStage::ONEPASS_ORDER`]).
+/// [`SelectSpec::params`] gives every entry point's list as data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectSpec {
@@ -264,42 +358,71 @@ pub struct SelectSpec {
     pub k_max: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
-    /// Scores per thread per chunk: 1..=32 (chunk = `threads * items_per_thread` tokens).
+    /// Scores per thread per chunk: 1..=32 (chunk = `threads * items_per_thread` tokens; the
+    /// one-read variant's tile, read in loads of 4, 2 or 1 scores as the count divides).
     pub items_per_thread: u32,
-    /// The compacting variant (two reads of the scores instead of five); `false` when absent
-    /// from a serialised spec.
+    /// How the top-k is found; `radix` when absent from a serialised spec.
     #[serde(default)]
-    pub compact: bool,
+    pub algorithm: SelectAlgorithm,
 }
 
 impl SelectSpec {
-    /// The launches of one selection, in order: [`SelectStage::ORDER`], or
-    /// [`SelectStage::COMPACT_ORDER`] for the compacting variant.
+    /// The launches of one selection, in order: [`SelectStage::ORDER`],
+    /// [`SelectStage::COMPACT_ORDER`] or [`SelectStage::ONEPASS_ORDER`].
     pub fn stages(&self) -> &'static [SelectStage] {
-        if self.compact {
-            &SelectStage::COMPACT_ORDER
-        } else {
-            &SelectStage::ORDER
+        match self.algorithm {
+            SelectAlgorithm::Radix => &SelectStage::ORDER,
+            SelectAlgorithm::Compact => &SelectStage::COMPACT_ORDER,
+            SelectAlgorithm::Onepass => &SelectStage::ONEPASS_ORDER,
         }
     }
 
+    /// Whether this is the compacting variant.
+    pub fn compact(&self) -> bool {
+        self.algorithm == SelectAlgorithm::Compact
+    }
+
     /// Candidates per query head of the compacting variant (`CANDIDATES_PER_K * k_max`); 0 for
-    /// the plain one.
+    /// the others.
     pub fn candidates(&self) -> u64 {
-        if self.compact {
+        if self.compact() {
             CANDIDATES_PER_K * u64::from(self.k_max)
         } else {
             0
         }
     }
 
-    /// Words of radix state per query head.
+    /// Words of radix state per query head (0 for the one-read variant).
     pub fn state_words_per_head(&self) -> u64 {
-        if self.compact {
-            COMPACT_STATE_WORDS
-        } else {
-            STATE_WORDS
+        match self.algorithm {
+            SelectAlgorithm::Radix => STATE_WORDS,
+            SelectAlgorithm::Compact => COMPACT_STATE_WORDS,
+            SelectAlgorithm::Onepass => 0,
         }
+    }
+
+    /// Candidates the one-read variant's block keeps in shared memory: `threads *
+    /// min(32, ceil(4096 / threads))` (whole entries per thread, which hold them in registers
+    /// while the buffer is compacted). It must hold `k_max`.
+    pub fn onepass_buffer(&self) -> u64 {
+        let threads = u64::from(self.threads.max(1));
+        threads * ONEPASS_BUFFER.div_ceil(threads).min(ONEPASS_MAX_PER_THREAD)
+    }
+
+    /// Static shared memory of one-read block, in bytes: the buffer's keys and indices, the
+    /// 2,048-bin histogram, the per-warp counts of a compaction and the block scan's words.
+    pub fn onepass_shared_bytes(&self) -> u64 {
+        let warps = u64::from(self.threads) / 32;
+        8 * self.onepass_buffer() + 4 * 2048 + 4 * (2 * warps + 2) + 4 * (warps + 1)
+    }
+
+    /// Blocks per query head of the one-read variant's `_chunk`, for `heads` query heads of at
+    /// most `max_tokens` tokens: [`ONEPASS_TARGET_BLOCKS`] over the heads, rounded down, at
+    /// most one per chunk (`threads * items_per_thread` tokens), at least one.
+    pub fn onepass_chunks(&self, heads: u64, max_tokens: u64) -> u64 {
+        (ONEPASS_TARGET_BLOCKS / heads.max(1))
+            .min(blocks_for(max_tokens, self.chunk()))
+            .max(1)
     }
 
     /// The parameters of the entry point of `stage`, in order (see the type's docs).
@@ -320,10 +443,30 @@ impl SelectSpec {
         const COMPACT_HIST: [SelectParam; 8] = with_candidates(HIST);
         const COMPACT_COUNT: [SelectParam; 8] = with_candidates(COUNT);
         const COMPACT_WRITE: [SelectParam; 10] = with_candidates(WRITE);
-        match (stage, self.compact) {
+        let compact = self.compact();
+        match (stage, compact) {
             (SelectStage::Init, _) => &[NTotal, K, State, SelCount, NumKvHeads],
             (SelectStage::Pick(_), _) => &[State, Pass],
             (SelectStage::Union, _) => &[Sel, SelCount, SelPos, Uni, UniCount, Scratch, K],
+            (SelectStage::Chunk, _) => &[
+                Scores,
+                LdScores,
+                NTotal,
+                K,
+                Candidates,
+                ChunkCounts,
+                NumKvHeads,
+            ],
+            (SelectStage::Final, _) => &[
+                Candidates,
+                ChunkCounts,
+                Chunks,
+                NTotal,
+                Sel,
+                SelCount,
+                K,
+                NumKvHeads,
+            ],
             (SelectStage::Hist(_), false) => &HIST,
             (SelectStage::Count, false) => &COUNT,
             (SelectStage::Write, false) => &WRITE,
@@ -369,7 +512,12 @@ impl SelectSpec {
             MAX_GRID_YZ,
         )?;
         let kv = grid_dim(Self::FAMILY, "batch * kv_heads", kv, MAX_GRID_X)?;
-        let chunks = blocks_for(max_tokens, self.chunk());
+        let onepass = self.algorithm == SelectAlgorithm::Onepass;
+        let chunks = if onepass {
+            self.onepass_chunks(u64::from(heads), max_tokens)
+        } else {
+            blocks_for(max_tokens, self.chunk())
+        };
         let x = grid_dim(Self::FAMILY, "max_tokens / chunk", chunks, MAX_GRID_X)?;
         let per_head = Launch::new([heads, 1, 1], self.threads);
         let chunked = Launch::new([x, heads, 1], self.threads);
@@ -378,23 +526,31 @@ impl SelectSpec {
             .iter()
             .map(|&stage| {
                 let launch = match stage {
-                    SelectStage::Init | SelectStage::Pick(_) => per_head,
+                    SelectStage::Init | SelectStage::Pick(_) | SelectStage::Final => per_head,
                     SelectStage::Hist(_)
                     | SelectStage::Filter(_)
                     | SelectStage::Count
-                    | SelectStage::Write => chunked,
+                    | SelectStage::Write
+                    | SelectStage::Chunk => chunked,
                     SelectStage::Union => Launch::new([kv, 1, 1], self.threads),
                 };
                 (stage, launch)
             })
             .collect();
         let heads = u64::from(heads);
+        let compact = self.compact();
         Ok(SelectPlan {
             launches,
             state_words: heads * self.state_words_per_head(),
-            chunk_count_words: heads * chunks * 2,
-            candidate_words: heads * self.candidates() * 2,
-            candidate_run_words: if self.compact { heads * chunks * 2 } else { 0 },
+            chunk_count_words: heads * chunks * if onepass { 1 } else { 2 },
+            candidate_words: heads
+                * 2
+                * if onepass {
+                    chunks * k
+                } else {
+                    self.candidates()
+                },
+            candidate_run_words: if compact { heads * chunks * 2 } else { 0 },
             scratch_words: heads * (k + SINK + LOCAL + 1),
             chunks,
             sel_words: heads * (k + SINK + LOCAL),
@@ -418,6 +574,21 @@ impl Family for SelectSpec {
                 "1..=32",
             ));
         }
+        if self.algorithm == SelectAlgorithm::Onepass {
+            let buffer = self.onepass_buffer();
+            if u64::from(self.k_max) > buffer {
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "k_max",
+                    self.k_max,
+                    format!(
+                        "at most {buffer} with {} threads: the one-read block buffer of \
+                         threads * min(32, ceil(4096 / threads)) candidates holds the top-k",
+                        self.threads
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -428,17 +599,17 @@ impl Family for SelectSpec {
             self.k_max,
             self.threads,
             self.items_per_thread,
-            if self.compact { "_compact" } else { "" }
+            self.algorithm.name_suffix()
         )
     }
 
-    /// The compacting variant is its own template (sharing the helpers and the union through
-    /// includes), so that neither variant's passes are a maze of conditionals.
+    /// Each algorithm is its own template (sharing the helpers and the union through
+    /// includes), so that no variant's passes are a maze of conditionals.
     fn template(&self) -> String {
-        if self.compact {
-            "select_compact.cu.tera".into()
-        } else {
-            "select.cu.tera".into()
+        match self.algorithm {
+            SelectAlgorithm::Radix => "select.cu.tera".into(),
+            SelectAlgorithm::Compact => "select_compact.cu.tera".into(),
+            SelectAlgorithm::Onepass => "select_onepass.cu.tera".into(),
         }
     }
 
@@ -448,8 +619,10 @@ impl Family for SelectSpec {
         context.insert("k_max", &self.k_max);
         context.insert("threads", &self.threads);
         context.insert("items_per_thread", &self.items_per_thread);
-        if self.compact {
-            context.insert("candidates", &self.candidates());
+        match self.algorithm {
+            SelectAlgorithm::Radix => {}
+            SelectAlgorithm::Compact => context.insert("candidates", &self.candidates()),
+            SelectAlgorithm::Onepass => context.insert("buffer", &self.onepass_buffer()),
         }
         context
     }

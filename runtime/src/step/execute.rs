@@ -164,6 +164,7 @@ pub(crate) fn record(
                         SelectParam::NTotal => view.n_total.arg(),
                         SelectParam::K => k,
                         SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
+                        SelectParam::Chunks => int(plan.select_chunks),
                         SelectParam::NumKvHeads => heads,
                         SelectParam::State => p(addr(&ws.select_state)),
                         SelectParam::ChunkCounts => p(addr(&ws.chunk_counts)),

@@ -76,7 +76,8 @@ pub enum Role {
     LandmarkScan,
     /// Exact scores: of the tail `[n_stored, n_total)`, or of every token (`whole`).
     Oracle { whole: bool },
-    /// One of the select launches (ten, or twelve for the compacting variant).
+    /// One of the select launches (ten; twelve for the compacting variant, three for the
+    /// one-read one).
     Select(SelectStage),
     /// One of the six ParisKV retrieval launches (`pariskv`), which end in the select
     /// family's outputs.
@@ -126,11 +127,12 @@ pub struct WorkspaceSizes {
     pub plan_status: usize,
     /// `f32` `[B][H][G][ld_scores]`.
     pub scores: usize,
-    /// `u32` select radix state.
+    /// `u32` select radix state (0 for the one-read select).
     pub select_state: usize,
     /// `u32` select per-chunk counts.
     pub chunk_counts: usize,
-    /// `u32` `(index, key)` pairs of the compacting select's candidates (0 for the plain one).
+    /// `u32` `(index, key)` pairs of the compacting or one-read select's candidates (0 for the
+    /// plain one).
     pub select_candidates: usize,
     /// `u32` `{offset, count}` per query head and chunk of the compacting select's candidates.
     pub select_candidate_runs: usize,
@@ -209,6 +211,9 @@ pub struct LaunchPlan {
     pub token_capacity: usize,
     /// Row stride of the scores, in floats.
     pub ld_scores: usize,
+    /// Blocks per query head of the select's chunked launches (`SelectPlan::chunks`; 0
+    /// without a select), which the one-read variant's `_final` takes as `chunks`.
+    pub select_chunks: usize,
     /// The `k` the select, fetch and attention kernels get (for `dense`, `capacity − 36`, so
     /// that every token is a row; for `pariskv(k)`, the method's `k`).
     pub k: usize,
@@ -458,14 +463,19 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             threads: chooser.threads(TunedFamily::Oracle, row_placement, tiles.row_threads)?,
             placement: row_placement,
         });
-        let (threads, items_per_thread, compact) =
+        let (threads, items_per_thread, algorithm) =
             match chooser.lookup(TunedFamily::Select, Placement::Hbm) {
-                None => (tiles.select.0, tiles.select.1, tiles.select_compact),
-                Some(Tile::Select {
-                    threads,
-                    items_per_thread,
-                    compact,
-                }) => (threads, items_per_thread, compact),
+                None => (tiles.select.0, tiles.select.1, tiles.select_algorithm),
+                Some(
+                    tile @ Tile::Select {
+                        threads,
+                        items_per_thread,
+                        ..
+                    },
+                ) => match tile.select_algorithm() {
+                    Some(algorithm) => (threads, items_per_thread, algorithm),
+                    None => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
+                },
                 Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
             };
         specs.select = Some(SelectSpec {
@@ -473,7 +483,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
             k_max: inputs.k_max as u32,
             threads,
             items_per_thread,
-            compact,
+            algorithm,
         });
     }
     validate_specs(&specs)?;
@@ -584,6 +594,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     }
 
     // Selection.
+    let mut select_chunks = 0;
     if let Some(select) = specs.select {
         sizes.scores = bhg as usize * capacity;
         let plan = select.plan(bw, bh, capacity as u64, k as u64)?;
@@ -594,6 +605,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         sizes.scratch = plan.scratch_words as usize;
         sizes.sel = plan.sel_words as usize;
         sizes.uni = plan.uni_words as usize;
+        select_chunks = plan.chunks as usize;
         for (stage, launch) in plan.launches {
             ops.push(Operation {
                 role: Role::Select(stage),
@@ -691,6 +703,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         sizes,
         token_capacity: capacity,
         ld_scores: capacity,
+        select_chunks,
         k,
         stage_planes,
         capturable: transfer != Some(Transfer::Memcpy),

@@ -355,11 +355,11 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
         struct Wrong;
         impl Tuning for Wrong {
             fn tile(&self, key: &TuneKey) -> Option<Tile> {
-                (key.family == TunedFamily::PariskvTopc).then_some(Tile::Select {
-                    threads: 256,
-                    items_per_thread: 4,
-                    compact: false,
-                })
+                (key.family == TunedFamily::PariskvTopc).then_some(Tile::select(
+                    256,
+                    4,
+                    codegen::spec::SelectAlgorithm::Radix,
+                ))
             }
             fn transfer(&self, _: usize, _: usize, _: u32) -> Option<super::request::Transfer> {
                 None

@@ -3,7 +3,7 @@
 
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::select::SelectStage;
-use codegen::spec::{Family, Placement, PlanMethod, SelectSpec};
+use codegen::spec::{Family, Placement, PlanMethod, SelectAlgorithm, SelectSpec};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
 use super::request::{Method, Scoring, Transfer};
@@ -475,7 +475,7 @@ fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
         k_max: 512,
         threads: 256,
         items_per_thread: 16,
-        compact: false,
+        algorithm: SelectAlgorithm::Radix,
     };
     let expected = select.plan(3, 2, capacity as u64, 256).unwrap();
     for ((stage, launch), op) in expected.launches.iter().zip(&ops[3..13]) {
@@ -627,7 +627,7 @@ fn workspace_sizes_follow_the_abi_layouts() {
         k_max: 512,
         threads: 256,
         items_per_thread: 16,
-        compact: false,
+        algorithm: SelectAlgorithm::Radix,
     }
     .plan(b as u64, h as u64, cap as u64, k as u64)
     .unwrap();
@@ -670,11 +670,9 @@ impl Tuning for Record {
     fn tile(&self, key: &TuneKey) -> Option<Tile> {
         match key.family {
             TunedFamily::Scan => self.scan,
-            TunedFamily::Select if self.everything => Some(Tile::Select {
-                threads: 512,
-                items_per_thread: 8,
-                compact: false,
-            }),
+            TunedFamily::Select if self.everything => {
+                Some(Tile::select(512, 8, SelectAlgorithm::Radix))
+            }
             TunedFamily::Attention if self.everything => Some(Tile::Attention {
                 threads: 128,
                 rows_per_warp: 2,
@@ -807,11 +805,7 @@ impl Tuning for Asked {
     fn tile(&self, key: &TuneKey) -> Option<Tile> {
         self.keys.borrow_mut().push(*key);
         match key.family {
-            TunedFamily::Select => Some(Tile::Select {
-                threads: 1024,
-                items_per_thread: 2,
-                compact: false,
-            }),
+            TunedFamily::Select => Some(Tile::select(1024, 2, SelectAlgorithm::Radix)),
             TunedFamily::Attention => Some(Tile::Attention {
                 threads: 512,
                 rows_per_warp: 8,
@@ -924,11 +918,11 @@ struct CompactSelect;
 
 impl Tuning for CompactSelect {
     fn tile(&self, key: &TuneKey) -> Option<Tile> {
-        (key.family == TunedFamily::Select).then_some(Tile::Select {
-            threads: 512,
-            items_per_thread: 4,
-            compact: true,
-        })
+        (key.family == TunedFamily::Select).then_some(Tile::select(
+            512,
+            4,
+            SelectAlgorithm::Compact,
+        ))
     }
 
     fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
@@ -944,7 +938,7 @@ fn a_compact_select_winner_plans_its_twelve_launches_and_candidate_buffers() {
     let plain = plan_of(s, method, None, k, None).unwrap();
     let plan = plan_of(s, method, None, k, Some(&CompactSelect)).unwrap();
     let spec = plan.specs.select.unwrap();
-    assert!(spec.compact && !plain.specs.select.unwrap().compact);
+    assert!(spec.compact() && !plain.specs.select.unwrap().compact());
     assert_eq!((spec.threads, spec.items_per_thread), (512, 4));
     // The select launches are the compact order, in place of the plain ten; the rest is alike.
     let select_stages = |p: &super::LaunchPlan| -> Vec<SelectStage> {
@@ -1000,7 +994,7 @@ fn default_tiles_can_ask_for_the_compact_select() {
     let s = shape(4, 10_000, Placement::Hbm);
     let scoring = Scoring::of(Method::Oracle, s.head_dim, s.block, Basis::Klt).unwrap();
     let tiles = Tiles {
-        select_compact: true,
+        select_algorithm: SelectAlgorithm::Compact,
         ..Tiles::default()
     };
     let plan = launch_plan(&PlanInputs {
@@ -1013,11 +1007,121 @@ fn default_tiles_can_ask_for_the_compact_select() {
         tuning: None,
     })
     .unwrap();
-    assert!(plan.specs.select.unwrap().compact);
+    assert!(plan.specs.select.unwrap().compact());
     assert!(plan.sizes.select_candidates > 0);
-    assert!(
-        !Tiles::default().select_compact,
+    assert_eq!(
+        Tiles::default().select_algorithm,
+        SelectAlgorithm::Radix,
         "the default stays the plain select"
+    );
+}
+
+/// The one-read select, asked for by the decoder's tiles or by a record: its three launches
+/// in place of the plain ten, its slots and counts sized by the spec's plan, no radix state,
+/// and the `_chunk` grid's x as the plan's `select_chunks` (which `_final` is given).
+#[test]
+fn the_onepass_select_plans_three_launches_and_its_slots() {
+    let (b, h, g, k, tokens) = (3, 2, 4, 200, 70_000);
+    let s = shape(g, tokens, Placement::Hbm);
+    let method = Method::Fathom { bits: 48.0 };
+    let plain = plan_of(s, method, None, k, None).unwrap();
+    struct Onepass;
+    impl Tuning for Onepass {
+        fn tile(&self, key: &TuneKey) -> Option<Tile> {
+            (key.family == TunedFamily::Select).then_some(Tile::select(
+                512,
+                8,
+                SelectAlgorithm::Onepass,
+            ))
+        }
+        fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+            None
+        }
+    }
+    let recorded = plan_of(s, method, None, k, Some(&Onepass)).unwrap();
+    let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Raw).unwrap();
+    let tiles = Tiles {
+        select: (512, 8),
+        select_algorithm: SelectAlgorithm::Onepass,
+        ..Tiles::default()
+    };
+    let asked = launch_plan(&PlanInputs {
+        shape: s,
+        scoring,
+        transfer: None,
+        k,
+        k_max: 512,
+        tiles: &tiles,
+        tuning: None,
+    })
+    .unwrap();
+    for plan in [&recorded, &asked] {
+        let spec = plan.specs.select.unwrap();
+        assert_eq!(spec.algorithm, SelectAlgorithm::Onepass);
+        let capacity = token_capacity(tokens) as u64;
+        let want = spec.plan(b as u64, h as u64, capacity, k as u64).unwrap();
+        let stages: Vec<(SelectStage, [u32; 3])> = plan
+            .operations
+            .iter()
+            .filter_map(|op| match op.role {
+                Role::Select(stage) => Some((stage, op.kernel.as_ref().unwrap().launch.grid)),
+                _ => None,
+            })
+            .collect();
+        let want_stages: Vec<(SelectStage, [u32; 3])> =
+            want.launches.iter().map(|(s, l)| (*s, l.grid)).collect();
+        assert_eq!(stages, want_stages);
+        assert_eq!(
+            stages.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            SelectStage::ONEPASS_ORDER
+        );
+        assert_eq!(plan.select_chunks as u64, want.chunks);
+        assert_eq!(stages[0].1[0] as usize, plan.select_chunks);
+        let z = plan.sizes;
+        assert_eq!(z.select_state, 0);
+        assert_eq!(z.select_candidate_runs, 0);
+        assert_eq!(z.select_candidates as u64, want.candidate_words);
+        assert_eq!(z.chunk_counts as u64, want.chunk_count_words);
+        assert_eq!(z.select_candidates, b * h * g * plan.select_chunks * k * 2);
+        // Everything but the select is the plain plan's.
+        let others = |p: &super::LaunchPlan| -> Vec<Role> {
+            roles(p)
+                .into_iter()
+                .filter(|r| !matches!(r, Role::Select(_)))
+                .collect()
+        };
+        assert_eq!(others(plan), others(&plain));
+    }
+    assert!(plain.select_chunks > recorded.select_chunks);
+}
+
+#[test]
+fn a_select_tile_of_two_variants_is_refused() {
+    struct Both;
+    impl Tuning for Both {
+        fn tile(&self, key: &TuneKey) -> Option<Tile> {
+            (key.family == TunedFamily::Select).then_some(Tile::Select {
+                threads: 256,
+                items_per_thread: 16,
+                compact: true,
+                onepass: true,
+            })
+        }
+        fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+            None
+        }
+    }
+    let s = shape(4, 10_000, Placement::Hbm);
+    let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&Both)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StepError::Tuning {
+                family: "select",
+                ..
+            }
+        ),
+        "{e}"
     );
 }
 
@@ -1025,20 +1129,20 @@ fn default_tiles_can_ask_for_the_compact_select() {
 fn select_tiles_of_older_records_are_the_plain_select() {
     let old: Tile =
         serde_json::from_str(r#"{"select": {"threads": 256, "items_per_thread": 16}}"#).unwrap();
-    let plain = Tile::Select {
-        threads: 256,
-        items_per_thread: 16,
-        compact: false,
-    };
+    let plain = Tile::select(256, 16, SelectAlgorithm::Radix);
     assert_eq!(old, plain);
-    let compact = Tile::Select {
-        threads: 256,
-        items_per_thread: 16,
-        compact: true,
-    };
-    let back: Tile = serde_json::from_str(&serde_json::to_string(&compact).unwrap()).unwrap();
-    assert_eq!(back, compact);
+    assert_eq!(plain.select_algorithm(), Some(SelectAlgorithm::Radix));
+    let compact = Tile::select(256, 16, SelectAlgorithm::Compact);
+    // A record written before the one-read variant reads and writes back unchanged.
+    let spelled = r#"{"select":{"threads":256,"items_per_thread":16,"compact":true}}"#;
+    assert_eq!(serde_json::to_string(&compact).unwrap(), spelled);
+    assert_eq!(serde_json::from_str::<Tile>(spelled).unwrap(), compact);
+    let onepass = Tile::select(512, 8, SelectAlgorithm::Onepass);
+    let back: Tile = serde_json::from_str(&serde_json::to_string(&onepass).unwrap()).unwrap();
+    assert_eq!(back, onepass);
+    assert_eq!(back.select_algorithm(), Some(SelectAlgorithm::Onepass));
     use crate::tuning::Variant;
     assert_eq!(Variant::Tile(plain).name(), "select t256 i16");
     assert_eq!(Variant::Tile(compact).name(), "select t256 i16 compact");
+    assert_eq!(Variant::Tile(onepass).name(), "select t512 i8 onepass");
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Once;
 
-use codegen::spec::Placement;
+use codegen::spec::{Placement, SelectAlgorithm};
 use serde::{Deserialize, Serialize};
 
 use super::request::Transfer;
@@ -95,16 +95,58 @@ pub enum Tile {
         loads_in_flight: usize,
         threads: usize,
     },
-    /// Threads, scores per thread per chunk, and whether the compacting variant runs (select;
-    /// `compact` is `false` in records written before it existed).
+    /// Threads, scores per thread per chunk, and which variant runs (select): the compacting
+    /// one (`compact`; `false` in records written before it existed), the one-read one
+    /// (`onepass`; written only when set, so older records read and write back unchanged), or
+    /// with neither the plain one. A tile never sets both.
     Select {
         threads: u32,
         items_per_thread: u32,
         #[serde(default)]
         compact: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        onepass: bool,
     },
     /// Threads and rows each warp loads before computing (attention).
     Attention { threads: u32, rows_per_warp: u32 },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Tile {
+    /// A select tile of `algorithm`.
+    pub fn select(threads: u32, items_per_thread: u32, algorithm: SelectAlgorithm) -> Tile {
+        Tile::Select {
+            threads,
+            items_per_thread,
+            compact: algorithm == SelectAlgorithm::Compact,
+            onepass: algorithm == SelectAlgorithm::Onepass,
+        }
+    }
+
+    /// The algorithm of a select tile; `None` for another tile or one that sets both flags.
+    pub fn select_algorithm(&self) -> Option<SelectAlgorithm> {
+        match *self {
+            Tile::Select {
+                compact: false,
+                onepass: false,
+                ..
+            } => Some(SelectAlgorithm::Radix),
+            Tile::Select {
+                compact: true,
+                onepass: false,
+                ..
+            } => Some(SelectAlgorithm::Compact),
+            Tile::Select {
+                compact: false,
+                onepass: true,
+                ..
+            } => Some(SelectAlgorithm::Onepass),
+            _ => None,
+        }
+    }
 }
 
 /// An autotune record, as the step reads it.
@@ -127,8 +169,9 @@ pub struct Tiles {
     pub row_threads: u32,
     /// `(threads, items_per_thread)`.
     pub select: (u32, u32),
-    /// Whether the select is the compacting variant (two reads of the scores instead of five).
-    pub select_compact: bool,
+    /// The select's algorithm: radix (five reads of the scores), compacting (two), one-read
+    /// (one; opt-in until measured on a GPU).
+    pub select_algorithm: SelectAlgorithm,
     /// `(threads, rows_per_warp)`.
     pub attention: (u32, u32),
     /// Threads of the ParisKV retrieval kernels with a tile (vote, top-C, rerank); the query
@@ -147,8 +190,9 @@ impl Default for Tiles {
             scan_host: (64, 1024),
             row_threads: 256,
             select: (256, 16),
-            // Until the compacting variant is measured on a GPU.
-            select_compact: false,
+            // The compacting variant wins only where a record says so; the one-read variant is
+            // opt-in until it has run on a GPU.
+            select_algorithm: SelectAlgorithm::Radix,
             attention: (256, 4),
             pariskv_threads: crate::pariskv::THREADS,
         }

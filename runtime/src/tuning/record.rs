@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use codegen::spec::Placement;
+use codegen::spec::{Placement, SelectAlgorithm};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -100,8 +100,8 @@ pub enum Variant {
 
 impl Variant {
     /// A short name carrying every parameter (`scan w16 t256`, `gather l4 t256`,
-    /// `select t256 i16 compact`, `transfer fused`); candidates of one entry have distinct
-    /// names.
+    /// `select t256 i16 compact`, `select t512 i8 onepass`, `transfer fused`); candidates of one
+    /// entry have distinct names.
     pub fn name(&self) -> String {
         match *self {
             Variant::Tile(Tile::Scan {
@@ -113,13 +113,20 @@ impl Variant {
                 threads,
             }) => format!("gather l{loads_in_flight} t{threads}"),
             Variant::Tile(Tile::Threads(t)) => format!("threads t{t}"),
-            Variant::Tile(Tile::Select {
-                threads,
-                items_per_thread,
-                compact,
-            }) => format!(
+            Variant::Tile(
+                tile @ Tile::Select {
+                    threads,
+                    items_per_thread,
+                    ..
+                },
+            ) => format!(
                 "select t{threads} i{items_per_thread}{}",
-                if compact { " compact" } else { "" }
+                match tile.select_algorithm() {
+                    Some(SelectAlgorithm::Radix) => "",
+                    Some(SelectAlgorithm::Compact) => " compact",
+                    Some(SelectAlgorithm::Onepass) => " onepass",
+                    None => " compact onepass",
+                }
             ),
             Variant::Tile(Tile::Attention {
                 threads,

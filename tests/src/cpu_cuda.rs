@@ -1,0 +1,286 @@
+//! A generated kernel's CUDA run on the CPU, for kernels that have not met a GPU yet.
+//!
+//! `tests/cpu/cuda_host.h` makes every thread of a block a fiber of one OS thread, switched only
+//! where CUDA threads wait for each other, in a seeded random order, and fails loudly on what a
+//! GPU leaves undefined (a barrier not every thread reaches, a warp collective whose lanes
+//! disagree). The kernel's source, exactly as rendered, is compiled by the host's C++ compiler
+//! (`c++`, C++17) together with a driver generated from the entry points' parameter types;
+//! the driver reads a script of launches and the buffers from files, runs them in order and
+//! writes the buffers back. Binaries are cached by the hash of their source.
+//!
+//! It checks a kernel's logic (offsets, orders, tie-breaks, what is read before it is written),
+//! not its speed, and only kernels that use the CUDA the header provides (no inline PTX, no
+//! texture or cooperative-group calls).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use codegen::emit::sha256_hex;
+
+/// The C type of one kernel parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CType {
+    /// A pointer, spelled as in the kernel (`const float*`, `uint2*`).
+    Ptr(&'static str),
+    /// `int`.
+    Int,
+    /// `float`.
+    Float,
+}
+
+/// One entry point of the source: its name and parameter types, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub params: Vec<CType>,
+}
+
+/// A run-time argument of a launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    /// The address of buffer `i` of the run.
+    Buffer(usize),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f32),
+}
+
+/// One launch: entry point (index into the program's entries), grid and threads per block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    pub entry: usize,
+    pub grid: [u32; 3],
+    pub threads: u32,
+    pub args: Vec<Value>,
+}
+
+/// A compiled kernel source with its driver.
+pub struct Program {
+    binary: PathBuf,
+    entries: Vec<Entry>,
+}
+
+/// Where binaries and runs live: under the system's temporary directory.
+fn work_dir() -> PathBuf {
+    std::env::temp_dir().join("fathom-cpu-cuda")
+}
+
+fn header_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cpu")
+}
+
+/// The driver: reads `script` (buffer sizes, then launches) and the buffers, runs the launches,
+/// writes the buffers back.
+fn driver(entries: &[Entry]) -> String {
+    let mut d = String::from(
+        r#"
+#include <fstream>
+#include <iostream>
+#include <string>
+
+int main(int argc, char** argv) {
+    if (argc != 2) { std::fprintf(stderr, "usage: prog DIR\n"); return 2; }
+    const std::string dir = argv[1];
+    std::ifstream script(dir + "/script");
+    unsigned long long seed = 0;
+    size_t buffers = 0;
+    script >> seed >> buffers;
+    fathom_cpu::seed(seed);
+    std::vector<std::vector<unsigned int>> buf(buffers);
+    for (size_t i = 0; i < buffers; ++i) {
+        size_t words = 0;
+        script >> words;
+        buf[i].resize(words + 1);  // one spare word: no buffer has address 0
+        std::ifstream in(dir + "/b" + std::to_string(i), std::ios::binary);
+        in.read(reinterpret_cast<char*>(buf[i].data()), (std::streamsize)(4 * words));
+        if ((size_t)in.gcount() != 4 * words) { std::fprintf(stderr, "short buffer %zu\n", i); return 2; }
+    }
+    size_t launches = 0;
+    script >> launches;
+    for (size_t l = 0; l < launches; ++l) {
+        int entry = 0, nargs = 0;
+        dim3 grid, block;
+        script >> entry >> grid.x >> grid.y >> grid.z >> block.x >> nargs;
+        std::vector<std::string> kind(nargs);
+        std::vector<double> num(nargs);
+        for (int a = 0; a < nargs; ++a) script >> kind[a] >> num[a];
+        auto ptr = [&](int a) -> void* {
+            if (kind[a] != "b") { std::fprintf(stderr, "argument %d is not a buffer\n", a); std::exit(2); }
+            return buf.at((size_t)num[a]).data();
+        };
+        auto val = [&](int a) -> double {
+            if (kind[a] != "v") { std::fprintf(stderr, "argument %d is not a value\n", a); std::exit(2); }
+            return num[a];
+        };
+        (void)ptr;
+        (void)val;
+        switch (entry) {
+"#,
+    );
+    for (e, entry) in entries.iter().enumerate() {
+        let args: Vec<String> = entry
+            .params
+            .iter()
+            .enumerate()
+            .map(|(a, t)| match t {
+                CType::Ptr(ty) => format!("({ty})ptr({a})"),
+                CType::Int => format!("(int)val({a})"),
+                CType::Float => format!("(float)val({a})"),
+            })
+            .collect();
+        let _ = writeln!(
+            d,
+            "        case {e}:\n            if (nargs != {n}) {{ std::fprintf(stderr, \"{name}: {n} arguments\\n\"); return 2; }}\n            fathom_cpu::launch(grid, block, [&] {{ {name}({args}); }});\n            break;",
+            n = entry.params.len(),
+            name = entry.name,
+            args = args.join(", ")
+        );
+    }
+    d.push_str(
+        r#"        default:
+            std::fprintf(stderr, "no entry %d\n", entry);
+            return 2;
+        }
+    }
+    for (size_t i = 0; i < buffers; ++i) {
+        std::ofstream out(dir + "/b" + std::to_string(i), std::ios::binary);
+        out.write(reinterpret_cast<const char*>(buf[i].data()), (std::streamsize)(4 * (buf[i].size() - 1)));
+    }
+    return 0;
+}
+"#,
+    );
+    d
+}
+
+impl Program {
+    /// Compiles `source` (a rendered kernel) with a driver for `entries`, or reuses the binary
+    /// an earlier build of the same text left.
+    pub fn build(source: &str, entries: Vec<Entry>) -> Result<Program, String> {
+        let text = format!("#include \"cuda_host.h\"\n{source}\n{}", driver(&entries));
+        let header = fs::read_to_string(header_dir().join("cuda_host.h"))
+            .map_err(|e| format!("cuda_host.h: {e}"))?;
+        let hash = sha256_hex(&format!("{header}\n{text}"));
+        let dir = work_dir();
+        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let binary = dir.join(format!("prog-{}", &hash[..24]));
+        if !binary.exists() {
+            let unique = format!("{}-{}", &hash[..24], std::process::id());
+            let cpp = dir.join(format!("src-{unique}.cpp"));
+            fs::write(&cpp, &text).map_err(|e| format!("{}: {e}", cpp.display()))?;
+            let tmp = dir.join(format!("tmp-{unique}"));
+            let out = Command::new("c++")
+                .args(["-std=c++17", "-O2", "-w", "-I"])
+                .arg(header_dir())
+                .arg(&cpp)
+                .arg("-o")
+                .arg(&tmp)
+                .output()
+                .map_err(|e| {
+                    format!("running c++: {e} (the CPU runs of CUDA need a C++17 compiler)")
+                })?;
+            if !out.status.success() {
+                return Err(format!(
+                    "c++ failed on {}:\n{}",
+                    cpp.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            fs::rename(&tmp, &binary).map_err(|e| format!("{}: {e}", binary.display()))?;
+            let _ = fs::remove_file(&cpp);
+        }
+        Ok(Program { binary, entries })
+    }
+
+    /// The index of entry point `name`.
+    pub fn entry(&self, name: &str) -> usize {
+        self.entries
+            .iter()
+            .position(|e| e.name == name)
+            .unwrap_or_else(|| panic!("no entry point {name}"))
+    }
+
+    /// Runs `launches` in order over `buffers` (32-bit words each; every kernel sees them at
+    /// distinct addresses), with the fibers scheduled from `seed`. The buffers hold what the
+    /// kernels left in them afterwards.
+    pub fn run(
+        &self,
+        buffers: &mut [Vec<u32>],
+        launches: &[Launch],
+        seed: u64,
+    ) -> Result<(), String> {
+        let dir = tempdir_in(&work_dir())?;
+        let mut script = format!("{seed} {}\n", buffers.len());
+        for (i, b) in buffers.iter().enumerate() {
+            let bytes: Vec<u8> = b.iter().flat_map(|w| w.to_le_bytes()).collect();
+            fs::write(dir.join(format!("b{i}")), bytes).map_err(|e| e.to_string())?;
+            let _ = writeln!(script, "{}", b.len());
+        }
+        let _ = writeln!(script, "{}", launches.len());
+        for l in launches {
+            let entry = &self.entries[l.entry];
+            assert_eq!(
+                entry.params.len(),
+                l.args.len(),
+                "{}: argument count",
+                entry.name
+            );
+            let _ = write!(
+                script,
+                "{} {} {} {} {} {}",
+                l.entry,
+                l.grid[0],
+                l.grid[1],
+                l.grid[2],
+                l.threads,
+                l.args.len()
+            );
+            for a in &l.args {
+                let _ = match a {
+                    Value::Buffer(i) => write!(script, " b {i}"),
+                    Value::Int(v) => write!(script, " v {v}"),
+                    Value::Float(v) => write!(script, " v {v:e}"),
+                };
+            }
+            script.push('\n');
+        }
+        fs::write(dir.join("script"), script).map_err(|e| e.to_string())?;
+        let out = Command::new(&self.binary)
+            .arg(&dir)
+            .output()
+            .map_err(|e| format!("{}: {e}", self.binary.display()))?;
+        let result = if out.status.success() {
+            buffers.iter_mut().enumerate().try_for_each(|(i, b)| {
+                let bytes = fs::read(dir.join(format!("b{i}"))).map_err(|e| e.to_string())?;
+                if bytes.len() != 4 * b.len() {
+                    return Err(format!("buffer {i} came back with {} bytes", bytes.len()));
+                }
+                for (w, c) in b.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+                Ok(())
+            })
+        } else {
+            Err(format!(
+                "the CPU run failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        };
+        let _ = fs::remove_dir_all(&dir);
+        result
+    }
+}
+
+/// A fresh directory under `parent`.
+fn tempdir_in(parent: &Path) -> Result<PathBuf, String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = parent.join(format!("run-{}-{n}", std::process::id()));
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,191 @@
+//! The launches of a `select` spec run on the CPU (`cpu_cuda`), laid out and poisoned as
+//! `SelectKernels::run` does on a GPU, so that `check_selection` judges both alike.
+
+use codegen::render::render;
+use codegen::spec::select::{SelectParam, SelectStage};
+use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
+
+use crate::cpu_cuda::{CType, Entry, Launch, Program, Value};
+use crate::select_kernels::SelectHost;
+
+/// What a selection reads, on the host.
+pub struct CpuSelectArgs<'a> {
+    /// `[B][H][G][ld_scores]` fp32.
+    pub scores: &'a [f32],
+    pub ld_scores: usize,
+    /// `[B]`.
+    pub n_total: &'a [i32],
+    pub k: usize,
+    pub kv_heads: usize,
+    /// The largest `n_total` (it sizes the chunked grids).
+    pub max_tokens: usize,
+    /// The one-read variant's blocks per query head in place of `SelectSpec::plan`'s choice
+    /// (its kernels are correct for any number), so that a short test row can still be many
+    /// times a block's buffer.
+    pub chunks: Option<u64>,
+}
+
+/// A select spec's kernels compiled for the CPU.
+pub struct CpuSelect {
+    pub spec: SelectSpec,
+    program: Program,
+}
+
+/// The C type of a select parameter.
+fn c_type(param: SelectParam) -> CType {
+    match param {
+        SelectParam::Scores => CType::Ptr("const float*"),
+        SelectParam::NTotal => CType::Ptr("const int*"),
+        SelectParam::LdScores
+        | SelectParam::K
+        | SelectParam::Pass
+        | SelectParam::Chunks
+        | SelectParam::NumKvHeads => CType::Int,
+        SelectParam::State | SelectParam::ChunkCounts | SelectParam::CandidateRuns => {
+            CType::Ptr("unsigned int*")
+        }
+        SelectParam::Candidates => CType::Ptr("uint2*"),
+        SelectParam::Scratch
+        | SelectParam::Sel
+        | SelectParam::SelPos
+        | SelectParam::SelCount
+        | SelectParam::Uni
+        | SelectParam::UniCount => CType::Ptr("int*"),
+    }
+}
+
+/// The buffers of one run, in this order.
+#[derive(Clone, Copy)]
+enum Buf {
+    Scores,
+    NTotal,
+    State,
+    ChunkCounts,
+    Candidates,
+    CandidateRuns,
+    Scratch,
+    Sel,
+    SelPos,
+    SelCount,
+    Uni,
+    UniCount,
+}
+
+impl CpuSelect {
+    /// Renders `spec` and compiles it for the CPU.
+    pub fn build(spec: SelectSpec) -> Result<Self, String> {
+        Self::build_source(spec, &render(&spec).map_err(|e| e.to_string())?)
+    }
+
+    /// Compiles `source` as if it were `spec`'s rendering (a test may mutate the text).
+    pub fn build_source(spec: SelectSpec, source: &str) -> Result<Self, String> {
+        let mut entries: Vec<Entry> = Vec::new();
+        for &stage in spec.stages() {
+            let name = spec.entry(stage);
+            if entries.iter().all(|e| e.name != name) {
+                entries.push(Entry {
+                    name,
+                    params: spec.params(stage).iter().map(|&p| c_type(p)).collect(),
+                });
+            }
+        }
+        let program = Program::build(source, entries)?;
+        Ok(CpuSelect { spec, program })
+    }
+
+    /// Runs the launches of `SelectSpec::plan` over poisoned outputs and workspaces; `seed`
+    /// orders the fibers.
+    pub fn run(&self, a: &CpuSelectArgs<'_>, seed: u64) -> Result<SelectHost, String> {
+        let spec = self.spec;
+        let batch = a.n_total.len();
+        let mut plan = spec
+            .plan(
+                batch as u64,
+                a.kv_heads as u64,
+                a.max_tokens as u64,
+                a.k as u64,
+            )
+            .map_err(|e| e.to_string())?;
+        if let Some(chunks) = a.chunks {
+            assert_eq!(
+                spec.algorithm,
+                SelectAlgorithm::Onepass,
+                "only onepass takes chunks"
+            );
+            let heads = (batch * a.kv_heads) as u64 * u64::from(spec.group);
+            plan.chunks = chunks;
+            plan.chunk_count_words = heads * chunks;
+            plan.candidate_words = heads * chunks * a.k as u64 * 2;
+            for (stage, launch) in &mut plan.launches {
+                if *stage == SelectStage::Chunk {
+                    launch.grid[0] = u32::try_from(chunks).expect("a grid x");
+                }
+            }
+        }
+        let group = spec.group as usize;
+        let words = |w: u64| usize::try_from(w).expect("sizes fit usize");
+        let poison = |n: usize| vec![u32::MAX; n];
+        let mut buffers: Vec<Vec<u32>> = vec![
+            a.scores.iter().map(|s| s.to_bits()).collect(),
+            a.n_total.iter().map(|&n| n as u32).collect(),
+            poison(words(plan.state_words)),
+            poison(words(plan.chunk_count_words)),
+            poison(words(plan.candidate_words)),
+            poison(words(plan.candidate_run_words)),
+            poison(words(plan.scratch_words)),
+            poison(words(plan.sel_words)),
+            poison(words(plan.sel_words)),
+            poison(batch * a.kv_heads * group),
+            poison(words(plan.uni_words)),
+            poison(batch * a.kv_heads),
+        ];
+        let launches: Vec<Launch> = plan
+            .launches
+            .iter()
+            .map(|&(stage, geometry): &(SelectStage, _)| Launch {
+                entry: self.program.entry(&spec.entry(stage)),
+                grid: geometry.grid,
+                threads: geometry.block[0],
+                args: spec
+                    .params(stage)
+                    .iter()
+                    .map(|&param| match param {
+                        SelectParam::Scores => Value::Buffer(Buf::Scores as usize),
+                        SelectParam::LdScores => Value::Int(a.ld_scores as i64),
+                        SelectParam::NTotal => Value::Buffer(Buf::NTotal as usize),
+                        SelectParam::K => Value::Int(a.k as i64),
+                        SelectParam::Pass => Value::Int(i64::from(stage.pass().unwrap_or(0))),
+                        SelectParam::Chunks => Value::Int(plan.chunks as i64),
+                        SelectParam::NumKvHeads => Value::Int(a.kv_heads as i64),
+                        SelectParam::State => Value::Buffer(Buf::State as usize),
+                        SelectParam::ChunkCounts => Value::Buffer(Buf::ChunkCounts as usize),
+                        SelectParam::Candidates => Value::Buffer(Buf::Candidates as usize),
+                        SelectParam::CandidateRuns => Value::Buffer(Buf::CandidateRuns as usize),
+                        SelectParam::Scratch => Value::Buffer(Buf::Scratch as usize),
+                        SelectParam::Sel => Value::Buffer(Buf::Sel as usize),
+                        SelectParam::SelPos => Value::Buffer(Buf::SelPos as usize),
+                        SelectParam::SelCount => Value::Buffer(Buf::SelCount as usize),
+                        SelectParam::Uni => Value::Buffer(Buf::Uni as usize),
+                        SelectParam::UniCount => Value::Buffer(Buf::UniCount as usize),
+                    })
+                    .collect(),
+            })
+            .collect();
+        self.program.run(&mut buffers, &launches, seed)?;
+        let ints = |b: Buf| buffers[b as usize].iter().map(|&w| w as i32).collect();
+        Ok(SelectHost {
+            sel: ints(Buf::Sel),
+            sel_pos: ints(Buf::SelPos),
+            sel_count: ints(Buf::SelCount),
+            uni: ints(Buf::Uni),
+            uni_count: ints(Buf::UniCount),
+            k: a.k,
+            group,
+        })
+    }
+
+    /// The spec's name, for messages.
+    pub fn name(&self) -> String {
+        self.spec.kernel_name()
+    }
+}

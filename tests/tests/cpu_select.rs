@@ -1,0 +1,288 @@
+//! The one-read select (`algorithm: onepass`) run on the CPU, exactly as rendered (`cpu_cuda`:
+//! every CUDA thread a fiber, switched in a seeded random order where threads wait for each
+//! other), against the reference `Selection::from_scores`: identical `sel`, `sel_count`, `uni`,
+//! `uni_count`, `sel_pos` the reference's row positions, nothing written past the counts
+//! (`check_selection`, as on a GPU). These tests need a C++17 compiler (`c++`), not a GPU; the
+//! GPU runs the same cases in `gpu_select.rs`.
+//!
+//! Small blocks (32 to 128 threads, 1 to 8 items) so that a few thousand tokens are many tiles
+//! and many blocks per query head: odd tiles (3 items: scalar loads; 2: pairs), score rows
+//! that are not 16-byte aligned (the stride is `max_n + 7`), lengths at every boundary of
+//! `36 + k`, k from 0 to `k_max`, G = 1, 4, 7, 8, every score family, ties wider than the block
+//! buffer. `onepass_mutations_are_caught` then breaks the rendered source in the places a
+//! mistake is easy and checks that these cases notice each one.
+
+use codegen::spec::{SelectAlgorithm, SelectSpec};
+use fathom_tests::inputs;
+use fathom_tests::select_cpu::{CpuSelect, CpuSelectArgs};
+use fathom_tests::select_kernels::{check_selection, Mismatches, ALWAYS};
+use fathom_tests::select_scores::{scores, Scores, FAMILIES};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use runtime::reference::select::Selection;
+
+fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> SelectSpec {
+    SelectSpec {
+        group,
+        k_max,
+        threads,
+        items_per_thread,
+        algorithm: SelectAlgorithm::Onepass,
+    }
+}
+
+/// One selection over `lengths` (one per sequence) of `kv_heads` KV heads with run-time `k`,
+/// each query head's scores from `families` (cycled from a random start); the report of what
+/// differed from the reference, if anything did.
+fn case(
+    select: &CpuSelect,
+    rng: &mut impl Rng,
+    seed: u64,
+    (lengths, kv_heads, chunks): (&[usize], usize, Option<u64>),
+    k: usize,
+    families: &[Scores],
+) -> Option<String> {
+    let g = select.spec.group as usize;
+    let max_n = lengths.iter().copied().max().unwrap_or(0);
+    let ld = max_n + 7;
+    let query_heads = lengths.len() * kv_heads * g;
+    // Unused elements hold NaN bits: the kernels must never use a score past n_total.
+    let mut all = vec![f32::from_bits(0xffff_ffff); query_heads * ld];
+    let mut per_head: Vec<Vec<f64>> = Vec::with_capacity(query_heads);
+    let first = rng.gen_range(0..families.len());
+    let mut used = Vec::new();
+    for qh in 0..query_heads {
+        let n = lengths[qh / (kv_heads * g)];
+        let family = families[(qh + first) % families.len()];
+        used.push(family);
+        let s = scores(rng, family, n, k);
+        all[qh * ld..qh * ld + n].copy_from_slice(&s);
+        per_head.push(s.iter().map(|&x| f64::from(x)).collect());
+    }
+    let reference: Vec<Selection> = per_head
+        .chunks(g)
+        .map(|heads| Selection::from_scores(heads, k))
+        .collect();
+    let n_total: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
+    let what = format!(
+        "{} on the CPU: k={k} H={kv_heads} chunks {chunks:?} lengths {lengths:?}, families \
+         {used:?}",
+        select.name()
+    );
+    let got = match select.run(
+        &CpuSelectArgs {
+            scores: &all,
+            ld_scores: ld,
+            n_total: &n_total,
+            k,
+            kv_heads,
+            max_tokens: max_n,
+            chunks,
+        },
+        seed,
+    ) {
+        Ok(got) => got,
+        Err(e) => return Some(format!("{what}: {e}")),
+    };
+    let mut m = Mismatches::new(what, seed);
+    check_selection(&got, &reference, &mut m);
+    m.report()
+}
+
+/// The cases every spec runs: boundary lengths, then long rows, for k = 0, 1, a few, `k_max`;
+/// the plan's blocks per query head, one, or three.
+fn cases(select: &CpuSelect, rng: &mut impl Rng, seed: u64, families: &[Scores]) -> Vec<String> {
+    let k_max = select.spec.k_max as usize;
+    let mut failures = Vec::new();
+    for k in [0, 1, rng.gen_range(2..k_max.max(3)), k_max] {
+        let mut lengths = vec![
+            0,
+            1,
+            4,
+            5,
+            35,
+            36,
+            37,
+            ALWAYS + k - k.min(1),
+            ALWAYS + k,
+            ALWAYS + k + 1,
+            ALWAYS + k + 2,
+            2 * (ALWAYS + k),
+            rng.gen_range(2_000..6_000),
+            rng.gen_range(6_000..12_000),
+        ];
+        lengths.shuffle(rng);
+        for (part, chunks) in lengths
+            .chunks(3)
+            .zip([None, Some(1), Some(3), None, Some(2)])
+        {
+            failures.extend(case(select, rng, seed, (part, 2, chunks), k, families));
+        }
+    }
+    failures
+}
+
+fn assert_none(failures: Vec<String>) {
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn onepass_matches_the_reference_on_every_family() {
+    let (mut rng, seed) = inputs::rng_and_seed("onepass_matches_the_reference_on_every_family");
+    let mut families = FAMILIES.to_vec();
+    families.extend([Scores::Gaussian, Scores::Offset, Scores::NextAbove]);
+    // (G, k_max, threads, items): float4 loads, scalar loads, pairs; buffers of one to 32
+    // entries per thread.
+    for (g, k_max, threads, items) in [
+        (4, 96, 64, 4),
+        (1, 32, 32, 3),
+        (7, 200, 128, 2),
+        (8, 48, 32, 8),
+    ] {
+        let select = CpuSelect::build(onepass(g, k_max, threads, items)).expect("builds");
+        assert_none(cases(&select, &mut rng, seed, &families));
+    }
+}
+
+#[test]
+fn onepass_ties_wider_than_the_block_buffer() {
+    let (mut rng, seed) = inputs::rng_and_seed("onepass_ties_wider_than_the_block_buffer");
+    // A 32-thread block holds 1,024 candidates: WideTies ties 20,000 tokens at the k-th score,
+    // Constant every token, SmallIntegers and SignedZeros thousands.
+    let select = CpuSelect::build(onepass(4, 64, 32, 4)).expect("builds");
+    let families = [
+        Scores::WideTies,
+        Scores::Constant,
+        Scores::SmallIntegers,
+        Scores::SignedZeros,
+        Scores::Straddle,
+    ];
+    let mut failures = Vec::new();
+    for k in [1, 17, 64] {
+        let lengths = [rng.gen_range(21_000..24_000), ALWAYS + k + 1, 3_000];
+        for chunks in [None, Some(1)] {
+            failures.extend(case(
+                &select,
+                &mut rng,
+                seed,
+                (&lengths, 1, chunks),
+                k,
+                &families,
+            ));
+        }
+    }
+    assert_none(failures);
+}
+
+/// Breaks the rendered source where a mistake is easy to make, one change at a time; the cases
+/// of this file must catch each (a mismatch, or the CPU run refusing the kernel).
+#[test]
+fn onepass_mutations_are_caught() {
+    let spec = onepass(4, 40, 32, 4);
+    let source = codegen::render::render(&spec).expect("renders");
+    let mutations: [(&str, &str, &str); 12] = [
+        (
+            "the floor one above K",
+            "r.floor = kth + 1u;",
+            "r.floor = kth + 2u;",
+        ),
+        (
+            "a token at the floor dropped",
+            "if (t.key[i] >= r.floor) keep",
+            "if (t.key[i] > r.floor) keep",
+        ),
+        (
+            "one tie too many kept from the buffer",
+            "if (bkey[q] == kth && equal_before < need)",
+            "if (bkey[q] == kth && equal_before <= need)",
+        ),
+        (
+            "a tile token placed after every tie",
+            "tpos[i] = (int)(above_before + min(equal_before, need));",
+            "tpos[i] = (int)(above_before + equal_before);",
+        ),
+        (
+            "an append that does not advance",
+            "                ++at;\n",
+            "\n",
+        ),
+        (
+            "a slot read past its count",
+            "(unsigned int)(p - slot * kk) < __ldg(slot_count + slot)",
+            "(unsigned int)(p - slot * kk) <= __ldg(slot_count + slot)",
+        ),
+        (
+            "a load missing between two blocks",
+            "const int end = min(begin + share, end_load);",
+            "const int end = min(begin + share - 1, end_load);",
+        ),
+        (
+            "the window's first token in the middle",
+            "const int lo = SINK, hi = n - LOCAL;",
+            "const int lo = SINK, hi = n - LOCAL + 1;",
+        ),
+        (
+            "the radix select without its last digit",
+            "for (int pass = 0; pass < 3; ++pass) {",
+            "for (int pass = 0; pass < 2; ++pass) {",
+        ),
+        (
+            "the row taken as aligned",
+            "const int off = (int)((reinterpret_cast<size_t>(row) / sizeof(float)) % VEC);",
+            "const int off = 0;",
+        ),
+        (
+            "a compaction offset that counts its own part",
+            "s.parts[2 * lane + 1] = incl - b;",
+            "s.parts[2 * lane + 1] = incl;",
+        ),
+        (
+            "a last cut skipped by one",
+            "if (r.count > r.k) {",
+            "if (r.count > r.k + 1) {",
+        ),
+    ];
+    let families = [
+        Scores::NextAbove,
+        Scores::Cluster,
+        Scores::Straddle,
+        Scores::Uniform,
+        Scores::SmallIntegers,
+        Scores::WideTies,
+    ];
+    let mut missed = Vec::new();
+    for (what, from, to) in mutations {
+        assert_eq!(
+            source.matches(from).count(),
+            1,
+            "{what}: `{from}` once in the source"
+        );
+        let select = CpuSelect::build_source(spec, &source.replacen(from, to, 1))
+            .expect("the mutant builds");
+        let mut rng = inputs::rng_and_seed("onepass_mutations_are_caught").0;
+        let mut caught = false;
+        // One or two blocks per query head: every block's share is many times its buffer, so
+        // the running floor and the cuts with a tile are exercised.
+        for (k, chunks) in [(1, 2), (7, 1), (40, 2)] {
+            // The longest row has a stride that is not a multiple of 4 floats.
+            let lengths = [ALWAYS + k + 1, rng.gen_range(3_000..4_000), 23_002];
+            if case(
+                &select,
+                &mut rng,
+                1,
+                (&lengths, 1, Some(chunks)),
+                k,
+                &families,
+            )
+            .is_some()
+            {
+                caught = true;
+                break;
+            }
+        }
+        if !caught {
+            missed.push(what);
+        }
+    }
+    assert!(missed.is_empty(), "mutations the cases miss: {missed:?}");
+}
