@@ -23,6 +23,7 @@
 //!   (`max(BLK, 64)` aligned tokens) is not written at all (poison stays); every other chunk of
 //!   the launch is written normally.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{EncodeMode, EncodeSpec};
 use fathom_tests::store_kernels::{
     rotate_keys, rotations, run_encode, upload, DeviceKeys, EncodeTarget, Kernel, Mismatches,
@@ -35,7 +36,6 @@ use runtime::reference::store::{
     BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, WORD_TOKENS,
 };
 
-const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 const BLOCKS: [usize; 3] = [32, 64, 128];
 
 fn spec(d: usize, blk: usize, s: usize, mode: EncodeMode, rotate: bool) -> EncodeSpec {

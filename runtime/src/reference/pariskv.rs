@@ -40,22 +40,20 @@
 
 use super::queries::QueryFault;
 use half::bf16;
-use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
+
+/// The sign vector and the head dimensions the index serves are part of the kernels' ABI, so
+/// they live in `codegen` and the runtime uploads the same vector.
+pub use codegen::spec::pariskv::{head_dims, signs, supports_head_dim, SIGN_SEED};
 
 use super::attention::attend_group;
 use super::metrics::winner_row_bytes;
 use super::select::{top_k_of, Selection, LOCAL, SINK};
 
-/// Seed of the ChaCha8 stream that draws the sign vector `s` (the bytes of "PARISKV\0").
-pub const SIGN_SEED: u64 = 0x5041_5249_534B_5600;
 /// Coordinates per subspace `m`.
 pub const SUBSPACE: usize = 8;
 /// Analytic centroids per subspace (the sign patterns of `m = 8` coordinates).
 pub const CENTROIDS: usize = 256;
-/// Head dimensions the index supports.
-pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// Floor of a norm before dividing by it (keys and the query mean).
 pub const NORM_FLOOR: f64 = 1e-8;
 /// Direction-code thresholds: the level of `|u_j|` is how many of these lie strictly below it.
@@ -124,7 +122,7 @@ pub enum PariskvError {
 }
 
 fn check_head_dim(head_dim: usize) -> Result<(), PariskvError> {
-    if HEAD_DIMS.contains(&head_dim) {
+    if supports_head_dim(head_dim) {
         Ok(())
     } else {
         Err(PariskvError::HeadDim { head_dim })
@@ -140,14 +138,6 @@ pub fn subspaces(head_dim: usize) -> usize {
 pub fn index_bytes_per_token(head_dim: usize) -> usize {
     let b = subspaces(head_dim);
     b + head_dim / 2 + 2 * b
-}
-
-/// The sign vector `s` of `d` channels (`±1.0`); see the module documentation for the stream.
-pub fn signs(d: usize) -> Vec<f64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(SIGN_SEED);
-    (0..d)
-        .map(|_| if rng.next_u32() & 1 == 1 { -1.0 } else { 1.0 })
-        .collect()
 }
 
 /// Entry `(i, j)` of the Sylvester Hadamard matrix in natural order: `(-1)^popcount(i & j)`.

@@ -15,7 +15,7 @@ use super::attention::dot_bf16;
 use super::store::{HeadStore, PLANES};
 
 /// Tokens averaged into one landmark (§4 `landmark`: "the fp16 mean key of each 8-token block").
-pub const LANDMARK_TOKENS: usize = 8;
+pub use codegen::spec::method::LANDMARK_TOKENS;
 
 /// Panics unless every query has `d` values: queries come from the reference's own callers.
 fn check_queries(queries: &[Vec<f64>], d: usize) {

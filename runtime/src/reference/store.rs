@@ -11,159 +11,8 @@
 use half::{bf16, f16};
 use thiserror::Error;
 
-/// Tokens packed into one plane word.
-pub const WORD_TOKENS: usize = 64;
-/// Bit planes of the 4-bit code.
-pub const PLANES: usize = 4;
-/// Head dimensions the store and the kernels are specialised for.
-pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
-
-/// Tokens that share one fp16 scale per channel (`BLK`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BlockSize {
-    B32,
-    B64,
-    B128,
-}
-
-impl BlockSize {
-    /// All valid block sizes, smallest first.
-    pub const ALL: [BlockSize; 3] = [BlockSize::B32, BlockSize::B64, BlockSize::B128];
-
-    /// Tokens in one block.
-    pub const fn tokens(self) -> usize {
-        match self {
-            BlockSize::B32 => 32,
-            BlockSize::B64 => 64,
-            BlockSize::B128 => 128,
-        }
-    }
-
-    /// Parses a block size given in tokens.
-    pub fn from_tokens(tokens: usize) -> Result<Self, LayoutError> {
-        match tokens {
-            32 => Ok(BlockSize::B32),
-            64 => Ok(BlockSize::B64),
-            128 => Ok(BlockSize::B128),
-            got => Err(LayoutError::BlockSize { got }),
-        }
-    }
-
-    /// Bits per token that the fp16 scale of one active channel costs (§3: `16 / BLK`).
-    pub fn scale_bits_per_token(self) -> f64 {
-        16.0 / self.tokens() as f64
-    }
-}
-
-/// A layout parameter outside what the store supports.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum LayoutError {
-    #[error("head dimension {got} is not supported; allowed: 64, 128 or 256")]
-    HeadDim { got: usize },
-    #[error("block size {got} is not supported; allowed: 32, 64 or 128 tokens")]
-    BlockSize { got: usize },
-    #[error(
-        "segment of {got} words ({got} x 64 tokens) does not hold a whole number of \
-         {block}-token blocks; use at least one word, and an even number of words for \
-         128-token blocks"
-    )]
-    SegmentWords { got: usize, block: usize },
-    #[error(
-        "segment of {got} words is too large: its {head_dim}-channel plane words cannot be \
-         counted; allowed: at most {max} words"
-    )]
-    SegmentTooLarge {
-        got: usize,
-        head_dim: usize,
-        max: usize,
-    },
-}
-
-/// The shape of one segment: head dimension `D`, block size `BLK` and `S` words per plane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct StoreLayout {
-    head_dim: usize,
-    block: BlockSize,
-    segment_words: usize,
-}
-
-impl StoreLayout {
-    /// Checks the head dimension and that a segment holds whole blocks.
-    pub fn new(
-        head_dim: usize,
-        block: BlockSize,
-        segment_words: usize,
-    ) -> Result<Self, LayoutError> {
-        if !HEAD_DIMS.contains(&head_dim) {
-            return Err(LayoutError::HeadDim { got: head_dim });
-        }
-        // D * 4 >= 64 words per token-word, so this bound keeps every segment size (tokens,
-        // words, scales) representable; a larger value would wrap and pass the check below.
-        let max = usize::MAX / (head_dim * PLANES);
-        if segment_words > max {
-            return Err(LayoutError::SegmentTooLarge {
-                got: segment_words,
-                head_dim,
-                max,
-            });
-        }
-        if segment_words == 0 || !(segment_words * WORD_TOKENS).is_multiple_of(block.tokens()) {
-            return Err(LayoutError::SegmentWords {
-                got: segment_words,
-                block: block.tokens(),
-            });
-        }
-        Ok(StoreLayout {
-            head_dim,
-            block,
-            segment_words,
-        })
-    }
-
-    pub fn head_dim(&self) -> usize {
-        self.head_dim
-    }
-
-    pub fn block(&self) -> BlockSize {
-        self.block
-    }
-
-    /// `S`, the words of one plane of one channel in a segment.
-    pub fn segment_words(&self) -> usize {
-        self.segment_words
-    }
-
-    /// Tokens one segment holds, `64 * S`.
-    pub fn segment_tokens(&self) -> usize {
-        self.segment_words * WORD_TOKENS
-    }
-
-    /// Scale blocks per channel in one segment.
-    pub fn scales_per_channel(&self) -> usize {
-        self.segment_tokens() / self.block.tokens()
-    }
-
-    /// Length of a segment's `words`, `D * 4 * S`.
-    pub fn words_len(&self) -> usize {
-        self.head_dim * PLANES * self.segment_words
-    }
-
-    /// Length of a segment's `scales`.
-    pub fn scales_len(&self) -> usize {
-        self.head_dim * self.scales_per_channel()
-    }
-
-    /// Index into `words` of plane `plane` of channel `channel`, word `word`:
-    /// `(channel * 4 + plane) * S + word`.
-    pub fn word_index(&self, channel: usize, plane: usize, word: usize) -> usize {
-        (channel * PLANES + plane) * self.segment_words + word
-    }
-
-    /// Index into `scales` of channel `channel`, block `block` of the segment.
-    pub fn scale_index(&self, channel: usize, block: usize) -> usize {
-        channel * self.scales_per_channel() + block
-    }
-}
+pub use codegen::spec::layout::{BlockSize, LayoutError, StoreLayout, PLANES};
+pub use codegen::spec::shape::WORD_TOKENS;
 
 /// Which head of which layer a store belongs to, so that errors can name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -374,7 +223,7 @@ impl HeadStore {
     }
 
     pub fn tail_tokens(&self) -> usize {
-        self.tail.len() / self.layout.head_dim
+        self.tail.len() / self.layout.head_dim()
     }
 
     /// Stored plus tail tokens.
@@ -385,7 +234,7 @@ impl HeadStore {
     /// Appends keys (token-major): they join the tail, and every block the tail fills is encoded
     /// into the store, growing segments as needed. On error nothing is changed.
     pub fn append(&mut self, keys: &[bf16]) -> Result<(), EncodeError> {
-        let d = self.layout.head_dim;
+        let d = self.layout.head_dim();
         if !keys.len().is_multiple_of(d) {
             return Err(EncodeError::Shape {
                 values: keys.len(),
@@ -393,7 +242,7 @@ impl HeadStore {
             });
         }
         check_finite(keys, d, self.id, self.total_tokens())?;
-        let blk = self.layout.block.tokens();
+        let blk = self.layout.block().tokens();
         let mut pending = self.tail.clone();
         pending.extend_from_slice(keys);
         let full_blocks = pending.len() / (blk * d);
@@ -413,7 +262,7 @@ impl HeadStore {
 
     fn write_block(&mut self, block: &EncodedBlock) {
         let layout = self.layout;
-        let blk = layout.block.tokens();
+        let blk = layout.block().tokens();
         let seg_tokens = layout.segment_tokens();
         let seg = self.stored_tokens / seg_tokens;
         if seg == self.segments.len() {
@@ -421,11 +270,11 @@ impl HeadStore {
         }
         let first = self.stored_tokens % seg_tokens;
         let segment = &mut self.segments[seg];
-        for c in 0..layout.head_dim {
+        for c in 0..layout.head_dim() {
             segment.scales[layout.scale_index(c, first / blk)] = block.scales[c].to_bits();
             for i in 0..blk {
                 let token = first + i;
-                let code = block.codes[i * layout.head_dim + c];
+                let code = block.codes[i * layout.head_dim() + c];
                 for b in 0..PLANES {
                     let w = layout.word_index(c, b, token / WORD_TOKENS);
                     segment.words[w] |= plane_bit(code, b) << (token % WORD_TOKENS);
@@ -459,7 +308,7 @@ impl HeadStore {
         let (segment, t) = self.locate(token);
         let index = self
             .layout
-            .scale_index(channel, t / self.layout.block.tokens());
+            .scale_index(channel, t / self.layout.block().tokens());
         f16::from_bits(segment.scales[index])
     }
 
@@ -475,8 +324,8 @@ impl HeadStore {
     /// The uncalibrated stand-in for the channel variance (§3): the mean over stored blocks of
     /// `Δ[j][c]²`. All zeros when nothing is stored.
     pub fn mean_square_scale(&self) -> Vec<f64> {
-        let d = self.layout.head_dim;
-        let blk = self.layout.block.tokens();
+        let d = self.layout.head_dim();
+        let blk = self.layout.block().tokens();
         let blocks = self.stored_tokens / blk;
         let mut sum = vec![0.0; d];
         for j in 0..blocks {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::StepError;
 use crate::gpu::DeviceBuffer;
-pub use crate::reference::plans::Method;
+pub use codegen::spec::method::Method;
 
 /// How the planes reach the scan when the store lives in host memory (§7). The HBM placement
 /// ignores it: its scan reads the store in place.
@@ -129,7 +129,7 @@ fn pariskv_head_dim(head_dim: usize) -> Result<(), StepError> {
         "is not a multiple of 8 (the index splits a head into subspaces of 8 coordinates)"
     } else if !head_dim.is_power_of_two() {
         "is not a power of two (the index rotates keys with a Hadamard transform)"
-    } else if !crate::reference::pariskv::HEAD_DIMS.contains(&head_dim) {
+    } else if !codegen::spec::pariskv::supports_head_dim(head_dim) {
         "is outside the sizes the kernels are built for"
     } else {
         return Ok(());

@@ -2,7 +2,8 @@ use super::*;
 use crate::reference::attention::{attend, default_scale};
 use crate::reference::synthetic::{generate_head, SyntheticHead, SyntheticSettings};
 use rand::seq::SliceRandom;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 fn to_bf16(v: &[f64]) -> Vec<bf16> {
     v.iter().map(|&x| bf16::from_f64(x)).collect()

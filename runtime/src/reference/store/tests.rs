@@ -1,4 +1,5 @@
 use super::*;
+use codegen::spec::shape::HEAD_DIMS;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
