@@ -31,7 +31,7 @@ use codegen::spec::{
     AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
     PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
-use runtime::reference::select::paper_k;
+use reference::select::paper_k;
 use runtime::step::tuning::context_bucket;
 use runtime::step::{DecoderConfig, Tile, Transfer, TunedFamily};
 use runtime::tuning::{EntryKey, Subject, Variant};

@@ -16,8 +16,8 @@ use codegen::spec::select::{SelectParam, LOCAL, SINK};
 use codegen::spec::{
     AttentionSpec, Family, FetchSpec, LandmarkSpec, OracleSpec, Placement, SelectSpec,
 };
+use reference::select::Selection;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
-use runtime::reference::select::Selection;
 
 /// Tokens every query head selects beside its top-k: the sink and the local window (§6).
 pub const ALWAYS: usize = (SINK + LOCAL) as usize;

@@ -1,5 +1,5 @@
 //! GPU tests of the `encode` family (SPEC §2, §5; `templates/encode.cu.tera`) against the f64
-//! reference store (`runtime::reference::store::HeadStore`).
+//! reference store (`reference::store::HeadStore`).
 //!
 //! What is checked, on fresh random keys (the seed is printed and named in every failure):
 //!
@@ -31,10 +31,8 @@ use fathom_tests::store_kernels::{
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
+use reference::store::{BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, WORD_TOKENS};
 use runtime::gpu::Gpu;
-use runtime::reference::store::{
-    BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, WORD_TOKENS,
-};
 
 const BLOCKS: [usize; 3] = [32, 64, 128];
 

@@ -28,8 +28,8 @@ use fathom_tests::select_kernels::{
 use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::Rng;
+use reference::score::{landmark_means, LANDMARK_TOKENS};
 use runtime::gpu::Gpu;
-use runtime::reference::score::{landmark_means, LANDMARK_TOKENS};
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;

@@ -21,8 +21,8 @@ use fathom_tests::select_kernels::{
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
+use reference::score::score_exact;
 use runtime::gpu::Gpu;
-use runtime::reference::score::score_exact;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;

@@ -1,5 +1,5 @@
 //! GPU tests of the ParisKV kernels (SPEC §12) against the f64 reference
-//! `runtime::reference::pariskv`.
+//! `reference::pariskv`.
 //!
 //! The kernels compute everything that decides the selection in f64 with the reference's
 //! operation order and no fused multiply-adds, and round the weights as `half`'s
@@ -31,8 +31,8 @@ use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::pariskv::{pariskv_select, retrieve, PariskvError, PariskvIndex};
 use runtime::gpu::Gpu;
-use runtime::reference::pariskv::{pariskv_select, retrieve, PariskvError, PariskvIndex};
 
 const KV_HEADS: usize = 2;
 const K_MAX: u32 = 2048;

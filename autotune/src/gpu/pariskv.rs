@@ -1,6 +1,6 @@
 //! The ParisKV bench (SPEC §12): `pariskv_vote`, `pariskv_topc` and `pariskv_rerank` on an
 //! index built on the device from random keys, each candidate checked exactly against
-//! `runtime::reference::pariskv` before it is timed.
+//! `reference::pariskv` before it is timed.
 //!
 //! Per (shape, context) the bench builds, once: the index of every KV head with the default
 //! `pariskv_index` kernel (rows in HBM; a copy in mapped host memory when a host case comes),
@@ -28,13 +28,13 @@ use codegen::spec::{
     Placement,
 };
 use half::bf16;
+use reference::pariskv::{retrieve, PariskvIndex, Retrieval};
+use reference::select::{LOCAL, SINK};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::pariskv::{
     build_args, device_signs, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs,
     RetrievalSizes, Stage, THREADS,
 };
-use runtime::reference::pariskv::{retrieve, PariskvIndex, Retrieval};
-use runtime::reference::select::{LOCAL, SINK};
 use runtime::step::launches::{token_capacity, ALWAYS};
 use runtime::step::TunedFamily;
 use runtime::tuning::{Subject, Variant};
@@ -789,7 +789,7 @@ fn check_selection(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runtime::reference::pariskv::PariskvIndex;
+    use reference::pariskv::PariskvIndex;
 
     /// A small reference retrieval and its outputs laid out as the kernels lay them out: the
     /// checks accept them, and catch one changed element of each.

@@ -7,8 +7,8 @@ use cudarc::driver::CudaFunction;
 use half::bf16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, MappedBuffer};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 use crate::candidates::{BLOCK, SEGMENT_WORDS};
 

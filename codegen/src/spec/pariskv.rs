@@ -9,7 +9,7 @@
 //!
 //! Every computation that decides which token is selected (rotation, centroid ids, codes,
 //! weights, centroid ranking, tiers, votes, `ŝ`) is done in f64 with the operations in the
-//! order of `runtime::reference::pariskv` and no fused multiply-adds, so the kernels reproduce
+//! order of `reference::pariskv` and no fused multiply-adds, so the kernels reproduce
 //! the reference bit for bit; the bf16 rounding of the weights mirrors the `half` crate's
 //! `bf16::from_f64` (it drops the low 32 mantissa bits before rounding).
 //!

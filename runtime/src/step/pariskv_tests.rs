@@ -11,9 +11,9 @@ use super::tuning::Tiles;
 use super::validate::{check_needs, check_view, ViewShape};
 use super::StepError;
 use crate::pariskv::{RetrievalSizes, Stage};
-use crate::reference::planner::PlanError;
-use crate::reference::plans::{depth_plan, PlanContext};
-use crate::reference::store::BlockSize;
+use reference::planner::PlanError;
+use reference::plans::{depth_plan, PlanContext};
+use reference::store::BlockSize;
 
 const K_MAX: usize = 512;
 

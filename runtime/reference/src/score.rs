@@ -189,7 +189,7 @@ pub fn score_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::store::{BlockSize, HeadId, StoreLayout};
+    use crate::store::{BlockSize, HeadId, StoreLayout};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

@@ -2,7 +2,7 @@
 //! for Fathom and ParisKV, through the f64 reference (the `fathom-drift` program).
 //!
 //! Per KV head, a [`DriftHead`] gives the §11 prefill and then one token per decode step (its
-//! drift is documented in [`crate::reference::drift`]). Both methods see the sequence grow the
+//! drift is documented in [`reference::drift`]). Both methods see the sequence grow the
 //! way a serving stack would grow it:
 //!
 //! - **Fathom**: a [`HeadStore`] built from the prefill and appended one token per step (§2: a
@@ -36,20 +36,18 @@ use half::bf16;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::reference::attention::{default_scale, dense};
-use crate::reference::drift::{
+use reference::attention::{default_scale, dense};
+use reference::drift::{
     channel_variances, scale_queries, variance_profile_distance, DriftError, DriftHead,
     DriftSettings,
 };
-use crate::reference::metrics::{fidelity, recall_at_k, top_k};
-use crate::reference::pariskv::{pariskv_step, PariskvError, PariskvIndex, PariskvInput};
-use crate::reference::plans::Method;
-use crate::reference::score::score_exact;
-use crate::reference::select::{LOCAL, SINK};
-use crate::reference::step::{step_group, GroupInput, StepConfig, StepError};
-use crate::reference::store::{
-    BlockSize, EncodeError, HeadId, HeadStore, LayoutError, StoreLayout,
-};
+use reference::metrics::{fidelity, recall_at_k, top_k};
+use reference::pariskv::{pariskv_step, PariskvError, PariskvIndex, PariskvInput};
+use reference::plans::Method;
+use reference::score::score_exact;
+use reference::select::{LOCAL, SINK};
+use reference::step::{step_group, GroupInput, StepConfig, StepError};
+use reference::store::{BlockSize, EncodeError, HeadId, HeadStore, LayoutError, StoreLayout};
 
 /// Words per segment of the stores built here (4,096-token segments; any length works).
 const SEGMENT_WORDS: usize = 64;

@@ -1,8 +1,8 @@
 use super::*;
-use crate::reference::attention::default_scale;
-use crate::reference::metrics::recall_at_k;
-use crate::reference::score::{score_exact, score_stored};
-use crate::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use crate::attention::default_scale;
+use crate::metrics::recall_at_k;
+use crate::score::{score_exact, score_stored};
+use crate::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use safetensors::tensor::TensorView;
 
 fn real_path() -> PathBuf {

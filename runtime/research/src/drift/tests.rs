@@ -1,5 +1,5 @@
 use super::*;
-use crate::reference::synthetic::SyntheticSettings;
+use reference::synthetic::SyntheticSettings;
 
 fn small(threads: usize) -> DriftConfig {
     DriftConfig {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::reference::planner::plan_cost;
+use crate::planner::plan_cost;
 use proptest::prelude::*;
 
 const B64: BlockSize = BlockSize::B64;

@@ -2,20 +2,20 @@
 //! activations (§11), through the f64 reference step, and fathom's equal-error byte savings.
 //!
 //! Prints a table on stdout and writes `bench/results/fidelity-smollm2-<date>-<commit>.json`.
-//! The split (what calibration sees, what is measured) is described in [`runtime::fidelity`].
+//! The split (what calibration sees, what is measured) is described in [`research::fidelity`].
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use runtime::fidelity::{
+use reference::activations::{data_dir, Activations, SMOLLM2_CODE_8K};
+use reference::select::paper_k;
+use research::fidelity::{
     default_arms, equal_error, evaluate, ArmSummary, EqualError, FidelityConfig, FidelityReport,
     Reach, Split, FATHOM_BUDGETS,
 };
-use runtime::provenance::ResultNaming;
-use runtime::reference::activations::{data_dir, Activations, SMOLLM2_CODE_8K};
-use runtime::reference::select::paper_k;
+use research::provenance::ResultNaming;
 use serde_json::json;
 
 /// Fidelity and recall@k per method and store basis on real activations.
@@ -92,7 +92,7 @@ fn run(args: Args) -> Result<(), Box<dyn Error>> {
         let date = args.result.date();
         let out_dir = args
             .out_dir
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results"));
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/results"));
         std::fs::create_dir_all(&out_dir)?;
         let file = out_dir.join(format!("fidelity-smollm2-{date}-{commit}.json"));
         let value = json!({

@@ -453,7 +453,7 @@ pub fn generate_head(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::score::score_exact;
+    use crate::score::score_exact;
 
     fn small() -> SyntheticSettings {
         SyntheticSettings {

@@ -1,9 +1,9 @@
 use super::*;
-use crate::reference::attention::default_scale;
-use crate::reference::metrics::fidelity;
-use crate::reference::select::{LOCAL, SINK};
-use crate::reference::store::{BlockSize, HeadId, StoreLayout};
-use crate::reference::synthetic::{generate_head, SyntheticSettings};
+use crate::attention::default_scale;
+use crate::metrics::fidelity;
+use crate::select::{LOCAL, SINK};
+use crate::store::{BlockSize, HeadId, StoreLayout};
+use crate::synthetic::{generate_head, SyntheticSettings};
 
 struct Fixture {
     store: HeadStore,

@@ -3,17 +3,17 @@
 //!
 //! Prints a table on stdout, writes the JSON (settings, seed, rows) to `--out` (default
 //! `bench/results/drift-<date>-<commit>.json`) and an SVG plot of recall@k over the decode steps
-//! beside it. The scenario is described in [`runtime::drift`], the drift in
-//! [`runtime::reference::drift`].
+//! beside it. The scenario is described in [`research::drift`], the drift in
+//! [`reference::drift`].
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use runtime::drift::{run, DriftArm, DriftConfig, DriftReport, DriftRow, Sigma2, PROFILE_WINDOW};
-use runtime::plot::{line_chart_svg, Chart, Series};
-use runtime::provenance::ResultNaming;
+use research::drift::{run, DriftArm, DriftConfig, DriftReport, DriftRow, Sigma2, PROFILE_WINDOW};
+use research::plot::{line_chart_svg, Chart, Series};
+use research::provenance::ResultNaming;
 use serde_json::json;
 
 /// Recall@k over a long generation with drifting keys (qwen3-8b head shape: D = 128, G = 4).
@@ -101,7 +101,7 @@ fn run_program(args: Args) -> Result<(), Box<dyn Error>> {
     let date = args.result.date();
     let out = args.out.unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../bench/results")
+            .join("../../bench/results")
             .join(format!("drift-{date}-{commit}.json"))
     });
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -139,7 +139,7 @@ fn run_program(args: Args) -> Result<(), Box<dyn Error>> {
             mean_factor sigma_c (cos(theta) m0_c + sin(theta) m1_c); the key basis turns by \
             lambda*rotation in each of D/2 random orthonormal planes; key = \
             RoPE(R (mu + sigma z), N + t), queries drawn the same way at the same step and \
-            scaled to logit_std over the keys so far. See runtime::reference::drift.",
+            scaled to logit_std over the keys so far. See reference::drift.",
         "sigma2_note": "fathom arms without /live-sigma2 use sigma^2 measured once on the \
             prefill's N keys (never updated); /live-sigma2 re-measures it over every token \
             so far at each evaluated step",

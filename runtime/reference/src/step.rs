@@ -17,7 +17,7 @@ use super::queries::{check_queries, QueryFault};
 use super::score::{score_all, score_exact, score_landmark, with_exact_tail};
 use super::select::Selection;
 use super::store::HeadStore;
-use crate::reference::model::Basis;
+use crate::model::Basis;
 
 /// A step that cannot run, naming what was wrong.
 #[derive(Debug, Error)]

@@ -10,13 +10,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use half::bf16;
 use proptest::prelude::*;
-use runtime::reference::model::Basis;
-use runtime::reference::planner::{
+use reference::model::Basis;
+use reference::planner::{
     depth_at, min_budget, per_layer_budgets, plan_cost, water_fill, water_fill_importance,
     LayerBudgetSearch, PlanError,
 };
-use runtime::reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use runtime::reference::store::{
+use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
+use reference::store::{
     encode_block, BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, PLANES, WORD_TOKENS,
 };
 
@@ -305,7 +305,7 @@ fn key() -> impl Strategy<Value = bf16> {
 }
 
 /// Everything observable about a head store, to tell whether a failed append changed it.
-fn snapshot(store: &HeadStore) -> (Vec<runtime::reference::store::Segment>, usize, Vec<u16>) {
+fn snapshot(store: &HeadStore) -> (Vec<reference::store::Segment>, usize, Vec<u16>) {
     (
         store.segments().to_vec(),
         store.stored_tokens(),

@@ -1,6 +1,6 @@
 use super::*;
-use crate::reference::attention::{attend, default_scale};
-use crate::reference::synthetic::{generate_head, SyntheticHead, SyntheticSettings};
+use crate::attention::{attend, default_scale};
+use crate::synthetic::{generate_head, SyntheticHead, SyntheticSettings};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -11,11 +11,11 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use half::bf16;
-use runtime::reference::model::{preset, ModelShape};
-use runtime::reference::planner::water_fill;
-use runtime::reference::plans::{depth_plan, Method, PlanContext};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
-use runtime::reference::synthetic::{generate_head, SyntheticSettings};
+use reference::model::{preset, ModelShape};
+use reference::planner::water_fill;
+use reference::plans::{depth_plan, Method, PlanContext};
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use reference::synthetic::{generate_head, SyntheticSettings};
 
 /// The model whose layer shape every benchmark uses.
 const MODEL: &str = "qwen3-8b";

@@ -29,7 +29,7 @@ pub const SMOLLM2_CODE_8K: &str = "smollm2-135m-code-8k.safetensors";
 pub fn data_dir() -> PathBuf {
     match std::env::var_os("FATHOM_DATA_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
     }
 }
 

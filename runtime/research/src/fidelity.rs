@@ -18,16 +18,14 @@ use half::bf16;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::reference::activations::LayerActivations;
-use crate::reference::klt::Klt;
-use crate::reference::metrics::{fidelity, recall_at_k};
-use crate::reference::model::Basis;
-use crate::reference::plans::{
-    channel_variance, CalibrationError, DoubleSparsityCalibration, Method,
-};
-use crate::reference::select::{LOCAL, SINK};
-use crate::reference::step::{step_group, GroupInput, GroupStep, StepConfig, StepError};
-use crate::reference::store::{BlockSize, EncodeError, HeadId, HeadStore, StoreLayout};
+use reference::activations::LayerActivations;
+use reference::klt::Klt;
+use reference::metrics::{fidelity, recall_at_k};
+use reference::model::Basis;
+use reference::plans::{channel_variance, CalibrationError, DoubleSparsityCalibration, Method};
+use reference::select::{LOCAL, SINK};
+use reference::step::{step_group, GroupInput, GroupStep, StepConfig, StepError};
+use reference::store::{BlockSize, EncodeError, HeadId, HeadStore, StoreLayout};
 
 /// Words per segment of the stores built here (one 4,096-token segment; any length works).
 const SEGMENT_WORDS: usize = 64;

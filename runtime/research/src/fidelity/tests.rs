@@ -1,5 +1,5 @@
 use super::*;
-use crate::reference::activations::{data_dir, Activations, SMOLLM2_CODE_8K};
+use reference::activations::{data_dir, Activations, SMOLLM2_CODE_8K};
 
 fn summary(error: f64, scan_bytes: f64) -> ArmSummary {
     ArmSummary {
