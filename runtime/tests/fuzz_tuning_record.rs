@@ -8,9 +8,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 use proptest::prelude::*;
-use runtime::step::{TuneKey, TunedFamily, Tuning};
 use runtime::tuning::locate::EMBEDDED_RECORDS;
 use runtime::tuning::{find_record, record_file_name, MetaCheck, RecordError, TuningRecord};
+use runtime::tuning::{TuneKey, TunedFamily, Tuning};
 
 /// The committed record's text: the corpus every damage starts from.
 fn corpus() -> &'static str {

@@ -48,8 +48,9 @@ use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
-    StepRequest, Tile, Transfer, TuneKey, TunedFamily, Tuning,
+    StepRequest, Transfer,
 };
+use runtime::tuning::{Tile, TuneKey, TunedFamily, Tuning};
 use runtime::view::LayerView;
 
 const BATCH: usize = 3;

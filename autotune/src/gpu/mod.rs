@@ -41,9 +41,10 @@ use rand_chacha::ChaCha8Rng;
 use reference::store::HeadStore;
 use runtime::ceilings::Ceilings;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu};
-use runtime::step::tuning::fit_scan_tile;
-use runtime::step::{Tile, Tiles, Transfer, TunedFamily};
+use runtime::step::Transfer;
+use runtime::tuning::fit_scan_tile;
 use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
+use runtime::tuning::{Tile, Tiles, TunedFamily};
 
 pub use device::{Device, FLUSH_BYTES};
 pub use inputs::{HostRows, HostScores};

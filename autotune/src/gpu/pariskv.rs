@@ -36,7 +36,7 @@ use runtime::pariskv::{
     RetrievalSizes, Stage, THREADS,
 };
 use runtime::step::launches::{token_capacity, ALWAYS};
-use runtime::step::TunedFamily;
+use runtime::tuning::TunedFamily;
 use runtime::tuning::{Subject, Variant};
 
 use super::device::{gpu_err, launch, Device, Launch};

@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use reference::score::{landmark_means, LANDMARK_TOKENS};
 use runtime::gpu::{Arg, DeviceBuffer};
 use runtime::step::launches::token_capacity;
-use runtime::step::TunedFamily;
+use runtime::tuning::TunedFamily;
 use runtime::tuning::{Subject, Variant};
 
 use super::device::{gpu_err, int, launch, Device, Launch};

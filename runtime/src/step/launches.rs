@@ -12,10 +12,11 @@ use codegen::spec::{
     ScanSpec, SelectSpec,
 };
 
-use super::request::{Scoring, Transfer};
-use super::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
+use super::request::Scoring;
 use super::StepError;
 use crate::pariskv::{RetrievalSizes, Stage};
+use crate::tuning::Transfer;
+use crate::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 /// Tokens every query head selects beside its top-k (§6).
 pub const ALWAYS: usize = (SINK + LOCAL) as usize;

@@ -6,11 +6,12 @@ use codegen::spec::select::SelectStage;
 use codegen::spec::{Family, Placement, PlanMethod, SelectSpec};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
-use super::request::{Method, Scoring, Transfer};
-use super::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
+use super::request::{Method, Scoring};
 use super::validate::{check_host_queries, check_needs, check_query_len, check_view, ViewShape};
 use super::workspace::dense_tables;
 use super::{Calibration, CalibrationError, DecoderConfig, StepError};
+use crate::tuning::Transfer;
+use crate::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 fn model(basis: Basis, group: usize) -> ModelShape {
     ModelShape {

@@ -1,12 +1,14 @@
-//! Where a step's tiles and transfer come from: an autotune record when the caller has one
-//! ([`Tuning`]), else the defaults of [`Tiles`], with a warning printed once per process.
+//! The tuning vocabulary the step looks its launches up in: the families a record tunes
+//! ([`TunedFamily`]), the lookup key ([`TuneKey`]), a winner ([`Tile`]), the record as the step
+//! reads it ([`Tuning`]), and the defaults when no record answers ([`Tiles`], with a warning
+//! printed once per process).
 
 use std::sync::Once;
 
 use codegen::spec::Placement;
 use serde::{Deserialize, Serialize};
 
-use super::request::Transfer;
+use super::Transfer;
 
 /// The kernel families whose tiles a record may set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -182,7 +184,7 @@ pub(crate) fn warn_untuned(what: &str) {
         eprintln!(
             "fathom: no autotune record for {what}; using default tiles and transfer. Tune this \
              GPU with `cargo run --release -p autotune` (records are read from \
-             $FATHOM_TUNING_DIR, <cache dir>/tuning and the repository's autotune/records)."
+             $FATHOM_TUNING_DIR, <cache dir>/tuning and the repository's runtime/records)."
         );
     });
 }
