@@ -25,7 +25,7 @@
 //! - `a_mismatched_tuning_record_is_refused_and_the_next_place_used`: a record of this GPU
 //!   model in `$FATHOM_TUNING_DIR` measured with another driver is refused by `Decoder::new`,
 //!   which says why on standard error and plans with the next place's record (the compiled-in
-//!   `autotune/records` one of this GPU model, when it fits) or else the defaults; the same record with this
+//!   `runtime/records` one of this GPU model, when it fits) or else the defaults; the same record with this
 //!   process's header is used (its scan tile shows in the plan), so the test sees the record.
 //!   Runs in child processes, so that no test changes another's environment.
 
