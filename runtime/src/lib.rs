@@ -8,7 +8,22 @@
 //!   copy rates kernels are measured against.
 //! - [`pariskv`]: the host side of the ParisKV kernels' launch ABI (§12), shared by the store's
 //!   index build and the decoder's `pariskv(k)` step;
-//! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
+//! - [`tuning`]: the tuning vocabulary the step looks its launches up in ([`tuning::Tile`],
+//!   [`tuning::TuneKey`], the [`tuning::Tuning`] trait, the default [`tuning::Tiles`], the
+//!   host-placement [`tuning::Transfer`]), autotune records (per GPU model, the committed ones
+//!   in `runtime/records/` compiled in) and where the decoder finds its own.
+//!
+//! # Where the rest lives
+//!
+//! - The vocabulary the runtime shares with the f64 reference and the kernels is in `codegen`:
+//!   [`codegen::spec::method::Method`] (re-exported as [`step::Method`]),
+//!   [`codegen::spec::layout::StoreLayout`] and [`codegen::spec::layout::BlockSize`],
+//!   [`codegen::spec::shape::HEAD_DIMS`], the ParisKV sign vector
+//!   ([`codegen::spec::pariskv::signs`]).
+//! - The f64 reference is the crate `fathom-reference` (`runtime/reference/`, lib `reference`),
+//!   which the tests, autotune and the research programs use; the runtime does not depend on it.
+//! - The research programs (`fathom-fidelity`, `fathom-drift`) are the crate `fathom-research`
+//!   (`runtime/research/`).
 //!
 //! # The types a serving stack touches
 //!

@@ -241,7 +241,7 @@ pub struct PlanInputs<'a> {
 }
 
 /// Builds the launch plan of a step (no GPU needed): the specs of its stages
-/// ([`specs::step_specs`]), then their operations stage by stage ([`stages::Stages`]).
+/// (`launches/specs.rs`), then their operations stage by stage (`launches/stages.rs`).
 pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     let shape = inputs.shape;
     // `pariskv(k)` carries its own k; the request's is ignored.
