@@ -19,7 +19,7 @@ use fathom_tests::select_kernels::{check_selection, Mismatches, ALWAYS};
 use fathom_tests::select_scores::{scores, Scores, FAMILIES};
 use rand::seq::SliceRandom;
 use rand::Rng;
-use runtime::reference::select::Selection;
+use reference::select::Selection;
 
 fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> SelectSpec {
     SelectSpec {

@@ -1,6 +1,6 @@
 //! The select bench: the whole select stage (the launches of `SelectSpec::plan`: ten; twelve
 //! for the compacting variant, three for the one-read one; at the step's token capacity and
-//! score stride) on fresh random scores, checked exactly against `runtime::reference::select`
+//! score stride) on fresh random scores, checked exactly against `reference::select`
 //! before it is timed.
 
 use codegen::spec::Placement;
