@@ -36,6 +36,7 @@
 
 pub mod device;
 mod error;
+pub mod host_memory;
 pub mod ledger;
 pub mod pariskv;
 pub mod pool;
@@ -48,6 +49,7 @@ use codegen::spec::{EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Pl
 use cudarc::driver::CudaFunction;
 
 pub use error::StoreError;
+pub use host_memory::HostMemory;
 pub use ledger::SequenceId;
 pub use pariskv::IndexGeometry;
 
@@ -101,6 +103,14 @@ pub struct StoreConfig {
     /// weights in the placement (112 bytes per token per KV head at D = 128), histograms in
     /// device memory. Needs a head dimension of 64, 128 or 256.
     pub pariskv_index: bool,
+    /// How the host placement's segments and row regions are allocated ([`HostMemory`]:
+    /// `cuMemHostAlloc` by default; 2 MiB pages registered, or VMM host memory, for the
+    /// fetch's scattered rows). Only `Pinned` with the HBM placement.
+    pub host_memory: HostMemory,
+    /// When `host_memory` cannot be had on this machine (checked once, when the store is
+    /// built): `false` (the default) builds the store with `Pinned` after one warning on
+    /// standard error; `true` refuses with [`StoreError::HostMemory`].
+    pub require_host_memory: bool,
 }
 
 impl StoreConfig {
@@ -117,6 +127,8 @@ impl StoreConfig {
             rotations: None,
             keep_landmarks: false,
             pariskv_index: false,
+            host_memory: HostMemory::Pinned,
+            require_host_memory: false,
         }
     }
 
@@ -182,6 +194,13 @@ impl StoreConfig {
         }
         if self.pariskv_index {
             IndexGeometry::new(m.head_dim)?;
+        }
+        if self.placement == Placement::Hbm && self.host_memory != HostMemory::Pinned {
+            return Err(bad(format!(
+                "host_memory {} applies to the host placement; the HBM placement takes \
+                 HostMemory::Pinned (the default)",
+                self.host_memory
+            )));
         }
         Ok(layout)
     }
@@ -323,6 +342,8 @@ pub struct KeyStore {
     landmark: LandmarkSpec,
     functions: Functions,
     fixed_device_bytes: usize,
+    /// The host memory mode in effect (`config.host_memory`, or `Pinned` after a fallback).
+    host_memory: HostMemory,
 }
 
 impl KeyStore {
@@ -428,6 +449,18 @@ impl KeyStore {
 
         // The zero fills and uploads above ran on the legacy stream.
         device::settle(&gpu)?;
+        let host_memory = match host_memory::HostBuffer::probe(&gpu, config.host_memory) {
+            Ok(()) => config.host_memory,
+            Err(reason) => host_memory::fall_back(
+                config.host_memory,
+                reason,
+                config.require_host_memory,
+            )
+            .map_err(|reason| StoreError::HostMemory {
+                mode: config.host_memory,
+                reason,
+            })?,
+        };
         let words_bytes = layout.words_len() * 8;
         let slot_bytes = (words_bytes + layout.scales_len() * 2).next_multiple_of(256);
         let shared = Shared {
@@ -455,6 +488,7 @@ impl KeyStore {
             landmark,
             functions,
             fixed_device_bytes,
+            host_memory,
             config,
             gpu,
         })
@@ -463,6 +497,12 @@ impl KeyStore {
     /// The configuration the store was built with.
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// How host memory is allocated: `config().host_memory`, or [`HostMemory::Pinned`] when
+    /// that was not available and not required.
+    pub fn host_memory(&self) -> HostMemory {
+        self.host_memory
     }
 
     /// The GPU the store lives on.
@@ -656,7 +696,7 @@ impl KeyStore {
                 (region, segments, hist)
             })
             .collect();
-        let (gpu, placement) = (self.gpu.clone(), self.config.placement);
+        let (gpu, placement, host) = (self.gpu.clone(), self.config.placement, self.host_memory);
         let heads = self.config.model.kv_heads;
         let mut growth = Vec::new();
         let mut failure = None;
@@ -677,7 +717,7 @@ impl KeyStore {
                 let bytes = self.region_bytes(class);
                 match self
                     .regions
-                    .alloc(class, || Memory::zeroed(&gpu, placement, bytes))
+                    .alloc(class, || Memory::zeroed(&gpu, placement, host, bytes))
                 {
                     Ok(r) => g.region = Some(r),
                     Err(e) => failure = Some(e),
@@ -691,7 +731,7 @@ impl KeyStore {
                 for _ in 0..heads {
                     match self
                         .segments
-                        .alloc(|bytes| Memory::zeroed(&gpu, placement, bytes))
+                        .alloc(|bytes| Memory::zeroed(&gpu, placement, host, bytes))
                     {
                         Ok(slot) => row.push(slot),
                         Err(e) => {
@@ -1501,6 +1541,18 @@ mod tests {
         assert!(StoreConfig {
             rotations: Some(vec![0.0; 2 * 2 * 64 * 64]),
             ..klt
+        }
+        .validate()
+        .is_ok());
+        // Large-page host memory is for the host placement only.
+        assert!(reason(StoreConfig {
+            host_memory: HostMemory::Vmm2M,
+            ..ok.clone()
+        })
+        .contains("applies to the host placement"));
+        assert!(StoreConfig {
+            host_memory: HostMemory::Registered,
+            ..StoreConfig::new(shape(Basis::Raw), Placement::Host, 1000)
         }
         .validate()
         .is_ok());
