@@ -11,6 +11,9 @@
 //!   equal the reference store's byte for byte (unfilled blocks zero, a segment the tail reaches
 //!   into all zero, no entry past the last segment), the K/V rows equal what was appended,
 //!   `n_stored`/`n_total` are right, and the landmark means equal the fp32-sum fp16 means.
+//! - the same for the host placement's large-page allocations (`HostMemory::Registered`,
+//!   `HostMemory::Vmm2M`, required so that a driver without them fails): equal contents, and
+//!   after `trim()` the context's pinned ledger is back where it was.
 //! - free and re-create: the pools are reused (memory() unchanged, the re-created sequences again
 //!   equal the reference, so reused segments were cleared), and trim() returns to the baseline.
 //! - capacity: a prefill or an append past `capacity_tokens` is refused and changes nothing; the
@@ -30,7 +33,7 @@ use rand::Rng;
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::store::device::{read_back, settle};
-use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig, StoreError};
 
 const BLK: usize = 64;
 /// Words per plane per segment: 256-token segments, so short sequences span several.
@@ -322,8 +325,8 @@ fn build(
     (ids, expected)
 }
 
-fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool) {
-    let label = format!("{} {placement:?}", model.name);
+fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool, host: HostMemory) {
+    let label = format!("{} {placement:?} {host}", model.name);
     let (mut rng, seed) = inputs::rng_and_seed(&label);
     let gpu = Arc::new(gpu());
     let (heads, d) = (model.kv_heads, model.head_dim);
@@ -336,9 +339,14 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool) {
         &gpu,
         StoreConfig {
             rotations: rot.clone(),
+            host_memory: host,
+            // A driver without the mode fails the test rather than testing `pinned` again.
+            require_host_memory: true,
             ..config(model, placement, 1 << 16)
         },
     );
+    assert_eq!(store.host_memory(), host, "{label}");
+    let pinned_baseline = gpu.pinned_bytes();
     let baseline = store.memory();
     let lengths = [
         rng.gen_range(1..100),
@@ -416,30 +424,53 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool) {
         baseline,
         "{label}: trim returns to the baseline"
     );
+    assert_eq!(
+        gpu.pinned_bytes(),
+        pinned_baseline,
+        "{label}: trim gives the pinned ledger back what the pools held"
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_raw_hbm() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Hbm, false);
+    prefill_append_case(shape("qwen3-8b"), Placement::Hbm, false, HostMemory::Pinned);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_raw_host() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Host, false);
+    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Pinned);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_raw_host_registered() {
+    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Registered);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_raw_host_vmm() {
+    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Vmm2M);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_rotated_host_vmm() {
+    prefill_append_case(shape("qwen2.5-7b"), Placement::Host, true, HostMemory::Vmm2M);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_hbm() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Hbm, true);
+    prefill_append_case(shape("qwen2.5-7b"), Placement::Hbm, true, HostMemory::Pinned);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_host() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Host, true);
+    prefill_append_case(shape("qwen2.5-7b"), Placement::Host, true, HostMemory::Pinned);
 }
 
 #[test]
