@@ -640,3 +640,44 @@ fn non_finite_keys_are_reported_with_their_location() {
     // Reported once.
     store.check().unwrap();
 }
+
+/// `resident_footprint` is what one sequence takes from the pools, to the byte, in HBM; from
+/// host memory its pool part is 0 while the sequence still uses as many (host) pool bytes.
+fn footprint_case(placement: Placement) {
+    let label = format!("footprint {placement:?}");
+    let (mut rng, _seed) = inputs::rng_and_seed(&label);
+    let gpu = Arc::new(gpu());
+    let model = shape("qwen3-8b");
+    let (heads, d) = (model.kv_heads, model.head_dim);
+    let mut store = store(&gpu, config(model, placement, 1 << 16));
+    let id = store.create_sequence();
+    let n = rng.gen_range(3000..5000);
+    for layer in 0..LAYERS {
+        let keys: Vec<u16> = (0..heads * n * d)
+            .map(|_| bf16::from_f32(rng.gen_range(-1.0..1.0)).to_bits())
+            .collect();
+        let rows = upload(&gpu, &keys, "keys");
+        store.prefill(id, layer, &rows, &rows).unwrap();
+    }
+    let f = store.resident_footprint(n, LAYERS);
+    let used = store.memory().pool_bytes_in_use;
+    match placement {
+        Placement::Hbm => assert_eq!(f.segments + f.rows + f.histograms, used, "{label}: n = {n}"),
+        Placement::Host => {
+            assert_eq!(f.segments + f.rows, 0, "{label}");
+            let hbm = StoreConfig::new(shape("qwen3-8b"), Placement::Hbm, 1 << 16);
+            let other = KeyStore::new(gpu.clone(), StoreConfig { block: BLK, segment_words: S, max_batch: 8, keep_landmarks: true, ..hbm })
+                .expect("an HBM store");
+            let g = other.resident_footprint(n, LAYERS);
+            assert_eq!(g.segments + g.rows, used, "{label}: the same pool bytes, in host memory");
+        }
+    }
+    assert!(f.tables > 0 && f.bytes() == f.parts().iter().map(|p| p.1).sum::<usize>());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resident_footprint_is_what_a_sequence_takes_from_the_pools() {
+    footprint_case(Placement::Hbm);
+    footprint_case(Placement::Host);
+}

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use codegen::spec::Placement;
 use runtime::reference::plans::{Method, MethodParseError};
+use runtime::store::host_memory::HostMemoryParseError;
+use runtime::store::HostMemory;
 use thiserror::Error;
 
 /// Runs the SPEC §9 decode-step protocol on the GPU for a preset and writes the results.
@@ -53,6 +55,11 @@ pub struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// How the host placement's store is allocated: pinned (cuMemHostAlloc), registered
+    /// (2 MiB pages registered) or vmm2m (VMM host memory); required, so a machine without it
+    /// stops the run.
+    #[arg(long, default_value = "pinned")]
+    pub host_memory: String,
 }
 
 /// The §9 method list of issue #6.
@@ -79,6 +86,7 @@ pub struct Options {
     pub cell_seconds: f64,
     pub seed: u64,
     pub device: usize,
+    pub host_memory: HostMemory,
 }
 
 /// A command line that cannot run, saying what is allowed.
@@ -100,6 +108,8 @@ pub enum ArgsError {
     Slots(usize),
     #[error("--cell-seconds must be a positive number of seconds, got {0}")]
     CellSeconds(f64),
+    #[error("--host-memory: {0}")]
+    HostMemory(#[from] HostMemoryParseError),
 }
 
 /// Tokens per scale block of the stores built here: a context must hold whole blocks.
@@ -261,6 +271,7 @@ impl Options {
             cell_seconds: args.cell_seconds,
             seed: args.seed,
             device: args.device,
+            host_memory: args.host_memory.parse()?,
         })
     }
 

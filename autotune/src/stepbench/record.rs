@@ -118,6 +118,10 @@ pub struct Header {
     /// `YYYY-MM-DD` (UTC).
     pub date: String,
     pub date_unix: u64,
+    /// How the host placement's store was allocated (`pinned`, `registered`, `vmm2m`;
+    /// `pinned` in records written before the option).
+    #[serde(default = "pinned")]
+    pub host_memory: String,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,
@@ -136,6 +140,10 @@ pub struct Header {
     pub generator: Generator,
     /// What the fidelity and recall columns are measured on.
     pub sample: String,
+}
+
+fn pinned() -> String {
+    "pinned".into()
 }
 
 /// A whole run.

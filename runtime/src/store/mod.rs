@@ -36,6 +36,7 @@
 
 pub mod device;
 mod error;
+pub mod footprint;
 pub mod host_memory;
 pub mod ledger;
 pub mod pariskv;
@@ -49,6 +50,7 @@ use codegen::spec::{EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Pl
 use cudarc::driver::CudaFunction;
 
 pub use error::StoreError;
+pub use footprint::StoreFootprint;
 pub use host_memory::HostMemory;
 pub use ledger::SequenceId;
 pub use pariskv::IndexGeometry;
