@@ -45,6 +45,15 @@ pub struct Row {
     pub steps: usize,
     /// `graph` (each layer's step captured once, replayed) or `eager` (`Decoder::step`).
     pub launch: String,
+    /// SPEC §9's HBM footprint: device bytes the cell's `batch` resident sequences (every layer
+    /// of the model, at `context` tokens) and the decoder's workspace for one step of them
+    /// cost beyond the model; the sum of `hbm_footprint`.
+    #[serde(default)]
+    pub hbm_footprint_bytes: Option<u64>,
+    /// Its parts: the store's (`KeyStore::resident_footprint`, times the batch) and the
+    /// workspace's (`WorkspaceSizes::parts`), by name.
+    #[serde(default)]
+    pub hbm_footprint: Option<Vec<(String, u64)>>,
 }
 
 impl Row {
@@ -75,6 +84,8 @@ impl Row {
             recall_k: None,
             steps: 0,
             launch: "-".into(),
+            hbm_footprint_bytes: None,
+            hbm_footprint: None,
         }
     }
 

@@ -686,6 +686,17 @@ impl Bench {
         row.wall_ms = Some(timing.wall_ms);
         row.steps = timing.steps;
         row.launch = timing.launch.into();
+        let sizes = decoder.launch_plan(&layers[0].view(), &request(0))?.sizes;
+        let sets = if loki { &self.klt } else { &self.raw };
+        if let Some(set) = sets.get(&placement) {
+            let parts = footprint_parts(
+                set.store.resident_footprint(n, self.model.layers).parts(),
+                batch,
+                sizes.parts(),
+            );
+            row.hbm_footprint_bytes = Some(parts.iter().map(|p| p.1).sum());
+            row.hbm_footprint = Some(parts);
+        }
         let (bytes, bits) = self.bytes(method, n, batch, &union);
         row.bytes_per_step = Some(bytes);
         row.bits = bits;
@@ -698,6 +709,20 @@ impl Bench {
         row.recall_k = recall.and(at);
         Ok(())
     }
+}
+
+/// The parts of a cell's HBM footprint: the store's share of one sequence times `batch`, then
+/// the workspace's (one step of the batch, reused by every layer).
+pub fn footprint_parts(
+    store: [(&'static str, usize); 4],
+    batch: usize,
+    workspace: [(&'static str, usize); 8],
+) -> Vec<(String, u64)> {
+    store
+        .iter()
+        .map(|&(name, b)| (name.to_string(), (b * batch) as u64))
+        .chain(workspace.iter().map(|&(name, b)| (format!("workspace {name}"), b as u64)))
+        .collect()
 }
 
 /// Runs every cell of `options`; `write` is called with the header and the rows so far after
@@ -714,7 +739,8 @@ pub fn run(
     let cells = options.placements.len()
         * options.contexts.len()
         * options.batches.len()
-        * options.methods.len();
+        * options.methods.len()
+        + options.standing.iter().map(|s| s.3.len()).sum::<usize>();
     let progress = bar(cells as u64, "cells");
     let mut rows = Vec::new();
     for &placement in &options.placements {
@@ -743,6 +769,30 @@ pub fn run(
             }
             write(&header, &rows);
         }
+    }
+    for (placement, n, batch, methods) in &options.standing {
+        let (placement, n, batch) = (*placement, *n, *batch);
+        let inputs = bench.inputs(placement, n, batch)?;
+        for &method in methods {
+            progress.set_message(format!(
+                "{method} {} {} b{batch} (standing)",
+                placement.as_str(),
+                context_label(n)
+            ));
+            let row = bench.cell(method, placement, n, batch, &inputs);
+            if !row.ok() {
+                progress.println(format!(
+                    "  {} {} {} b{batch}: {}",
+                    row.method,
+                    row.placement,
+                    context_label(n),
+                    row.status
+                ));
+            }
+            rows.push(row);
+            progress.inc(1);
+        }
+        write(&header, &rows);
     }
     progress.finish();
     Ok((header, rows))
