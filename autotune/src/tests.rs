@@ -656,9 +656,15 @@ fn timings_sum_every_phase_of_every_candidate_on_a_fake_clock() {
     assert_eq!(secs(Phase::Compile), 0);
     assert_eq!(entry.candidates.len() as u64, n);
     let summary = timings.summary();
-    assert!(summary.contains("prepare") && summary.contains("total"), "{summary}");
+    assert!(
+        summary.contains("prepare") && summary.contains("total"),
+        "{summary}"
+    );
     let total_line = summary.lines().last().unwrap();
-    assert!(total_line.contains(&format!("{:.1}", (2 * n) as f64)), "{summary}");
+    assert!(
+        total_line.contains(&format!("{:.1}", (2 * n) as f64)),
+        "{summary}"
+    );
 }
 
 #[test]
@@ -691,11 +697,20 @@ fn the_run_compiles_each_candidate_kernel_once() {
     for case in &cases {
         for v in enumerate(case) {
             if let Ok(spec) = tile_spec(case, &v) {
-                assert!(set.contains(&spec), "{} {}: not compiled up front", case.key(), v.name());
+                assert!(
+                    set.contains(&spec),
+                    "{} {}: not compiled up front",
+                    case.key(),
+                    v.name()
+                );
             }
         }
     }
     // Contexts share kernels: fewer specs than tile candidates.
     let candidates: usize = cases.iter().map(|c| enumerate(c).len()).sum();
-    assert!(specs.len() < candidates, "{} specs of {candidates}", specs.len());
+    assert!(
+        specs.len() < candidates,
+        "{} specs of {candidates}",
+        specs.len()
+    );
 }

@@ -150,7 +150,12 @@ impl Timings {
             } else {
                 100.0 * d / total.as_secs_f64()
             };
-            out.push_str(&format!("{:<10} {:>8.1} {:>5.0}%\n", phase.name(), d, share));
+            out.push_str(&format!(
+                "{:<10} {:>8.1} {:>5.0}%\n",
+                phase.name(),
+                d,
+                share
+            ));
         }
         out.push_str(&format!("{:<10} {:>8.1}\n", "total", total.as_secs_f64()));
         out
@@ -165,7 +170,13 @@ impl Observer for Timings {
 
 /// The log line of a finished case, for output that is not a terminal:
 /// `[12/117] scan/hbm/128k d128 g4: 48 candidates, best w16 t256 0.081 ms (3.2 s)`.
-pub fn case_line(index: usize, cases: usize, case: &Case, entry: &EntryRecord, took: Duration) -> String {
+pub fn case_line(
+    index: usize,
+    cases: usize,
+    case: &Case,
+    entry: &EntryRecord,
+    took: Duration,
+) -> String {
     let timed = entry
         .candidates
         .iter()

@@ -94,7 +94,12 @@ fn is_out_of(e: &StoreError, memory: &str) -> bool {
 /// Runs a store of `placement` out of memory while it grows (see the module docs).
 /// A store of `placement` whose host memory is `host`, required (so that a driver without it
 /// fails the test instead of quietly testing `pinned`).
-fn config_with(model: ModelShape, placement: Placement, host: HostMemory, capacity: usize) -> StoreConfig {
+fn config_with(
+    model: ModelShape,
+    placement: Placement,
+    host: HostMemory,
+    capacity: usize,
+) -> StoreConfig {
     StoreConfig {
         host_memory: host,
         require_host_memory: true,

@@ -440,13 +440,23 @@ fn prefill_and_append_raw_hbm() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_raw_host() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Pinned);
+    prefill_append_case(
+        shape("qwen3-8b"),
+        Placement::Host,
+        false,
+        HostMemory::Pinned,
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_raw_host_registered() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Registered);
+    prefill_append_case(
+        shape("qwen3-8b"),
+        Placement::Host,
+        false,
+        HostMemory::Registered,
+    );
 }
 
 #[test]
@@ -458,19 +468,34 @@ fn prefill_and_append_raw_host_vmm() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_host_vmm() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Host, true, HostMemory::Vmm2M);
+    prefill_append_case(
+        shape("qwen2.5-7b"),
+        Placement::Host,
+        true,
+        HostMemory::Vmm2M,
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_hbm() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Hbm, true, HostMemory::Pinned);
+    prefill_append_case(
+        shape("qwen2.5-7b"),
+        Placement::Hbm,
+        true,
+        HostMemory::Pinned,
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_host() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Host, true, HostMemory::Pinned);
+    prefill_append_case(
+        shape("qwen2.5-7b"),
+        Placement::Host,
+        true,
+        HostMemory::Pinned,
+    );
 }
 
 #[test]
@@ -666,10 +691,23 @@ fn footprint_case(placement: Placement) {
         Placement::Host => {
             assert_eq!(f.segments + f.rows, 0, "{label}");
             let hbm = StoreConfig::new(shape("qwen3-8b"), Placement::Hbm, 1 << 16);
-            let other = KeyStore::new(gpu.clone(), StoreConfig { block: BLK, segment_words: S, max_batch: 8, keep_landmarks: true, ..hbm })
-                .expect("an HBM store");
+            let other = KeyStore::new(
+                gpu.clone(),
+                StoreConfig {
+                    block: BLK,
+                    segment_words: S,
+                    max_batch: 8,
+                    keep_landmarks: true,
+                    ..hbm
+                },
+            )
+            .expect("an HBM store");
             let g = other.resident_footprint(n, LAYERS);
-            assert_eq!(g.segments + g.rows, used, "{label}: the same pool bytes, in host memory");
+            assert_eq!(
+                g.segments + g.rows,
+                used,
+                "{label}: the same pool bytes, in host memory"
+            );
         }
     }
     assert!(f.tables > 0 && f.bytes() == f.parts().iter().map(|p| p.1).sum::<usize>());

@@ -378,8 +378,26 @@ fn run(o: &Options) -> Result<Record, String> {
         .filled::<u16>(heads * segments * d * SEGMENT_WORDS * 64 / BLOCK, 0xff)
         .map_err(e)?;
     let staging = (&stage_words, &stage_scales, stage_planes);
-    let host = build_store(&gpu, Placement::Host, o.host_memory, heads, d, segments, o.tokens).map_err(e)?;
-    let hbm = build_store(&gpu, Placement::Hbm, HostMemory::Pinned, heads, d, segments, o.tokens).map_err(e)?;
+    let host = build_store(
+        &gpu,
+        Placement::Host,
+        o.host_memory,
+        heads,
+        d,
+        segments,
+        o.tokens,
+    )
+    .map_err(e)?;
+    let hbm = build_store(
+        &gpu,
+        Placement::Hbm,
+        HostMemory::Pinned,
+        heads,
+        d,
+        segments,
+        o.tokens,
+    )
+    .map_err(e)?;
     let mut methods: Vec<(String, PlanMethod, f32)> = o
         .budgets
         .iter()

@@ -294,8 +294,7 @@ impl Options {
         let contexts = non_empty("contexts", sorted_unique(contexts))?;
         let batches = non_empty("batch", sorted_unique(batches))?;
         let placements = non_empty("placement", placements)?;
-        let standing =
-            standing_cells(args.no_standing, &placements, &contexts, &batches, &methods);
+        let standing = standing_cells(args.no_standing, &placements, &contexts, &batches, &methods);
         Ok(Options {
             model: args.model.clone(),
             contexts,

@@ -721,7 +721,11 @@ pub fn footprint_parts(
     store
         .iter()
         .map(|&(name, b)| (name.to_string(), (b * batch) as u64))
-        .chain(workspace.iter().map(|&(name, b)| (format!("workspace {name}"), b as u64)))
+        .chain(
+            workspace
+                .iter()
+                .map(|&(name, b)| (format!("workspace {name}"), b as u64)),
+        )
         .collect()
 }
 

@@ -38,7 +38,11 @@ fn link_floor(rows: &[Row], context: usize, batch: usize, most: f64) -> Verdict 
     let target = format!(
         "host {}{}: fathom(48) within {most}x of its link floor",
         label(context),
-        if batch == 1 { String::new() } else { format!(", batch {batch}") }
+        if batch == 1 {
+            String::new()
+        } else {
+            format!(", batch {batch}")
+        }
     );
     let outcome = match find_batch(rows, "fathom(48)", context, "host", batch) {
         Some(r) => match (r.gpu_ms, r.floor_ms) {
@@ -68,14 +72,13 @@ fn footprint(rows: &[Row]) -> Verdict {
         "host 1m: HBM footprint of a fathom(48) sequence (every layer) under {:.0} MiB",
         mib(FOOTPRINT_TARGET)
     );
-    let outcome = match find(rows, "fathom(48)", 1 << 20, "host").and_then(|r| {
-        Some((r.hbm_footprint_bytes?, r.hbm_footprint.as_ref()?))
-    }) {
+    let outcome = match find(rows, "fathom(48)", 1 << 20, "host")
+        .and_then(|r| Some((r.hbm_footprint_bytes?, r.hbm_footprint.as_ref()?)))
+    {
         Some((bytes, parts)) => {
-            let largest = parts
-                .iter()
-                .max_by_key(|p| p.1)
-                .map_or(String::new(), |p| format!("; largest part {} {:.1} MiB", p.0, mib(p.1)));
+            let largest = parts.iter().max_by_key(|p| p.1).map_or(String::new(), |p| {
+                format!("; largest part {} {:.1} MiB", p.0, mib(p.1))
+            });
             if bytes < FOOTPRINT_TARGET {
                 format!("met ({:.1} MiB{largest})", mib(bytes))
             } else {

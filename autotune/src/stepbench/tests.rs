@@ -684,7 +684,10 @@ fn the_standing_batch_and_footprint_targets() {
     };
     assert!(get(&rows, "host 128k, batch 16").starts_with("met (1.10x"));
     let o = get(&rows, "host 1m: HBM footprint");
-    assert!(o.starts_with("missed by") && o.contains("workspace scores"), "{o}");
+    assert!(
+        o.starts_with("missed by") && o.contains("workspace scores"),
+        "{o}"
+    );
     rows[1].hbm_footprint_bytes = Some(100 << 20);
     assert!(get(&rows, "host 1m: HBM footprint").starts_with("met (100.0 MiB"));
     rows[0].gpu_ms = Some(12.0);
@@ -696,7 +699,16 @@ fn the_standing_batch_and_footprint_targets() {
 #[test]
 fn footprint_parts_scale_the_store_by_the_batch_not_the_workspace() {
     let store = [("a", 1), ("b", 2), ("c", 0), ("d", 10)];
-    let workspace = [("scores", 100), ("rows", 7), ("x", 0), ("y", 0), ("z", 0), ("w", 0), ("v", 0), ("u", 1)];
+    let workspace = [
+        ("scores", 100),
+        ("rows", 7),
+        ("x", 0),
+        ("y", 0),
+        ("z", 0),
+        ("w", 0),
+        ("v", 0),
+        ("u", 1),
+    ];
     let parts = super::run::footprint_parts(store, 4, workspace);
     let total: u64 = parts.iter().map(|p| p.1).sum();
     assert_eq!(total, 4 * 13 + 108);
@@ -712,12 +724,27 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     let names: Vec<String> = m.iter().map(Method::to_string).collect();
     assert_eq!(names, ["fathom(48)", "sparq(32)"]);
     assert!(options(&["--no-standing"]).unwrap().standing.is_empty());
-    assert!(options(&["--placement", "hbm"]).unwrap().standing.is_empty());
+    assert!(options(&["--placement", "hbm"])
+        .unwrap()
+        .standing
+        .is_empty());
     assert!(options(&["--contexts", "32k"]).unwrap().standing.is_empty());
-    assert!(options(&["--batch", "16", "--contexts", "128k"]).unwrap().standing.is_empty());
-    assert!(options(&["--methods", "dense"]).unwrap().standing.is_empty());
+    assert!(options(&["--batch", "16", "--contexts", "128k"])
+        .unwrap()
+        .standing
+        .is_empty());
+    assert!(options(&["--methods", "dense"])
+        .unwrap()
+        .standing
+        .is_empty());
     let only = options(&["--methods", "sparq(32),dense"]).unwrap();
     assert_eq!(only.standing[0].3.len(), 1);
-    assert_eq!(options(&["--host-memory", "vmm2m"]).unwrap().host_memory, runtime::store::HostMemory::Vmm2M);
-    assert!(matches!(options(&["--host-memory", "huge"]), Err(ArgsError::HostMemory(_))));
+    assert_eq!(
+        options(&["--host-memory", "vmm2m"]).unwrap().host_memory,
+        runtime::store::HostMemory::Vmm2M
+    );
+    assert!(matches!(
+        options(&["--host-memory", "huge"]),
+        Err(ArgsError::HostMemory(_))
+    ));
 }

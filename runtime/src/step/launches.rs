@@ -812,6 +812,10 @@ mod footprint_tests {
         let parts = sizes.parts();
         assert_eq!(parts.iter().map(|&(_, b)| b).sum::<usize>(), sizes.bytes());
         assert_eq!(parts[2], ("scores", 4 * sizes.scores));
-        assert_eq!(parts[4], ("rows", 4 * sizes.rows), "k_sel and v_sel, bf16 each");
+        assert_eq!(
+            parts[4],
+            ("rows", 4 * sizes.rows),
+            "k_sel and v_sel, bf16 each"
+        );
     }
 }

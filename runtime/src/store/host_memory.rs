@@ -42,7 +42,11 @@ pub enum HostMemory {
 
 impl HostMemory {
     /// Every mode, in the order of [`HostMemory::name`]'s list.
-    pub const ALL: [HostMemory; 3] = [HostMemory::Pinned, HostMemory::Registered, HostMemory::Vmm2M];
+    pub const ALL: [HostMemory; 3] = [
+        HostMemory::Pinned,
+        HostMemory::Registered,
+        HostMemory::Vmm2M,
+    ];
 
     /// The name the command lines and records use: `pinned`, `registered`, `vmm2m`.
     pub fn name(self) -> &'static str {
@@ -79,7 +83,11 @@ impl FromStr for HostMemory {
 /// The mode a store runs with when `asked` cannot be had here (`unsupported` says why): with
 /// `require` the reason is the error; else [`HostMemory::Pinned`], with one warning per process
 /// on standard error (a serving process builds many stores; one line says it all).
-pub fn fall_back(asked: HostMemory, unsupported: String, require: bool) -> Result<HostMemory, String> {
+pub fn fall_back(
+    asked: HostMemory,
+    unsupported: String,
+    require: bool,
+) -> Result<HostMemory, String> {
     if require {
         return Err(unsupported);
     }
@@ -125,23 +133,34 @@ unsafe impl Send for HostBuffer {}
 unsafe impl Sync for HostBuffer {}
 
 fn driver(call: &'static str, r: sys::CUresult) -> Result<(), GpuError> {
-    r.result().map_err(|source| GpuError::Driver { call, source })
+    r.result()
+        .map_err(|source| GpuError::Driver { call, source })
 }
 
 fn alloc_failure(call: &'static str, r: sys::CUresult, what: &str, bytes: usize) -> GpuError {
-    allocation_error(DriverError(r), call, "pinned host", || what.to_string(), bytes)
+    allocation_error(
+        DriverError(r),
+        call,
+        "pinned host",
+        || what.to_string(),
+        bytes,
+    )
 }
 
 impl HostBuffer {
     /// `bytes` zeroed bytes of `mode` (not [`HostMemory::Pinned`]: that is
     /// [`Gpu::mapped`]), `what` naming them in an out-of-memory error.
-    pub fn new(gpu: &Gpu, mode: HostMemory, bytes: usize, what: &str) -> Result<HostBuffer, GpuError> {
+    pub fn new(
+        gpu: &Gpu,
+        mode: HostMemory,
+        bytes: usize,
+        what: &str,
+    ) -> Result<HostBuffer, GpuError> {
         let ctx = gpu.stream().context().clone();
-        ctx.bind_to_thread()
-            .map_err(|source| GpuError::Driver {
-                call: "cuCtxSetCurrent",
-                source,
-            })?;
+        ctx.bind_to_thread().map_err(|source| GpuError::Driver {
+            call: "cuCtxSetCurrent",
+            source,
+        })?;
         let granule = match mode {
             HostMemory::Pinned => {
                 return Err(GpuError::Driver {
@@ -170,7 +189,9 @@ impl HostBuffer {
         if let Kind::Vmm { .. } = buffer.kind {
             // Not zeroed by the driver; the store's segments must read as zero. (A registered
             // mapping is fresh anonymous memory: zero already.)
-            driver("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(addr, 0, map_bytes) })?;
+            driver("cuMemsetD8", unsafe {
+                sys::cuMemsetD8_v2(addr, 0, map_bytes)
+            })?;
             driver("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
         }
         Ok(buffer)
@@ -291,7 +312,12 @@ fn vmm_granule(prop: &sys::CUmemAllocationProp) -> Result<usize, GpuError> {
 }
 
 /// Host memory of the VMM API, `map_bytes` (a multiple of `granule`) mapped for this device.
-fn vmm(ctx: &CudaContext, map_bytes: usize, granule: usize, what: &str) -> Result<(Kind, u64), GpuError> {
+fn vmm(
+    ctx: &CudaContext,
+    map_bytes: usize,
+    granule: usize,
+    what: &str,
+) -> Result<(Kind, u64), GpuError> {
     let prop = host_properties(ctx)?;
     let mut handle: sys::CUmemGenericAllocationHandle = 0;
     let r = unsafe { sys::cuMemCreate(&mut handle, map_bytes, &prop, 0) };
@@ -362,7 +388,10 @@ mod tests {
     fn modes_parse_from_their_names_and_nothing_else() {
         for mode in HostMemory::ALL {
             assert_eq!(mode.name().parse::<HostMemory>(), Ok(mode));
-            assert_eq!(mode.to_string().to_uppercase().parse::<HostMemory>(), Ok(mode));
+            assert_eq!(
+                mode.to_string().to_uppercase().parse::<HostMemory>(),
+                Ok(mode)
+            );
         }
         let e = "vmm".parse::<HostMemory>().unwrap_err();
         assert!(e.to_string().contains("pinned, registered, vmm2m"), "{e}");

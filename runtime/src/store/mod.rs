@@ -453,15 +453,13 @@ impl KeyStore {
         device::settle(&gpu)?;
         let host_memory = match host_memory::HostBuffer::probe(&gpu, config.host_memory) {
             Ok(()) => config.host_memory,
-            Err(reason) => host_memory::fall_back(
-                config.host_memory,
-                reason,
-                config.require_host_memory,
-            )
-            .map_err(|reason| StoreError::HostMemory {
-                mode: config.host_memory,
-                reason,
-            })?,
+            Err(reason) => {
+                host_memory::fall_back(config.host_memory, reason, config.require_host_memory)
+                    .map_err(|reason| StoreError::HostMemory {
+                        mode: config.host_memory,
+                        reason,
+                    })?
+            }
         };
         let words_bytes = layout.words_len() * 8;
         let slot_bytes = (words_bytes + layout.scales_len() * 2).next_multiple_of(256);
