@@ -198,13 +198,12 @@ impl HostBuffer {
     }
 
     /// Whether `mode` can be allocated on `gpu`: one huge page of it is made and freed. The
-    /// reason when not.
-    pub fn probe(gpu: &Gpu, mode: HostMemory) -> Result<(), String> {
+    /// driver's reason when not (running out of pinned memory, the ledger's cap included, is
+    /// [`GpuError::OutOfMemory`], not a missing mode).
+    pub fn probe(gpu: &Gpu, mode: HostMemory) -> Result<(), GpuError> {
         match mode {
             HostMemory::Pinned => Ok(()),
-            _ => HostBuffer::new(gpu, mode, HUGE_PAGE, "a probe of the host memory mode")
-                .map(drop)
-                .map_err(|e| e.to_string()),
+            _ => HostBuffer::new(gpu, mode, HUGE_PAGE, "a probe of the host memory mode").map(drop),
         }
     }
 

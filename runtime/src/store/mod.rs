@@ -453,7 +453,10 @@ impl KeyStore {
         device::settle(&gpu)?;
         let host_memory = match host_memory::HostBuffer::probe(&gpu, config.host_memory) {
             Ok(()) => config.host_memory,
-            Err(reason) => {
+            // Out of pinned memory (or past its cap) is not a missing mode.
+            Err(e @ crate::gpu::GpuError::OutOfMemory { .. }) => return Err(e.into()),
+            Err(e) => {
+                let reason = e.to_string();
                 host_memory::fall_back(config.host_memory, reason, config.require_host_memory)
                     .map_err(|reason| StoreError::HostMemory {
                         mode: config.host_memory,
