@@ -11,7 +11,7 @@
 //! every candidate's achieved bandwidth beside the record.
 //!
 //! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick] [--timings]`
-//! `cargo run --release -p autotune -- --report autotune/records/nvidia-h200.json` (no GPU)
+//! `cargo run --release -p autotune -- --report runtime/records/nvidia-h200.json` (no GPU)
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use codegen::spec::Placement;
-use runtime::reference::plans::{Method, MethodParseError};
+use reference::plans::{Method, MethodParseError};
 use runtime::store::host_memory::HostMemoryParseError;
 use runtime::store::HostMemory;
 use thiserror::Error;
