@@ -25,7 +25,8 @@ use thiserror::Error;
 use super::args::{context_label, Options, BLOCK, MIN_STEPS};
 use super::data::{self, DataError, HeadCalibration};
 use super::figures::{
-    floor_ms, group_bytes, median, pariskv_index_bytes, recall_k, steps_within, time_capped,
+    floor_ms, footprint_parts, group_bytes, median, pariskv_index_bytes, recall_k, steps_within,
+    time_capped,
 };
 use super::record::{date_of, Generator, Header, Row};
 use super::reference::{compare, context_truth, ContextTruth};
@@ -709,24 +710,6 @@ impl Bench {
         row.recall_k = recall.and(at);
         Ok(())
     }
-}
-
-/// The parts of a cell's HBM footprint: the store's share of one sequence times `batch`, then
-/// the workspace's (one step of the batch, reused by every layer).
-pub fn footprint_parts(
-    store: [(&'static str, usize); 4],
-    batch: usize,
-    workspace: [(&'static str, usize); 8],
-) -> Vec<(String, u64)> {
-    store
-        .iter()
-        .map(|&(name, b)| (name.to_string(), (b * batch) as u64))
-        .chain(
-            workspace
-                .iter()
-                .map(|&(name, b)| (format!("workspace {name}"), b as u64)),
-        )
-        .collect()
 }
 
 /// Runs every cell of `options`; `write` is called with the header and the rows so far after

@@ -708,7 +708,7 @@ fn footprint_parts_scale_the_store_by_the_batch_not_the_workspace() {
         ("v", 0),
         ("u", 1),
     ];
-    let parts = super::run::footprint_parts(store, 4, workspace);
+    let parts = super::figures::footprint_parts(store, 4, workspace);
     let total: u64 = parts.iter().map(|p| p.1).sum();
     assert_eq!(total, 4 * 13 + 108);
     assert_eq!(parts[4], ("workspace scores".to_string(), 100));
