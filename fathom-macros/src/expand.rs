@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use syn::{Ident, Path};
 
-use crate::cuda::{self, CType, Param, Scalar};
+use codegen::signature::{self as cuda, CType, Param, Scalar};
 use crate::input::KernelsInput;
 use crate::specs::{self, Located};
 
@@ -137,7 +137,7 @@ fn launcher(
 }
 
 /// The Rust type of a pointer parameter: const pointees are read-only pointers, others writable.
-fn pointer_type(ty: &CType, rt: &Path) -> TokenStream {
+pub(crate) fn pointer_type(ty: &CType, rt: &Path) -> TokenStream {
     match ty {
         CType::Scalar(scalar) => scalar_type(*scalar),
         CType::Ptr {
@@ -167,11 +167,12 @@ fn scalar_type(scalar: Scalar) -> TokenStream {
         Scalar::U64 => quote!(u64),
         Scalar::F32 => quote!(f32),
         Scalar::F64 => quote!(f64),
+        Scalar::U32x2 => quote!([u32; 2]),
     }
 }
 
 /// The parameter's C name, unless it is a Rust keyword or a launcher's own parameter.
-fn rust_name(name: &str) -> Ident {
+pub(crate) fn rust_name(name: &str) -> Ident {
     match syn::parse_str::<Ident>(name) {
         Ok(ident) if !FIXED_PARAMS.contains(&name) => ident,
         _ => format_ident!("{}_", name),

@@ -116,7 +116,7 @@ fn preset_specs(name: &syn::LitStr, options: &[Field]) -> syn::Result<Vec<Kernel
 }
 
 /// `family(field = value, ...)`: deserialised, then validated.
-fn family_spec(family: &Ident, fields: &[Field]) -> syn::Result<KernelSpec> {
+pub fn family_spec(family: &Ident, fields: &[Field]) -> syn::Result<KernelSpec> {
     let family_name = family.to_string();
     let known = fields_of(&family_name).ok_or_else(|| {
         let families: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();

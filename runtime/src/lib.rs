@@ -85,6 +85,7 @@
 //! # }
 //! ```
 
+pub mod abi;
 pub mod ceilings;
 pub mod drift;
 pub mod fidelity;
