@@ -21,9 +21,9 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{braced, parenthesized, Attribute, Ident, Path, Token, Visibility};
 
-use codegen::signature::{self, CType, Param, Scalar};
+use codegen::signature::{self, Param};
 
-use crate::expand::pointer_type;
+use crate::expand::{param_type, ParamType};
 use crate::input::{parse_fields, runtime_attr, Field};
 use crate::specs::family_spec;
 
@@ -126,16 +126,18 @@ fn variant_module(variant: &Variant, rt: &Path) -> syn::Result<(TokenStream, Vec
             .unwrap_or(&entry)
             .trim_start_matches('_');
         let struct_name = format_ident!("{}Args", camel(stage));
-        structs.extend(args_struct(
-            &struct_name,
-            spec.family(),
-            &name.to_string(),
-            stage,
-            &entry,
-            &params,
-            rt,
-        )
-        .map_err(error)?);
+        structs.extend(
+            args_struct(
+                &struct_name,
+                spec.family(),
+                &name.to_string(),
+                stage,
+                &entry,
+                &params,
+                rt,
+            )
+            .map_err(error)?,
+        );
         entries.push(quote!(<#name::#struct_name as #rt::launch::KernelArgs>::ABI));
     }
     let doc = format!(
@@ -170,19 +172,9 @@ fn args_struct(
     for param in params {
         let field = field_name(&param.name);
         let doc = format!("`{}`", param.declaration);
-        let (ty, arg) = match &param.ty {
-            CType::Ptr { .. } => (pointer_type(&param.ty, rt), quote!(self.#field.arg())),
-            CType::Scalar(Scalar::I32) => (quote!(i32), quote!(#rt::gpu::Arg::I32(self.#field))),
-            CType::Scalar(Scalar::U32) => (quote!(u32), quote!(#rt::gpu::Arg::U32(self.#field))),
-            CType::Scalar(Scalar::U64) => (quote!(u64), quote!(#rt::gpu::Arg::U64(self.#field))),
-            CType::Scalar(Scalar::F32) => (quote!(f32), quote!(#rt::gpu::Arg::F32(self.#field))),
-            CType::Scalar(other) => {
-                return Err(format!(
-                    "parameter `{}` of `{entry}` is passed by value as {other:?}, which kernel \
-                     arguments cannot carry (int, unsigned int, unsigned long long, float)",
-                    param.declaration
-                ))
-            }
+        let (ty, arg) = match param_type(param, entry, rt)? {
+            ParamType::Pointer(ptr) => (ptr, quote!(self.#field.arg())),
+            ParamType::Value { ty, variant } => (ty, quote!(#rt::gpu::Arg::#variant(self.#field))),
         };
         fields.push(quote!(#[doc = #doc] pub #field: #ty));
         args.push(arg);

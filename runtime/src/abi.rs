@@ -36,7 +36,10 @@ fathom_macros::abi! {
     }
 }
 
+mod select_stages;
+
 pub use kernels::*;
+pub use select_stages::{select_args, SelectBuffers};
 
 #[cfg(test)]
 mod tests;

@@ -190,6 +190,16 @@ impl<T> DeviceBuffer<T> {
     }
 }
 
+impl<T> DeviceBuffer<T> {
+    /// The buffer's address, for a parameter the kernel writes, from a shared reference: for
+    /// buffers that a fixture or a workspace owns and hands out by reference (the step's
+    /// workspace, a bench's prepared outputs). The caller orders the launches so that none
+    /// reads the buffer while another writes it, which [`DeviceBuffer::ptr_mut`] would prove.
+    pub fn shared_ptr_mut(&self) -> DevicePtrMut<T> {
+        DevicePtrMut::from_addr(self.addr())
+    }
+}
+
 impl<T> MappedBuffer<T> {
     /// The buffer's unified address, for a parameter the kernel reads.
     pub fn ptr(&self) -> DevicePtr<T> {

@@ -14,8 +14,10 @@ use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
-use runtime::gpu::{Arg, Gpu};
+use runtime::abi;
+use runtime::gpu::Gpu;
 use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, Origin};
+use runtime::launch::{DevicePtr, KernelArgs};
 use runtime::reference::score::score_exact;
 
 fn qwen3_8b_set() -> Vec<KernelSpec> {
@@ -133,26 +135,18 @@ fn run_oracle(
     let k_rows = HeadTable::upload(gpu, spec.placement, &bits).unwrap();
     let q = gpu.upload(queries).unwrap();
     let ends = gpu.upload(&[n as i32]).unwrap();
-    let scores = gpu.filled::<f32>(heads * g * ld, POISON).unwrap();
+    let mut scores = gpu.filled::<f32>(heads * g * ld, POISON).unwrap();
     let launch = spec.launch(1, heads as u64, n as u64).unwrap();
-    let args = [
-        k_rows.table.arg(),
-        q.arg(),
-        Arg::Ptr(0),
-        ends.arg(),
-        scores.arg(),
-        Arg::I32(ld as i32),
-        Arg::I32(heads as i32),
-    ];
-    let [gx, gy, gz] = launch.grid;
-    let [bx, by, bz] = launch.block;
-    gpu.launch(
-        function,
-        (gx, gy, gz),
-        (bx, by, bz),
-        launch.shared_bytes,
-        &args,
-    )
+    abi::oracle::Args {
+        k_rows: k_rows.table.ptr().cast(),
+        q: q.ptr(),
+        range_start: DevicePtr::null(),
+        range_end: ends.ptr(),
+        scores: scores.ptr_mut(),
+        ld_scores: ld as i32,
+        num_kv_heads: heads as i32,
+    }
+    .launch(gpu, function, launch)
     .unwrap();
     gpu.synchronize().unwrap();
     scores.download().unwrap()

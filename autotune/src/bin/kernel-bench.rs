@@ -19,8 +19,10 @@ use codegen::emit::build_kernel;
 use codegen::model::preset;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use cudarc::driver::CudaFunction;
+use runtime::abi;
 use runtime::ceilings::{self, Ceilings};
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::launch::{DevicePtr, KernelArgs};
 use serde::Serialize;
 
 const BLOCK: usize = 64;
@@ -222,27 +224,29 @@ fn plan(
     let s2 = gpu.upload(&sigma2).map_err(e)?;
     let depths = gpu.filled::<u8>(heads * d, 0xff).map_err(e)?;
     let status = gpu.upload(&[0i32; 3]).map_err(e)?;
-    let args = [
-        q.arg(),
-        s2.arg(),
-        Arg::Ptr(0),
-        Arg::Ptr(0),
-        Arg::F32(budget),
-        store.seg_words.arg(),
-        store.seg_scales.arg(),
-        Arg::I32(segments as i32),
-        store.n_stored.arg(),
-        Arg::I32(heads as i32),
-        out.q_store.arg(),
-        depths.arg(),
-        out.class_count.arg(),
-        out.runs.arg(),
-        out.staged_runs.arg(),
-        staging.0.arg(),
-        staging.1.arg(),
-        Arg::I32(staging.2 as i32),
-        status.arg(),
-    ];
+    // The plan's outputs and the staging are this bench's, written by this launch only.
+    let args = abi::plan::Args {
+        q: q.ptr(),
+        sigma2: s2.ptr(),
+        fixed_channels: DevicePtr::null(),
+        rot: DevicePtr::null(),
+        budget,
+        seg_words: store.seg_words.ptr().cast(),
+        seg_scales: store.seg_scales.ptr().cast(),
+        max_seg: segments as i32,
+        n_stored: store.n_stored.ptr(),
+        n_heads: heads as i32,
+        q_store: out.q_store.shared_ptr_mut(),
+        depths: depths.shared_ptr_mut(),
+        class_count: out.class_count.shared_ptr_mut(),
+        runs: out.runs.shared_ptr_mut(),
+        staged_runs: out.staged_runs.shared_ptr_mut(),
+        stage_words: staging.0.shared_ptr_mut(),
+        stage_scales: staging.1.shared_ptr_mut(),
+        stage_planes: staging.2 as i32,
+        status: status.shared_ptr_mut(),
+    }
+    .args();
     let (grid, block, shared) = spec.launch_dims(1, heads);
     gpu.launch(&function, grid, block, shared, &args)
         .map_err(e)?;
@@ -411,14 +415,15 @@ fn run(o: &Options) -> Result<Record, String> {
                 ms
             };
             if placement == Placement::Host {
-                let args = [
-                    p.runs.arg(),
-                    p.staged_runs.arg(),
-                    p.class_count.arg(),
-                    store.n_stored.arg(),
-                    Arg::I32(segments as i32),
-                    Arg::I32(heads as i32),
-                ];
+                let args = abi::gather::Args {
+                    src_runs: p.runs.ptr(),
+                    dst_runs: p.staged_runs.ptr(),
+                    class_count: p.class_count.ptr(),
+                    n_stored: store.n_stored.ptr(),
+                    max_seg: segments as i32,
+                    n_heads: heads as i32,
+                }
+                .args();
                 let (grid, block, shared) = gather_spec.launch_dims(1, heads, segments);
                 let ms = time(&gpu, o.reps, &|| {
                     gpu.launch(&gather, grid, block, shared, &args)
@@ -447,16 +452,18 @@ fn run(o: &Options) -> Result<Record, String> {
                     }
                 };
                 let function = module.function(&name).map_err(e)?;
-                let args = [
-                    p.runs.arg(),
-                    p.class_count.arg(),
-                    p.q_store.arg(),
-                    store.n_stored.arg(),
-                    Arg::I32(segments as i32),
-                    Arg::I32(heads as i32),
-                    scores.arg(),
-                    Arg::I32(ld_scores as i32),
-                ];
+                let args = abi::scan::Args {
+                    runs: p.runs.ptr(),
+                    class_count: p.class_count.ptr(),
+                    q_store: p.q_store.ptr(),
+                    n_stored: store.n_stored.ptr(),
+                    max_seg: segments as i32,
+                    n_heads: heads as i32,
+                    // Every tile writes the same scores buffer, one launch at a time.
+                    scores: scores.shared_ptr_mut(),
+                    ld_scores: ld_scores as i32,
+                }
+                .args();
                 let (grid, block, shared) = spec.launch_dims(1, heads, segments);
                 let ms = time(&gpu, o.reps, &|| {
                     gpu.launch(&function, grid, block, shared, &args)

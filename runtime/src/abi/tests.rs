@@ -10,7 +10,10 @@ use super::SIGNATURES;
 /// The enum fields that choose a template's code paths (and so could change its signature);
 /// every value of each, and of the flags `rotate` and `compact`, is tried on every spec of the
 /// presets' kernel sets.
-const FLIPS: [(&str, &[&str]); 2] = [("placement", &["hbm", "host"]), ("mode", &["bulk", "append"])];
+const FLIPS: [(&str, &[&str]); 2] = [
+    ("placement", &["hbm", "host"]),
+    ("mode", &["bulk", "append"]),
+];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,
 /// `rotate` and `compact` value on each spec (those that validate), once per kernel name.
@@ -69,7 +72,10 @@ fn variants(spec: &KernelSpec) -> Vec<KernelSpec> {
 fn every_spec_has_a_generated_signature() {
     let grid = spec_grid();
     let families: BTreeSet<&str> = grid.iter().map(KernelSpec::family).collect();
-    assert!(families.len() >= 14, "the grid misses families: {families:?}");
+    assert!(
+        families.len() >= 14,
+        "the grid misses families: {families:?}"
+    );
     let mut stale = Vec::new();
     for spec in &grid {
         let name = spec.kernel_name();

@@ -6,13 +6,12 @@ use cudarc::driver::CudaFunction;
 use super::launches::{LaunchPlan, Role};
 use super::workspace::{addr, Buf, Workspace};
 use super::StepError;
-use crate::abi;
+use crate::abi::{self, select_args, SelectBuffers};
 use crate::gpu::{Arg, Gpu};
-use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 use crate::jit::KernelSource;
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 use crate::pariskv::{retrieval_args, RetrievalBuffers, RetrievalInputs};
 use crate::view::LayerView;
-use codegen::spec::select::SelectStage;
 use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
 
 /// The step's inputs beyond the view and the workspace, as kernel arguments.
@@ -190,11 +189,25 @@ pub(crate) fn record(
                     .specs
                     .select
                     .expect("a select launch has a select spec");
-                if spec.compact {
-                    select_compact_args(stage, ws, view, &n)
-                } else {
-                    select_args(stage, ws, view, &n)
-                }
+                let buffers = SelectBuffers {
+                    scores: input(&ws.scores),
+                    ld_scores: n.ld,
+                    n_total: view.n_total.ptr(),
+                    k: n.k,
+                    num_kv_heads: n.heads,
+                    state: output(&ws.select_state),
+                    chunk_counts: output(&ws.chunk_counts),
+                    // The workspace holds the `uint2` candidates as pairs of `u32`.
+                    candidates: output(&ws.select_candidates).cast(),
+                    candidate_runs: output(&ws.select_candidate_runs),
+                    scratch: output(&ws.scratch),
+                    sel: output(&ws.sel),
+                    sel_pos: output(&ws.sel_pos),
+                    sel_count: output(&ws.sel_count),
+                    uni: output(&ws.uni),
+                    uni_count: output(&ws.uni_count),
+                };
+                select_args(spec.compact, stage, &buffers)
             }
             Role::Pariskv(stage) => retrieval_args(stage, &retrieval.0, &retrieval.1),
             Role::Fetch => abi::fetch::Args {
@@ -233,146 +246,6 @@ pub(crate) fn record(
         )?;
     }
     Ok(())
-}
-
-/// The arguments of a stage of the plain select (`abi::select`).
-fn select_args(stage: SelectStage, ws: &Workspace, view: &LayerView<'_>, n: &Sizes) -> Vec<Arg> {
-    use abi::select as s;
-    let pass = i32::from(stage.pass().unwrap_or(0));
-    match stage {
-        SelectStage::Init => select_init(ws, view, n),
-        SelectStage::Pick(_) => select_pick(ws, pass),
-        SelectStage::Union => select_union(ws, n),
-        SelectStage::Hist(_) | SelectStage::Filter(_) => s::HistArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: output(&ws.select_state),
-            pass,
-            num_kv_heads: n.heads,
-        }
-        .args(),
-        SelectStage::Count => s::CountArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: input(&ws.select_state),
-            chunk_counts: output(&ws.chunk_counts),
-            num_kv_heads: n.heads,
-        }
-        .args(),
-        SelectStage::Write => s::WriteArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: input(&ws.select_state),
-            chunk_counts: input(&ws.chunk_counts),
-            sel: output(&ws.sel),
-            k: n.k,
-            num_kv_heads: n.heads,
-        }
-        .args(),
-    }
-}
-
-/// The arguments of a stage of the compacting select (`abi::select_compact`): the chunked
-/// stages also read (or, `_filter`, write) the candidates.
-fn select_compact_args(
-    stage: SelectStage,
-    ws: &Workspace,
-    view: &LayerView<'_>,
-    n: &Sizes,
-) -> Vec<Arg> {
-    use abi::select_compact as s;
-    let pass = i32::from(stage.pass().unwrap_or(0));
-    // The workspace holds the `uint2` candidates as pairs of `u32`.
-    let candidates = || input(&ws.select_candidates).cast();
-    match stage {
-        SelectStage::Init => select_init(ws, view, n),
-        SelectStage::Pick(_) => select_pick(ws, pass),
-        SelectStage::Union => select_union(ws, n),
-        SelectStage::Hist(_) => s::HistArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: output(&ws.select_state),
-            candidates: candidates(),
-            candidate_runs: input(&ws.select_candidate_runs),
-            pass,
-            num_kv_heads: n.heads,
-        }
-        .args(),
-        SelectStage::Filter(_) => s::FilterArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: output(&ws.select_state),
-            candidates: output(&ws.select_candidates).cast(),
-            candidate_runs: output(&ws.select_candidate_runs),
-            pass,
-            num_kv_heads: n.heads,
-        }
-        .args(),
-        SelectStage::Count => s::CountArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: input(&ws.select_state),
-            candidates: candidates(),
-            candidate_runs: input(&ws.select_candidate_runs),
-            chunk_counts: output(&ws.chunk_counts),
-            num_kv_heads: n.heads,
-        }
-        .args(),
-        SelectStage::Write => s::WriteArgs {
-            scores: input(&ws.scores),
-            ld_scores: n.ld,
-            n_total: view.n_total.ptr(),
-            state: input(&ws.select_state),
-            candidates: candidates(),
-            candidate_runs: input(&ws.select_candidate_runs),
-            chunk_counts: input(&ws.chunk_counts),
-            sel: output(&ws.sel),
-            k: n.k,
-            num_kv_heads: n.heads,
-        }
-        .args(),
-    }
-}
-
-// `_init`, `_pick` and `_union` have one signature in both variants (`runtime::abi`'s test
-// checks it), so both build them from the plain variant's structs.
-
-fn select_init(ws: &Workspace, view: &LayerView<'_>, n: &Sizes) -> Vec<Arg> {
-    abi::select::InitArgs {
-        n_total: view.n_total.ptr(),
-        k: n.k,
-        state: output(&ws.select_state),
-        sel_count: output(&ws.sel_count),
-        num_kv_heads: n.heads,
-    }
-    .args()
-}
-
-fn select_pick(ws: &Workspace, pass: i32) -> Vec<Arg> {
-    abi::select::PickArgs {
-        state: output(&ws.select_state),
-        pass,
-    }
-    .args()
-}
-
-fn select_union(ws: &Workspace, n: &Sizes) -> Vec<Arg> {
-    abi::select::UnionArgs {
-        sel: input(&ws.sel),
-        sel_count: input(&ws.sel_count),
-        sel_pos: output(&ws.sel_pos),
-        uni: output(&ws.uni),
-        uni_count: output(&ws.uni_count),
-        scratch: output(&ws.scratch),
-        k: n.k,
-    }
-    .args()
 }
 
 /// What the ParisKV launches read and write: the view's index and lengths, the queries, and the
