@@ -79,6 +79,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "pariskv_rerank.cu.tera",
         include_str!("../../templates/pariskv_rerank.cu.tera"),
     ),
+    (
+        "mapped_read.cu.tera",
+        include_str!("../../templates/mapped_read.cu.tera"),
+    ),
 ];
 
 #[derive(Debug, Error)]

@@ -22,6 +22,8 @@ pub enum Scalar {
     F64,
     /// CUDA's `uint2` (`{x, y}` of `unsigned int`), as pointees only.
     U32x2,
+    /// CUDA's `uint4`, as pointees only.
+    U32x4,
 }
 
 impl Scalar {
@@ -40,6 +42,7 @@ impl Scalar {
             Scalar::F32 => "float",
             Scalar::F64 => "double",
             Scalar::U32x2 => "uint2",
+            Scalar::U32x4 => "uint4",
         }
     }
 
@@ -61,6 +64,7 @@ impl Scalar {
             "float" => Scalar::F32,
             "double" => Scalar::F64,
             "uint2" => Scalar::U32x2,
+            "uint4" => Scalar::U32x4,
             _ => return None,
         };
         Some(scalar)

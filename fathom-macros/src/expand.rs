@@ -183,6 +183,7 @@ fn scalar_type(scalar: Scalar) -> TokenStream {
         Scalar::F32 => quote!(f32),
         Scalar::F64 => quote!(f64),
         Scalar::U32x2 => quote!([u32; 2]),
+        Scalar::U32x4 => quote!([u32; 4]),
     }
 }
 

@@ -13,15 +13,16 @@
 //!
 //! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use codegen::emit::build_kernel;
 use codegen::model::preset;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use cudarc::driver::CudaFunction;
 use runtime::abi;
 use runtime::ceilings::{self, Ceilings};
-use runtime::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer};
+use runtime::jit::{Jit, JitCache};
 use runtime::launch::{DevicePtr, KernelArgs};
 use serde::Serialize;
 
@@ -163,11 +164,13 @@ fn build_store(
     })
 }
 
-fn load(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Result<(Module, String), String> {
+/// The function of a one-entry kernel, compiled by the JIT (into the run's temporary cache).
+fn load(jit: &Jit, spec: impl Into<KernelSpec>) -> Result<(CudaFunction, String), String> {
     let spec = spec.into();
-    let built = build_kernel(&spec, &gpu.info().arch()).map_err(|e| e.to_string())?;
-    let module = gpu.load_ptx(&built.ptx).map_err(|e| e.to_string())?;
-    Ok((module, spec.kernel_name()))
+    let name = spec.kernel_name();
+    let kernel = jit.kernel(&spec).map_err(|e| e.to_string())?;
+    let function = kernel.function(&name).map_err(|e| e.to_string())?.clone();
+    Ok((function, name))
 }
 
 /// A plan on the device: run tables (source and staged), class counts, queries.
@@ -183,7 +186,7 @@ struct DevicePlan {
 
 #[allow(clippy::too_many_arguments)]
 fn plan(
-    gpu: &Gpu,
+    jit: &Jit,
     store: &Store,
     method: PlanMethod,
     budget: f32,
@@ -199,8 +202,8 @@ fn plan(
         segment_words: SEGMENT_WORDS,
         ..PlanSpec::new(d, g, method, false)
     };
-    let (module, name) = load(gpu, spec)?;
-    let function = module.function(&name).map_err(|e| e.to_string())?;
+    let gpu: &Gpu = jit.gpu();
+    let (function, name) = load(jit, spec)?;
     let mut rng = Words(0x9e11);
     let unit = |w: u64| (w >> 11) as f32 / (1u64 << 53) as f32;
     let queries: Vec<f32> = (0..heads * g * d)
@@ -335,7 +338,12 @@ fn run(o: &Options) -> Result<Record, String> {
     let shape = preset(&o.model).map_err(|e| e.to_string())?;
     let (heads, d, g) = (shape.kv_heads, shape.head_dim, shape.group_size());
     let segments = o.tokens / (SEGMENT_WORDS * 64);
-    let gpu = Gpu::open(0).map_err(|e| e.to_string())?;
+    let gpu = Arc::new(Gpu::open(0).map_err(|e| e.to_string())?);
+    // Every kernel is compiled by the JIT into a cache of this run's own: a measurement never
+    // reads PTX that another build left.
+    let cache = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let jit = Jit::new(gpu.clone(), JitCache::new(cache.path().to_path_buf()))
+        .map_err(|e| e.to_string())?;
     let e = |x: GpuError| x.to_string();
     eprintln!(
         "kernel-bench: {} at {} tokens on {}",
@@ -343,7 +351,7 @@ fn run(o: &Options) -> Result<Record, String> {
         o.tokens,
         gpu.info().name
     );
-    let ceilings = ceilings::measure(&gpu, 1 << 30, o.reps).map_err(e)?;
+    let ceilings = ceilings::measure(&jit, 1 << 30, o.reps).map_err(|x| x.to_string())?;
     eprintln!("kernel-bench: ceilings {ceilings:?}");
     let stage_planes = 4 * d;
     let stage_words = gpu
@@ -368,8 +376,7 @@ fn run(o: &Options) -> Result<Record, String> {
         segment_words: SEGMENT_WORDS,
         ..GatherSpec::new(d)
     };
-    let (gather_module, gather_name) = load(&gpu, gather_spec)?;
-    let gather = gather_module.function(&gather_name).map_err(e)?;
+    let (gather, gather_name) = load(&jit, gather_spec)?;
     let host_tiles = [(64, 1024), (16, 256), (32, 512), (32, 256)];
     let hbm_tiles = [(16, 256), (8, 256), (8, 128), (16, 512), (32, 512)];
     let mut rows = Vec::new();
@@ -377,7 +384,7 @@ fn run(o: &Options) -> Result<Record, String> {
     for (label, method, budget) in &methods {
         for (placement, store) in [(Placement::Host, &host), (Placement::Hbm, &hbm)] {
             let p = plan(
-                &gpu, store, *method, *budget, heads, d, g, segments, o.tokens, staging,
+                &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging,
             )?;
             let ceiling = match placement {
                 Placement::Host => ceilings.pinned_copy_gbps,
@@ -444,14 +451,13 @@ fn run(o: &Options) -> Result<Record, String> {
                     threads,
                     ..ScanSpec::new(d, g, placement)
                 };
-                let (module, name) = match load(&gpu, spec) {
+                let (function, name) = match load(&jit, spec) {
                     Ok(m) => m,
                     Err(err) => {
                         eprintln!("  skipping {tile_words}x{threads}: {err}");
                         continue;
                     }
                 };
-                let function = module.function(&name).map_err(e)?;
                 let args = abi::scan::Args {
                     runs: p.runs.ptr(),
                     class_count: p.class_count.ptr(),

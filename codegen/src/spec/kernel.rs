@@ -1,9 +1,9 @@
 //! [`KernelSpec`]: any family's spec as one value, for kernel sets, manifests and the CLI.
 
 use super::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec,
-    PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,
-    PlanSpec, ScanSpec, SelectSpec, SpecError,
+    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, MappedReadSpec,
+    OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
+    PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec, SpecError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +80,7 @@ kernel_specs!(
     PariskvVote(PariskvVoteSpec),
     PariskvTopc(PariskvTopcSpec),
     PariskvRerank(PariskvRerankSpec),
+    MappedRead(MappedReadSpec),
 );
 
 impl KernelSpec {

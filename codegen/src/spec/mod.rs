@@ -10,6 +10,7 @@ mod checks;
 pub mod fetch;
 pub mod landmark;
 pub mod launch;
+pub mod mapped_read;
 pub mod oracle;
 pub mod pariskv;
 mod row;
@@ -32,6 +33,7 @@ pub use fetch::FetchSpec;
 pub use gather::GatherSpec;
 pub use kernel::KernelSpec;
 pub use landmark::LandmarkSpec;
+pub use mapped_read::MappedReadSpec;
 pub use oracle::OracleSpec;
 pub use pariskv::{
     PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,

@@ -2,6 +2,7 @@ use std::collections::BTreeSet;
 
 use codegen::model::presets;
 use codegen::signature::entry_params;
+use codegen::spec::MappedReadSpec;
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use serde_json::Value;
 
@@ -25,6 +26,14 @@ fn spec_grid() -> Vec<KernelSpec> {
             grid.push(spec);
         }
     };
+    for loads_in_flight in [1, 4, 8] {
+        for threads in [128, 256] {
+            push(KernelSpec::MappedRead(MappedReadSpec {
+                loads_in_flight,
+                threads,
+            }));
+        }
+    }
     for preset in presets() {
         for block in [32, 64, 128] {
             for segment_words in [256, 512] {
@@ -73,7 +82,7 @@ fn every_spec_has_a_generated_signature() {
     let grid = spec_grid();
     let families: BTreeSet<&str> = grid.iter().map(KernelSpec::family).collect();
     assert!(
-        families.len() >= 14,
+        families.len() >= 15,
         "the grid misses families: {families:?}"
     );
     let mut stale = Vec::new();
