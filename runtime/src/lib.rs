@@ -88,6 +88,7 @@
 pub mod abi;
 pub mod ceilings;
 pub mod drift;
+pub mod embedded;
 pub mod fidelity;
 pub mod gpu;
 pub mod jit;

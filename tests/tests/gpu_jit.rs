@@ -79,6 +79,58 @@ fn the_qwen3_8b_set_loads_cold_then_warm_from_the_cache() {
     }
 }
 
+fathom_macros::kernels! {
+    /// What a user's crate embeds for its own model: here the oracle kernel of `oracle_spec()`.
+    mod user_kernels {
+        oracle(head_dim = 128, group = 4, threads = 256, placement = hbm);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_user_crate_s_embedded_kernels_load_through_the_jit_and_compute_the_same_scores() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let spec: KernelSpec = oracle_spec().into();
+    let name = spec.kernel_name();
+    let embedded = jit(&gpu, dir.path()).with_sources(user_kernels::SOURCES);
+    let kernel = embedded.kernel(&spec).unwrap();
+    assert_eq!(
+        kernel.source_sha256,
+        codegen::emit::sha256_hex(user_kernels::FATHOM_ORACLE_D128_G4_T256_HBM_SOURCE)
+    );
+    assert_eq!(kernel.from, Origin::Compiled, "a fresh cache compiles");
+
+    let mut rng = inputs::rng("a_user_crate_s_embedded_kernels_load_through_the_jit");
+    let (d, heads) = (128, 3);
+    let n = rng.gen_range(1..2000);
+    let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
+    let queries = inputs::vectors(&mut rng, heads * 4, d);
+    let got = run_oracle(
+        &gpu,
+        kernel.function(&name).unwrap(),
+        &keys,
+        &queries,
+        n,
+        n + 3,
+    );
+    let direct = build_kernel(&spec, &gpu.info().arch()).unwrap();
+    let module = gpu.load_ptx(&direct.ptx).unwrap();
+    let want = run_oracle(
+        &gpu,
+        &module.function(&name).unwrap(),
+        &keys,
+        &queries,
+        n,
+        n + 3,
+    );
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want));
+    assert!(got
+        .iter()
+        .any(|x| x.to_bits() != u32::from_ne_bytes([POISON; 4])));
+}
+
 fn oracle_spec() -> OracleSpec {
     OracleSpec {
         head_dim: 128,
