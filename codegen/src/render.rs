@@ -83,6 +83,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "mapped_read.cu.tera",
         include_str!("../../templates/mapped_read.cu.tera"),
     ),
+    (
+        "append_rows.cu.tera",
+        include_str!("../../templates/append_rows.cu.tera"),
+    ),
 ];
 
 #[derive(Debug, Error)]

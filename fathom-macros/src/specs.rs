@@ -8,9 +8,9 @@
 
 use codegen::model::{self, ModelShape};
 use codegen::spec::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, MappedReadSpec,
-    OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
-    PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec,
+    AppendRowsSpec, AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec,
+    MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use quote::ToTokens;
@@ -289,6 +289,7 @@ const FAMILIES: &[(&str, FieldList)] = &[
     (PariskvTopcSpec::FAMILY, field_names::<PariskvTopcSpec>),
     (PariskvRerankSpec::FAMILY, field_names::<PariskvRerankSpec>),
     (MappedReadSpec::FAMILY, field_names::<MappedReadSpec>),
+    (AppendRowsSpec::FAMILY, field_names::<AppendRowsSpec>),
 ];
 
 fn fields_of(family: &str) -> Option<&'static [&'static str]> {

@@ -34,6 +34,7 @@ fathom_macros::abi! {
         pariskv_rerank = pariskv_rerank(head_dim = 128, group = 4, k_max = 2048, threads = 256,
                                         placement = hbm);
         mapped_read = mapped_read(loads_in_flight = 4, threads = 256);
+        append_rows = append_rows(threads = 128);
     }
 }
 

@@ -1,9 +1,9 @@
 //! [`KernelSpec`]: any family's spec as one value, for kernel sets, manifests and the CLI.
 
 use super::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, MappedReadSpec,
-    OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
-    PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec, SpecError,
+    AppendRowsSpec, AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec,
+    MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec, SpecError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +81,7 @@ kernel_specs!(
     PariskvTopc(PariskvTopcSpec),
     PariskvRerank(PariskvRerankSpec),
     MappedRead(MappedReadSpec),
+    AppendRows(AppendRowsSpec),
 );
 
 impl KernelSpec {

@@ -5,6 +5,7 @@
 //! never share a name; its template context ([`Family::context`]) gives the template exactly the
 //! variables it uses (rendering is strict: a missing variable is an error).
 
+pub mod append_rows;
 pub mod attention;
 mod checks;
 pub mod fetch;
@@ -27,6 +28,7 @@ pub mod scan;
 pub mod shape;
 // The select, fetch, attention, oracle and landmark families are added here at merge.
 
+pub use append_rows::AppendRowsSpec;
 pub use attention::AttentionSpec;
 pub use encode::{EncodeMode, EncodeSpec};
 pub use fetch::FetchSpec;
