@@ -557,7 +557,8 @@ impl Graph {
     }
 }
 
-/// A loaded module.
+/// A loaded module (a handle: clones share it).
+#[derive(Clone)]
 pub struct Module {
     module: Arc<CudaModule>,
 }

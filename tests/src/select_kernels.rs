@@ -2,15 +2,16 @@
 //! `attention`; `templates/ABI.md`), shared by the GPU tests of those families and by the test
 //! that chains them.
 //!
-//! Every kernel is rendered from its spec and compiled by NVRTC for the device's own
-//! architecture. Arguments are plain device addresses (`u64`) in the order of the spec's launch
-//! ABI, so a buffer in HBM and one in mapped host memory are passed alike. Outputs are poisoned
+//! Every kernel is compiled from its spec by the tests' JIT ([`crate::kernels`]) for the
+//! device's own architecture. Arguments are plain device addresses (`u64`), put in the order of
+//! the spec's launch ABI by `runtime::abi`'s structs, so a buffer in HBM and one in mapped host
+//! memory are passed alike. Outputs are poisoned
 //! (every byte `0xff`) before a kernel runs, so an element it should have written and did not
 //! shows up, and so does one it wrote but should not have.
 
 use std::fmt;
 
-use codegen::render::{render, RenderError};
+use codegen::render::RenderError;
 use codegen::spec::launch::{Launch, SizeError};
 use codegen::spec::select::{LOCAL, SINK};
 use codegen::spec::{
@@ -18,6 +19,7 @@ use codegen::spec::{
 };
 use runtime::abi::{self, select_args, SelectBuffers};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::jit::JitError;
 use runtime::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 use runtime::reference::select::Selection;
 
@@ -40,8 +42,10 @@ pub enum KernelError {
     Render(RenderError),
     /// A run-time size the spec's launch cannot serve.
     Size(SizeError),
-    /// NVRTC or the driver failed.
+    /// The driver failed.
     Gpu(GpuError),
+    /// The JIT could not compile or load the kernel.
+    Jit(JitError),
 }
 
 impl fmt::Display for KernelError {
@@ -50,6 +54,7 @@ impl fmt::Display for KernelError {
             KernelError::Render(e) => write!(f, "{e}"),
             KernelError::Size(e) => write!(f, "{e}"),
             KernelError::Gpu(e) => write!(f, "{e}"),
+            KernelError::Jit(e) => write!(f, "{e}"),
         }
     }
 }
@@ -68,16 +73,25 @@ impl From<SizeError> for KernelError {
     }
 }
 
+impl From<JitError> for KernelError {
+    fn from(e: JitError) -> Self {
+        KernelError::Jit(e)
+    }
+}
+
 impl From<GpuError> for KernelError {
     fn from(e: GpuError) -> Self {
         KernelError::Gpu(e)
     }
 }
 
-/// Renders `spec` and compiles it for this device.
-pub(crate) fn compile<F: Family>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError> {
-    let source = render(spec)?;
-    Ok(gpu.load(&source, &format!("{}.cu", spec.kernel_name()))?)
+/// The module of `spec`, compiled for this device by the tests' JIT ([`crate::kernels`]).
+pub(crate) fn compile<F>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError>
+where
+    F: Family + Copy + Into<codegen::KernelSpec>,
+{
+    let kernel = crate::kernels(gpu)?.kernel(&(*spec).into())?;
+    Ok(kernel.module.clone())
 }
 
 /// Launches entry point `entry` of `module` with the geometry `launch`.

@@ -7,10 +7,6 @@
 //! kernel should have written and did not shows up as a mismatch. Every driver call is checked;
 //! a failure panics with the kernel's name.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
-use codegen::emit::build_kernel;
 use codegen::spec::shape::LaunchDims;
 use codegen::spec::{EncodeSpec, GatherSpec, KernelSpec, PlanSpec, ScanSpec};
 use half::bf16;
@@ -31,40 +27,25 @@ pub fn optional_ptr<T>(buffer: Option<&DeviceBuffer<T>>) -> DevicePtr<T> {
     buffer.map_or(DevicePtr::null(), DeviceBuffer::ptr)
 }
 
-/// A compiled kernel: the module of one spec, compiled by the production path
-/// (`codegen::emit::build_kernel`, its options) for this GPU's architecture.
+/// A compiled kernel: the module of one spec, compiled by the runtime's JIT (its options,
+/// this GPU's architecture) into the tests' temporary cache ([`crate::kernels`]).
 pub struct Kernel {
     module: Module,
     name: String,
 }
 
 impl Kernel {
-    /// Renders, compiles and loads `spec`. The PTX is kept per kernel name and architecture for
-    /// the rest of the test binary (the name carries every parameter), so a test that checks one
-    /// spec on several inputs compiles it once.
+    /// Renders, compiles and loads `spec`. The JIT keeps it for the rest of the test binary
+    /// (the name carries every parameter), so a test that checks one spec on several inputs
+    /// compiles it once.
     pub fn compile(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Kernel {
-        static PTX: OnceLock<Mutex<HashMap<(String, String), String>>> = OnceLock::new();
         let spec: KernelSpec = spec.into();
         let name = spec.kernel_name();
-        let key = (name.clone(), gpu.info().arch());
-        let cached = PTX
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        let ptx = cached.unwrap_or_else(|| {
-            let built =
-                build_kernel(&spec, &key.1).unwrap_or_else(|e| panic!("building {name}: {e}"));
-            PTX.get_or_init(Default::default)
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone(), built.ptx.clone());
-            built.ptx
-        });
-        let module = gpu
-            .load_ptx(&ptx)
-            .unwrap_or_else(|e| panic!("loading {name}: {e}"));
+        let module = crate::kernels(gpu)
+            .and_then(|jit| jit.kernel(&spec))
+            .unwrap_or_else(|e| panic!("compiling {name}: {e}"))
+            .module
+            .clone();
         Kernel { module, name }
     }
 
