@@ -44,15 +44,19 @@ pub mod tables;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Placement};
+use codegen::spec::{
+    AppendRowsSpec, EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Placement,
+};
 use cudarc::driver::CudaFunction;
 
 pub use error::StoreError;
 pub use ledger::SequenceId;
 pub use pariskv::IndexGeometry;
 
+use crate::abi;
 use crate::gpu::{Arg, DeviceBuffer, Gpu};
 use crate::jit::{Jit, KernelSource};
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 use crate::pariskv::{build_args, IndexTables};
 use crate::reference::store::{BlockSize, StoreLayout};
 use crate::view::{LayerView, PariskvView};
@@ -61,6 +65,9 @@ use ledger::{Capacity, Geometry, Registry};
 use pariskv::{index_status_error, IndexState};
 use pool::{Region, RegionPool, Slot, SlotPool};
 use tables::{HostTables, Tables};
+
+/// The row-append kernel of a decode step (the 128 threads it has always had).
+const APPEND_ROWS: AppendRowsSpec = AppendRowsSpec { threads: 128 };
 
 /// How a [`KeyStore`] is built.
 ///
@@ -369,7 +376,6 @@ impl KeyStore {
             })?;
         }
         let load = |spec: KernelSpec, entry: String| kernels.function(&spec, &entry);
-        let rows_module = gpu.load(device::APPEND_ROWS_SOURCE, "fathom_store_append_rows.cu")?;
         let functions = Functions {
             encode_bulk: load(encode_bulk.into(), encode_bulk.kernel_name())?,
             encode_append: load(encode_append.into(), encode_append.kernel_name())?,
@@ -378,7 +384,7 @@ impl KeyStore {
             } else {
                 None
             },
-            append_rows: rows_module.function(device::APPEND_ROWS)?,
+            append_rows: load(APPEND_ROWS.into(), APPEND_ROWS.kernel_name())?,
         };
 
         let geometry = Geometry {
@@ -877,32 +883,32 @@ impl KeyStore {
         Ok(())
     }
 
-    /// The encode kernel's arguments (bulk and append share them; `templates/ABI.md`).
+    /// The encode kernel's arguments (bulk and append share them; `templates/ABI.md`): the
+    /// ranges are `n_stored .. n_total` of the tables; `status` is the store's own status word.
     fn encode_args(
         &self,
         t: &Tables,
         layer: usize,
         max_seg: usize,
         heads: usize,
-        status: Arg,
-    ) -> [Arg; 9] {
-        [
-            t.k_rows.arg(),
-            self.rotation_arg(layer),
-            t.seg_words.arg(),
-            t.seg_scales.arg(),
-            Arg::I32(max_seg as i32),
-            t.n_stored.arg(),
-            t.n_total.arg(),
-            Arg::I32(heads as i32),
-            status,
-        ]
-    }
-
-    fn rotation_arg(&self, layer: usize) -> Arg {
-        self.rotations
-            .get(layer)
-            .map_or(Arg::Ptr(0), DeviceBuffer::arg)
+        status: u64,
+    ) -> Vec<Arg> {
+        abi::encode::Args {
+            k_rows: t.k_rows.ptr().cast(),
+            rot: self
+                .rotations
+                .get(layer)
+                .map_or(DevicePtr::null(), DeviceBuffer::ptr),
+            // The segment tables point at the store's own segments, written only by its encodes.
+            seg_words: t.seg_words.ptr().cast(),
+            seg_scales: t.seg_scales.ptr().cast(),
+            max_seg: max_seg as i32,
+            range_a: t.n_stored.ptr(),
+            range_b: t.n_total.ptr(),
+            n_heads: heads as i32,
+            status: DevicePtrMut::from_addr(status),
+        }
+        .args()
     }
 
     /// The device tables of `layer` for the batch `ids`, in the layout of `templates/ABI.md`.
@@ -1174,7 +1180,7 @@ impl KeyStore {
             grid,
             block,
             shared,
-            &self.encode_args(t, layer, max_seg, heads, self.prefill_status.arg()),
+            &self.encode_args(t, layer, max_seg, heads, self.prefill_status.addr()),
         )?;
         if let Some(build) = &self.functions.landmark_build {
             // Means of the groups entering the store: range (old_stored, new_stored).
@@ -1208,13 +1214,15 @@ impl KeyStore {
             dims(launch.grid),
             dims(launch.block),
             launch.shared_bytes,
-            &[
-                t.k_rows.arg(),
-                t.landmarks.arg(),
-                t.n_stored.arg(),
-                t.n_total.arg(),
-                Arg::I32(heads as i32),
-            ],
+            &abi::landmark::BuildArgs {
+                k_rows: t.k_rows.ptr().cast(),
+                // The means' rows are the store's own, written only by these builds.
+                means: t.landmarks.ptr().cast(),
+                range_start: t.n_stored.ptr(),
+                range_end: t.n_total.ptr(),
+                num_kv_heads: heads as i32,
+            }
+            .args(),
         )?;
         Ok(())
     }
@@ -1275,21 +1283,20 @@ impl KeyStore {
         let (wanted, max_seg, _) = self.wanted_tables(ids, layer);
         self.refresh(layer, wanted)?;
         let t = &self.tables[layer];
-        self.gpu.launch(
-            &self.functions.append_rows,
-            ((batch * heads) as u32, 1, 1),
-            (128, 1, 1),
-            0,
-            &[
-                t.k_rows.arg(),
-                t.v_rows.arg(),
-                t.n_total.arg(),
-                keys.arg(),
-                values.arg(),
-                Arg::I32(heads as i32),
-                Arg::I32(d as i32),
-            ],
-        )?;
+        let launch = APPEND_ROWS
+            .launch(batch as u64, heads as u64)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        abi::append_rows::Args {
+            // The row regions are the store's own; this step's row is written by this launch.
+            k_rows: t.k_rows.ptr().cast(),
+            v_rows: t.v_rows.ptr().cast(),
+            n_total: t.n_total.ptr(),
+            keys: keys.ptr(),
+            values: values.ptr(),
+            n_heads: heads as i32,
+            head_dim: d as i32,
+        }
+        .launch(&self.gpu, &self.functions.append_rows, launch)?;
         if let Some(index) = &self.index {
             // The new token of every sequence (`index_start = n_total - 1`).
             let status = self.log_status(layer, ids, true);
@@ -1305,7 +1312,7 @@ impl KeyStore {
             grid,
             block,
             shared,
-            &self.encode_args(t, layer, max_seg, heads, Arg::Ptr(status)),
+            &self.encode_args(t, layer, max_seg, heads, status),
         )?;
         if let Some(build) = &self.functions.landmark_build {
             // Groups in (n_stored, n_total): the new block's, and for the other sequences some
