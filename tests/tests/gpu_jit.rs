@@ -114,16 +114,7 @@ fn a_user_crate_s_embedded_kernels_load_through_the_jit_and_compute_the_same_sco
         n,
         n + 3,
     );
-    let direct = build_kernel(&spec, &gpu.info().arch()).unwrap();
-    let module = gpu.load_ptx(&direct.ptx).unwrap();
-    let want = run_oracle(
-        &gpu,
-        &module.function(&name).unwrap(),
-        &keys,
-        &queries,
-        n,
-        n + 3,
-    );
+    let want = direct_scores(&gpu, &keys, &queries, n, n + 3);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got), bits(&want));
     assert!(got
@@ -204,6 +195,16 @@ fn run_oracle(
     scores.download().unwrap()
 }
 
+/// [`run_oracle`] with `oracle_spec()` built directly (`codegen::emit::build_kernel`), past the
+/// JIT: what a kernel through the JIT must compute bit for bit.
+fn direct_scores(gpu: &Gpu, keys: &[Vec<bf16>], queries: &[f32], n: usize, ld: usize) -> Vec<f32> {
+    let spec: KernelSpec = oracle_spec().into();
+    let direct = build_kernel(&spec, &gpu.info().arch()).unwrap();
+    let module = gpu.load_ptx(&direct.ptx).unwrap();
+    let function = module.function(&spec.kernel_name()).unwrap();
+    run_oracle(gpu, &function, keys, queries, n, ld)
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_kernel_through_the_cache_computes_what_a_direct_build_computes() {
@@ -219,16 +220,7 @@ fn a_kernel_through_the_cache_computes_what_a_direct_build_computes() {
     let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
     let queries = inputs::vectors(&mut rng, heads * g, d);
 
-    let direct = build_kernel(&kernel_spec, &gpu.info().arch()).unwrap();
-    let module = gpu.load_ptx(&direct.ptx).unwrap();
-    let want = run_oracle(
-        &gpu,
-        &module.function(&name).unwrap(),
-        &keys,
-        &queries,
-        n,
-        ld,
-    );
+    let want = direct_scores(&gpu, &keys, &queries, n, ld);
 
     // Compiled into the cache by one JIT, then read from it by another.
     jit(&gpu, dir.path()).kernel(&kernel_spec).unwrap();
