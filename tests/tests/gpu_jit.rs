@@ -14,11 +14,11 @@ use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
+use reference::score::score_exact;
 use runtime::abi;
 use runtime::gpu::Gpu;
 use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, Origin};
 use runtime::launch::{DevicePtr, KernelArgs};
-use runtime::reference::score::score_exact;
 
 fn qwen3_8b_set() -> Vec<KernelSpec> {
     kernels_for(&preset("qwen3-8b").unwrap(), &KernelSetOptions::default())
