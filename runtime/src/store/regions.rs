@@ -90,7 +90,7 @@ impl KeyStore {
                 (region, segments, hist)
             })
             .collect();
-        let (gpu, placement) = (self.gpu.clone(), self.config.placement);
+        let (gpu, placement, host) = (self.gpu.clone(), self.config.placement, self.host_memory);
         let heads = self.config.model.kv_heads;
         let mut growth = Vec::new();
         let mut failure = None;
@@ -111,7 +111,7 @@ impl KeyStore {
                 let bytes = self.region_bytes(class);
                 match self
                     .regions
-                    .alloc(class, || Memory::zeroed(&gpu, placement, bytes))
+                    .alloc(class, || Memory::zeroed(&gpu, placement, host, bytes))
                 {
                     Ok(r) => g.region = Some(r),
                     Err(e) => failure = Some(e),
@@ -125,7 +125,7 @@ impl KeyStore {
                 for _ in 0..heads {
                     match self
                         .segments
-                        .alloc(|bytes| Memory::zeroed(&gpu, placement, bytes))
+                        .alloc(|bytes| Memory::zeroed(&gpu, placement, host, bytes))
                     {
                         Ok(slot) => row.push(slot),
                         Err(e) => {
