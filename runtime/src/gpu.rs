@@ -603,8 +603,7 @@ impl Graph {
     }
 }
 
-/// A loaded module (a handle: clones share it).
-#[derive(Clone)]
+/// A loaded module.
 pub struct Module {
     module: Arc<CudaModule>,
 }

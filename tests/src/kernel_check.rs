@@ -70,13 +70,14 @@ impl From<GpuError> for KernelError {
     }
 }
 
-/// The module of `spec`, compiled for this device by the tests' JIT ([`crate::kernels`]).
+/// The module of `spec`, compiled for this device through the JIT's cache
+/// ([`crate::kernel_ptx`]).
 pub(crate) fn compile<F>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError>
 where
     F: Family + Copy + Into<codegen::KernelSpec>,
 {
-    let kernel = crate::kernels(gpu)?.kernel(&(*spec).into())?;
-    Ok(kernel.module.clone())
+    let ptx = crate::kernel_ptx(gpu, &(*spec).into())?;
+    Ok(gpu.load_ptx(&ptx)?)
 }
 
 /// Launches entry point `entry` of `module` with the geometry `launch`.

@@ -11,10 +11,11 @@ pub mod step_check;
 pub mod store_check;
 pub mod store_kernels;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+use codegen::KernelSpec;
 use runtime::gpu::Gpu;
-use runtime::jit::{Jit, JitCache, JitError};
+use runtime::jit::{JitCache, JitError};
 
 /// Whether compute-sanitizer runs this process (`scripts/sanitize.sh` sets `FATHOM_SANITIZER=1`):
 /// the device's free memory then counts the tool's own allocations, so a check of it would fail
@@ -31,34 +32,21 @@ pub fn gpu() -> Gpu {
     }
 }
 
-/// The JIT every kernel test compiles through (the runtime's one road to a module), into a
-/// temporary cache of this test binary, so a spec checked on several inputs compiles once and
-/// no test reads PTX another build left. It holds its own handle of device 0, whose primary
-/// context every [`gpu`] shares, so its modules launch on any test's stream; `gpu` must be
-/// device 0's handle (checked by its architecture).
-pub fn kernels(gpu: &Gpu) -> Result<&'static Jit, JitError> {
-    static JIT: OnceLock<(tempfile::TempDir, Jit)> = OnceLock::new();
-    if let Some((_, jit)) = JIT.get() {
-        assert_eq!(
-            jit.arch(),
-            gpu.info().arch(),
-            "the tests' JIT is device 0's"
-        );
-        return Ok(jit);
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("fathom-test-kernels-")
-        .tempdir()
-        .expect("a temporary kernel cache");
-    let jit = Jit::new(
-        Arc::new(self::gpu()),
-        JitCache::new(dir.path().to_path_buf()),
-    )?;
-    let (_, jit) = JIT.get_or_init(|| (dir, jit));
-    assert_eq!(
-        jit.arch(),
-        gpu.info().arch(),
-        "the tests' JIT is device 0's"
-    );
-    Ok(jit)
+/// The PTX of `spec` for `gpu`'s architecture, through the runtime's JIT cache (its render,
+/// compile options and content key: the one road to a module) in a temporary directory of this
+/// test binary, so a spec checked on several inputs compiles once and no test reads PTX another
+/// build left. The caller loads it on its own device handle ([`Gpu::load_ptx`]).
+pub fn kernel_ptx(gpu: &Gpu, spec: &KernelSpec) -> Result<String, JitError> {
+    static CACHE: OnceLock<(tempfile::TempDir, JitCache)> = OnceLock::new();
+    let (_, cache) = CACHE.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("fathom-test-kernels-")
+            .tempdir()
+            .expect("a temporary kernel cache");
+        let cache = JitCache::new(dir.path().to_path_buf());
+        (dir, cache)
+    });
+    let nvrtc = codegen::nvrtc::version().map_err(JitError::Nvrtc)?;
+    let (ptx, _) = cache.get_or_build(spec, &gpu.info().arch(), nvrtc)?;
+    Ok(ptx)
 }

@@ -27,25 +27,24 @@ pub fn optional_ptr<T>(buffer: Option<&DeviceBuffer<T>>) -> DevicePtr<T> {
     buffer.map_or(DevicePtr::null(), DeviceBuffer::ptr)
 }
 
-/// A compiled kernel: the module of one spec, compiled by the runtime's JIT (its options,
-/// this GPU's architecture) into the tests' temporary cache ([`crate::kernels`]).
+/// A compiled kernel: the module of one spec, compiled through the runtime's JIT cache (its
+/// options, this GPU's architecture) in the tests' temporary directory ([`crate::kernel_ptx`]).
 pub struct Kernel {
     module: Module,
     name: String,
 }
 
 impl Kernel {
-    /// Renders, compiles and loads `spec`. The JIT keeps it for the rest of the test binary
-    /// (the name carries every parameter), so a test that checks one spec on several inputs
-    /// compiles it once.
+    /// Renders, compiles and loads `spec`. The cache keeps its PTX for the rest of the test
+    /// binary (the key follows the source, whose name carries every parameter), so a test that
+    /// checks one spec on several inputs compiles it once.
     pub fn compile(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Kernel {
         let spec: KernelSpec = spec.into();
         let name = spec.kernel_name();
-        let module = crate::kernels(gpu)
-            .and_then(|jit| jit.kernel(&spec))
-            .unwrap_or_else(|e| panic!("compiling {name}: {e}"))
-            .module
-            .clone();
+        let ptx = crate::kernel_ptx(gpu, &spec).unwrap_or_else(|e| panic!("compiling {name}: {e}"));
+        let module = gpu
+            .load_ptx(&ptx)
+            .unwrap_or_else(|e| panic!("loading {name}: {e}"));
         Kernel { module, name }
     }
 
