@@ -3,14 +3,16 @@
 use super::select::MAX_K;
 use super::SpecError;
 
-/// Head dimensions the row kernels are written for: a row is a whole number of 16-byte loads
-/// and at least 8 of them (one writer lane per query head, up to 8).
-pub(crate) const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+/// Head dimensions the kernels are written for (SPEC §1): every one a whole number of 16-byte
+/// loads of bf16 (D/8 of them) and of 32-bit words of bf16 pairs.
+pub(crate) const HEAD_DIMS: [u32; 6] = [64, 80, 96, 128, 192, 256];
+/// [`HEAD_DIMS`] as an error message says it.
+pub(crate) const HEAD_DIMS_ALLOWED: &str = "64, 80, 96, 128, 192 or 256";
 /// Largest query group (`G`).
-pub(crate) const MAX_GROUP: u32 = 8;
+pub(crate) const MAX_GROUP: u32 = 16;
 
 pub(crate) fn head_dim(family: &'static str, value: u32) -> Result<(), SpecError> {
-    head_dim_allowing(family, value.into(), "64, 128 or 256")
+    head_dim_allowing(family, value.into(), HEAD_DIMS_ALLOWED)
 }
 
 /// `head_dim` in [`HEAD_DIMS`], for families of any integer width whose error explains the

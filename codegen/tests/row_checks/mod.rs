@@ -6,9 +6,9 @@ use codegen::spec::Placement;
 use serde_json::{json, Value};
 
 /// Every supported head dimension.
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+pub const HEAD_DIMS: [u32; 6] = [64, 80, 96, 128, 192, 256];
 /// Every supported query group.
-const GROUPS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+const GROUPS: [u32; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 /// Both placements.
 const PLACEMENTS: [Placement; 2] = [Placement::Hbm, Placement::Host];
 
