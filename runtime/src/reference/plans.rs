@@ -101,8 +101,9 @@ impl Method {
             Method::Oracle => Some(16.0 * d),
             Method::Dense => None,
             Method::Pariskv { .. } => {
-                let b = (head_dim / super::pariskv::SUBSPACE) as f64;
-                Some(8.0 * b + 0.1 * 8.0 * (d / 2.0 + 2.0 * b))
+                let b = super::pariskv::subspaces(head_dim) as f64;
+                let padded = super::pariskv::padded_dim(head_dim) as f64;
+                Some(8.0 * b + 0.1 * 8.0 * (padded / 2.0 + 2.0 * b))
             }
         }
     }

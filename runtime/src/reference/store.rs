@@ -16,7 +16,7 @@ pub const WORD_TOKENS: usize = 64;
 /// Bit planes of the 4-bit code.
 pub const PLANES: usize = 4;
 /// Head dimensions the store and the kernels are specialised for.
-pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
+pub const HEAD_DIMS: [usize; 6] = [64, 80, 96, 128, 192, 256];
 
 /// Tokens that share one fp16 scale per channel (`BLK`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,7 +58,7 @@ impl BlockSize {
 /// A layout parameter outside what the store supports.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum LayoutError {
-    #[error("head dimension {got} is not supported; allowed: 64, 128 or 256")]
+    #[error("head dimension {got} is not supported; allowed: 64, 80, 96, 128, 192 or 256")]
     HeadDim { got: usize },
     #[error("block size {got} is not supported; allowed: 32, 64 or 128 tokens")]
     BlockSize { got: usize },

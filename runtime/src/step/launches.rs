@@ -395,10 +395,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         } else {
             Placement::Hbm
         };
-        let default = match scan_placement {
-            Placement::Hbm => tiles.scan_hbm,
-            Placement::Host => tiles.scan_host,
-        };
+        let default = tiles.scan(scan_placement, g);
         let (tile_words, threads) = match chooser.lookup(TunedFamily::Scan, scan_placement) {
             None => fit_scan_tile(default, shape.segment_words),
             Some(Tile::Scan {
