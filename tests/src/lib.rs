@@ -6,6 +6,7 @@ pub mod device_store;
 pub mod inputs;
 pub mod pariskv_kernels;
 pub mod select_kernels;
+pub mod shapes;
 pub mod step_check;
 pub mod store_check;
 pub mod store_kernels;
