@@ -6,11 +6,10 @@
 //! order.
 
 use codegen::spec::pariskv::{
-    candidate_capacity, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS,
+    candidate_capacity, padded_dim, signs, subspaces, vote_bins, CENTROIDS, TIERS,
 };
 
 use crate::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
-use crate::reference::pariskv::signs;
 
 /// Threads per block of the ParisKV kernels the store and the decoder launch (the default
 /// kernel set's, `codegen::kernels::kernels_for`).
@@ -18,7 +17,7 @@ pub const THREADS: u32 = 256;
 
 /// The sign vector `s` of head dimension `d`'s transform as the kernels take it: its `D_pad`
 /// entries ([`padded_dim`]) as fp32 ±1 in device memory, from
-/// [`crate::reference::pariskv::signs`].
+/// [`codegen::spec::pariskv::signs`].
 pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> {
     let s: Vec<f32> = signs(padded_dim(d as u32) as usize)
         .iter()

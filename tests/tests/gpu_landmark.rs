@@ -20,17 +20,18 @@
 //!   downloaded means, which is `score::score_landmark` wherever the means agree) within fp32
 //!   rounding ([`dot_tolerance`]); every other element stays poisoned.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{LandmarkSpec, Placement};
 use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, LandmarkBuildArgs, LandmarkKernels, LandmarkScanArgs,
     Mismatches, POISON, POISON_F32_BITS, POISON_U16,
 };
-use fathom_tests::shapes::{GROUPS, HEAD_DIMS};
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::Rng;
+use reference::score::{landmark_means, LANDMARK_TOKENS};
 use runtime::gpu::Gpu;
-use runtime::reference::score::{landmark_means, LANDMARK_TOKENS};
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
@@ -303,7 +304,7 @@ fn landmark_case(
 fn landmark_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed(test);
-    for d in HEAD_DIMS {
+    for d in HEAD_DIMS.map(|d| d as u32) {
         for g in GROUPS {
             landmark_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);
         }

@@ -1,5 +1,5 @@
 //! GPU tests of the `plan` family (SPEC §3, §4, §7; `templates/plan.cu.tera`) against the f64
-//! reference planner (`runtime::reference::plans::depth_plan`, which water-fills with
+//! reference planner (`reference::plans::depth_plan`, which water-fills with
 //! `planner::water_fill` for `fathom`).
 //!
 //! Every launch plans a batch of `B` sequences × `H` KV heads, each `(b, h)` with its own random
@@ -28,19 +28,18 @@
 use codegen::model::Basis;
 use codegen::spec::{Placement, PlanMethod, PlanSpec};
 use fathom_tests::device_store::DeviceStore;
-use fathom_tests::shapes::{GROUPS, HEAD_DIMS};
+use codegen::spec::shape::HEAD_DIMS;
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     class_count, download, rotate_f32, rotations, run_plan, run_tables, Kernel, Mismatches,
     PlanInputs, Staging, TableShape,
 };
 use fathom_tests::{gpu, inputs};
 use rand::Rng;
+use reference::planner::min_budget;
+use reference::plans::{depth_plan, DepthPlan, DoubleSparsityCalibration, Method, PlanContext};
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-use runtime::reference::planner::min_budget;
-use runtime::reference::plans::{
-    depth_plan, DepthPlan, DoubleSparsityCalibration, Method, PlanContext,
-};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 /// One plan launch to check.
 struct Case {
@@ -351,7 +350,7 @@ fn check(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) -> Vec<Vec<Vec<u
 fn all_shapes() -> Vec<(usize, usize, usize)> {
     let mut shapes = Vec::new();
     for (i, g) in GROUPS.map(|g| g as usize).into_iter().enumerate() {
-        for (j, d) in HEAD_DIMS.map(|d| d as usize).into_iter().enumerate() {
+        for (j, d) in HEAD_DIMS.into_iter().enumerate() {
             shapes.push((g, d, [32, 64, 128][(i + j) % 3]));
         }
     }

@@ -1,5 +1,5 @@
 //! GPU tests of the `scan` family (SPEC §6; `templates/scan.cu.tera`) against the f64 reference
-//! scores (`runtime::reference::score::score_stored`, which decodes every channel with the
+//! scores (`reference::score::score_stored`, which decodes every channel with the
 //! reference store's own `decode`), and of the `gather` family (SPEC §7.2;
 //! `templates/gather.cu.tera`) against the store it copies from.
 //!
@@ -37,7 +37,8 @@
 
 use codegen::spec::{GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::DeviceStore;
-use fathom_tests::shapes::{GROUPS, HEAD_DIMS};
+use codegen::spec::shape::HEAD_DIMS;
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     download, run_gather, run_plan, run_scan, run_tables, slot_order, upload, Kernel, Mismatches,
     PlanInputs, Staging, TableShape,
@@ -45,11 +46,11 @@ use fathom_tests::store_kernels::{
 use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::model::Basis;
+use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
+use reference::score::score_stored;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-use runtime::reference::model::Basis;
-use runtime::reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use runtime::reference::score::score_stored;
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 /// The plans of §6's check: which one a `(b, h)` gets cycles through this list.
 #[derive(Clone, Copy, Debug)]
@@ -292,7 +293,7 @@ const TILES: [(usize, usize); 5] = [(2, 128), (4, 128), (8, 128), (8, 64), (16, 
 fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
     let mut cases = Vec::new();
     for (i, g) in GROUPS.map(|g| g as usize).into_iter().enumerate() {
-        for (j, d) in HEAD_DIMS.map(|d| d as usize).into_iter().enumerate() {
+        for (j, d) in HEAD_DIMS.into_iter().enumerate() {
             let blk = [32, 64, 128][(i + j) % 3];
             let (tile_words, threads) = TILES[(3 * i + j) % TILES.len()];
             let segment_words = 16;
