@@ -26,9 +26,9 @@
 //!   exceeds the staging (status `{1, b, h}`, staged depths 0).
 
 use codegen::model::Basis;
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{Placement, PlanMethod, PlanSpec};
 use fathom_tests::device_store::DeviceStore;
-use codegen::spec::shape::HEAD_DIMS;
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     class_count, download, rotate_f32, rotations, run_plan, run_tables, Kernel, Mismatches,

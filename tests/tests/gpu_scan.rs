@@ -35,9 +35,9 @@
 //! the store, a plan that exceeds the staging) keeps its poison. The scan of the staged table
 //! then matches the reference like the scan of the source table.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::DeviceStore;
-use codegen::spec::shape::HEAD_DIMS;
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     download, run_gather, run_plan, run_scan, run_tables, slot_order, upload, Kernel, Mismatches,
