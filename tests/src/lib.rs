@@ -10,6 +10,7 @@ pub mod pariskv_kernels;
 pub mod select_cpu;
 pub mod select_kernels;
 pub mod select_scores;
+pub mod shapes;
 pub mod step_check;
 pub mod store_check;
 pub mod store_kernels;

@@ -8,7 +8,7 @@
 //! Small blocks (32 to 128 threads, 1 to 8 items) so that a few thousand tokens are many tiles
 //! and many blocks per query head: odd tiles (3 items: scalar loads; 2: pairs), score rows
 //! that are not 16-byte aligned (the stride is `max_n + 7`), lengths at every boundary of
-//! `36 + k`, k from 0 to `k_max`, G = 1, 4, 7, 8, every score family, ties wider than the block
+//! `36 + k`, k from 0 to `k_max`, G = 1, 4, 7, 8, 16, every score family, ties wider than the block
 //! buffer. `onepass_mutations_are_caught` then breaks the rendered source in the places a
 //! mistake is easy and checks that these cases notice each one.
 
