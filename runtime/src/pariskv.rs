@@ -18,7 +18,7 @@ pub const THREADS: u32 = 256;
 /// [`crate::reference::pariskv::signs`].
 pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> {
     let s: Vec<f32> = signs(d).iter().map(|&v| v as f32).collect();
-    gpu.upload(&s)
+    gpu.upload_async(&s)
 }
 
 /// Addresses of the `[B*H]` pointer tables of an index (`templates/ABI.md`): ids, codes and

@@ -264,13 +264,14 @@ fn run_copies(
     view: &LayerView<'_>,
 ) -> Result<(), StepError> {
     let shape = plan.shape;
-    gpu.synchronize()?;
     let (Some(runs), Some(staged), Some(counts)) = (&ws.runs, &ws.staged_runs, &ws.class_count)
     else {
         unreachable!("the memcpy transfer's plan sizes its run tables");
     };
-    let (runs, staged, counts) = (runs.download()?, staged.download()?, counts.download()?);
-    let n_stored = view.n_stored.download()?;
+    // Read back after the plan, waiting for this stream only.
+    let all = usize::MAX;
+    let (runs, staged) = (gpu.download(runs, all)?, gpu.download(staged, all)?);
+    let (counts, n_stored) = (gpu.download(counts, all)?, gpu.download(view.n_stored, all)?);
     let (s, d) = (shape.segment_words, shape.head_dim);
     let scale_bytes = 2 * scales_per_channel(s, shape.block);
     for (b, &stored) in n_stored.iter().enumerate().take(shape.batch) {

@@ -449,6 +449,7 @@ impl Decoder {
                     let want = v.batch * data.len();
                     let map = &mut self.device_calibration.sigma2;
                     if map.get(&layer).is_some_and(|b| b.len() < want) {
+                        self.gpu.refuse_while_capturing("growing the σ² buffer")?;
                         map.remove(&layer);
                     }
                     let buffer = cached(&self.gpu, map, layer, || data.repeat(v.batch))?;
@@ -535,7 +536,7 @@ impl Decoder {
             .is_some_and(|b| b.len() == queries.len());
         if !fits {
             self.host_queries = None;
-            self.host_queries = Some(self.gpu.filled(queries.len(), 0)?);
+            self.host_queries = Some(self.gpu.zeroed_async(queries.len())?);
         }
         let buffer = self.host_queries.take().expect("allocated above");
         let result = self
@@ -620,7 +621,7 @@ fn cached<T: Copy + Send + Sync + 'static>(
     if let Some(buffer) = map.get(&layer) {
         return Ok(buffer.clone());
     }
-    let buffer = Arc::new(gpu.upload(&data())?);
+    let buffer = Arc::new(gpu.upload_async(&data())?);
     map.insert(layer, buffer.clone());
     Ok(buffer)
 }

@@ -30,13 +30,9 @@ impl Memory {
     /// `bytes` zeroed bytes in `placement`.
     pub fn zeroed(gpu: &Gpu, placement: Placement, bytes: usize) -> Result<Memory, GpuError> {
         Ok(match placement {
-            Placement::Hbm => {
-                let buffer = gpu.filled(bytes, 0)?;
-                // The fill runs on the legacy stream, which the store's non-blocking stream does
-                // not wait for: finish it before the store writes there.
-                settle(gpu)?;
-                Memory::Device(buffer)
-            }
+            // Queued on the store's stream, before the work that will write there: no wait, so
+            // an append that grows the store stays asynchronous.
+            Placement::Hbm => Memory::Device(gpu.zeroed_async(bytes)?),
             Placement::Host => Memory::Mapped(gpu.mapped(bytes, 0)?),
         })
     }
@@ -56,12 +52,6 @@ impl Backing for Memory {
             Memory::Mapped(b) => b.len(),
         }
     }
-}
-
-/// Waits for all work of the context, the legacy stream's included (the `Gpu`'s synchronous
-/// fills and uploads run there, unordered with its own non-blocking stream).
-pub fn settle(gpu: &Gpu) -> Result<(), GpuError> {
-    check("cuCtxSynchronize", gpu.stream().context().synchronize())
 }
 
 /// Queues a copy of `bytes` bytes between unified addresses (device or mapped host memory).

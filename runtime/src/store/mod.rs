@@ -426,8 +426,6 @@ impl KeyStore {
             + prefill_status.bytes()
             + index.as_ref().map_or(0, IndexState::fixed_bytes);
 
-        // The zero fills and uploads above ran on the legacy stream.
-        device::settle(&gpu)?;
         let words_bytes = layout.words_len() * 8;
         let slot_bytes = (words_bytes + layout.scales_len() * 2).next_multiple_of(256);
         let shared = Shared {
