@@ -15,6 +15,9 @@
 //!   program), and [`plot`], the SVG line chart it draws;
 //! - [`pariskv`]: the host side of the ParisKV kernels' launch ABI (§12), shared by the store's
 //!   index build and the decoder's `pariskv(k)` step;
+//! - [`foreign`]: memory a foreign caller (PyTorch, numpy) lends, and its checks; the store and
+//!   the decoder take such tensors beside their own buffers (`KeyStore::prefill_tensors`,
+//!   `Decoder::step_tensors`) on a borrowed stream (`Gpu::borrow_stream`);
 //! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
 //!
 //! # The types a serving stack touches
@@ -88,6 +91,7 @@
 pub mod ceilings;
 pub mod drift;
 pub mod fidelity;
+pub mod foreign;
 pub mod gpu;
 pub mod jit;
 pub mod launch;

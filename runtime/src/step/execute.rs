@@ -30,6 +30,9 @@ pub(crate) struct Inputs {
     pub scale: f32,
     /// The ParisKV sign vector `[D]` (pariskv), else 0.
     pub signs: u64,
+    /// Where attention writes `[B][H][G][D]` fp32: a caller's buffer, or 0 for the
+    /// workspace's.
+    pub out: u64,
 }
 
 /// The kernel function of every operation (`None` for the copies and memsets), loaded before
@@ -196,7 +199,11 @@ pub(crate) fn record(
                 p(addr(&ws.sel_count)),
                 p(inputs.queries),
                 Arg::F32(inputs.scale),
-                p(addr(&ws.out)),
+                p(if inputs.out != 0 {
+                    inputs.out
+                } else {
+                    addr(&ws.out)
+                }),
                 k,
             ],
         };

@@ -45,6 +45,7 @@
 pub mod calibration;
 mod error;
 mod execute;
+mod foreign;
 pub mod launches;
 mod output;
 pub mod request;
@@ -68,6 +69,7 @@ use cudarc::driver::CudaStream;
 
 pub use calibration::{Calibration, CalibrationError};
 pub use error::StepError;
+pub use foreign::{ForeignStep, HostSelections};
 pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
@@ -388,6 +390,7 @@ impl Decoder {
                 .scale
                 .unwrap_or(1.0 / (self.model.head_dim as f32).sqrt()),
             signs: 0,
+            out: 0,
         };
         let mut keep: Vec<Arc<dyn Any + Send + Sync>> = Vec::new();
         if let Scoring::Pariskv { .. } = plan.scoring {

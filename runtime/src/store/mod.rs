@@ -36,6 +36,7 @@
 
 pub mod device;
 mod error;
+mod foreign;
 pub mod ledger;
 pub mod pariskv;
 pub mod pool;
