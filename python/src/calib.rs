@@ -173,14 +173,14 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 /// Writes `fitted` for `model` to `path` (safetensors; written to a temporary file, then
 /// renamed, so a failed save leaves no half file).
-pub fn save(model: &ModelShape, fitted: &Fitted, path: &Path) -> Outcome<()> {
+pub fn save(model: &str, fitted: &Fitted, path: &Path) -> Outcome<()> {
     let c = &fitted.calibration;
     let (layers, h, d) = c.dims();
     let io = |e: std::io::Error| Failure::new(Kind::InvalidInput, format!("{}: {e}", path.display()));
     let mut metadata = HashMap::from([
         ("format".to_string(), "fathom-calibration".to_string()),
         ("version".to_string(), "1".to_string()),
-        ("model".to_string(), model.name.clone()),
+        ("model".to_string(), model.to_string()),
         ("layers".to_string(), layers.to_string()),
         ("kv_heads".to_string(), h.to_string()),
         ("head_dim".to_string(), d.to_string()),
@@ -219,7 +219,7 @@ pub fn save(model: &ModelShape, fitted: &Fitted, path: &Path) -> Outcome<()> {
 }
 
 /// Reads a file [`save`] wrote.
-pub fn load(path: &Path) -> Outcome<Fitted> {
+pub fn load(path: &Path) -> Outcome<(String, Fitted)> {
     let bytes = std::fs::read(path)
         .map_err(|e| Failure::new(Kind::InvalidInput, format!("{}: {e}", path.display())))?;
     let not_ours = |why: String| bad(format!("{} is not a fathom calibration file: {why}", path.display()));
@@ -271,8 +271,12 @@ pub fn load(path: &Path) -> Outcome<Fitted> {
         }
         Err(_) => None,
     };
-    Ok(Fitted {
-        calibration,
-        budgets,
-    })
+    let name = meta.get("model").cloned().unwrap_or_default();
+    Ok((
+        name,
+        Fitted {
+            calibration,
+            budgets,
+        },
+    ))
 }

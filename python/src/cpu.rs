@@ -416,7 +416,7 @@ impl CpuDecoder {
             None,
         )?;
         let shape = [Dim::Is("B", ids.len()), Dim::Is("H_q", h * g), Dim::Is("D", d)];
-        let types = [Dtype::F32, Dtype::Bf16];
+        let types = [Dtype::F32, Dtype::Bf16, Dtype::U16];
         let expect = |what| Expect {
             what,
             dtypes: &types,

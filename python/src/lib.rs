@@ -240,7 +240,8 @@ impl PyModelShape {
 
 #[pyclass(name = "Calibration", module = "fathom", frozen)]
 struct PyCalibration {
-    shape: ModelShape,
+    /// The model name it was fitted for (kept in its file).
+    name: String,
     fitted: calib::Fitted,
 }
 
@@ -259,23 +260,29 @@ impl PyCalibration {
     ) -> PyResult<Self> {
         let model = shape.shape.clone();
         let fitted = run(py, || calib::fit(&model, &keys, &queries, double_sparsity_r, budgets))?;
-        Ok(PyCalibration { shape: model, fitted })
+        Ok(PyCalibration { name: model.name, fitted })
     }
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        run(py, || calib::save(&self.shape, &self.fitted, &path))
+        run(py, || calib::save(&self.name, &self.fitted, &path))
     }
 
     #[staticmethod]
-    fn _load(py: Python<'_>, shape: &PyModelShape, path: PathBuf) -> PyResult<Self> {
-        let fitted = run(py, || calib::load(&path))?;
-        Ok(PyCalibration { shape: shape.shape.clone(), fitted })
+    fn _load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let (name, fitted) = run(py, || calib::load(&path))?;
+        Ok(PyCalibration { name, fitted })
     }
 
     /// Per-layer budgets `B_l` when fitted with `budgets=`, else `None`.
     #[getter]
     fn layer_budgets(&self) -> Option<Vec<u32>> {
         self.fitted.budgets.as_ref().map(|(_, b)| b.clone())
+    }
+    /// double_sparsity's masks `[L][H][D]` as a flat list, `None` when absent.
+    #[getter]
+    fn double_sparsity_masks(&self) -> Option<Vec<u8>> {
+        let c = &self.fitted.calibration;
+        (0..c.dims().0).map(|l| c.double_sparsity(l).map(|(_, m)| m.to_vec())).collect::<Option<Vec<_>>>().map(|v| v.concat())
     }
     /// σ² `[L][H][D]` as a flat list, `None` when absent.
     #[getter]
@@ -613,7 +620,7 @@ impl PyDecoder {
 /// The reference's own step of one query group, for tests: `keys`/`values` `[n][D]` bf16 bits,
 /// `queries` `G` rows; returns (selected tokens per head, outputs per head).
 #[pyfunction]
-#[pyo3(signature = (keys, values, queries, d, method, k, scale, sigma2=None))]
+#[pyo3(signature = (keys, values, queries, d, method, k, scale, sigma2=None, ds_mask=None))]
 #[allow(clippy::too_many_arguments)]
 fn reference_group_step(
     keys: Vec<u16>,
@@ -624,6 +631,7 @@ fn reference_group_step(
     k: usize,
     scale: f64,
     sigma2: Option<Vec<f64>>,
+    ds_mask: Option<Vec<u8>>,
 ) -> PyResult<(Vec<Vec<usize>>, Vec<Vec<f64>>)> {
     use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
     let method: Method = method.parse().map_err(|e: runtime::reference::plans::MethodParseError| MethodError::new_err(e.to_string()))?;
@@ -636,11 +644,12 @@ fn reference_group_step(
         let s = runtime::reference::pariskv::pariskv_step(&input, k, scale).map_err(|e| fail(e.to_string()))?;
         return Ok((s.selection.heads, s.outputs));
     }
+    let ds = ds_mask.as_deref().and_then(runtime::reference::plans::DoubleSparsityCalibration::from_mask);
     let layout = StoreLayout::new(d, BlockSize::B64, 512).map_err(|e| fail(e.to_string()))?;
     let store = HeadStore::from_keys(layout, HeadId::default(), &keys).map_err(|e| fail(e.to_string()))?;
     let input = runtime::reference::step::GroupInput {
         store: &store, keys: &keys, values: &values, queries: &queries, klt: None,
-        sigma2: sigma2.as_deref(), double_sparsity: None,
+        sigma2: sigma2.as_deref(), double_sparsity: ds.as_ref(),
     };
     let config = runtime::reference::step::StepConfig { method, k, scale };
     let s = runtime::reference::step::step_group(&input, &config).map_err(|e| fail(e.to_string()))?;

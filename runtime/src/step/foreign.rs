@@ -138,7 +138,8 @@ impl Decoder {
             self.model.head_dim,
         );
         let shape = [Dim::Is("B", b), Dim::Is("H_q", hq), Dim::Is("D", d)];
-        let types = [Dtype::F32, Dtype::Bf16];
+        // bf16 bits as 16-bit integers too (numpy has no bf16).
+        let types = [Dtype::F32, Dtype::Bf16, Dtype::U16];
         let device = Device::Cuda(self.gpu.ordinal());
         let pointers = Some(self.gpu.as_ref() as &dyn crate::foreign::PointerCheck);
         let expect = |what| Expect {
@@ -150,7 +151,7 @@ impl Decoder {
         queries.check(&expect("queries"), pointers)?;
         out.check(&expect("out"), pointers)?;
         let n = b * hq * d;
-        let bf16 = (queries.dtype == Dtype::Bf16, out.dtype == Dtype::Bf16);
+        let bf16 = (queries.dtype != Dtype::F32, out.dtype != Dtype::F32);
         if bf16.0 || bf16.1 {
             self.convert(scratch)?;
         }
