@@ -24,6 +24,9 @@ pub struct Fitted {
     pub budgets: Option<(f64, Vec<u32>)>,
 }
 
+/// One head's store-basis query groups (per position, `G` rows) and σ².
+type HeadGroups = (Vec<Vec<Vec<f64>>>, Vec<f64>);
+
 fn bad(message: impl Into<String>) -> Failure {
     Failure::new(Kind::Calibration, message)
 }
@@ -70,7 +73,12 @@ pub fn fit(
     r: usize,
     budget: Option<f64>,
 ) -> Outcome<Fitted> {
-    let (layers, h, g, d) = (model.layers, model.kv_heads, model.group_size(), model.head_dim);
+    let (layers, h, g, d) = (
+        model.layers,
+        model.kv_heads,
+        model.group_size(),
+        model.head_dim,
+    );
     if keys.len() != layers || queries.len() != layers {
         return Err(bad(format!(
             "calibration needs keys and queries of every one of the {layers} layers; got {} and {}",
@@ -82,7 +90,7 @@ pub fn fit(
     let mut masks = Vec::with_capacity(layers * h * d);
     let mut rotation = Vec::new();
     // Per layer, the store-basis query groups and σ² of every head (for the budgets).
-    let mut per_layer: Vec<Vec<(Vec<Vec<Vec<f64>>>, Vec<f64>)>> = Vec::new();
+    let mut per_layer: Vec<Vec<HeadGroups>> = Vec::new();
     for layer in 0..layers {
         let (k, n) = (&keys[layer].0, keys[layer].1);
         let (q, m) = (&queries[layer].0, queries[layer].1);
@@ -176,7 +184,8 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 pub fn save(model: &str, fitted: &Fitted, path: &Path) -> Outcome<()> {
     let c = &fitted.calibration;
     let (layers, h, d) = c.dims();
-    let io = |e: std::io::Error| Failure::new(Kind::InvalidInput, format!("{}: {e}", path.display()));
+    let io =
+        |e: std::io::Error| Failure::new(Kind::InvalidInput, format!("{}: {e}", path.display()));
     let mut metadata = HashMap::from([
         ("format".to_string(), "fathom-calibration".to_string()),
         ("version".to_string(), "1".to_string()),
@@ -186,7 +195,10 @@ pub fn save(model: &str, fitted: &Fitted, path: &Path) -> Outcome<()> {
         ("head_dim".to_string(), d.to_string()),
     ]);
     let all = |get: &dyn Fn(usize) -> Option<Vec<u8>>| -> Option<Vec<u8>> {
-        (0..layers).map(get).collect::<Option<Vec<_>>>().map(|v| v.concat())
+        (0..layers)
+            .map(get)
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat())
     };
     let sigma2 = all(&|l| c.sigma2(l).map(f32_bytes));
     let rotation = all(&|l| c.rotation(l).map(f32_bytes));
@@ -201,16 +213,28 @@ pub fn save(model: &str, fitted: &Fitted, path: &Path) -> Outcome<()> {
     let mut views = Vec::new();
     let err = |e: safetensors::SafeTensorError| Failure::new(Kind::Kernel, e.to_string());
     if let Some(b) = &sigma2 {
-        views.push(("sigma2", TensorView::new(StDtype::F32, vec![layers, h, d], b).map_err(err)?));
+        views.push((
+            "sigma2",
+            TensorView::new(StDtype::F32, vec![layers, h, d], b).map_err(err)?,
+        ));
     }
     if let Some(b) = &masks {
-        views.push(("double_sparsity_masks", TensorView::new(StDtype::U8, vec![layers, h, d], b).map_err(err)?));
+        views.push((
+            "double_sparsity_masks",
+            TensorView::new(StDtype::U8, vec![layers, h, d], b).map_err(err)?,
+        ));
     }
     if let Some(b) = &rotation {
-        views.push(("rotation", TensorView::new(StDtype::F32, vec![layers, h, d, d], b).map_err(err)?));
+        views.push((
+            "rotation",
+            TensorView::new(StDtype::F32, vec![layers, h, d, d], b).map_err(err)?,
+        ));
     }
     if let Some(b) = &budgets {
-        views.push(("budgets", TensorView::new(StDtype::U32, vec![layers], b).map_err(err)?));
+        views.push((
+            "budgets",
+            TensorView::new(StDtype::U32, vec![layers], b).map_err(err)?,
+        ));
     }
     let bytes = safetensors::serialize(views, &Some(metadata)).map_err(err)?;
     let tmp = path.with_extension("tmp-fathom");
@@ -222,11 +246,18 @@ pub fn save(model: &str, fitted: &Fitted, path: &Path) -> Outcome<()> {
 pub fn load(path: &Path) -> Outcome<(String, Fitted)> {
     let bytes = std::fs::read(path)
         .map_err(|e| Failure::new(Kind::InvalidInput, format!("{}: {e}", path.display())))?;
-    let not_ours = |why: String| bad(format!("{} is not a fathom calibration file: {why}", path.display()));
+    let not_ours = |why: String| {
+        bad(format!(
+            "{} is not a fathom calibration file: {why}",
+            path.display()
+        ))
+    };
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| not_ours(e.to_string()))?;
     let meta: HashMap<String, String> = meta.metadata().clone().unwrap_or_default();
     if meta.get("format").map(String::as_str) != Some("fathom-calibration") {
-        return Err(not_ours("no format=fathom-calibration in its metadata".into()));
+        return Err(not_ours(
+            "no format=fathom-calibration in its metadata".into(),
+        ));
     }
     let num = |key: &str| -> Outcome<usize> {
         meta.get(key)

@@ -106,7 +106,9 @@ impl CpuStore {
             )));
         }
         if !(1..=65_535).contains(&max_batch) {
-            return Err(config(format!("max_batch {max_batch} is outside 1..=65535")));
+            return Err(config(format!(
+                "max_batch {max_batch} is outside 1..=65535"
+            )));
         }
         if pariskv && ![64, 128, 256].contains(&model.head_dim) {
             return Err(config(format!(
@@ -373,17 +375,31 @@ impl CpuDecoder {
         scale: Option<f64>,
     ) -> Outcome<CpuSelection> {
         let m = &self.model;
-        if (m.layers, m.kv_heads, m.head_dim) != (store.model.layers, store.model.kv_heads, store.model.head_dim) {
+        if (m.layers, m.kv_heads, m.head_dim)
+            != (
+                store.model.layers,
+                store.model.kv_heads,
+                store.model.head_dim,
+            )
+        {
             return Err(Failure::new(
                 Kind::Config,
-                format!("the decoder is for {} and the store for {}", m.name, store.model.name),
+                format!(
+                    "the decoder is for {} and the store for {}",
+                    m.name, store.model.name
+                ),
             ));
         }
         store.check_batch(ids)?;
         let (h, g, d) = (m.kv_heads, m.group_size(), m.head_dim);
         let max_tokens = ids
             .iter()
-            .map(|&id| store.sequences.get(id).map(|s| s.get(layer).map_or(0, |l| l[0].store.total_tokens())))
+            .map(|&id| {
+                store
+                    .sequences
+                    .get(id)
+                    .map(|s| s.get(layer).map_or(0, |l| l[0].store.total_tokens()))
+            })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .max()
@@ -415,7 +431,11 @@ impl CpuDecoder {
             self.calibration.as_ref(),
             None,
         )?;
-        let shape = [Dim::Is("B", ids.len()), Dim::Is("H_q", h * g), Dim::Is("D", d)];
+        let shape = [
+            Dim::Is("B", ids.len()),
+            Dim::Is("H_q", h * g),
+            Dim::Is("D", d),
+        ];
         let types = [Dtype::F32, Dtype::Bf16, Dtype::U16];
         let expect = |what| Expect {
             what,
@@ -440,7 +460,11 @@ impl CpuDecoder {
             _ => k.unwrap_or_else(|| runtime::reference::select::paper_k(max_tokens)),
         };
         if k > self.k_max {
-            return Err(StepError::K { k, k_max: self.k_max }.into());
+            return Err(StepError::K {
+                k,
+                k_max: self.k_max,
+            }
+            .into());
         }
         let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
         let cal = self.calibration.as_ref();
@@ -457,7 +481,10 @@ impl CpuDecoder {
                     })
                     .collect();
                 let (selection, outs) = if let Method::Pariskv { .. } = method {
-                    let index = head.index.as_ref().expect("checked: the store keeps the index");
+                    let index = head
+                        .index
+                        .as_ref()
+                        .expect("checked: the store keeps the index");
                     let input = PariskvInput {
                         index,
                         keys: &head.keys,
@@ -470,23 +497,35 @@ impl CpuDecoder {
                     (step.selection, step.outputs)
                 } else {
                     let at = (layer * h + kv) * d;
-                    let sigma2: Option<Vec<f64>> = cal
-                        .and_then(|c| c.sigma2(layer))
-                        .map(|s| s[kv * d..(kv + 1) * d].iter().map(|&x| f64::from(x)).collect());
+                    let sigma2: Option<Vec<f64>> = cal.and_then(|c| c.sigma2(layer)).map(|s| {
+                        s[kv * d..(kv + 1) * d]
+                            .iter()
+                            .map(|&x| f64::from(x))
+                            .collect()
+                    });
                     let _ = at;
                     let klt = cal.and_then(|c| c.rotation(layer)).map(|r| {
-                        let r: Vec<f64> = r[kv * d * d..(kv + 1) * d * d].iter().map(|&x| f64::from(x)).collect();
+                        let r: Vec<f64> = r[kv * d * d..(kv + 1) * d * d]
+                            .iter()
+                            .map(|&x| f64::from(x))
+                            .collect();
                         Klt::from_basis_row_major(d, &r).expect("a D x D rotation")
                     });
                     let ds = cal
                         .and_then(|c| c.double_sparsity(layer))
-                        .and_then(|(_, m)| DoubleSparsityCalibration::from_mask(&m[kv * d..(kv + 1) * d]));
+                        .and_then(|(_, m)| {
+                            DoubleSparsityCalibration::from_mask(&m[kv * d..(kv + 1) * d])
+                        });
                     let input = GroupInput {
                         store: &head.store,
                         keys: &head.keys,
                         values: &head.values,
                         queries: &group,
-                        klt: if m.basis == Basis::Klt { klt.as_ref() } else { None },
+                        klt: if m.basis == Basis::Klt {
+                            klt.as_ref()
+                        } else {
+                            None
+                        },
                         sigma2: sigma2.as_deref(),
                         double_sparsity: ds.as_ref(),
                     };
@@ -509,7 +548,9 @@ impl CpuDecoder {
         match out.dtype {
             Dtype::F32 => {
                 let dst = unsafe { std::slice::from_raw_parts_mut(out.addr as *mut f32, n) };
-                dst.iter_mut().zip(&outputs).for_each(|(o, &x)| *o = x as f32);
+                dst.iter_mut()
+                    .zip(&outputs)
+                    .for_each(|(o, &x)| *o = x as f32);
             }
             _ => {
                 let dst = unsafe { std::slice::from_raw_parts_mut(out.addr as *mut u16, n) };

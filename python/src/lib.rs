@@ -60,7 +60,10 @@ fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Outcome<T> + Send) -> PyResu
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "a panic".into());
-            Err(Failure::new(Kind::Kernel, format!("internal error: {what}")))
+            Err(Failure::new(
+                Kind::Kernel,
+                format!("internal error: {what}"),
+            ))
         })
     })
     .map_err(to_py)
@@ -140,7 +143,8 @@ fn jit_for(gpu: &Arc<Gpu>) -> Outcome<Arc<Jit>> {
     if let Some(j) = d.jits.get(&gpu.ordinal()) {
         return Ok(j.clone());
     }
-    let jit = Arc::new(Jit::with_default_cache(gpu.clone()).map_err(runtime::store::StoreError::from)?);
+    let jit =
+        Arc::new(Jit::with_default_cache(gpu.clone()).map_err(runtime::store::StoreError::from)?);
     d.jits.insert(gpu.ordinal(), jit.clone());
     Ok(jit)
 }
@@ -187,10 +191,17 @@ impl PyModelShape {
         let basis = match basis {
             "raw" => Basis::Raw,
             "klt" => Basis::Klt,
-            b => return Err(ConfigError::new_err(format!("basis {b:?} is not \"raw\" or \"klt\""))),
+            b => {
+                return Err(ConfigError::new_err(format!(
+                    "basis {b:?} is not \"raw\" or \"klt\""
+                )))
+            }
         };
         Ok(PyModelShape {
-            shape: ModelShape { basis, ..self.shape.clone() },
+            shape: ModelShape {
+                basis,
+                ..self.shape.clone()
+            },
         })
     }
 
@@ -259,8 +270,13 @@ impl PyCalibration {
         double_sparsity_r: usize,
     ) -> PyResult<Self> {
         let model = shape.shape.clone();
-        let fitted = run(py, || calib::fit(&model, &keys, &queries, double_sparsity_r, budgets))?;
-        Ok(PyCalibration { name: model.name, fitted })
+        let fitted = run(py, || {
+            calib::fit(&model, &keys, &queries, double_sparsity_r, budgets)
+        })?;
+        Ok(PyCalibration {
+            name: model.name,
+            fitted,
+        })
     }
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
@@ -282,13 +298,19 @@ impl PyCalibration {
     #[getter]
     fn double_sparsity_masks(&self) -> Option<Vec<u8>> {
         let c = &self.fitted.calibration;
-        (0..c.dims().0).map(|l| c.double_sparsity(l).map(|(_, m)| m.to_vec())).collect::<Option<Vec<_>>>().map(|v| v.concat())
+        (0..c.dims().0)
+            .map(|l| c.double_sparsity(l).map(|(_, m)| m.to_vec()))
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat())
     }
     /// σ² `[L][H][D]` as a flat list, `None` when absent.
     #[getter]
     fn sigma2(&self) -> Option<Vec<f32>> {
         let c = &self.fitted.calibration;
-        (0..c.dims().0).map(|l| c.sigma2(l).map(<[f32]>::to_vec)).collect::<Option<Vec<_>>>().map(|v| v.concat())
+        (0..c.dims().0)
+            .map(|l| c.sigma2(l).map(<[f32]>::to_vec))
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat())
     }
     #[getter]
     fn has_rotation(&self) -> bool {
@@ -320,7 +342,11 @@ fn ids(raw: &[u64]) -> Vec<SequenceId> {
 }
 
 impl PyStore {
-    fn gpu_store<'a>(backend: &'a mut StoreBackend, ordinal: usize, stream: u64) -> Outcome<&'a mut KeyStore> {
+    fn gpu_store(
+        backend: &mut StoreBackend,
+        ordinal: usize,
+        stream: u64,
+    ) -> Outcome<&mut KeyStore> {
         match backend {
             StoreBackend::Gpu(s) => {
                 s.rebind(gpu_for(ordinal, stream)?)?;
@@ -353,13 +379,24 @@ impl PyStore {
         let placement = match placement {
             "hbm" => Placement::Hbm,
             "host" => Placement::Host,
-            p => return Err(ConfigError::new_err(format!("placement {p:?} is not \"hbm\" or \"host\""))),
+            p => {
+                return Err(ConfigError::new_err(format!(
+                    "placement {p:?} is not \"hbm\" or \"host\""
+                )))
+            }
         };
         let rotations = rotation.and_then(|c| {
             let c = &c.fitted.calibration;
-            (0..c.dims().0).map(|l| c.rotation(l).map(<[f32]>::to_vec)).collect::<Option<Vec<_>>>().map(|v| v.concat())
+            (0..c.dims().0)
+                .map(|l| c.rotation(l).map(<[f32]>::to_vec))
+                .collect::<Option<Vec<_>>>()
+                .map(|v| v.concat())
         });
-        let rotations = if model.basis == Basis::Klt { rotations } else { None };
+        let rotations = if model.basis == Basis::Klt {
+            rotations
+        } else {
+            None
+        };
         let backend = run(py, || match device {
             Device::Cpu => Ok(StoreBackend::Cpu(cpu::CpuStore::new(
                 model.clone(),
@@ -379,10 +416,17 @@ impl PyStore {
                     pariskv_index,
                     ..StoreConfig::new(model.clone(), placement, capacity_tokens)
                 };
-                Ok(StoreBackend::Gpu(Box::new(KeyStore::with_kernels(gpu, config, jit.as_ref())?)))
+                Ok(StoreBackend::Gpu(Box::new(KeyStore::with_kernels(
+                    gpu,
+                    config,
+                    jit.as_ref(),
+                )?)))
             }
         })?;
-        Ok(PyStore { backend: Mutex::new(backend), device })
+        Ok(PyStore {
+            backend: Mutex::new(backend),
+            device,
+        })
     }
 
     fn create_sequence(&self) -> u64 {
@@ -407,7 +451,15 @@ impl PyStore {
         }
     }
 
-    fn prefill(&self, py: Python<'_>, seq: u64, layer: usize, keys: Described, values: Described, stream: u64) -> PyResult<()> {
+    fn prefill(
+        &self,
+        py: Python<'_>,
+        seq: u64,
+        layer: usize,
+        keys: Described,
+        values: Described,
+        stream: u64,
+    ) -> PyResult<()> {
         let device = self.device;
         run(py, || {
             let (k, v) = (desc(keys)?, desc(values)?);
@@ -421,13 +473,22 @@ impl PyStore {
                 },
                 Device::Cuda(o) => {
                     let s = Self::gpu_store(&mut b, o, stream)?;
-                    Ok(unsafe { s.prefill_tensors(id, layer, &k, &v)? })
+                    unsafe { s.prefill_tensors(id, layer, &k, &v)? };
+                    Ok(())
                 }
             }
         })
     }
 
-    fn append(&self, py: Python<'_>, seqs: Vec<u64>, layer: usize, keys: Described, values: Described, stream: u64) -> PyResult<()> {
+    fn append(
+        &self,
+        py: Python<'_>,
+        seqs: Vec<u64>,
+        layer: usize,
+        keys: Described,
+        values: Described,
+        stream: u64,
+    ) -> PyResult<()> {
         let device = self.device;
         run(py, || {
             let (k, v) = (desc(keys)?, desc(values)?);
@@ -442,7 +503,8 @@ impl PyStore {
                 // (PyTorch's caching allocator does so on the same stream).
                 Device::Cuda(o) => {
                     let s = Self::gpu_store(&mut b, o, stream)?;
-                    Ok(unsafe { s.append_tensors(&batch, layer, &k, &v)? })
+                    unsafe { s.append_tensors(&batch, layer, &k, &v)? };
+                    Ok(())
                 }
             }
         })
@@ -499,7 +561,9 @@ impl PySelection {
             .get(b)
             .and_then(|s| s.get(q_head))
             .cloned()
-            .ok_or_else(|| PyValueError::new_err(format!("({b}, {q_head}) is outside the selection")))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!("({b}, {q_head}) is outside the selection"))
+            })
     }
     #[getter]
     fn batch(&self) -> usize {
@@ -511,12 +575,22 @@ impl PySelection {
 impl PyDecoder {
     #[new]
     #[pyo3(signature = (shape, device, k_max, calibration, stream))]
-    fn new(py: Python<'_>, shape: &PyModelShape, device: &str, k_max: usize, calibration: Option<&PyCalibration>, stream: u64) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        shape: &PyModelShape,
+        device: &str,
+        k_max: usize,
+        calibration: Option<&PyCalibration>,
+        stream: u64,
+    ) -> PyResult<Self> {
         let model = shape.shape.clone();
         let cal = calibration.map(|c| c.fitted.calibration.clone());
         let device = device_of(device).map_err(to_py)?;
         let backend = run(py, || {
-            let config = DecoderConfig { k_max, ..DecoderConfig::default() };
+            let config = DecoderConfig {
+                k_max,
+                ..DecoderConfig::default()
+            };
             config.validate()?;
             if let Some(c) = &cal {
                 if c.dims() != (model.layers, model.kv_heads, model.head_dim) {
@@ -527,8 +601,14 @@ impl PyDecoder {
             }
             match device {
                 Device::Cpu => {
-                    model.validate().map_err(|e| Failure::new(Kind::Config, e.to_string()))?;
-                    Ok(DecoderBackend::Cpu(cpu::CpuDecoder { model: model.clone(), k_max, calibration: cal }))
+                    model
+                        .validate()
+                        .map_err(|e| Failure::new(Kind::Config, e.to_string()))?;
+                    Ok(DecoderBackend::Cpu(cpu::CpuDecoder {
+                        model: model.clone(),
+                        k_max,
+                        calibration: cal,
+                    }))
                 }
                 Device::Cuda(o) => {
                     let gpu = gpu_for(o, stream)?;
@@ -541,7 +621,9 @@ impl PyDecoder {
                 }
             }
         })?;
-        Ok(PyDecoder { backend: Mutex::new(backend) })
+        Ok(PyDecoder {
+            backend: Mutex::new(backend),
+        })
     }
 
     #[pyo3(signature = (store, seqs, layer, queries, out, method, k, scale, transfer, return_selection, stream))]
@@ -562,16 +644,24 @@ impl PyDecoder {
         stream: u64,
     ) -> PyResult<Option<PySelection>> {
         let heads = run(py, || {
-            let method: Method = method
-                .parse()
-                .map_err(|e: runtime::reference::plans::MethodParseError| Failure::new(Kind::Method, e.to_string()))?;
+            let method: Method =
+                method
+                    .parse()
+                    .map_err(|e: runtime::reference::plans::MethodParseError| {
+                        Failure::new(Kind::Method, e.to_string())
+                    })?;
             let transfer = match transfer {
                 None => None,
                 Some("fused") => Some(Transfer::Fused),
                 Some("copy-kernel") => Some(Transfer::CopyKernel),
                 Some("memcpy") => Some(Transfer::Memcpy),
-                Some(t) => return Err(Failure::new(Kind::Method, format!(
-                    "placement_transfer {t:?} is not \"fused\", \"copy-kernel\" or \"memcpy\""))),
+                Some(t) => {
+                    return Err(Failure::new(
+                        Kind::Method,
+                        format!(
+                    "placement_transfer {t:?} is not \"fused\", \"copy-kernel\" or \"memcpy\""),
+                    ))
+                }
             };
             let (q, o) = (desc(queries)?, desc(out)?);
             let batch = ids(&seqs);
@@ -617,6 +707,9 @@ impl PyDecoder {
     }
 }
 
+/// Selected tokens and attention outputs per query head of one group.
+type GroupStep = (Vec<Vec<usize>>, Vec<Vec<f64>>);
+
 /// The reference's own step of one query group, for tests: `keys`/`values` `[n][D]` bf16 bits,
 /// `queries` `G` rows; returns (selected tokens per head, outputs per head).
 #[pyfunction]
@@ -632,27 +725,49 @@ fn reference_group_step(
     scale: f64,
     sigma2: Option<Vec<f64>>,
     ds_mask: Option<Vec<u8>>,
-) -> PyResult<(Vec<Vec<usize>>, Vec<Vec<f64>>)> {
+) -> PyResult<GroupStep> {
     use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
-    let method: Method = method.parse().map_err(|e: runtime::reference::plans::MethodParseError| MethodError::new_err(e.to_string()))?;
+    let method: Method =
+        method
+            .parse()
+            .map_err(|e: runtime::reference::plans::MethodParseError| {
+                MethodError::new_err(e.to_string())
+            })?;
     let bf = |v: Vec<u16>| v.into_iter().map(half::bf16::from_bits).collect::<Vec<_>>();
     let (keys, values) = (bf(keys), bf(values));
     let fail = |e: String| KernelError::new_err(e);
     if let Method::Pariskv { k } = method {
-        let index = runtime::reference::pariskv::PariskvIndex::build(&keys, d).map_err(|e| fail(e.to_string()))?;
-        let input = runtime::reference::pariskv::PariskvInput { index: &index, keys: &keys, values: &values, queries: &queries, n_total: keys.len() / d };
-        let s = runtime::reference::pariskv::pariskv_step(&input, k, scale).map_err(|e| fail(e.to_string()))?;
+        let index = runtime::reference::pariskv::PariskvIndex::build(&keys, d)
+            .map_err(|e| fail(e.to_string()))?;
+        let input = runtime::reference::pariskv::PariskvInput {
+            index: &index,
+            keys: &keys,
+            values: &values,
+            queries: &queries,
+            n_total: keys.len() / d,
+        };
+        let s = runtime::reference::pariskv::pariskv_step(&input, k, scale)
+            .map_err(|e| fail(e.to_string()))?;
         return Ok((s.selection.heads, s.outputs));
     }
-    let ds = ds_mask.as_deref().and_then(runtime::reference::plans::DoubleSparsityCalibration::from_mask);
+    let ds = ds_mask
+        .as_deref()
+        .and_then(runtime::reference::plans::DoubleSparsityCalibration::from_mask);
     let layout = StoreLayout::new(d, BlockSize::B64, 512).map_err(|e| fail(e.to_string()))?;
-    let store = HeadStore::from_keys(layout, HeadId::default(), &keys).map_err(|e| fail(e.to_string()))?;
+    let store =
+        HeadStore::from_keys(layout, HeadId::default(), &keys).map_err(|e| fail(e.to_string()))?;
     let input = runtime::reference::step::GroupInput {
-        store: &store, keys: &keys, values: &values, queries: &queries, klt: None,
-        sigma2: sigma2.as_deref(), double_sparsity: ds.as_ref(),
+        store: &store,
+        keys: &keys,
+        values: &values,
+        queries: &queries,
+        klt: None,
+        sigma2: sigma2.as_deref(),
+        double_sparsity: ds.as_ref(),
     };
     let config = runtime::reference::step::StepConfig { method, k, scale };
-    let s = runtime::reference::step::step_group(&input, &config).map_err(|e| fail(e.to_string()))?;
+    let s =
+        runtime::reference::step::step_group(&input, &config).map_err(|e| fail(e.to_string()))?;
     Ok((s.selection.heads, s.outputs))
 }
 
@@ -661,7 +776,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FathomError", py.get_type::<FathomError>())?;
-    m.add("DeviceUnavailableError", py.get_type::<DeviceUnavailableError>())?;
+    m.add(
+        "DeviceUnavailableError",
+        py.get_type::<DeviceUnavailableError>(),
+    )?;
     m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("MethodError", py.get_type::<MethodError>())?;

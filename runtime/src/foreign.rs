@@ -213,10 +213,14 @@ impl TensorDesc {
         };
         let fits = self.shape.len() == expect.shape.len()
             && self.strides.len() == self.shape.len()
-            && self.shape.iter().zip(expect.shape).all(|(&got, d)| match d {
-                Dim::Is(_, n) => got == *n,
-                Dim::Any(_) => true,
-            });
+            && self
+                .shape
+                .iter()
+                .zip(expect.shape)
+                .all(|(&got, d)| match d {
+                    Dim::Is(_, n) => got == *n,
+                    Dim::Any(_) => true,
+                });
         if !fits {
             return Err(TensorError::Shape {
                 what,
@@ -233,7 +237,10 @@ impl TensorDesc {
         }
         let elements = self.elements();
         let size = self.dtype.size().expect("an allowed dtype has a size");
-        if elements.checked_mul(size).is_none_or(|b| b > isize::MAX as usize) {
+        if elements
+            .checked_mul(size)
+            .is_none_or(|b| b > isize::MAX as usize)
+        {
             return Err(TensorError::TooLarge {
                 what,
                 elements,
@@ -354,7 +361,10 @@ mod tests {
             dtype: Dtype::F32,
             ..keys()
         });
-        assert!(wrong_dtype.to_string().contains("bfloat16 or uint16"), "{wrong_dtype}");
+        assert!(
+            wrong_dtype.to_string().contains("bfloat16 or uint16"),
+            "{wrong_dtype}"
+        );
         assert!(matches!(
             err(TensorDesc {
                 shape: vec![3, 5, 64],
@@ -374,7 +384,10 @@ mod tests {
             strides: vec![320, 1, 5],
             ..keys()
         });
-        assert!(transposed.to_string().contains("contiguous"), "{transposed}");
+        assert!(
+            transposed.to_string().contains("contiguous"),
+            "{transposed}"
+        );
         assert!(matches!(
             err(TensorDesc {
                 addr: 0x1002,

@@ -171,7 +171,11 @@ mod tests {
     fn a_stream_captured_by_its_owner_is_never_queried() {
         let fake = Fake::new(Ok(CaptureStatus::Active));
         assert!(check_after_launch(&fake, false).is_ok());
-        assert_eq!(fake.queries.get(), 0, "a query would invalidate the capture");
+        assert_eq!(
+            fake.queries.get(),
+            0,
+            "a query would invalidate the capture"
+        );
         // The legacy stream during another stream's global-mode capture.
         let implicit = Fake::new(Err(DriverError(
             sys::cudaError_enum::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,

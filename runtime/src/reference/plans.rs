@@ -440,7 +440,7 @@ impl DoubleSparsityCalibration {
     /// channel, nonzero = read); `None` when no channel is read.
     pub fn from_mask(mask: &[u8]) -> Option<Self> {
         let channels: Vec<usize> = (0..mask.len()).filter(|&c| mask[c] != 0).collect();
-        (!channels.is_empty()).then(|| DoubleSparsityCalibration {
+        (!channels.is_empty()).then_some(DoubleSparsityCalibration {
             head_dim: mask.len(),
             r: channels.len(),
             channels,

@@ -278,7 +278,10 @@ fn run_copies(
     // Read back after the plan, waiting for this stream only.
     let all = usize::MAX;
     let (runs, staged) = (gpu.download(runs, all)?, gpu.download(staged, all)?);
-    let (counts, n_stored) = (gpu.download(counts, all)?, gpu.download(view.n_stored, all)?);
+    let (counts, n_stored) = (
+        gpu.download(counts, all)?,
+        gpu.download(view.n_stored, all)?,
+    );
     let (s, d) = (shape.segment_words, shape.head_dim);
     let scale_bytes = 2 * scales_per_channel(s, shape.block);
     for (b, &stored) in n_stored.iter().enumerate().take(shape.batch) {

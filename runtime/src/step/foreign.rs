@@ -132,11 +132,7 @@ impl Decoder {
         out: &TensorDesc,
         request: StepRequest<'_>,
     ) -> Result<OutputLayout, StepError> {
-        let (b, hq, d) = (
-            view.batch,
-            self.model.query_heads,
-            self.model.head_dim,
-        );
+        let (b, hq, d) = (view.batch, self.model.query_heads, self.model.head_dim);
         let shape = [Dim::Is("B", b), Dim::Is("H_q", hq), Dim::Is("D", d)];
         // bf16 bits as 16-bit integers too (numpy has no bf16).
         let types = [Dtype::F32, Dtype::Bf16, Dtype::U16];
@@ -157,7 +153,8 @@ impl Decoder {
         }
         let q = if bf16.0 {
             if scratch.queries.as_ref().is_none_or(|q| q.len() != n) {
-                self.gpu.refuse_while_capturing("growing the f32 copy of bf16 queries")?;
+                self.gpu
+                    .refuse_while_capturing("growing the f32 copy of bf16 queries")?;
                 scratch.queries = None;
                 scratch.queries = Some(self.gpu.zeroed_async(n)?);
             }
@@ -214,7 +211,9 @@ impl Decoder {
         let heads = layout.batch * layout.kv_heads * layout.group;
         Ok(HostSelections {
             layout: *layout,
-            sel: self.gpu.download(&buffers.sel, heads * layout.sel_stride())?,
+            sel: self
+                .gpu
+                .download(&buffers.sel, heads * layout.sel_stride())?,
             sel_count: self.gpu.download(&buffers.sel_count, heads)?,
         })
     }

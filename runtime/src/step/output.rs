@@ -152,12 +152,18 @@ impl StepOutput<'_> {
                 self.gpu.download(&self.buffers.sel_pos, usize::MAX)?,
                 l.query_heads() * l.sel_stride(),
             ),
-            sel_count: trim(self.gpu.download(&self.buffers.sel_count, usize::MAX)?, l.query_heads()),
+            sel_count: trim(
+                self.gpu.download(&self.buffers.sel_count, usize::MAX)?,
+                l.query_heads(),
+            ),
             uni: trim(
                 self.gpu.download(&self.buffers.uni, usize::MAX)?,
                 l.batch * l.kv_heads * l.uni_stride(),
             ),
-            uni_count: trim(self.gpu.download(&self.buffers.uni_count, usize::MAX)?, l.batch * l.kv_heads),
+            uni_count: trim(
+                self.gpu.download(&self.buffers.uni_count, usize::MAX)?,
+                l.batch * l.kv_heads,
+            ),
             out,
         })
     }

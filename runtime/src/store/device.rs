@@ -54,6 +54,12 @@ impl Backing for Memory {
     }
 }
 
+/// Waits for all work of the context, every stream's: for tests and set-up that mix streams,
+/// never on a step or append path (a borrowed stream's owner keeps other streams busy).
+pub fn settle(gpu: &Gpu) -> Result<(), GpuError> {
+    check("cuCtxSynchronize", gpu.stream().context().synchronize())
+}
+
 /// Queues a copy of `bytes` bytes between unified addresses (device or mapped host memory).
 pub fn copy(gpu: &Gpu, dst: u64, src: u64, bytes: usize) -> Result<(), GpuError> {
     if bytes == 0 {

@@ -50,7 +50,10 @@ impl KeyStore {
             device: self.device(),
         };
         let got = t.check(&expect, Some(self.gpu.as_ref()))?;
-        Ok((unsafe { self.gpu.borrowed_buffer(t.addr, t.elements()) }, got))
+        Ok((
+            unsafe { self.gpu.borrowed_buffer(t.addr, t.elements()) },
+            got,
+        ))
     }
 
     /// [`KeyStore::prefill`] from lent tensors `[H_kv][n][D]` (bf16, contiguous, 16-byte
