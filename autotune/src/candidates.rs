@@ -31,10 +31,11 @@ use codegen::spec::{
     AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
     PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
-use runtime::reference::select::paper_k;
-use runtime::step::tuning::context_bucket;
-use runtime::step::{DecoderConfig, Tile, Transfer, TunedFamily};
+use reference::select::paper_k;
+use runtime::step::{DecoderConfig, Transfer};
+use runtime::tuning::context_bucket;
 use runtime::tuning::{EntryKey, Subject, Variant};
+use runtime::tuning::{Tile, TunedFamily};
 use sha2::{Digest, Sha256};
 
 /// Tokens per block and words per plane per segment of every store the tuner builds: the
@@ -235,6 +236,21 @@ pub fn enumerate(case: &Case) -> Vec<Variant> {
             Variant::Transfer(_) => true,
             Variant::Tile(_) => tile_spec(case, v).is_ok_and(|s| s.validate().is_ok()),
         })
+        .collect()
+}
+
+/// The kernels of every tile candidate of `cases`, each once (first appearance), so that a run can
+/// compile them all in parallel before it times anything: the cases then find them loaded.
+pub fn run_specs(cases: &[Case]) -> Vec<KernelSpec> {
+    let mut seen = std::collections::HashSet::new();
+    cases
+        .iter()
+        .flat_map(|case| {
+            enumerate(case)
+                .into_iter()
+                .filter_map(move |v| tile_spec(case, &v).ok())
+        })
+        .filter(|spec| seen.insert(*spec))
         .collect()
 }
 
@@ -553,7 +569,7 @@ mod tests {
             ]
         );
         let default = Variant::Tile(Tile::Threads(
-            runtime::step::Tiles::default().pariskv_threads,
+            runtime::tuning::Tiles::default().pariskv_threads,
         ));
         for (family, placement) in pariskv {
             let c = case(Subject::Kernel(family), placement, 7);
@@ -611,7 +627,7 @@ mod tests {
         // domain.
         assert_eq!(domain, 32 * 32 * 2);
         // The runtime's default select tile is among the candidates.
-        let defaults = runtime::step::Tiles::default();
+        let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
         assert!(valid.contains(&Variant::Tile(Tile::Select {
             threads,
@@ -622,7 +638,7 @@ mod tests {
 
     #[test]
     fn the_defaults_of_every_family_are_candidates() {
-        let t = runtime::step::Tiles::default();
+        let t = runtime::tuning::Tiles::default();
         let has = |family, placement, tile| {
             enumerate(&case(Subject::Kernel(family), placement, 4)).contains(&Variant::Tile(tile))
         };

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use codegen::model::{Basis, ModelShape};
-use runtime::reference::klt::Klt;
-use runtime::reference::planner::{per_layer_budgets, water_fill, LayerBudgetSearch};
-use runtime::reference::plans::{channel_variance, DoubleSparsityCalibration};
-use runtime::reference::store::BlockSize;
+use reference::klt::Klt;
+use reference::planner::{per_layer_budgets, water_fill, LayerBudgetSearch};
+use reference::plans::{channel_variance, DoubleSparsityCalibration};
+use reference::store::BlockSize;
 use runtime::step::Calibration;
 use safetensors::tensor::{Dtype as StDtype, TensorView};
 use safetensors::SafeTensors;

@@ -7,12 +7,12 @@
 
 use codegen::model::{Basis, ModelShape};
 use half::bf16;
+use reference::klt::Klt;
+use reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
+use reference::plans::DoubleSparsityCalibration;
+use reference::step::{step_group, GroupInput, StepConfig};
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::foreign::{Device, Dim, Dtype, Expect, TensorDesc};
-use runtime::reference::klt::Klt;
-use runtime::reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
-use runtime::reference::plans::DoubleSparsityCalibration;
-use runtime::reference::step::{step_group, GroupInput, StepConfig};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::validate::{check_needs, check_view, ViewShape};
 use runtime::step::{Calibration, Method, Scoring, StepError};
 use runtime::store::ledger::Registry;
@@ -457,7 +457,7 @@ impl CpuDecoder {
         }
         let k = match method {
             Method::Pariskv { k } => k,
-            _ => k.unwrap_or_else(|| runtime::reference::select::paper_k(max_tokens)),
+            _ => k.unwrap_or_else(|| reference::select::paper_k(max_tokens)),
         };
         if k > self.k_max {
             return Err(StepError::K {

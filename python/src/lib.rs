@@ -647,7 +647,7 @@ impl PyDecoder {
             let method: Method =
                 method
                     .parse()
-                    .map_err(|e: runtime::reference::plans::MethodParseError| {
+                    .map_err(|e: reference::plans::MethodParseError| {
                         Failure::new(Kind::Method, e.to_string())
                     })?;
             let transfer = match transfer {
@@ -684,7 +684,7 @@ impl PyDecoder {
                     let n = view.max_tokens;
                     let k = match method {
                         Method::Pariskv { k } => k,
-                        _ => k.unwrap_or_else(|| runtime::reference::select::paper_k(n)),
+                        _ => k.unwrap_or_else(|| reference::select::paper_k(n)),
                     };
                     let request = StepRequest {
                         transfer,
@@ -726,37 +726,34 @@ fn reference_group_step(
     sigma2: Option<Vec<f64>>,
     ds_mask: Option<Vec<u8>>,
 ) -> PyResult<GroupStep> {
-    use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
-    let method: Method =
-        method
-            .parse()
-            .map_err(|e: runtime::reference::plans::MethodParseError| {
-                MethodError::new_err(e.to_string())
-            })?;
+    use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+    let method: Method = method
+        .parse()
+        .map_err(|e: reference::plans::MethodParseError| MethodError::new_err(e.to_string()))?;
     let bf = |v: Vec<u16>| v.into_iter().map(half::bf16::from_bits).collect::<Vec<_>>();
     let (keys, values) = (bf(keys), bf(values));
     let fail = |e: String| KernelError::new_err(e);
     if let Method::Pariskv { k } = method {
-        let index = runtime::reference::pariskv::PariskvIndex::build(&keys, d)
-            .map_err(|e| fail(e.to_string()))?;
-        let input = runtime::reference::pariskv::PariskvInput {
+        let index =
+            reference::pariskv::PariskvIndex::build(&keys, d).map_err(|e| fail(e.to_string()))?;
+        let input = reference::pariskv::PariskvInput {
             index: &index,
             keys: &keys,
             values: &values,
             queries: &queries,
             n_total: keys.len() / d,
         };
-        let s = runtime::reference::pariskv::pariskv_step(&input, k, scale)
-            .map_err(|e| fail(e.to_string()))?;
+        let s =
+            reference::pariskv::pariskv_step(&input, k, scale).map_err(|e| fail(e.to_string()))?;
         return Ok((s.selection.heads, s.outputs));
     }
     let ds = ds_mask
         .as_deref()
-        .and_then(runtime::reference::plans::DoubleSparsityCalibration::from_mask);
+        .and_then(reference::plans::DoubleSparsityCalibration::from_mask);
     let layout = StoreLayout::new(d, BlockSize::B64, 512).map_err(|e| fail(e.to_string()))?;
     let store =
         HeadStore::from_keys(layout, HeadId::default(), &keys).map_err(|e| fail(e.to_string()))?;
-    let input = runtime::reference::step::GroupInput {
+    let input = reference::step::GroupInput {
         store: &store,
         keys: &keys,
         values: &values,
@@ -765,9 +762,8 @@ fn reference_group_step(
         sigma2: sigma2.as_deref(),
         double_sparsity: ds.as_ref(),
     };
-    let config = runtime::reference::step::StepConfig { method, k, scale };
-    let s =
-        runtime::reference::step::step_group(&input, &config).map_err(|e| fail(e.to_string()))?;
+    let config = reference::step::StepConfig { method, k, scale };
+    let s = reference::step::step_group(&input, &config).map_err(|e| fail(e.to_string()))?;
     Ok((s.selection.heads, s.outputs))
 }
 

@@ -1,13 +1,11 @@
 //! The per-cell figures computed on the host: medians, floors, the ratio to sparq(32), bytes
 //! per step, and fidelity/recall of a sampled step against the f64 reference.
 
-use runtime::reference::metrics::{
-    bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes,
-};
-use runtime::reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
-use runtime::reference::plans::Method;
-use runtime::reference::select::{paper_k, LOCAL, SINK};
-use runtime::reference::store::BlockSize;
+use reference::metrics::{bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes};
+use reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
+use reference::plans::Method;
+use reference::select::{paper_k, LOCAL, SINK};
+use reference::store::BlockSize;
 
 use super::record::Row;
 
@@ -102,7 +100,7 @@ pub fn group_bytes(
 }
 
 /// Index bytes one query group of `pariskv(k)` reads over `n` tokens of `d` channels (§12, as
-/// `runtime::reference::pariskv::PariskvBytes` counts them; reported in the `planes` share of
+/// `reference::pariskv::PariskvBytes` counts them; reported in the `planes` share of
 /// [`StepBytes`]): the centroid ids of every retrievable token (`N_r * B`, to vote), the codes
 /// and weights of the `C` candidates (`C * (D/2 + 2B)`, to rerank) and the histograms
 /// (`B * 256 * 4`, to build the tiers).
@@ -136,4 +134,22 @@ pub fn recall(selected: &[i32], truth: &[usize]) -> Option<f64> {
         .filter(|&&t| sel.binary_search(&(t as i64)).is_ok())
         .count();
     Some(hits as f64 / truth.len() as f64)
+}
+
+/// The parts of a cell's HBM footprint: the store's share of one sequence times `batch`, then
+/// the workspace's (one step of the batch, reused by every layer).
+pub fn footprint_parts(
+    store: [(&'static str, usize); 4],
+    batch: usize,
+    workspace: [(&'static str, usize); 8],
+) -> Vec<(String, u64)> {
+    store
+        .iter()
+        .map(|&(name, b)| (name.to_string(), (b * batch) as u64))
+        .chain(
+            workspace
+                .iter()
+                .map(|&(name, b)| (format!("workspace {name}"), b as u64)),
+        )
+        .collect()
 }

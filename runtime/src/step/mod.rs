@@ -49,7 +49,6 @@ mod foreign;
 pub mod launches;
 mod output;
 pub mod request;
-pub mod tuning;
 pub mod validate;
 mod workspace;
 
@@ -73,10 +72,10 @@ pub use foreign::{ForeignStep, HostSelections};
 pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
-pub use tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph};
 use crate::jit::{Jit, KernelSource};
+use crate::tuning::{Tiles, Tuning};
 use crate::view::LayerView;
 use execute::Inputs;
 use output::OutputBuffers;
@@ -353,9 +352,9 @@ impl Decoder {
                 self.gpu.info().name
             );
             if self.tuning.is_none() {
-                tuning::warn_untuned(&what);
+                crate::tuning::warn_untuned(&what);
             } else {
-                tuning::warn_partly_tuned(&what, &plan.untuned);
+                crate::tuning::warn_partly_tuned(&what, &plan.untuned);
             }
         }
         Ok(plan)
