@@ -96,7 +96,9 @@
 //! # }
 //! ```
 
+pub mod abi;
 pub mod ceilings;
+pub mod embedded;
 pub mod foreign;
 pub mod gpu;
 pub mod jit;

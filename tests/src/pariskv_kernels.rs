@@ -17,7 +17,7 @@ use runtime::pariskv::{
     build_args, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs, Stage,
 };
 
-use crate::select_kernels::{compile, int, launch, HeadTable, KernelError, SelectHost, POISON};
+use crate::select_kernels::{compile, i32_of, launch, HeadTable, KernelError, SelectHost, POISON};
 
 /// Threads per block of the kernels under test (the default kernel set's).
 pub const THREADS: u32 = 256;
@@ -263,7 +263,7 @@ impl PariskvKernels {
         status: u64,
     ) -> Result<(), GpuError> {
         // Checked here so that a test's oversized argument fails loudly.
-        let _ = int(kv_heads, "num_kv_heads");
+        let _ = i32_of(kv_heads, "num_kv_heads");
         let args = build_args(
             k_rows,
             signs,
@@ -320,7 +320,7 @@ impl PariskvKernels {
         let sel_count = gpu.filled::<i32>(heads * g, POISON)?;
         let uni = gpu.filled::<i32>(heads * uc, POISON)?;
         let uni_count = gpu.filled::<i32>(heads, POISON)?;
-        let _ = (int(a.kv_heads, "num_kv_heads"), int(a.k, "k"));
+        let _ = (i32_of(a.kv_heads, "num_kv_heads"), i32_of(a.k, "k"));
         let inputs = RetrievalInputs {
             index: a.index.tables(),
             queries: a.q,
