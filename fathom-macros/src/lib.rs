@@ -88,7 +88,7 @@
 //!
 //! ```text
 //! error: invalid scan spec: `head_dim` is 96; allowed: 64, 128 or 256
-//!   |     scan(head_dim = 96, group = 4, ...);
+//!   |     scan(head_dim = 72, group = 4, ...);
 //!   |                     ^^
 //! ```
 //!

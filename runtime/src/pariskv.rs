@@ -5,7 +5,9 @@
 //! retrieval with [`retrieval_args`], so every caller passes the same arguments in the same
 //! order.
 
-use codegen::spec::pariskv::{candidate_capacity, signs, subspaces, vote_bins, CENTROIDS, TIERS};
+use codegen::spec::pariskv::{
+    candidate_capacity, padded_dim, signs, subspaces, vote_bins, CENTROIDS, TIERS,
+};
 
 use crate::abi;
 use crate::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
@@ -15,10 +17,15 @@ use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 /// kernel set's, `codegen::kernels::kernels_for`).
 pub const THREADS: u32 = 256;
 
-/// The sign vector `s` of `d` channels as the kernels take it: fp32 ±1 in device memory, from
+/// The sign vector `s` of head dimension `d`'s transform as the kernels take it: its `D_pad`
+/// entries ([`padded_dim`]) as fp32 ±1 in device memory, from
 /// [`codegen::spec::pariskv::signs`].
 pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> {
-    let s: Vec<f32> = signs(d).iter().map(|&v| v as f32).collect();
+    let s: Vec<f32> = signs(padded_dim(d as u32) as usize)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    // Stream-ordered: the decoder uploads it on its first pariskv step.
     gpu.upload_async(&s)
 }
 
@@ -113,7 +120,7 @@ impl Stage {
 /// dimension `d`, sequences of at most `max_tokens` tokens and top-C chunk words `chunk_words`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RetrievalSizes {
-    /// f64 `[B*H][D]`.
+    /// f64 `[B*H][D_pad]`.
     pub q_tilde: usize,
     /// f64 `[B*H]`.
     pub q_norm: usize,
@@ -146,7 +153,7 @@ impl RetrievalSizes {
         let ld_votes = max_tokens.max(1);
         let ld_cand = (candidate_capacity(max_tokens as u64) as usize).max(1);
         RetrievalSizes {
-            q_tilde: rows * head_dim,
+            q_tilde: rows * padded_dim(head_dim as u32) as usize,
             q_norm: rows,
             tiers: rows * ns * CENTROIDS as usize,
             tier_len: rows * ns * TIERS as usize,

@@ -7,6 +7,7 @@ pub mod inputs;
 pub mod kernel_check;
 pub mod pariskv_kernels;
 pub mod select_kernels;
+pub mod shapes;
 pub mod step_check;
 pub mod store_check;
 pub mod store_kernels;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use codegen::emit::build_kernel;
 use codegen::kernels::{kernels_for, KernelSetOptions};
-use codegen::model::preset;
+use codegen::model::{preset, Basis, ModelShape};
 use codegen::spec::{KernelSpec, OracleSpec, Placement};
 use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
 use fathom_tests::{gpu, inputs};
@@ -26,6 +26,40 @@ fn qwen3_8b_set() -> Vec<KernelSpec> {
 
 fn jit(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Jit {
     Jit::new(gpu.clone(), JitCache::new(dir.to_path_buf())).expect("NVRTC loads")
+}
+
+/// Every kernel of the shapes beyond the presets compiles for this GPU's own architecture and
+/// loads with every entry point: Phi-3-mini (D = 96, G = 1), GLM-4-9B (G = 16), and D = 80
+/// and 192 (ParisKV zero-pads all three).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_sets_of_every_gqa_shape_load() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let jit = jit(&gpu, dir.path());
+    for (head_dim, query_heads, kv_heads) in [(96, 32, 32), (128, 32, 2), (80, 10, 2), (192, 32, 2)]
+    {
+        let shape = ModelShape {
+            name: format!("d{head_dim}"),
+            layers: 2,
+            query_heads,
+            kv_heads,
+            head_dim,
+            qk_norm: false,
+            basis: Basis::Klt,
+        };
+        let specs = kernels_for(&shape, &KernelSetOptions::default());
+        let set = jit.load_set(&specs).unwrap();
+        assert_eq!(set.kernels.len(), specs.len());
+        for spec in &specs {
+            let kernel = jit.kernel(spec).unwrap();
+            for entry in spec.entry_points() {
+                kernel
+                    .function(&entry)
+                    .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+            }
+        }
+    }
 }
 
 #[test]

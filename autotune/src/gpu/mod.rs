@@ -163,13 +163,7 @@ impl GpuBench {
                 tile_words,
                 threads,
             }) => (tile_words, threads),
-            _ => fit_scan_tile(
-                match placement {
-                    Placement::Hbm => defaults.scan_hbm,
-                    Placement::Host => defaults.scan_host,
-                },
-                SEGMENT_WORDS,
-            ),
+            _ => fit_scan_tile(defaults.scan(placement, case.group), SEGMENT_WORDS),
         };
         scan_spec(
             &Case {
