@@ -8,6 +8,18 @@
 //! on the same context with a stream of its own, so that two stores and decoders can run
 //! concurrently (memory of either handle is valid on both). Pinned host memory is counted per
 //! context ([`Gpu::pinned_bytes`]) and may be capped ([`Gpu::limit_pinned`]).
+//!
+//! A foreign caller (PyTorch) brings its own stream and memory: [`Gpu::borrow_stream`] and
+//! [`Gpu::on_stream`] queue on a stream someone else owns, in the device's primary context
+//! (the one the CUDA runtime, and so PyTorch, uses), and [`Gpu::borrowed_buffer`] views memory
+//! someone else allocated ([`borrowed`]). Launch error checks never query a stream that is being
+//! captured, by us or by the caller ([`capture`]).
+
+pub mod borrowed;
+pub mod capture;
+
+pub use borrowed::{PointerPlace, StreamHandle};
+pub use capture::CaptureStatus;
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -45,6 +57,17 @@ pub enum GpuError {
     Nvrtc(#[from] codegen::nvrtc::NvrtcError),
     #[error("the stream capture recorded no work, so there is no graph to launch")]
     EmptyGraph,
+    #[error(
+        "{what} is not allowed while the stream is being captured into a CUDA graph (it would \
+         end the capture); run the same call once before capturing, so that everything it \
+         allocates, uploads or compiles exists already"
+    )]
+    Capturing { what: &'static str },
+    #[error(
+        "stream {stream:#x} belongs to another CUDA context than device {ordinal}'s primary \
+         context; pass a stream of that device's primary context (PyTorch's streams are)"
+    )]
+    ForeignContext { stream: u64, ordinal: usize },
 }
 
 fn check<T>(call: &'static str, r: Result<T, DriverError>) -> Result<T, GpuError> {
@@ -208,6 +231,14 @@ impl PinnedLedger {
 impl Gpu {
     /// Opens device `ordinal`; a typed error when there is no driver or no such device.
     pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        let (ctx, info) = Self::primary_context(ordinal)?;
+        let stream = check("cuStreamCreate", ctx.new_stream())?;
+        Ok(Gpu::with_stream(ctx, stream, info))
+    }
+
+    /// The device's primary context (retained: cudarc's `CudaContext::new` calls
+    /// `cuDevicePrimaryCtxRetain`, and its drop releases it) and what the device is.
+    fn primary_context(ordinal: usize) -> Result<(Arc<CudaContext>, DeviceInfo), GpuError> {
         // cudarc panics when libcuda is missing: ask first.
         if !unsafe { sys::is_culib_present() } {
             return Err(GpuError::NoDriver);
@@ -220,7 +251,6 @@ impl Gpu {
         let ctx = check("cuDevicePrimaryCtxRetain", CudaContext::new(ordinal))?;
         // Buffers here are raw addresses, so cudarc's per-slice event tracking has nothing to do.
         unsafe { ctx.disable_event_tracking() };
-        let stream = check("cuStreamCreate", ctx.new_stream())?;
         let mut driver_version = 0;
         check("cuDriverGetVersion", unsafe {
             sys::cuDriverGetVersion(&mut driver_version).result()
@@ -235,7 +265,11 @@ impl Gpu {
             total_memory: check("cuDeviceTotalMem", ctx.total_mem())?,
             driver_version,
         };
-        Ok(Gpu {
+        Ok((ctx, info))
+    }
+
+    fn with_stream(ctx: Arc<CudaContext>, stream: Arc<CudaStream>, info: DeviceInfo) -> Gpu {
+        Gpu {
             ctx,
             stream,
             info,
@@ -244,7 +278,7 @@ impl Gpu {
                 in_use: AtomicUsize::new(0),
                 limit: AtomicUsize::new(usize::MAX),
             }),
-        })
+        }
     }
 
     /// A second handle on the same device and context with a new stream of its own: work
@@ -319,6 +353,7 @@ impl Gpu {
 
     /// Loads PTX text already compiled.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module, GpuError> {
+        self.refuse_while_capturing("loading a module")?;
         let module = check(
             "cuModuleLoadData",
             self.ctx
@@ -327,35 +362,35 @@ impl Gpu {
         Ok(Module { module })
     }
 
-    /// A device buffer holding `data`.
+    /// A device buffer holding `data`, ready for any stream when this returns: the copy is
+    /// queued on this handle's stream, which is then waited for (not the whole context: a
+    /// borrowed stream's owner keeps its other streams running). Inside a decode step use
+    /// [`Gpu::upload_async`], which does not wait.
     pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer<T>, GpuError> {
-        let buffer = self.alloc::<T>(data.len())?;
+        let buffer = self.upload_async(data)?;
         if !data.is_empty() {
-            check("cuMemcpyHtoD", unsafe {
-                result::memcpy_htod_sync(buffer.ptr, data)
-            })?;
-            // The synchronous copies and memsets run on the legacy default stream, which the
-            // device's own (non-blocking) stream does not wait for: finish them here.
-            check("cuCtxSynchronize", self.ctx.synchronize())?;
+            self.synchronize()?;
         }
         Ok(buffer)
     }
 
     /// A device buffer of `len` elements, every byte set to `byte` (poison it before a kernel
-    /// writes it, so that unwritten elements are visible).
+    /// writes it, so that unwritten elements are visible), ready for any stream when this
+    /// returns (see [`Gpu::upload`]; [`Gpu::zeroed_async`] does not wait).
     pub fn filled<T: Copy>(&self, len: usize, byte: u8) -> Result<DeviceBuffer<T>, GpuError> {
         let buffer = self.alloc::<T>(len)?;
         if len > 0 {
-            check("cuMemsetD8", unsafe {
-                result::memset_d8_sync(buffer.ptr, byte, buffer.bytes())
+            check("cuMemsetD8Async", unsafe {
+                result::memset_d8_async(buffer.ptr, byte, buffer.bytes(), self.stream.cu_stream())
             })?;
-            check("cuCtxSynchronize", self.ctx.synchronize())?;
+            self.synchronize()?;
         }
         Ok(buffer)
     }
 
     fn alloc<T: Copy>(&self, len: usize) -> Result<DeviceBuffer<T>, GpuError> {
         let bytes = len * std::mem::size_of::<T>();
+        self.refuse_while_capturing("a device allocation")?;
         check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
         // A zero-byte allocation is an error for the driver; keep one byte so every buffer has
         // a valid address.
@@ -372,6 +407,7 @@ impl Gpu {
             ptr,
             len,
             ctx: self.ctx.clone(),
+            owned: true,
             _t: PhantomData,
         })
     }
@@ -407,6 +443,7 @@ impl Gpu {
         byte: u8,
         what: impl FnOnce() -> String,
     ) -> Result<MappedBuffer<T>, GpuError> {
+        self.refuse_while_capturing("a pinned host allocation")?;
         check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
         // Not write-combined: the host reads these buffers back too.
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -461,12 +498,12 @@ impl Gpu {
                 &mut pointers,
             )
         })?;
-        // Launch errors surface asynchronously; a cheap query catches configuration errors now
-        // (not while capturing: a query of a capturing stream invalidates the capture).
-        if self.capturing.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        check("cuStreamQuery", self.stream_status())
+        // Launch errors surface asynchronously; a cheap query catches configuration errors now,
+        // but not while the stream is captured, by us or by its owner: a query of a capturing
+        // stream invalidates the capture.
+        let own = self.capturing.load(Ordering::Relaxed);
+        capture::check_after_launch(&capture::RawStream(self.stream.cu_stream()), own)
+            .map_err(|(call, source)| GpuError::Driver { call, source })
     }
 
     /// Starts capturing the stream's work into a graph (thread-local mode: other threads may
@@ -522,15 +559,9 @@ impl Gpu {
         })
     }
 
-    fn stream_status(&self) -> Result<(), DriverError> {
-        match unsafe { sys::cuStreamQuery(self.stream.cu_stream()) } {
-            sys::cudaError_enum::CUDA_SUCCESS | sys::cudaError_enum::CUDA_ERROR_NOT_READY => Ok(()),
-            e => Err(DriverError(e)),
-        }
-    }
-
     /// Waits for all work on the stream; kernel faults surface here.
     pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.refuse_while_capturing("waiting for the stream")?;
         check("cuStreamSynchronize", self.stream.synchronize())
     }
 
@@ -641,6 +672,9 @@ pub struct DeviceBuffer<T> {
     ptr: sys::CUdeviceptr,
     len: usize,
     ctx: Arc<CudaContext>,
+    /// Whether dropping it frees the memory: not for a view of borrowed memory
+    /// ([`Gpu::borrowed_buffer`]).
+    owned: bool,
     _t: PhantomData<T>,
 }
 
@@ -685,7 +719,7 @@ impl<T> DeviceBuffer<T> {
 
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if self.owned && self.ctx.bind_to_thread().is_ok() {
             let _ = unsafe { result::free_sync(self.ptr) };
         }
     }
@@ -730,6 +764,11 @@ impl<T> MappedBuffer<T> {
     }
 }
 
+// SAFETY: the buffer owns its page-locked allocation alone, as a `Box<[T]>` owns its memory;
+// the raw pointer is what makes the auto traits conservative, not shared state.
+unsafe impl<T: Send> Send for MappedBuffer<T> {}
+unsafe impl<T: Sync> Sync for MappedBuffer<T> {}
+
 impl<T> Drop for MappedBuffer<T> {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
@@ -740,74 +779,4 @@ impl<T> Drop for MappedBuffer<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn device_info_names_its_target_capability_and_driver() {
-        let info = DeviceInfo {
-            name: "NVIDIA H200".into(),
-            compute_capability: (9, 0),
-            multiprocessors: 132,
-            total_memory: 1 << 30,
-            driver_version: 12080,
-        };
-        assert_eq!(info.arch(), "sm_90");
-        assert_eq!(info.compute_capability_text(), "9.0");
-        assert_eq!(info.driver_cuda(), "12.8");
-    }
-
-    #[test]
-    fn the_pinned_ledger_refuses_past_its_cap_and_counts_releases() {
-        let ledger = PinnedLedger {
-            in_use: AtomicUsize::new(0),
-            limit: AtomicUsize::new(100),
-        };
-        assert_eq!(ledger.reserve(60), Ok(()));
-        assert_eq!(ledger.reserve(41), Err(100));
-        assert_eq!(ledger.in_use.load(Ordering::Relaxed), 60);
-        assert_eq!(ledger.reserve(40), Ok(()));
-        ledger.release(60);
-        assert_eq!(ledger.in_use.load(Ordering::Relaxed), 40);
-        ledger.limit.store(usize::MAX, Ordering::Relaxed);
-        assert_eq!(ledger.reserve(usize::MAX - 40), Ok(()));
-        assert_eq!(ledger.reserve(1), Err(usize::MAX), "overflow is refused");
-    }
-
-    #[test]
-    fn a_gpu_handle_can_move_to_another_thread() {
-        fn send_sync<T: Send + Sync>() {}
-        send_sync::<Gpu>();
-        send_sync::<DeviceBuffer<f32>>();
-    }
-
-    #[test]
-    fn running_out_of_memory_names_the_memory_and_the_request() {
-        let oom = DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY);
-        let e = allocation_error(oom, "cuMemAlloc", "device", || "a buffer".into(), 64);
-        assert!(matches!(
-            e,
-            GpuError::OutOfMemory {
-                memory: "device",
-                bytes: 64,
-                ..
-            }
-        ));
-        assert!(e.to_string().contains("out of device memory"), "{e}");
-        let other = DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE);
-        let e = allocation_error(
-            other,
-            "cuMemHostAlloc",
-            "pinned host",
-            || unreachable!(),
-            64,
-        );
-        assert!(matches!(
-            e,
-            GpuError::Driver {
-                call: "cuMemHostAlloc",
-                ..
-            }
-        ));
-    }
-}
+mod tests;

@@ -8,6 +8,9 @@
 //!   copy rates kernels are measured against.
 //! - [`pariskv`]: the host side of the ParisKV kernels' launch ABI (§12), shared by the store's
 //!   index build and the decoder's `pariskv(k)` step;
+//! - [`foreign`]: memory a foreign caller (PyTorch, numpy) lends, and its checks; the store and
+//!   the decoder take such tensors beside their own buffers (`KeyStore::prefill_tensors`,
+//!   `Decoder::step_tensors`) on a borrowed stream (`Gpu::borrow_stream`);
 //! - [`tuning`]: the tuning vocabulary the step looks its launches up in ([`tuning::Tile`],
 //!   [`tuning::TuneKey`], the [`tuning::Tuning`] trait, the default [`tuning::Tiles`], the
 //!   host-placement [`tuning::Transfer`]), autotune records (per GPU model, the committed ones
@@ -96,6 +99,7 @@
 pub mod abi;
 pub mod ceilings;
 pub mod embedded;
+pub mod foreign;
 pub mod gpu;
 pub mod jit;
 pub mod launch;

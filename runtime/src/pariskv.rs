@@ -25,7 +25,8 @@ pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> 
         .iter()
         .map(|&v| v as f32)
         .collect();
-    gpu.upload(&s)
+    // Stream-ordered: the decoder uploads it on its first pariskv step.
+    gpu.upload_async(&s)
 }
 
 /// Addresses of the `[B*H]` pointer tables of an index (`templates/ABI.md`): ids, codes and

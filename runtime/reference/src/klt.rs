@@ -83,6 +83,17 @@ impl Klt {
         self.basis.nrows()
     }
 
+    /// A basis stored as [`Klt::basis_row_major`] (`R[i*D + j]`), e.g. read back from a
+    /// calibration file; its eigenvalues and score variances are not kept (zero). `None` when
+    /// `basis` is not `D x D`.
+    pub fn from_basis_row_major(d: usize, basis: &[f64]) -> Option<Klt> {
+        (basis.len() == d * d && d > 0).then(|| Klt {
+            basis: DMatrix::from_fn(d, d, |row, col| basis[row * d + col]),
+            eigenvalues: vec![0.0; d],
+            score_variances: vec![0.0; d],
+        })
+    }
+
     /// `R` row-major, `R[i*D + j]` = component `i` of basis vector `j` (the layout of
     /// `templates/ABI.md`).
     pub fn basis_row_major(&self) -> Vec<f64> {

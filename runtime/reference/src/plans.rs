@@ -251,6 +251,17 @@ impl DoubleSparsityCalibration {
         })
     }
 
+    /// The channel set of a fitted calibration that was stored as its mask (one byte per
+    /// channel, nonzero = read); `None` when no channel is read.
+    pub fn from_mask(mask: &[u8]) -> Option<Self> {
+        let channels: Vec<usize> = (0..mask.len()).filter(|&c| mask[c] != 0).collect();
+        (!channels.is_empty()).then_some(DoubleSparsityCalibration {
+            head_dim: mask.len(),
+            r: channels.len(),
+            channels,
+        })
+    }
+
     /// `D` of the head it was fitted on.
     pub fn head_dim(&self) -> usize {
         self.head_dim

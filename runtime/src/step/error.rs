@@ -113,6 +113,8 @@ pub enum StepError {
     GraphCapacity { capacity: usize, tokens: usize },
     #[error("a graph replays only on the Gpu (stream) it was captured on")]
     WrongGpu,
+    #[error("no step has run with this scratch yet, so there are no selections to read")]
+    NoStepYet,
     #[error(
         "the plan of sequence {sequence}, KV head {head} needs more planes than the staging \
          holds; this is a bug of the step's staging size"
@@ -123,6 +125,9 @@ pub enum StepError {
          or value was not finite"
     )]
     NonFiniteOutput { sequence: usize, query_head: usize },
+    /// A lent tensor that cannot be read as the step needs.
+    #[error(transparent)]
+    Tensor(#[from] crate::foreign::TensorError),
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]

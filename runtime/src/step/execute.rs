@@ -31,6 +31,9 @@ pub(crate) struct Inputs {
     pub scale: f32,
     /// The ParisKV sign vector `[D]` (pariskv), else 0.
     pub signs: u64,
+    /// Where attention writes `[B][H][G][D]` fp32: a caller's buffer, or 0 for the
+    /// workspace's.
+    pub out: u64,
 }
 
 /// The kernel function of every operation (`None` for the copies and memsets), loaded before
@@ -229,7 +232,12 @@ pub(crate) fn record(
                 sel_count: input(&ws.sel_count),
                 q: at(inputs.queries),
                 scale: inputs.scale,
-                out: output(&ws.out),
+                // The caller's buffer when it lent one (`Inputs::out`), else the workspace's.
+                out: if inputs.out != 0 {
+                    DevicePtrMut::from_addr(inputs.out)
+                } else {
+                    output(&ws.out)
+                },
                 k: n.k,
             }
             .args(),
@@ -298,13 +306,17 @@ fn run_copies(
     view: &LayerView<'_>,
 ) -> Result<(), StepError> {
     let shape = plan.shape;
-    gpu.synchronize()?;
     let (Some(runs), Some(staged), Some(counts)) = (&ws.runs, &ws.staged_runs, &ws.class_count)
     else {
         unreachable!("the memcpy transfer's plan sizes its run tables");
     };
-    let (runs, staged, counts) = (runs.download()?, staged.download()?, counts.download()?);
-    let n_stored = view.n_stored.download()?;
+    // Read back after the plan, waiting for this stream only.
+    let all = usize::MAX;
+    let (runs, staged) = (gpu.download(runs, all)?, gpu.download(staged, all)?);
+    let (counts, n_stored) = (
+        gpu.download(counts, all)?,
+        gpu.download(view.n_stored, all)?,
+    );
     let (s, d) = (shape.segment_words, shape.head_dim);
     let scale_bytes = 2 * scales_per_channel(s, shape.block);
     for (b, &stored) in n_stored.iter().enumerate().take(shape.batch) {

@@ -45,6 +45,7 @@
 pub mod calibration;
 mod error;
 mod execute;
+mod foreign;
 pub mod launches;
 mod output;
 pub mod request;
@@ -67,6 +68,7 @@ use cudarc::driver::CudaStream;
 
 pub use calibration::{Calibration, CalibrationError};
 pub use error::StepError;
+pub use foreign::{ForeignStep, HostSelections};
 pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
@@ -387,6 +389,7 @@ impl Decoder {
                 .scale
                 .unwrap_or(1.0 / (self.model.head_dim as f32).sqrt()),
             signs: 0,
+            out: 0,
         };
         let mut keep: Vec<Arc<dyn Any + Send + Sync>> = Vec::new();
         if let Scoring::Pariskv { .. } = plan.scoring {
@@ -448,6 +451,7 @@ impl Decoder {
                     let want = v.batch * data.len();
                     let map = &mut self.device_calibration.sigma2;
                     if map.get(&layer).is_some_and(|b| b.len() < want) {
+                        self.gpu.refuse_while_capturing("growing the σ² buffer")?;
                         map.remove(&layer);
                     }
                     let buffer = cached(&self.gpu, map, layer, || data.repeat(v.batch))?;
@@ -534,7 +538,7 @@ impl Decoder {
             .is_some_and(|b| b.len() == queries.len());
         if !fits {
             self.host_queries = None;
-            self.host_queries = Some(self.gpu.filled(queries.len(), 0)?);
+            self.host_queries = Some(self.gpu.zeroed_async(queries.len())?);
         }
         let buffer = self.host_queries.take().expect("allocated above");
         let result = self
@@ -619,7 +623,7 @@ fn cached<T: Copy + Send + Sync + 'static>(
     if let Some(buffer) = map.get(&layer) {
         return Ok(buffer.clone());
     }
-    let buffer = Arc::new(gpu.upload(&data())?);
+    let buffer = Arc::new(gpu.upload_async(&data())?);
     map.insert(layer, buffer.clone());
     Ok(buffer)
 }

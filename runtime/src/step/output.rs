@@ -140,24 +140,30 @@ impl StepOutput<'_> {
             v.truncate(len);
             v
         };
-        let mut out = self.buffers.out.download()?;
+        let mut out = self.gpu.download(&self.buffers.out, usize::MAX)?;
         out.truncate(l.query_heads() * l.head_dim);
         Ok(HostStepOutput {
             layout: l,
             sel: trim(
-                self.buffers.sel.download()?,
+                self.gpu.download(&self.buffers.sel, usize::MAX)?,
                 l.query_heads() * l.sel_stride(),
             ),
             sel_pos: trim(
-                self.buffers.sel_pos.download()?,
+                self.gpu.download(&self.buffers.sel_pos, usize::MAX)?,
                 l.query_heads() * l.sel_stride(),
             ),
-            sel_count: trim(self.buffers.sel_count.download()?, l.query_heads()),
+            sel_count: trim(
+                self.gpu.download(&self.buffers.sel_count, usize::MAX)?,
+                l.query_heads(),
+            ),
             uni: trim(
-                self.buffers.uni.download()?,
+                self.gpu.download(&self.buffers.uni, usize::MAX)?,
                 l.batch * l.kv_heads * l.uni_stride(),
             ),
-            uni_count: trim(self.buffers.uni_count.download()?, l.batch * l.kv_heads),
+            uni_count: trim(
+                self.gpu.download(&self.buffers.uni_count, usize::MAX)?,
+                l.batch * l.kv_heads,
+            ),
             out,
         })
     }
@@ -168,7 +174,7 @@ impl StepOutput<'_> {
     pub fn check(&self) -> Result<(), StepError> {
         self.gpu.synchronize()?;
         if let Some(status) = &self.buffers.plan_status {
-            let s = status.download()?;
+            let s = self.gpu.download(status, usize::MAX)?;
             if s[0] != 0 {
                 return Err(StepError::StagingOverflow {
                     sequence: s[1] as usize,
@@ -177,7 +183,7 @@ impl StepOutput<'_> {
             }
         }
         let l = self.layout;
-        let out = self.buffers.out.download()?;
+        let out = self.gpu.download(&self.buffers.out, usize::MAX)?;
         let per_sequence = l.kv_heads * l.group * l.head_dim;
         if let Some(i) = out[..l.query_heads() * l.head_dim]
             .iter()

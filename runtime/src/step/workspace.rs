@@ -23,8 +23,10 @@ fn ensure<T: Copy>(gpu: &Gpu, slot: &mut Buf<T>, len: usize) -> Result<(), GpuEr
     if len == 0 || slot.as_ref().is_some_and(|b| b.len() >= len) {
         return Ok(());
     }
+    // Freeing the old buffer is not allowed during a capture either: ask before dropping it.
+    gpu.refuse_while_capturing("growing the step's workspace")?;
     *slot = None;
-    *slot = Some(Arc::new(gpu.filled(len, 0)?));
+    *slot = Some(Arc::new(gpu.zeroed_async(len)?));
     Ok(())
 }
 
@@ -130,10 +132,11 @@ impl Workspace {
             if grown || self.dense_layout != Some(layout) {
                 let (uni, sel) = dense_tables(layout);
                 // Replaced, not rewritten: a graph captured earlier keeps its own tables.
+                gpu.refuse_while_capturing("rewriting dense's row tables")?;
                 self.dense_uni = None;
                 self.dense_sel = None;
-                self.dense_uni = Some(Arc::new(gpu.upload(&uni)?));
-                self.dense_sel = Some(Arc::new(gpu.upload(&sel)?));
+                self.dense_uni = Some(Arc::new(gpu.upload_async(&uni)?));
+                self.dense_sel = Some(Arc::new(gpu.upload_async(&sel)?));
                 self.dense_layout = Some(layout);
             }
         }

@@ -40,13 +40,9 @@ impl Memory {
             Placement::Host if host != HostMemory::Pinned => {
                 Memory::Host(HostBuffer::new(gpu, host, bytes, "a store allocation")?)
             }
-            Placement::Hbm => {
-                let buffer = gpu.filled(bytes, 0)?;
-                // The fill runs on the legacy stream, which the store's non-blocking stream does
-                // not wait for: finish it before the store writes there.
-                settle(gpu)?;
-                Memory::Device(buffer)
-            }
+            // Queued on the store's stream, before the work that will write there: no wait, so
+            // an append that grows the store stays asynchronous.
+            Placement::Hbm => Memory::Device(gpu.zeroed_async(bytes)?),
             Placement::Host => Memory::Mapped(gpu.mapped(bytes, 0)?),
         })
     }
@@ -71,8 +67,8 @@ impl Backing for Memory {
     }
 }
 
-/// Waits for all work of the context, the legacy stream's included (the `Gpu`'s synchronous
-/// fills and uploads run there, unordered with its own non-blocking stream).
+/// Waits for all work of the context, every stream's: for tests and set-up that mix streams,
+/// never on a step or append path (a borrowed stream's owner keeps other streams busy).
 pub fn settle(gpu: &Gpu) -> Result<(), GpuError> {
     check("cuCtxSynchronize", gpu.stream().context().synchronize())
 }

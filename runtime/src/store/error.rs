@@ -98,6 +98,9 @@ pub enum StoreError {
     /// failure, naming the kernel.
     #[error(transparent)]
     Jit(#[from] JitError),
+    /// A lent tensor that cannot be read as the call needs.
+    #[error(transparent)]
+    Tensor(#[from] crate::foreign::TensorError),
     #[error("internal error of the key store: {0}")]
     Internal(String),
     #[error(transparent)]

@@ -25,6 +25,22 @@ pub struct SequenceId {
     generation: u32,
 }
 
+impl SequenceId {
+    /// The id as one integer (index in the low 32 bits, generation in the high), for callers
+    /// that hold ids as numbers (the Python package).
+    pub fn to_bits(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    /// The id [`SequenceId::to_bits`] gave; any other number is an id no store knows.
+    pub fn from_bits(bits: u64) -> SequenceId {
+        SequenceId {
+            index: bits as u32,
+            generation: (bits >> 32) as u32,
+        }
+    }
+}
+
 impl fmt::Display for SequenceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "sequence {}.{}", self.index, self.generation)

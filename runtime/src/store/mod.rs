@@ -40,6 +40,7 @@ mod config;
 pub mod device;
 mod error;
 pub mod footprint;
+mod foreign;
 pub mod host_memory;
 mod launches;
 pub mod ledger;
@@ -323,8 +324,6 @@ impl KeyStore {
             + prefill_status.bytes()
             + index.as_ref().map_or(0, IndexState::fixed_bytes);
 
-        // The zero fills and uploads above ran on the legacy stream.
-        device::settle(&gpu)?;
         let host_memory = match host_memory::HostBuffer::probe(&gpu, config.host_memory) {
             Ok(()) => config.host_memory,
             // Out of pinned memory (or past its cap) is not a missing mode.

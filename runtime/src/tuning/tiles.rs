@@ -152,7 +152,7 @@ impl Tile {
 }
 
 /// An autotune record, as the step reads it.
-pub trait Tuning {
+pub trait Tuning: Send {
     /// The winning tile of `key`, if the record has one.
     fn tile(&self, key: &TuneKey) -> Option<Tile>;
     /// The winning host-placement transfer for this shape and context bucket, if recorded.
