@@ -72,8 +72,9 @@ class FathomLayer(CacheLayerMixin):
         if cache.state == "recording":
             cache.materialize()
         cache.check_step(self)
-        store_keys = key_states[:, :, 0].contiguous()
-        store_values = value_states[:, :, 0].contiguous()
+        # The store holds bf16 rows (SPEC §2); a bf16 model's are already.
+        store_keys = key_states[:, :, 0].to(torch.bfloat16).contiguous()
+        store_values = value_states[:, :, 0].to(torch.bfloat16).contiguous()
         cache.store.append(cache.seqs, self.store_layer, store_keys, store_values)
         self.appended += 1
         key_states._fathom_step = self
@@ -220,7 +221,8 @@ class FathomCache(Cache):
                 seq = store.create_sequence()
                 seqs.append(seq)
                 for layer, (keys, values) in row.full.items():
-                    store.prefill(seq, engine.layout.store_layer(layer), keys.contiguous(), values.contiguous())
+                    store.prefill(seq, engine.layout.store_layer(layer), keys.to(torch.bfloat16).contiguous(),
+                                  values.to(torch.bfloat16).contiguous())
         except BaseException:
             for seq in seqs:
                 store.free_sequence(seq)
