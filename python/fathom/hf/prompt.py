@@ -48,10 +48,15 @@ class Prompt:
     def next_tokens(self) -> list[int | None]:
         return [r.next_token for r in self.rows]
 
-    def calibration_inputs(self, full_layers: list[int]):
-        """Per store layer, the keys of every row joined along tokens (`[H_kv, N, D]`) and the
-        saved queries joined along positions (`[H_q, P, D]`): the calibration's prefill sample."""
+    def calibration_inputs(self, full_layers: list[int], max_keys: int = 1024, max_queries: int = 128):
+        """Per store layer, keys of every row joined along tokens (`[H_kv, N, D]`) and the saved
+        queries joined along positions (`[H_q, P, D]`): the calibration's prefill sample. At
+        most `max_keys` tokens and `max_queries` positions a layer, evenly spaced over each row
+        (σ² and a D x D covariance settle long before 8k tokens, and the sample crosses to the
+        fitting code as plain numbers)."""
         keys, queries = [], []
+        per_row_k = max(1, max_keys // len(self.rows))
+        per_row_q = max(1, max_queries // len(self.rows))
         for layer in full_layers:
             missing = [i for i, r in enumerate(self.rows) if layer not in r.queries]
             if missing:
@@ -59,8 +64,8 @@ class Prompt:
                     f"prompt rows {missing} kept no queries of layer {layer}: record the prefill with "
                     "calibration_queries > 0, or pass a calibration"
                 )
-            keys.append(torch.cat([r.full[layer][0] for r in self.rows], dim=1))
-            queries.append(torch.cat([r.queries[layer] for r in self.rows], dim=1))
+            keys.append(torch.cat([_spaced(r.full[layer][0], per_row_k) for r in self.rows], dim=1))
+            queries.append(torch.cat([_spaced(r.queries[layer], per_row_q) for r in self.rows], dim=1))
         return keys, queries
 
     def window_batch(self, layer: int):
@@ -75,3 +80,12 @@ class Prompt:
         keys = torch.stack([r.window[layer][0] for r in self.rows])
         values = torch.stack([r.window[layer][1] for r in self.rows])
         return keys, values
+
+
+def _spaced(t: torch.Tensor, most: int) -> torch.Tensor:
+    """At most `most` rows of `t` (`[H, n, D]`) along n, evenly spaced, first and last kept."""
+    n = t.shape[1]
+    if n <= most:
+        return t
+    idx = torch.linspace(0, n - 1, most, device=t.device).round().long()
+    return t.index_select(1, idx)
