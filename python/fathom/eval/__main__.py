@@ -29,6 +29,8 @@ def parse(argv=None):
     ap.add_argument("--device", default="cuda", help="torch device (cuda, cuda:1, cpu)")
     ap.add_argument("--backend", default="fathom", choices=["fathom", "reference"],
                     help="reference: the torch §6 oracle (dense and oracle only), for trying the command without fathom")
+    ap.add_argument("--basis", default=None, choices=["raw", "klt"],
+                    help="the store's basis instead of the model shape's own (loki needs klt)")
     ap.add_argument("--methods", type=_list, default=None,
                     help="comma-separated method strings (default: the issue's list, with the same-share budgets at D=64)")
     ap.add_argument("--host-methods", type=_list, default=None,

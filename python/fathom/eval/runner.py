@@ -67,7 +67,7 @@ class Run:
         self.tok = AutoTokenizer.from_pretrained(args.model_dir, gguf_file=args.gguf)
         use_fathom(self.model)
         self.engine = Engine(self.model, backend=args.backend, device=self.device, max_batch=max(1, args.samples),
-                             capacity_tokens=max(1, args.samples) * (max(args.contexts) + 256))
+                             capacity_tokens=max(1, args.samples) * (max(args.contexts) + 256), basis=args.basis)
         self.haystack = load_haystack(args.haystack)
         d = self.engine.layout.head_dim
         methods = args.methods or default_methods(d)
@@ -84,7 +84,7 @@ class Run:
             transformers=_version("transformers"), python=platform.python_version(), backend=args.backend,
             head_dim=d, layers=len(self.engine.layout.kinds), full_layers=len(self.engine.layout.full_layers),
             k="paper_k(n)" if args.k is None else args.k, samples=args.samples, contexts=args.contexts,
-            tasks=args.tasks, runs=[f"{m}@{p}" for m, p in self.runs], time_budget_s=args.time_budget,
+            tasks=args.tasks, basis=getattr(self.engine.shape, "basis", None), runs=[f"{m}@{p}" for m, p in self.runs], time_budget_s=args.time_budget,
             score="percent of gold strings found in the generation (RULER string_match_all)",
         )
         os.makedirs(args.out_dir, exist_ok=True)

@@ -29,15 +29,21 @@ class FathomBackend:
             )
         self._fathom = fathom
 
-    def model_shape(self, cfg: dict):
-        return self._fathom.ModelShape.from_hf_config(cfg)
+    def model_shape(self, cfg: dict, basis: str | None = None):
+        shape = self._fathom.ModelShape.from_hf_config(cfg)
+        return shape.with_basis(basis) if basis is not None else shape
+
+    def store_takes_calibration(self) -> bool:
+        """True where a store is built with a calibration (a rotated store's basis), so each
+        calibration needs its own store."""
+        return "calibration" in _parameters(self._fathom.KeyStore)
 
     def key_store(self, shape, *, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index,
                   calibration=None):
         kwargs = dict(placement=placement, capacity_tokens=capacity_tokens, device=str(device),
                       max_batch=max_batch, landmarks=landmarks, pariskv_index=pariskv_index)
         # A rotated (KLT) store takes its basis from the calibration where the package asks for it.
-        if calibration is not None and "calibration" in _parameters(self._fathom.KeyStore):
+        if calibration is not None and self.store_takes_calibration():
             kwargs["calibration"] = calibration
         return self._fathom.KeyStore(shape, **kwargs)
 
@@ -56,7 +62,7 @@ class ReferenceBackend:
 
     name = "reference"
 
-    def model_shape(self, cfg: dict):
+    def model_shape(self, cfg: dict, basis: str | None = None):
         from .reference import ReferenceShape
 
         return ReferenceShape.from_hf_config(cfg)

@@ -18,20 +18,22 @@ from .methods import Method
 class Engine:
     """Stores and decoders for one model.
 
+    `basis` ("raw" or "klt") overrides the model shape's store basis (SPEC §5).
     `capacity_tokens` bounds the tokens resident in one store over all its sequences (default:
     `max_batch` sequences of the model's `max_position_embeddings`); `max_batch` is the most
     sequences one step batches.
     """
 
     def __init__(self, model_or_config, *, backend=None, device=None, capacity_tokens=None,
-                 max_batch: int = 8, k_max: int = 2048):
+                 max_batch: int = 8, k_max: int = 2048, basis: str | None = None):
         config = getattr(model_or_config, "config", model_or_config)
         self.layout = layout_of(config)
         if device is None:
             device = default_device(model_or_config) if hasattr(model_or_config, "parameters") else "cpu"
         self.device = torch.device(device)
         self.backend = resolve_backend(backend, self.device)
-        self.shape = self.backend.model_shape(self.layout.store_config())
+        # basis: "raw" or "klt" instead of the shape's own (SPEC §5: measure both per model).
+        self.shape = self.backend.model_shape(self.layout.store_config(), basis)
         if capacity_tokens is None:
             positions = int(self.layout.config.get("max_position_embeddings") or 8192)
             capacity_tokens = max_batch * (positions + 64)
@@ -69,11 +71,15 @@ class Engine:
         """Drops the decoder made for `calibration` (the evaluation does after each prefill's
         branches, so decoders do not pile up)."""
         self._decoders.pop(id(calibration), None)
+        for key in [k for k in self._stores if k[3] is not None and k[3] == id(calibration)]:
+            del self._stores[key]
 
     def calibration(self, spec, prompt, method: Method):
         """The calibration a cache decodes with: `spec` itself if it is one, loaded if it is a
         path, fitted from `prompt` (the default, for methods that use one), or none (`False`)."""
-        if spec is False or (spec is None and not method.needs_calibration):
+        # A rotated (KLT) store needs the calibration's basis whatever the method.
+        needed = method.needs_calibration or getattr(self.shape, "basis", "raw") == "klt"
+        if spec is False or (spec is None and not needed):
             return None
         if isinstance(spec, (str, os.PathLike)):
             return self.backend.load_calibration(spec)
