@@ -14,8 +14,13 @@ ARCHS = ["llama", "qwen2", "qwen3", "gemma3_text"]
 
 
 def sdpa_tokens(model, ids, n):
-    return model.generate(ids, past_key_values=DynamicCache(config=model.config), max_new_tokens=n,
-                          do_sample=False)
+    """transformers' own sdpa decoding (the model switched to "sdpa" and back)."""
+    model.set_attn_implementation("sdpa")
+    try:
+        return model.generate(ids, past_key_values=DynamicCache(config=model.config), max_new_tokens=n,
+                              do_sample=False)
+    finally:
+        model.set_attn_implementation("fathom")
 
 
 # -- the real model -------------------------------------------------------------------------

@@ -45,8 +45,13 @@ def long_prompt(tok, tokens):
 
 
 def sdpa(model, ids, n):
-    return model.generate(ids, past_key_values=DynamicCache(config=model.config), max_new_tokens=n,
-                          do_sample=False, min_new_tokens=n)
+    """transformers' own sdpa decoding (the model switched to "sdpa" and back)."""
+    model.set_attn_implementation("sdpa")
+    try:
+        return model.generate(ids, past_key_values=DynamicCache(config=model.config), max_new_tokens=n,
+                              do_sample=False, min_new_tokens=n)
+    finally:
+        model.set_attn_implementation("fathom")
 
 
 @pytest.mark.parametrize("placement", ["hbm", "host"])
