@@ -24,6 +24,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicSlidingWindowLayer
 
 from .. import ConfigError, InvalidInputError, MethodError, SequenceError
+from .attention import NAME
 from .engine import Engine
 from .layout import FULL
 from .methods import paper_k, parse_method
@@ -154,6 +155,8 @@ class FathomCache(Cache):
     def __init__(self, model, method: str = "fathom(48)", *, placement: str = "hbm", k: int | None = None,
                  calibration=None, engine: Engine | None = None, keep_prompt: bool = False,
                  calibration_queries: int = 64, prompt: Prompt | None = None, **engine_kwargs):
+        if engine is None and model is None:
+            raise ConfigError("a FathomCache needs the model (or an Engine made for it)")
         self.engine = engine if engine is not None else Engine(model, **engine_kwargs)
         layout = self.engine.layout
         layers = [FathomLayer(self, i) if kind == FULL else WindowLayer(layout.sliding_window)
@@ -210,6 +213,10 @@ class FathomCache(Cache):
         if self.method is None:
             raise MethodError("this cache only records a prefill (method=None): branch it with a method")
         engine = self.engine
+        attn = getattr(engine.model_config, "_attn_implementation", NAME)
+        if attn != NAME:
+            # Any other attention would see only the new token's K/V that a decode step returns.
+            raise ConfigError(f"the model attends with {attn!r}: call fathom.hf.use_fathom(model) first")
         if len(prompt.rows) > engine.max_batch:
             raise InvalidInputError(f"{len(prompt.rows)} rows exceed the engine's max_batch {engine.max_batch}")
         calibration = engine.calibration(self.calibration_spec, prompt, self.method)
@@ -258,16 +265,17 @@ class FathomCache(Cache):
         raise SequenceError(f"an earlier decode step stopped at layer {self._broken}; call reset() first")
 
     def branch(self, method: str, *, placement: str | None = None, k: int | None = None, calibration=None):
-        """A new cache of `method` from this cache's prefill (kept with `keep_prompt=True`)."""
-        if self.prompt is None and self.state == "recording" and self.layers[self.engine.layout.full_layers[0]].keys is not None:
-            self.prompt = self.recorded_prompt()
-        if self.prompt is None:
+        """A new cache of `method` from this cache's prefill: the one it is recording, or the
+        one it kept (`keep_prompt=True`). The calibration is this cache's unless given."""
+        prompt = self.prompt
+        if prompt is None and self.state == "recording":
+            prompt = self.recorded_prompt()
+        if prompt is None:
             raise SequenceError("this cache kept no prefill to branch from: make it with keep_prompt=True")
         return FathomCache(None, method, placement=placement or self.placement,
                            k=self.k_request if k is None else k,
-                           calibration=self.calibration if calibration is None and self.calibration is not None
-                           else calibration,
-                           engine=self.engine, calibration_queries=self.calibration_queries, prompt=self.prompt)
+                           calibration=self.calibration if calibration is None else calibration,
+                           engine=self.engine, calibration_queries=self.calibration_queries, prompt=prompt)
 
     def release(self) -> None:
         """Frees this cache's sequences in the store (the cache is empty afterwards)."""

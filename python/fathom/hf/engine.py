@@ -27,6 +27,7 @@ class Engine:
     def __init__(self, model_or_config, *, backend=None, device=None, capacity_tokens=None,
                  max_batch: int = 8, k_max: int = 2048, basis: str | None = None):
         config = getattr(model_or_config, "config", model_or_config)
+        self.model_config = config  # read again when a cache starts decoding (its attention)
         self.layout = layout_of(config)
         if device is None:
             device = default_device(model_or_config) if hasattr(model_or_config, "parameters") else "cpu"

@@ -181,3 +181,12 @@ def test_padded_batches_and_bad_methods_are_typed_errors():
     cache = FathomCache(model, "dense", backend="reference", device="cpu")
     out = model.generate(ids, past_key_values=cache, max_new_tokens=4, do_sample=False)
     assert out.shape == (2, 24) and cache.lengths == [23, 23]
+
+
+def test_a_model_not_set_to_fathom_is_refused_before_decoding():
+    model = tiny_model("llama")
+    model.set_attn_implementation("sdpa")
+    ids = torch.randint(3, 97, (1, 20), generator=torch.Generator().manual_seed(11))
+    with pytest.raises(fathom.ConfigError, match="use_fathom"):
+        model.generate(ids, past_key_values=FathomCache(model, "dense", backend="reference", device="cpu"),
+                       max_new_tokens=3, do_sample=False)
