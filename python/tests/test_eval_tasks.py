@@ -1,5 +1,6 @@
 """The evaluation's task generators, scorer, reports and method strings: standard library only
 (no torch, no GPU), so CI runs them."""
+
 import collections
 import json
 import re
@@ -45,13 +46,19 @@ def test_niah_needles_keys_and_queries():
     assert single.prompt.count("One of the special magic numbers for") == 1
     assert single.answer_prefix.endswith("mentioned in the provided text is")
     multikey = tasks.make_sample("niah_multikey", HAYSTACK, 1024, words, seed=0)
-    needles = re.findall(r"One of the special magic numbers for (\S+) is: (\d{7})\.", multikey.prompt)
+    needles = re.findall(
+        r"One of the special magic numbers for (\S+) is: (\d{7})\.", multikey.prompt
+    )
     assert len(needles) == 4 and len({k for k, _ in needles}) == 4
     asked = re.search(r"numbers? for (\S+) mentioned", multikey.answer_prefix).group(1)
     assert dict(needles)[asked] == multikey.gold[0]
     multivalue = tasks.make_sample("niah_multivalue", HAYSTACK, 1024, words, seed=0)
-    found = re.findall(r"One of the special magic numbers for (\S+) is: (\d{7})\.", multivalue.prompt)
-    assert len({k for k, _ in found}) == 1 and sorted(v for _, v in found) == sorted(multivalue.gold)
+    found = re.findall(
+        r"One of the special magic numbers for (\S+) is: (\d{7})\.", multivalue.prompt
+    )
+    assert len({k for k, _ in found}) == 1 and sorted(v for _, v in found) == sorted(
+        multivalue.gold
+    )
     multiquery = tasks.make_sample("niah_multiquery", HAYSTACK, 1024, words, seed=0)
     assert len(multiquery.gold) == 4 and ", and " in multiquery.answer_prefix
 
@@ -102,15 +109,32 @@ def test_haystack_is_real_text_with_its_hash():
 
 def test_results_json_table_and_svg(tmp_path):
     res = report.Results(str(tmp_path / "ruler-x.json"), {"gpu": "test"})
-    rows = [("niah_single", 4096, "dense", "hbm", 100.0), ("niah_single", 4096, "fathom(24)", "host", 50.0),
-            ("vt", 4096, "dense", "hbm", 80.0), ("niah_single", 8192, "dense", "hbm", 75.0)]
+    rows = [
+        ("niah_single", 4096, "dense", "hbm", 100.0),
+        ("niah_single", 4096, "fathom(24)", "host", 50.0),
+        ("vt", 4096, "dense", "hbm", 80.0),
+        ("niah_single", 8192, "dense", "hbm", 75.0),
+    ]
     for task, n, m, p, sc in rows:
         res.add("rows", dict(task=task, context=n, method=m, placement=p, score=sc, samples=4))
         # Every cell leaves a complete JSON file behind (a time limit may stop the run anywhere).
         data = json.loads((tmp_path / "ruler-x.json").read_text())
         assert data["complete"] is False and data["rows"][-1]["score"] == sc
-    res.add("teacher_forced", dict(task="teacher_forced", context=4096, method="fathom(24)", placement="hbm",
-                                   steps=63, samples=4, agreement=97.5, ppl_ratio=1.01, kl=0.002, score=97.5))
+    res.add(
+        "teacher_forced",
+        dict(
+            task="teacher_forced",
+            context=4096,
+            method="fathom(24)",
+            placement="hbm",
+            steps=63,
+            samples=4,
+            agreement=97.5,
+            ppl_ratio=1.01,
+            kl=0.002,
+            score=97.5,
+        ),
+    )
     res.finish(True)
     data = json.loads((tmp_path / "ruler-x.json").read_text())
     assert data["complete"] is True
@@ -130,6 +154,8 @@ def test_method_strings():
     for bad in ["fathom", "dense(3)", "fathom(48", "magic(3)", 48]:
         with pytest.raises(ValueError):
             parse_method(bad)
-    assert [same_share_budget(m, 64) for m in ("fathom(48)", "fathom(92)", "sparq(16)", "loki(32)", "pariskv(100)")] == [
-        "fathom(24)", "fathom(46)", "sparq(8)", "loki(16)", "pariskv(100)"]
+    assert [
+        same_share_budget(m, 64)
+        for m in ("fathom(48)", "fathom(92)", "sparq(16)", "loki(32)", "pariskv(100)")
+    ] == ["fathom(24)", "fathom(46)", "sparq(8)", "loki(16)", "pariskv(100)"]
     assert same_share_budget("fathom(48)", 128) == "fathom(48)"

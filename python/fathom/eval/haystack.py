@@ -6,6 +6,7 @@ lines; about 65,000 words, ~470 KB, more than an 8k-token context needs). It dep
 interpreter's version, so the evaluation's header records the version and the text's sha256.
 `--haystack FILE` takes any UTF-8 text instead (e.g. a public-domain book).
 """
+
 from __future__ import annotations
 
 import hashlib

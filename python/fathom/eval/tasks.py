@@ -8,6 +8,7 @@ the caller's `count_tokens`, plus the tokens to generate, fills the context.
 Score (RULER `string_match_all`): the fraction of a sample's gold strings found in its generation,
 case-insensitive; a cell's score is the mean over its samples, in percent.
 """
+
 from __future__ import annotations
 
 import random
@@ -18,26 +19,31 @@ from dataclasses import dataclass, field
 from .words import ADJECTIVES, NOUNS
 
 NIAH_TEMPLATE = (
-    "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
-    "I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic "
-    "{type_needle_v} for {query} mentioned in the provided text?"
+    "Some special magic {type_needle_v} are hidden within the following text. "
+    "Make sure to memorize it. I will quiz you about the {type_needle_v} afterwards.\n"
+    "{context}\nWhat are all the special magic {type_needle_v} for {query} mentioned in the "
+    "provided text?"
 )
 NIAH_PREFIX = " The special magic {type_needle_v} for {query} mentioned in the provided text are"
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
 VT_TEMPLATE = (
-    "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n{context}\n"
-    "Question: Find all variables that are assigned the value {query} in the text above."
+    "Memorize and track the chain(s) of variable assignment hidden in the following text."
+    "\n\n{context}\nQuestion: Find all variables that are assigned the value {query} in the "
+    "text above."
 )
 VT_PREFIX = (
-    " Answer: According to the chain(s) of variable assignment in the text above, {num_v} variables are "
-    "assigned the value {query}, they are: "
+    " Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
+    "variables are assigned the value {query}, they are: "
 )
 FWE_TEMPLATE = (
     "Read the following coded text and track the frequency of each coded word. Find the three most "
-    "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore "
-    "the dots '....'. What are the three most frequently appeared words in the above coded text?"
+    "frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. "
+    "Please ignore the dots '....'. What are the three most frequently appeared words in the "
+    "above coded text?"
 )
-FWE_PREFIX = " Answer: According to the coded text above, the three most frequently appeared words are:"
+FWE_PREFIX = (
+    " Answer: According to the coded text above, the three most frequently appeared words are:"
+)
 
 # RULER's needle depths: 40 points evenly over 0..100 %.
 DEPTHS = [round(i * 100 / 39) for i in range(40)]
@@ -68,10 +74,10 @@ TASKS = {
 @dataclass
 class Sample:
     task: str
-    prompt: str          # the task text (the user turn)
-    answer_prefix: str   # appended after the model's chat template, as RULER does
+    prompt: str  # the task text (the user turn)
+    answer_prefix: str  # appended after the model's chat template, as RULER does
     gold: list[str]
-    tokens: int          # tokens to generate
+    tokens: int  # tokens to generate
 
 
 def score(generation: str, gold: list[str]) -> float:
@@ -95,27 +101,31 @@ def sentences(text: str) -> list[str]:
 
 
 def _number(rng: random.Random) -> str:
-    return str(rng.randint(10 ** 6, 10 ** 7 - 1))
+    return str(rng.randint(10**6, 10**7 - 1))
 
 
 def _word(rng: random.Random) -> str:
     return f"{rng.choice(ADJECTIVES)}-{rng.choice(NOUNS)}"
 
 
-def _insert_at_depths(words: list[str], n_words: int, inserts: list[str], rng: random.Random) -> str:
+def _insert_at_depths(
+    words: list[str], n_words: int, inserts: list[str], rng: random.Random
+) -> str:
     text = " ".join((words * (n_words // max(1, len(words)) + 1))[:n_words])
     sents = sentences(text)
     cuts = sorted(int(len(sents) * d / 100) for d in rng.sample(DEPTHS, len(inserts)))
     bounds = [0] + cuts + [len(sents)]
     pieces = []
     for i in range(1, len(bounds)):
-        pieces.append(" ".join(sents[bounds[i - 1]:bounds[i]]))
+        pieces.append(" ".join(sents[bounds[i - 1] : bounds[i]]))
         if i - 1 < len(inserts):
             pieces.append(inserts[i - 1])
     return " ".join(p for p in pieces if p)
 
 
-def niah(words: list[str], n_words: int, rng: random.Random, num_k: int, num_v: int, num_q: int) -> Sample:
+def niah(
+    words: list[str], n_words: int, rng: random.Random, num_k: int, num_v: int, num_q: int
+) -> Sample:
     num_k = max(num_k, num_q)
     keys, values, needles = [], [], []
     for _ in range(num_k):
@@ -137,11 +147,18 @@ def niah(words: list[str], n_words: int, rng: random.Random, num_k: int, num_v: 
         template = template.replace("Some", "A").replace("are all", "is").replace("are", "is")
         prefix = prefix.replace("are", "is")
         kind = "number"
-    return Sample("niah", template.format(type_needle_v=kind, context=context, query=query),
-                  prefix.format(type_needle_v=kind, query=query), gold, 0)
+    return Sample(
+        "niah",
+        template.format(type_needle_v=kind, context=context, query=query),
+        prefix.format(type_needle_v=kind, query=query),
+        gold,
+        0,
+    )
 
 
-def vt(words: list[str], n_words: int, rng: random.Random, num_chains: int, num_hops: int) -> Sample:
+def vt(
+    words: list[str], n_words: int, rng: random.Random, num_chains: int, num_hops: int
+) -> Sample:
     names: list[str] = []
     while len(names) < (num_hops + 1) * num_chains:
         name = "".join(rng.choices(string.ascii_uppercase, k=5))
@@ -149,17 +166,25 @@ def vt(words: list[str], n_words: int, rng: random.Random, num_chains: int, num_
             names.append(name)
     chains = []
     for c in range(num_chains):
-        var = names[c * (num_hops + 1):(c + 1) * (num_hops + 1)]
+        var = names[c * (num_hops + 1) : (c + 1) * (num_hops + 1)]
         chain = [f"VAR {var[0]} = {rng.randint(10000, 99999)}"]
         chain += [f"VAR {var[j + 1]} = VAR {var[j]}" for j in range(num_hops)]
         chains.append((var, chain))
     value = chains[0][1][0].split("=")[-1].strip()
     # RULER keeps each chain's statements in order while interleaving chains.
     flat = [s + "." for _, chain in chains for s in chain]
-    context = _insert_at_depths(words, n_words, flat, rng) if num_chains == 1 else _insert_at_depths(
-        words, n_words, _interleave([c for _, c in chains], rng), rng)
-    return Sample("vt", VT_TEMPLATE.format(context=context, query=value),
-                  VT_PREFIX.format(num_v=num_hops + 1, query=value), list(chains[0][0]), 0)
+    context = (
+        _insert_at_depths(words, n_words, flat, rng)
+        if num_chains == 1
+        else _insert_at_depths(words, n_words, _interleave([c for _, c in chains], rng), rng)
+    )
+    return Sample(
+        "vt",
+        VT_TEMPLATE.format(context=context, query=value),
+        VT_PREFIX.format(num_v=num_hops + 1, query=value),
+        list(chains[0][0]),
+        0,
+    )
 
 
 def _interleave(chains: list[list[str]], rng: random.Random) -> list[str]:
@@ -173,11 +198,13 @@ def _interleave(chains: list[list[str]], rng: random.Random) -> list[str]:
 
 
 def fwe(n_words: int, rng: random.Random, alpha: float, vocab_size: int) -> Sample:
-    vocab = sorted({"".join(rng.choices(string.ascii_lowercase, k=6)) for _ in range(vocab_size * 2)})[:vocab_size]
+    vocab = sorted(
+        {"".join(rng.choices(string.ascii_lowercase, k=6)) for _ in range(vocab_size * 2)}
+    )[:vocab_size]
     rng.shuffle(vocab)
     vocab[0] = "..."  # RULER: the most frequent word is noise
-    zeta = sum(k ** -alpha for k in range(1, 100000))
-    counts = [int(n_words * (k ** -alpha) / zeta) for k in range(1, len(vocab) + 1)]
+    zeta = sum(k**-alpha for k in range(1, 100000))
+    counts = [int(n_words * (k**-alpha) / zeta) for k in range(1, len(vocab) + 1)]
     text = [w for w, c in zip(vocab, counts) for _ in range(c)]
     rng.shuffle(text)
     return Sample("fwe", FWE_TEMPLATE.format(context=" ".join(text)), FWE_PREFIX, vocab[1:4], 0)

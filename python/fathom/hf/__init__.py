@@ -11,6 +11,7 @@ full-attention layer is the fathom step of the chosen method. `cache.py` has the
 
 Only `methods` is importable without torch; everything else needs torch and transformers.
 """
+
 from importlib import import_module
 
 _EXPORTS = {

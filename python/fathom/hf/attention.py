@@ -12,6 +12,7 @@ holds each row's own tokens only, and a sliding layer's cache holds exactly its 
 batches are refused: a pad token would enter the store and be selected like any other (rows of
 different lengths are what a batch of saved prompts, `FathomCache(prompt=...)`, is for).
 """
+
 from __future__ import annotations
 
 from transformers import AttentionInterface
@@ -23,8 +24,17 @@ from .. import ConfigError, InvalidInputError
 NAME = "fathom"
 
 
-def fathom_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                     scaling: float | None = None, softcap: float | None = None, **kwargs):
+def fathom_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    softcap: float | None = None,
+    **kwargs,
+):
     step = key.__dict__.pop("_fathom_step", None)
     if step is not None:
         if softcap is not None:
@@ -38,12 +48,20 @@ def fathom_attention(module, query, key, value, attention_mask, dropout: float =
         prefill.capture_queries(query)
     if softcap is not None:
         kwargs["softcap"] = softcap
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                  scaling=scaling, **kwargs)
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
 
 
-def fathom_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
-                attention_mask=None, **kwargs):
+def fathom_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    attention_mask=None,
+    **kwargs,
+):
     if q_length == 1 and kv_length > 1:
         return None
     if attention_mask is not None and not bool(attention_mask.all()):
@@ -51,8 +69,15 @@ def fathom_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 
             "fathom decodes unpadded rows: this batch has padding (attention_mask zeros); "
             "prefill each prompt alone and decode them together from saved prompts"
         )
-    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                     kv_offset=kv_offset, attention_mask=attention_mask, **kwargs)
+    return sdpa_mask(
+        batch_size=batch_size,
+        q_length=q_length,
+        kv_length=kv_length,
+        q_offset=q_offset,
+        kv_offset=kv_offset,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
 
 
 def register() -> str:

@@ -3,6 +3,7 @@ that the tests use as their oracle. Both give a shape, key stores, a calibration
 the calls of fathom's Python API (`KeyStore.prefill/append`, `Decoder.step`), so the cache code
 is the same for both.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -21,7 +22,11 @@ class FathomBackend:
     def __init__(self):
         import fathom
 
-        missing = [n for n in ("ModelShape", "KeyStore", "Calibration", "Decoder") if not hasattr(fathom, n)]
+        missing = [
+            n
+            for n in ("ModelShape", "KeyStore", "Calibration", "Decoder")
+            if not hasattr(fathom, n)
+        ]
         if missing:
             raise DeviceUnavailableError(
                 "this fathom package has no " + ", ".join(missing) + ": build it from python/ "
@@ -38,10 +43,26 @@ class FathomBackend:
         calibration needs its own store."""
         return "calibration" in _parameters(self._fathom.KeyStore)
 
-    def key_store(self, shape, *, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index,
-                  calibration=None):
-        kwargs = dict(placement=placement, capacity_tokens=capacity_tokens, device=str(device),
-                      max_batch=max_batch, landmarks=landmarks, pariskv_index=pariskv_index)
+    def key_store(
+        self,
+        shape,
+        *,
+        placement,
+        capacity_tokens,
+        device,
+        max_batch,
+        landmarks,
+        pariskv_index,
+        calibration=None,
+    ):
+        kwargs = dict(
+            placement=placement,
+            capacity_tokens=capacity_tokens,
+            device=str(device),
+            max_batch=max_batch,
+            landmarks=landmarks,
+            pariskv_index=pariskv_index,
+        )
         # A rotated (KLT) store takes its basis from the calibration where the package asks for it.
         if calibration is not None and self.store_takes_calibration():
             kwargs["calibration"] = calibration
@@ -67,13 +88,25 @@ class ReferenceBackend:
 
         return ReferenceShape.from_hf_config(cfg)
 
-    def key_store(self, shape, *, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index,
-                  calibration=None):
+    def key_store(
+        self,
+        shape,
+        *,
+        placement,
+        capacity_tokens,
+        device,
+        max_batch,
+        landmarks,
+        pariskv_index,
+        calibration=None,
+    ):
         from .reference import ReferenceKeyStore
 
         if landmarks or pariskv_index:
             raise ConfigError("the torch reference keeps no landmarks and no ParisKV index")
-        return ReferenceKeyStore(shape, capacity_tokens=capacity_tokens, device=device, max_batch=max_batch)
+        return ReferenceKeyStore(
+            shape, capacity_tokens=capacity_tokens, device=device, max_batch=max_batch
+        )
 
     def fit_calibration(self, shape, keys, queries):
         return None

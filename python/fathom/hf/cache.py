@@ -18,6 +18,7 @@ prefill per sample, each method decoding from a copy. `reset()` frees the cache'
 makes it empty again; after an exception mid-token (some layers appended, others not) the cache
 refuses to go on until it is reset.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,7 +39,7 @@ class FathomLayer(CacheLayerMixin):
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, cache: "FathomCache", layer: int):
+    def __init__(self, cache: FathomCache, layer: int):
         super().__init__()
         self.cache = cache
         self.layer = layer
@@ -60,8 +61,14 @@ class FathomLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         cache = self.cache
         if cache.state == "recording" and (self.keys is None or key_states.shape[-2] > 1):
-            self.keys = key_states if self.keys is None else torch.cat([self.keys, key_states], dim=-2)
-            self.values = value_states if self.values is None else torch.cat([self.values, value_states], dim=-2)
+            self.keys = (
+                key_states if self.keys is None else torch.cat([self.keys, key_states], dim=-2)
+            )
+            self.values = (
+                value_states
+                if self.values is None
+                else torch.cat([self.values, value_states], dim=-2)
+            )
             keys = self.keys
             keys._fathom_prefill = self  # the attention function keeps this layer's queries
             return keys, self.values
@@ -94,8 +101,16 @@ class FathomLayer(CacheLayerMixin):
             q = q.float()
         q = q.contiguous()
         out = torch.empty_like(q)
-        cache.decoder.step(cache.store, cache.seqs, self.store_layer, q, out, method=cache.method.text,
-                           k=cache.k, scale=scaling)
+        cache.decoder.step(
+            cache.store,
+            cache.seqs,
+            self.store_layer,
+            q,
+            out,
+            method=cache.method.text,
+            k=cache.k,
+            scale=scaling,
+        )
         return out.to(query.dtype).unsqueeze(1), None
 
     def get_seq_length(self) -> int:
@@ -117,11 +132,15 @@ class FathomLayer(CacheLayerMixin):
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove:
-            raise ConfigError("a fathom store cannot drop tokens (no assisted or speculative decoding)")
+            raise ConfigError(
+                "a fathom store cannot drop tokens (no assisted or speculative decoding)"
+            )
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if repeats != 1:
-            raise ConfigError("repeat the prompt rows instead (num_return_sequences > 1 is not supported)")
+            raise ConfigError(
+                "repeat the prompt rows instead (num_return_sequences > 1 is not supported)"
+            )
 
     def batch_select_indices(self, indices) -> None:
         raise ConfigError("a fathom cache keeps all its rows until it is reset")
@@ -152,15 +171,28 @@ class FathomCache(Cache):
     keep_prompt: keep the recorded prefill after materialising, for `branch`.
     """
 
-    def __init__(self, model, method: str = "fathom(48)", *, placement: str = "hbm", k: int | None = None,
-                 calibration=None, engine: Engine | None = None, keep_prompt: bool = False,
-                 calibration_queries: int = 64, prompt: Prompt | None = None, **engine_kwargs):
+    def __init__(
+        self,
+        model,
+        method: str = "fathom(48)",
+        *,
+        placement: str = "hbm",
+        k: int | None = None,
+        calibration=None,
+        engine: Engine | None = None,
+        keep_prompt: bool = False,
+        calibration_queries: int = 64,
+        prompt: Prompt | None = None,
+        **engine_kwargs,
+    ):
         if engine is None and model is None:
             raise ConfigError("a FathomCache needs the model (or an Engine made for it)")
         self.engine = engine if engine is not None else Engine(model, **engine_kwargs)
         layout = self.engine.layout
-        layers = [FathomLayer(self, i) if kind == FULL else WindowLayer(layout.sliding_window)
-                  for i, kind in enumerate(layout.kinds)]
+        layers = [
+            FathomLayer(self, i) if kind == FULL else WindowLayer(layout.sliding_window)
+            for i, kind in enumerate(layout.kinds)
+        ]
         super().__init__(layers=layers)
         try:
             self.method = parse_method(method) if method is not None else None
@@ -211,14 +243,20 @@ class FathomCache(Cache):
 
     def _materialize_from(self, prompt: Prompt) -> None:
         if self.method is None:
-            raise MethodError("this cache only records a prefill (method=None): branch it with a method")
+            raise MethodError(
+                "this cache only records a prefill (method=None): branch it with a method"
+            )
         engine = self.engine
         attn = getattr(engine.model_config, "_attn_implementation", NAME)
         if attn != NAME:
             # Any other attention would see only the new token's K/V that a decode step returns.
-            raise ConfigError(f"the model attends with {attn!r}: call fathom.hf.use_fathom(model) first")
+            raise ConfigError(
+                f"the model attends with {attn!r}: call fathom.hf.use_fathom(model) first"
+            )
         if len(prompt.rows) > engine.max_batch:
-            raise InvalidInputError(f"{len(prompt.rows)} rows exceed the engine's max_batch {engine.max_batch}")
+            raise InvalidInputError(
+                f"{len(prompt.rows)} rows exceed the engine's max_batch {engine.max_batch}"
+            )
         calibration = engine.calibration(self.calibration_spec, prompt, self.method)
         store = engine.store_for(self.method, self.placement, calibration)
         decoder = engine.decoder_for(calibration)
@@ -228,8 +266,12 @@ class FathomCache(Cache):
                 seq = store.create_sequence()
                 seqs.append(seq)
                 for layer, (keys, values) in row.full.items():
-                    store.prefill(seq, engine.layout.store_layer(layer), keys.to(torch.bfloat16).contiguous(),
-                                  values.to(torch.bfloat16).contiguous())
+                    store.prefill(
+                        seq,
+                        engine.layout.store_layer(layer),
+                        keys.to(torch.bfloat16).contiguous(),
+                        values.to(torch.bfloat16).contiguous(),
+                    )
         except BaseException:
             for seq in seqs:
                 store.free_sequence(seq)
@@ -262,20 +304,32 @@ class FathomCache(Cache):
             if consistent:
                 return
             self._broken = layer.layer
-        raise SequenceError(f"an earlier decode step stopped at layer {self._broken}; call reset() first")
+        raise SequenceError(
+            f"an earlier decode step stopped at layer {self._broken}; call reset() first"
+        )
 
-    def branch(self, method: str, *, placement: str | None = None, k: int | None = None, calibration=None):
+    def branch(
+        self, method: str, *, placement: str | None = None, k: int | None = None, calibration=None
+    ):
         """A new cache of `method` from this cache's prefill: the one it is recording, or the
         one it kept (`keep_prompt=True`). The calibration is this cache's unless given."""
         prompt = self.prompt
         if prompt is None and self.state == "recording":
             prompt = self.recorded_prompt()
         if prompt is None:
-            raise SequenceError("this cache kept no prefill to branch from: make it with keep_prompt=True")
-        return FathomCache(None, method, placement=placement or self.placement,
-                           k=self.k_request if k is None else k,
-                           calibration=self.calibration if calibration is None else calibration,
-                           engine=self.engine, calibration_queries=self.calibration_queries, prompt=prompt)
+            raise SequenceError(
+                "this cache kept no prefill to branch from: make it with keep_prompt=True"
+            )
+        return FathomCache(
+            None,
+            method,
+            placement=placement or self.placement,
+            k=self.k_request if k is None else k,
+            calibration=self.calibration if calibration is None else calibration,
+            engine=self.engine,
+            calibration_queries=self.calibration_queries,
+            prompt=prompt,
+        )
 
     def release(self) -> None:
         """Frees this cache's sequences in the store (the cache is empty afterwards)."""

@@ -10,6 +10,7 @@ argmax and returns the log-probabilities of every step.
 No host synchronisation per token: the next input is the argmax on the device; rows are checked
 for their end token every `check_every` steps only.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,7 +22,9 @@ from .prompt import Prompt
 
 
 @torch.inference_mode()
-def record_prompt(model, input_ids: torch.Tensor, engine: Engine, *, calibration_queries: int = 64) -> Prompt:
+def record_prompt(
+    model, input_ids: torch.Tensor, engine: Engine, *, calibration_queries: int = 64
+) -> Prompt:
     """The dense prefill of `input_ids` (`[1, n]` or `[n]`), saved for branching."""
     ids = input_ids.view(1, -1).to(engine.device)
     cache = FathomCache(model, None, engine=engine, calibration_queries=calibration_queries)
@@ -32,21 +35,26 @@ def record_prompt(model, input_ids: torch.Tensor, engine: Engine, *, calibration
 
 
 @torch.inference_mode()
-def greedy(model, cache: FathomCache, steps: int, *, eos_token_ids=(), check_every: int = 16) -> list[list[int]]:
+def greedy(
+    model, cache: FathomCache, steps: int, *, eos_token_ids=(), check_every: int = 16
+) -> list[list[int]]:
     """`steps` greedy tokens per row (the prefill's own first token included), each row cut
     after its first end token."""
     rows = cache.prompt_lengths
     device = cache.engine.device
     if None in cache.first_tokens:
-        raise InvalidInputError("greedy starts from saved prompts' first tokens (record_prompt saves them)")
+        raise InvalidInputError(
+            "greedy starts from saved prompts' first tokens (record_prompt saves them)"
+        )
     tok = torch.tensor(cache.first_tokens, device=device)
     pos = torch.tensor(rows, device=device)
     eos = torch.tensor(sorted(eos_token_ids) or [-1], device=device)
     out = [tok]
     done = torch.isin(tok, eos)
     for step in range(1, steps):
-        logits = model(input_ids=tok[:, None], position_ids=pos[:, None], past_key_values=cache,
-                       use_cache=True).logits[:, -1]
+        logits = model(
+            input_ids=tok[:, None], position_ids=pos[:, None], past_key_values=cache, use_cache=True
+        ).logits[:, -1]
         tok = logits.argmax(-1)
         pos = pos + 1
         out.append(tok)
@@ -66,8 +74,12 @@ def teacher_forced(model, cache: FathomCache, targets: torch.Tensor) -> torch.Te
     pos = torch.tensor(cache.prompt_lengths, device=device)
     logps = []
     for t in range(targets.shape[1]):
-        logits = model(input_ids=targets[:, t:t + 1].to(device), position_ids=(pos + t)[:, None],
-                       past_key_values=cache, use_cache=True).logits[:, -1]
+        logits = model(
+            input_ids=targets[:, t : t + 1].to(device),
+            position_ids=(pos + t)[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1]
         logps.append(torch.log_softmax(logits.float(), dim=-1))
     return torch.stack(logps, dim=1)
 

@@ -3,6 +3,7 @@ stores and decoders, made once and shared by every cache (every generation, ever
 that decodes this model. A store is made per kind it must be (placement, landmarks, ParisKV
 index), a decoder per calibration; caches only create and free sequences in them.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,13 +25,24 @@ class Engine:
     sequences one step batches.
     """
 
-    def __init__(self, model_or_config, *, backend=None, device=None, capacity_tokens=None,
-                 max_batch: int = 8, k_max: int = 2048, basis: str | None = None):
+    def __init__(
+        self,
+        model_or_config,
+        *,
+        backend=None,
+        device=None,
+        capacity_tokens=None,
+        max_batch: int = 8,
+        k_max: int = 2048,
+        basis: str | None = None,
+    ):
         config = getattr(model_or_config, "config", model_or_config)
         self.model_config = config  # read again when a cache starts decoding (its attention)
         self.layout = layout_of(config)
         if device is None:
-            device = default_device(model_or_config) if hasattr(model_or_config, "parameters") else "cpu"
+            device = (
+                default_device(model_or_config) if hasattr(model_or_config, "parameters") else "cpu"
+            )
         self.device = torch.device(device)
         self.backend = resolve_backend(backend, self.device)
         # basis: "raw" or "klt" instead of the shape's own (SPEC §5: measure both per model).
@@ -39,7 +51,9 @@ class Engine:
             positions = int(self.layout.config.get("max_position_embeddings") or 8192)
             capacity_tokens = max_batch * (positions + 64)
         if max_batch < 1 or capacity_tokens < 1:
-            raise ConfigError(f"max_batch ({max_batch}) and capacity_tokens ({capacity_tokens}) must be positive")
+            raise ConfigError(
+                f"max_batch ({max_batch}) and capacity_tokens ({capacity_tokens}) must be positive"
+            )
         self.capacity_tokens = int(capacity_tokens)
         self.max_batch = int(max_batch)
         self.k_max = int(k_max)
@@ -50,13 +64,23 @@ class Engine:
         if placement not in ("hbm", "host"):
             raise ConfigError(f"placement {placement!r}: expected 'hbm' or 'host'")
         takes_cal = getattr(self.backend, "store_takes_calibration", lambda: False)()
-        key = (placement, method.needs_landmarks, method.needs_pariskv_index,
-               id(calibration) if takes_cal else None)
+        key = (
+            placement,
+            method.needs_landmarks,
+            method.needs_pariskv_index,
+            id(calibration) if takes_cal else None,
+        )
         if key not in self._stores:
             self._stores[key] = self.backend.key_store(
-                self.shape, placement=placement, capacity_tokens=self.capacity_tokens, device=self.device,
-                max_batch=self.max_batch, landmarks=method.needs_landmarks,
-                pariskv_index=method.needs_pariskv_index, calibration=calibration)
+                self.shape,
+                placement=placement,
+                capacity_tokens=self.capacity_tokens,
+                device=self.device,
+                max_batch=self.max_batch,
+                landmarks=method.needs_landmarks,
+                pariskv_index=method.needs_pariskv_index,
+                calibration=calibration,
+            )
         return self._stores[key]
 
     def decoder_for(self, calibration):
@@ -64,8 +88,12 @@ class Engine:
         # calibration is kept beside its decoder so that its id is not reused while cached.
         key = id(calibration)
         if key not in self._decoders:
-            self._decoders[key] = (calibration, self.backend.decoder(
-                self.shape, device=self.device, k_max=self.k_max, calibration=calibration))
+            self._decoders[key] = (
+                calibration,
+                self.backend.decoder(
+                    self.shape, device=self.device, k_max=self.k_max, calibration=calibration
+                ),
+            )
         return self._decoders[key][1]
 
     def forget_calibration(self, calibration) -> None:
@@ -91,5 +119,7 @@ class Engine:
 
     def memory(self) -> dict:
         """Each store's own account (`KeyStore.memory()`), by placement and kind."""
-        return {f"{p}{'+landmarks' if l else ''}{'+pariskv' if x else ''}": s.memory()
-                for (p, l, x, _), s in self._stores.items()}
+        return {
+            f"{p}{'+landmarks' if lm else ''}{'+pariskv' if x else ''}": s.memory()
+            for (p, lm, x, _), s in self._stores.items()
+        }

@@ -12,6 +12,7 @@ The store is built for the full layers only (`store_config` gives their count as
 `num_hidden_layers`), so a model with five local layers to one global one, like Gemma 3, keeps a
 store for one layer in six.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,12 +81,20 @@ def layout_of(config) -> Layout:
             f"only {FULL!r} (through the store) and {SLIDING!r} (dense over its window) can"
         )
     if FULL not in kinds:
-        raise ConfigError(f"{cfg.model_type} has no {FULL!r} layer: nothing would decode through fathom")
+        raise ConfigError(
+            f"{cfg.model_type} has no {FULL!r} layer: nothing would decode through fathom"
+        )
     if SLIDING in kinds and not window:
         raise ConfigError(f"{cfg.model_type} has sliding layers but no sliding_window")
     q_heads = int(cfg.num_attention_heads)
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or q_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // q_heads)
-    return Layout(kinds=kinds, sliding_window=int(window) if window else None, q_heads=q_heads,
-                  kv_heads=kv_heads, head_dim=head_dim, model_type=str(cfg.model_type),
-                  config=cfg.to_dict())
+    return Layout(
+        kinds=kinds,
+        sliding_window=int(window) if window else None,
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        model_type=str(cfg.model_type),
+        config=cfg.to_dict(),
+    )

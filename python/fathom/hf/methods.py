@@ -5,6 +5,7 @@ needs a calibration. Checking the method itself is the decoder's job (a bad one 
 
 Pure Python (no torch), so the evaluation's planning code and the CI tests can use it.
 """
+
 from __future__ import annotations
 
 import re
@@ -97,7 +98,11 @@ def same_share_budget(method: str, head_dim: int) -> str:
     D = 128 (SPEC §13: a budget is bits per token per KV head, so at D = 64 it halves). Methods
     without a budget, and any method at D = 128, come back unchanged."""
     m = parse_method(method)
-    if head_dim == 128 or m.arg is None or m.name not in ("fathom", "sparq", "double_sparsity", "loki"):
+    if (
+        head_dim == 128
+        or m.arg is None
+        or m.name not in ("fathom", "sparq", "double_sparsity", "loki")
+    ):
         return m.text
     scaled = m.arg * head_dim / 128
     number = int(scaled) if float(scaled).is_integer() else scaled

@@ -6,6 +6,7 @@ One `PromptRow` per sequence: the post-RoPE keys and values of every full layer 
 layer, and the queries of the prompt's last positions per full layer, from which the calibration
 is fitted when none is given.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ class Prompt:
     rows: list[PromptRow]
 
     @staticmethod
-    def join(prompts) -> "Prompt":
+    def join(prompts) -> Prompt:
         """One batch from several prompts (each may have its own length)."""
         return Prompt([row for p in prompts for row in p.rows])
 
@@ -48,7 +49,9 @@ class Prompt:
     def next_tokens(self) -> list[int | None]:
         return [r.next_token for r in self.rows]
 
-    def calibration_inputs(self, full_layers: list[int], max_keys: int = 1024, max_queries: int = 128):
+    def calibration_inputs(
+        self, full_layers: list[int], max_keys: int = 1024, max_queries: int = 128
+    ):
         """Per store layer, keys of every row joined along tokens (`[H_kv, N, D]`) and the saved
         queries joined along positions (`[H_q, P, D]`): the calibration's prefill sample. At
         most `max_keys` tokens and `max_queries` positions a layer, evenly spaced over each row
@@ -61,11 +64,14 @@ class Prompt:
             missing = [i for i, r in enumerate(self.rows) if layer not in r.queries]
             if missing:
                 raise CalibrationError(
-                    f"prompt rows {missing} kept no queries of layer {layer}: record the prefill with "
+                    f"prompt rows {missing} kept no queries of layer {layer}: record the prefill "
+                    "with "
                     "calibration_queries > 0, or pass a calibration"
                 )
             keys.append(torch.cat([_spaced(r.full[layer][0], per_row_k) for r in self.rows], dim=1))
-            queries.append(torch.cat([_spaced(r.queries[layer], per_row_q) for r in self.rows], dim=1))
+            queries.append(
+                torch.cat([_spaced(r.queries[layer], per_row_q) for r in self.rows], dim=1)
+            )
         return keys, queries
 
     def window_batch(self, layer: int):
@@ -74,7 +80,8 @@ class Prompt:
         sizes = {r.window[layer][0].shape[1] for r in self.rows}
         if len(sizes) != 1:
             raise InvalidInputError(
-                f"sliding layer {layer}: the prompts' windows hold {sorted(sizes)} tokens; rows of one "
+                f"sliding layer {layer}: the prompts' windows hold {sorted(sizes)} tokens; "
+                "rows of one "
                 "batch must all be at least the sliding window long, or decode them one at a time"
             )
         keys = torch.stack([r.window[layer][0] for r in self.rows])

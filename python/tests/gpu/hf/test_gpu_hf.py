@@ -5,12 +5,15 @@ and failing, never passing, when it is set on a machine without a GPU or without
 backend. The model: /tmp/fathom-models/smollm2.gguf (`../shared/tools/stage-model`), or the
 folder in FATHOM_SMOLLM2_DIR.
 """
+
 import os
 
 import pytest
 
 if os.environ.get("FATHOM_GPU_TESTS") != "1":
-    pytest.skip("GPU tests: set FATHOM_GPU_TESTS=1 on a machine with a CUDA GPU", allow_module_level=True)
+    pytest.skip(
+        "GPU tests: set FATHOM_GPU_TESTS=1 on a machine with a CUDA GPU", allow_module_level=True
+    )
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache  # noqa: E402
@@ -30,7 +33,11 @@ def smollm2():
     assert fathom.is_available(), "FATHOM_GPU_TESTS=1 but fathom finds no GPU backend"
     path = os.path.join(MODEL_DIR, GGUF)
     assert os.path.exists(path), f"no {path}: stage it with ../shared/tools/stage-model"
-    model = AutoModelForCausalLM.from_pretrained(MODEL_DIR, gguf_file=GGUF, dtype=torch.bfloat16).cuda().eval()
+    model = (
+        AutoModelForCausalLM.from_pretrained(MODEL_DIR, gguf_file=GGUF, dtype=torch.bfloat16)
+        .cuda()
+        .eval()
+    )
     tok = AutoTokenizer.from_pretrained(MODEL_DIR, gguf_file=GGUF)
     fathom.hf.use_fathom(model)
     return model, tok
@@ -40,16 +47,25 @@ def long_prompt(tok, tokens):
     """A chat prompt of about `tokens` tokens: a passage of the haystack and a question on it."""
     ids = tok(python_reference().text, add_special_tokens=False)["input_ids"][:tokens]
     text = tok.decode(ids) + "\n\nSummarise the text above in a few sentences."
-    return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                   return_tensors="pt", return_dict=True)["input_ids"].cuda()
+    return tok.apply_chat_template(
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"].cuda()
 
 
 def sdpa(model, ids, n):
     """transformers' own sdpa decoding (the model switched to "sdpa" and back)."""
     model.set_attn_implementation("sdpa")
     try:
-        return model.generate(ids, past_key_values=DynamicCache(config=model.config), max_new_tokens=n,
-                              do_sample=False, min_new_tokens=n)
+        return model.generate(
+            ids,
+            past_key_values=DynamicCache(config=model.config),
+            max_new_tokens=n,
+            do_sample=False,
+            min_new_tokens=n,
+        )
     finally:
         model.set_attn_implementation("fathom")
 
@@ -60,7 +76,9 @@ def test_dense_through_fathom_is_sdpa_for_256_tokens(smollm2, placement):
     ids = long_prompt(tok, 900)
     want = sdpa(model, ids, 256)
     cache = FathomCache(model, "dense", placement=placement)
-    got = model.generate(ids, past_key_values=cache, max_new_tokens=256, do_sample=False, min_new_tokens=256)
+    got = model.generate(
+        ids, past_key_values=cache, max_new_tokens=256, do_sample=False, min_new_tokens=256
+    )
     assert got.tolist() == want.tolist()
 
 
@@ -68,10 +86,20 @@ def test_oracle_with_k_at_least_n_is_dense(smollm2):
     model, tok = smollm2
     ids = long_prompt(tok, 1200)
     engine = Engine(model)
-    dense = model.generate(ids, past_key_values=FathomCache(model, "dense", engine=engine), max_new_tokens=256,
-                           do_sample=False, min_new_tokens=256)
-    oracle = model.generate(ids, past_key_values=FathomCache(model, "oracle", k=2048, engine=engine),
-                            max_new_tokens=256, do_sample=False, min_new_tokens=256)
+    dense = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "dense", engine=engine),
+        max_new_tokens=256,
+        do_sample=False,
+        min_new_tokens=256,
+    )
+    oracle = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "oracle", k=2048, engine=engine),
+        max_new_tokens=256,
+        do_sample=False,
+        min_new_tokens=256,
+    )
     assert ids.shape[1] + 256 <= 2048 + 36
     assert oracle.tolist() == dense.tolist()
 
@@ -84,7 +112,9 @@ def test_fathom_selects_the_same_in_both_placements(smollm2):
     cal = engine.calibration(None, prompt, fathom.hf.parse_method("fathom(24)"))
     runs = {}
     for placement in ("hbm", "host"):
-        cache = FathomCache(None, "fathom(24)", placement=placement, calibration=cal, engine=engine, prompt=prompt)
+        cache = FathomCache(
+            None, "fathom(24)", placement=placement, calibration=cal, engine=engine, prompt=prompt
+        )
         runs[placement] = greedy(model, cache, 64)
         cache.release()
     assert runs["hbm"] == runs["host"]
@@ -108,7 +138,9 @@ def test_saved_calibration_is_accepted(smollm2, tmp_path):
 def _memory(engine):
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
-    return dict(torch=torch.cuda.memory_allocated(), device_used=total - free, stores=engine.memory())
+    return dict(
+        torch=torch.cuda.memory_allocated(), device_used=total - free, stores=engine.memory()
+    )
 
 
 def test_2000_host_tokens_leave_device_and_pinned_memory_flat(smollm2):
@@ -122,8 +154,12 @@ def test_2000_host_tokens_leave_device_and_pinned_memory_flat(smollm2):
     marks = {}
     with torch.inference_mode():
         for step in range(2000):
-            logits = model(input_ids=tok_[:, None], position_ids=pos[:, None], past_key_values=cache,
-                           use_cache=True).logits[:, -1]
+            logits = model(
+                input_ids=tok_[:, None],
+                position_ids=pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
             tok_, pos = logits.argmax(-1), pos + 1
             if step + 1 in (1000, 1500, 2000):
                 marks[step + 1] = _memory(engine)
@@ -147,8 +183,12 @@ def test_exception_mid_decode_leaves_the_cache_usable(smollm2):
     model, tok = smollm2
     ids = long_prompt(tok, 1500)
     engine = Engine(model)
-    want = model.generate(ids, past_key_values=FathomCache(model, "fathom(24)", engine=engine), max_new_tokens=64,
-                          do_sample=False)
+    want = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "fathom(24)", engine=engine),
+        max_new_tokens=64,
+        do_sample=False,
+    )
     cache = FathomCache(model, "fathom(24)", engine=engine)
     calls = {"n": 0}
 
