@@ -48,14 +48,19 @@ class Layout:
         return self.q_heads // self.kv_heads
 
     def store_config(self) -> dict:
-        """The config the store's `ModelShape.from_hf_config` reads: the model's, with only its
-        full layers counted."""
-        cfg = dict(self.config)
-        cfg["num_hidden_layers"] = len(self.full_layers)
-        cfg["head_dim"] = self.head_dim
-        cfg["num_key_value_heads"] = self.kv_heads
-        cfg.pop("layer_types", None)
+        """The config the store's `ModelShape.from_hf_config` reads: the fields SPEC §10 names,
+        with only the full layers counted."""
+        cfg = {k: self.config[k] for k in _SHAPE_FIELDS if self.config.get(k) is not None}
+        cfg.update(
+            num_hidden_layers=len(self.full_layers),
+            head_dim=self.head_dim,
+            num_key_value_heads=self.kv_heads,
+            num_attention_heads=self.q_heads,
+        )
         return cfg
+
+
+_SHAPE_FIELDS = ("model_type", "hidden_size", "max_position_embeddings")
 
 
 def text_config(config):
