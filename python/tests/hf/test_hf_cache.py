@@ -4,7 +4,7 @@ Not in CI (it needs torch and transformers); README "Inside a real model" has th
 
 import pytest
 import torch
-from conftest import backends, chat_ids, tiny_model
+from _hf_models import backends, chat_ids, tiny_model
 from transformers import DynamicCache
 
 import fathom
