@@ -233,3 +233,32 @@ def test_a_model_not_set_to_fathom_is_refused_before_decoding():
             max_new_tokens=3,
             do_sample=False,
         )
+
+
+@pytest.mark.skipif("fathom" not in backends(), reason="this fathom package has no KeyStore yet")
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_fathom_cpu_backend_decodes_every_method(arch):
+    # A shape the kernels serve (D = 64, G = 2): fathom's CPU backend over the f64 reference.
+    model = tiny_model(arch, head_dim=64, num_hidden_layers=2, hidden_size=128)
+    ids = torch.randint(3, 97, (1, 150), generator=torch.Generator().manual_seed(12))
+    engine = Engine(model, backend="fathom", device="cpu", max_batch=2, capacity_tokens=1024)
+    want = sdpa_tokens(model, ids, 8)
+    dense = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "dense", engine=engine),
+        max_new_tokens=8,
+        do_sample=False,
+    )
+    assert dense.tolist() == want.tolist()
+    oracle = model.generate(
+        ids,
+        past_key_values=FathomCache(model, "oracle", k=2048, engine=engine),
+        max_new_tokens=8,
+        do_sample=False,
+    )
+    assert oracle.tolist() == want.tolist()
+    prompt = record_prompt(model, ids, engine)
+    for method in ["fathom(24)", "sparq(8)", "double_sparsity(16)", "loki(16)", "pariskv(100)"]:
+        cache = FathomCache(None, method, k=16, engine=engine, prompt=prompt)
+        assert len(greedy(model, cache, 6)[0]) == 6
+        cache.release()
