@@ -165,7 +165,7 @@ class Run:
             for seed in range(self.args.samples)
         ]
         prompt = self.prompts([self.encode(s) for s in samples])
-        cal = self.engine.calibration(None, prompt, parse_method("fathom(48)"))
+        cals = Calibrations(self.engine, prompt)
         steps = self.args.max_new_tokens or samples[0].tokens
         for method, placement in self.runs:
             t = time.monotonic()
@@ -174,7 +174,7 @@ class Run:
                 method,
                 placement=placement,
                 k=self.args.k,
-                calibration=cal,
+                calibration=cals.get(method),
                 engine=self.engine,
                 prompt=prompt,
             )
@@ -202,7 +202,7 @@ class Run:
                 f"{task:16s} {context:6d} {method:20s} {placement:4s} score {row['score']:6.1f} "
                 f"({row['seconds']:.2f}s)"
             )
-        self.engine.forget_calibration(cal)
+        cals.forget()
 
     def teacher_forced(self, context: int) -> None:
         steps = self.args.tf_steps
@@ -210,7 +210,7 @@ class Run:
         stride = max(1, (len(ids) - context) // max(1, self.args.samples))
         windows = [ids[i * stride : i * stride + context] for i in range(self.args.samples)]
         prompt = self.prompts([w[: context - steps] for w in windows])
-        cal = self.engine.calibration(None, prompt, parse_method("fathom(48)"))
+        cals = Calibrations(self.engine, prompt)
         targets = torch.tensor([w[context - steps :] for w in windows], device=self.device)
         dense = None
         for method, placement in [("dense", "hbm")] + [
@@ -221,7 +221,7 @@ class Run:
                 method,
                 placement=placement,
                 k=self.args.k,
-                calibration=cal,
+                calibration=cals.get(method),
                 engine=self.engine,
                 prompt=prompt,
             )
@@ -253,7 +253,7 @@ class Run:
                 f"agreement {row['agreement']:6.2f}% "
                 f"ppl x{row['ppl_ratio']:.4f} KL {row['kl']:.5f}"
             )
-        self.engine.forget_calibration(cal)
+        cals.forget()
 
     def speed(self, context: int) -> None:
         from transformers import DynamicCache
@@ -356,6 +356,26 @@ class Run:
 
 class _OutOfTime(Exception):
     pass
+
+
+class Calibrations:
+    """The calibrations of one cell, fitted from its prefills on first use: one shared by every
+    method, and one more per double_sparsity(r) (its channel sets are fitted for its r)."""
+
+    def __init__(self, engine: Engine, prompt: Prompt):
+        self.engine, self.prompt, self.fitted = engine, prompt, {}
+
+    def get(self, method: str):
+        m = parse_method(method)
+        key = m.text if m.name == "double_sparsity" else "shared"
+        if key not in self.fitted:
+            fit_for = m if m.name == "double_sparsity" else parse_method("fathom(48)")
+            self.fitted[key] = self.engine.calibration(None, self.prompt, fit_for)
+        return self.fitted[key]
+
+    def forget(self) -> None:
+        for cal in self.fitted.values():
+            self.engine.forget_calibration(cal)
 
 
 @torch.inference_mode()

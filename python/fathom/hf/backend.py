@@ -68,8 +68,9 @@ class FathomBackend:
             kwargs["calibration"] = calibration
         return self._fathom.KeyStore(shape, **kwargs)
 
-    def fit_calibration(self, shape, keys, queries):
-        return self._fathom.Calibration.fit(shape, keys, queries)
+    def fit_calibration(self, shape, keys, queries, double_sparsity_r=None):
+        extra = {} if double_sparsity_r is None else {"double_sparsity_r": double_sparsity_r}
+        return self._fathom.Calibration.fit(shape, keys, queries, **extra)
 
     def load_calibration(self, path):
         return self._fathom.Calibration.load(path)
@@ -108,7 +109,7 @@ class ReferenceBackend:
             shape, capacity_tokens=capacity_tokens, device=device, max_batch=max_batch
         )
 
-    def fit_calibration(self, shape, keys, queries):
+    def fit_calibration(self, shape, keys, queries, double_sparsity_r=None):
         return None
 
     def load_calibration(self, path):

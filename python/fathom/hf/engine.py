@@ -115,7 +115,9 @@ class Engine:
         if spec is not None:
             return spec
         keys, queries = prompt.calibration_inputs(self.layout.full_layers)
-        return self.backend.fit_calibration(self.shape, keys, queries)
+        # double_sparsity(r)'s fixed channel sets are fitted for its own r.
+        r = int(method.arg) if method.name == "double_sparsity" else None
+        return self.backend.fit_calibration(self.shape, keys, queries, double_sparsity_r=r)
 
     def memory(self) -> dict:
         """Each store's own account (`KeyStore.memory()`), by placement and kind."""
