@@ -90,6 +90,10 @@ def table(data: dict) -> str:
             lines.append(
                 f"| {label(r)} | {r['context']} | {r['tokens']} | {r['tokens_per_s']:.1f} | {gpu} |"
             )
+    for r in data.get("errors", []):
+        lines.append(
+            f"\nnot run: {r['method']}@{r['placement']} ({r['task']}, {r['context']}): {r['error']}"
+        )
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from .. import FathomError
 from ..hf import FathomCache, record_prompt, use_fathom
 from ..hf.engine import Engine
 from ..hf.methods import parse_method, same_share_budget
@@ -159,6 +160,19 @@ class Run:
             [record_prompt(self.model, torch.tensor(ids), self.engine) for ids in ids_list]
         )
 
+    def refused(self, task, context, method, placement, error) -> None:
+        """A method the model's store cannot serve (loki on a raw store, say) is recorded, not
+        fatal: the other methods of the cell go on."""
+        row = dict(
+            task=task,
+            context=context,
+            method=method,
+            placement=placement,
+            error=f"{type(error).__name__}: {error}",
+        )
+        self.results.add("errors", row)
+        self.log(f"{task:16s} {context:6d} {method:20s} {placement:4s} refused: {row['error']}")
+
     def ruler_cell(self, context: int, task: str) -> None:
         samples = [
             tasks.make_sample(task, self.haystack.text, context, self.count, seed)
@@ -180,6 +194,9 @@ class Run:
             )
             try:
                 tokens = _greedy(self.model, cache, steps, self.eos)
+            except FathomError as e:
+                self.refused(task, context, method, placement, e)
+                continue
             finally:
                 cache.release()
             texts = [self.tok.decode(row, skip_special_tokens=True) for row in tokens]
@@ -227,6 +244,9 @@ class Run:
             )
             try:
                 logp = _teacher_forced(self.model, cache, targets)
+            except FathomError as e:
+                self.refused("teacher_forced", context, method, placement, e)
+                continue
             finally:
                 cache.release()
             if dense is None:
