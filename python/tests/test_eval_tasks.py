@@ -135,6 +135,16 @@ def test_results_json_table_and_svg(tmp_path):
             score=97.5,
         ),
     )
+    res.add(
+        "errors",
+        dict(
+            task="vt",
+            context=4096,
+            method="loki(16)",
+            placement="hbm",
+            error="MethodError: loki needs a klt store",
+        ),
+    )
     res.finish(True)
     data = json.loads((tmp_path / "ruler-x.json").read_text())
     assert data["complete"] is True
@@ -142,6 +152,7 @@ def test_results_json_table_and_svg(tmp_path):
     assert "| dense | 100.0 (4) | 80.0 (4) | 90.0 |" in table
     assert "fathom(24)@host | 50.0 (4) | - | 50.0 |" in table
     assert "| fathom(24) | 4096 | 63 | 97.50 |" in table
+    assert "not run: loki(16)@hbm (vt, 4096): MethodError" in table
     svg = report.svg(data)
     assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "fathom(24)@host" in svg
 

@@ -18,6 +18,7 @@ class Results:
             "rows": [],
             "teacher_forced": [],
             "speed": [],
+            "errors": [],
             "complete": False,
         }
 
