@@ -1,11 +1,12 @@
-//! Embeds the committed autotune records (`autotune/records/*.json`) so that a binary finds the
-//! record of its GPU wherever it runs, not only inside this checkout.
+//! Embeds the committed autotune records (`runtime/records/*.json`: the runtime owns the tables
+//! it ships, so nothing here reads outside this crate) so that a binary finds the record of its
+//! GPU wherever it runs, not only inside this checkout.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../autotune/records");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("records");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .map(|entries| {

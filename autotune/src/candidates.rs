@@ -31,10 +31,11 @@ use codegen::spec::{
     AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
     PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectSpec,
 };
-use runtime::reference::select::paper_k;
-use runtime::step::tuning::context_bucket;
-use runtime::step::{DecoderConfig, Tile, Transfer, TunedFamily};
+use reference::select::paper_k;
+use runtime::step::{DecoderConfig, Transfer};
+use runtime::tuning::context_bucket;
 use runtime::tuning::{EntryKey, Subject, Variant};
+use runtime::tuning::{Tile, TunedFamily};
 use sha2::{Digest, Sha256};
 
 /// Tokens per block and words per plane per segment of every store the tuner builds: the
@@ -553,7 +554,7 @@ mod tests {
             ]
         );
         let default = Variant::Tile(Tile::Threads(
-            runtime::step::Tiles::default().pariskv_threads,
+            runtime::tuning::Tiles::default().pariskv_threads,
         ));
         for (family, placement) in pariskv {
             let c = case(Subject::Kernel(family), placement, 7);
@@ -611,7 +612,7 @@ mod tests {
         // domain.
         assert_eq!(domain, 32 * 32 * 2);
         // The runtime's default select tile is among the candidates.
-        let defaults = runtime::step::Tiles::default();
+        let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
         assert!(valid.contains(&Variant::Tile(Tile::Select {
             threads,
@@ -622,7 +623,7 @@ mod tests {
 
     #[test]
     fn the_defaults_of_every_family_are_candidates() {
-        let t = runtime::step::Tiles::default();
+        let t = runtime::tuning::Tiles::default();
         let has = |family, placement, tile| {
             enumerate(&case(Subject::Kernel(family), placement, 4)).contains(&Variant::Tile(tile))
         };

@@ -9,7 +9,7 @@
 //! every candidate's achieved bandwidth beside the record.
 //!
 //! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick]`
-//! `cargo run --release -p autotune -- --report autotune/records/nvidia-h200.json` (no GPU)
+//! `cargo run --release -p autotune -- --report runtime/records/nvidia-h200.json` (no GPU)
 
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -181,8 +181,8 @@ pub fn bandwidth_svg(record: &TuningRecord, ceilings: Option<&Ceilings>) -> Stri
 mod tests {
     use super::*;
     use codegen::spec::Placement;
-    use runtime::step::{Tile, TunedFamily};
     use runtime::tuning::{CandidateRecord, EntryKey, RecordMeta, Subject, Variant, Winner};
+    use runtime::tuning::{Tile, TunedFamily};
 
     fn record(with_winner: bool) -> TuningRecord {
         let v = |w| {

@@ -158,7 +158,7 @@ pub fn select_shapes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runtime::step::TunedFamily;
+    use runtime::tuning::TunedFamily;
 
     #[test]
     fn the_default_is_every_distinct_preset_shape_at_every_context() {

@@ -7,10 +7,11 @@ use codegen::model::Basis;
 use codegen::spec::Placement;
 use runtime::pariskv::Stage;
 use runtime::step::launches::{launch_plan, LaunchPlan, PlanInputs, Role, StepShape};
-use runtime::step::{Method, Scoring, Tile, Tiles, Transfer, TuneKey, TunedFamily, Tuning};
+use runtime::step::{Method, Scoring, Transfer};
 use runtime::tuning::{
     CandidateRecord, MetaMismatch, Outcome, RecordError, RecordMeta, Subject, TuningRecord, Variant,
 };
+use runtime::tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 use crate::candidates::{bench_k, bench_k_max, candidate_checksum, enumerate, Case, SUBJECTS};
 use crate::records::merge_into;

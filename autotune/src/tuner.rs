@@ -20,7 +20,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use runtime::step::{Tile, Transfer};
+use runtime::step::Transfer;
+use runtime::tuning::Tile;
 use runtime::tuning::{
     CandidateRecord, EntryRecord, Outcome, RecordMeta, TuningRecord, Variant, Winner,
 };

@@ -27,10 +27,10 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 /// Head dimensions the kernels are specialised for (SPEC §1).
-pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
+pub use crate::spec::shape::HEAD_DIMS;
 
 /// The largest group size `G` (query heads per KV head) the kernels are specialised for (SPEC §1).
-pub const MAX_GROUP_SIZE: usize = 8;
+pub const MAX_GROUP_SIZE: usize = crate::spec::shape::MAX_GROUP;
 
 /// The largest layer or head count accepted: kernels take head counts as C `int`s, and the
 /// runtime sizes its tables by products of these counts, so a count from a config must stay far

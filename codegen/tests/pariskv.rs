@@ -12,7 +12,12 @@ use codegen::spec::{
 use family_checks::{assert_compiles, assert_renders};
 use serde_json::json;
 
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+/// The head dimensions ParisKV serves, in the width of the specs.
+fn head_dims() -> Vec<u32> {
+    codegen::spec::pariskv::head_dims()
+        .map(|d| d as u32)
+        .collect()
+}
 
 fn index() -> PariskvIndexSpec {
     PariskvIndexSpec {
@@ -57,7 +62,7 @@ fn rerank() -> PariskvRerankSpec {
 /// Every spec of a sampled grid over the fields, each family with its entry points.
 fn grid() -> Vec<(KernelSpec, Vec<String>)> {
     let mut specs: Vec<(KernelSpec, Vec<String>)> = Vec::new();
-    for head_dim in HEAD_DIMS {
+    for head_dim in head_dims() {
         for (i, placement) in [Placement::Hbm, Placement::Host].into_iter().enumerate() {
             for threads in [32, 256, 1024] {
                 let s = PariskvIndexSpec {
@@ -147,7 +152,7 @@ mod rerank_family {
     family_checks::family_tests! {
         base: rerank(),
         grid: family_checks::grid4(
-            &HEAD_DIMS,
+            &head_dims(),
             &[1, 4, 8],
             &[1, 512, 4096],
             &[Placement::Hbm, Placement::Host],

@@ -3,9 +3,9 @@
 use std::{process::ExitCode, sync::Arc};
 
 use codegen::{model::preset, spec::Placement};
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use reference::synthetic::{generate, SyntheticSettings};
 use runtime::gpu::Gpu;
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
-use runtime::reference::synthetic::{generate, SyntheticSettings};
 use runtime::step::{Calibration, Decoder, DecoderConfig, Method, StepRequest};
 use runtime::store::{KeyStore, StoreConfig};
 

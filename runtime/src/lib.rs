@@ -4,18 +4,26 @@
 //! - [`step`]: the decode step of one layer for a batch of sequences (§8), over a [`view`] of
 //!   the store;
 //! - [`jit`]: kernels compiled by NVRTC for the device on first use and cached on disk;
-//! - [`reference`](mod@reference): the f64 CPU implementation of the whole step that every kernel is tested
-//!   against;
 //! - [`gpu`], [`launch`], [`ceilings`]: the checked driver layer, typed device pointers, and the
 //!   copy rates kernels are measured against.
-//! - [`fidelity`]: §9 fidelity and recall@k of every method on real activations, through the
-//!   reference (the `fathom-fidelity` benchmark);
-//! - [`drift`]: issue #8's long-generation drift scenario, recall@k of Fathom and ParisKV over
-//!   thousands of decode steps whose keys move away from the prefill's (the `fathom-drift`
-//!   program), and [`plot`], the SVG line chart it draws;
 //! - [`pariskv`]: the host side of the ParisKV kernels' launch ABI (§12), shared by the store's
 //!   index build and the decoder's `pariskv(k)` step;
-//! - [`tuning`]: autotune records (per GPU model) and where the decoder finds its own.
+//! - [`tuning`]: the tuning vocabulary the step looks its launches up in ([`tuning::Tile`],
+//!   [`tuning::TuneKey`], the [`tuning::Tuning`] trait, the default [`tuning::Tiles`], the
+//!   host-placement [`tuning::Transfer`]), autotune records (per GPU model, the committed ones
+//!   in `runtime/records/` compiled in) and where the decoder finds its own.
+//!
+//! # Where the rest lives
+//!
+//! - The vocabulary the runtime shares with the f64 reference and the kernels is in `codegen`:
+//!   [`codegen::spec::method::Method`] (re-exported as [`step::Method`]),
+//!   [`codegen::spec::layout::StoreLayout`] and [`codegen::spec::layout::BlockSize`],
+//!   [`codegen::spec::shape::HEAD_DIMS`], the ParisKV sign vector
+//!   ([`codegen::spec::pariskv::signs`]).
+//! - The f64 reference is the crate `fathom-reference` (`runtime/reference/`, lib `reference`),
+//!   which the tests, autotune and the research programs use; the runtime does not depend on it.
+//! - The research programs (`fathom-fidelity`, `fathom-drift`) are the crate `fathom-research`
+//!   (`runtime/research/`).
 //!
 //! # The types a serving stack touches
 //!
@@ -86,16 +94,10 @@
 //! ```
 
 pub mod ceilings;
-pub mod drift;
-pub mod fidelity;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
-pub mod parallel;
 pub mod pariskv;
-pub mod plot;
-pub mod provenance;
-pub mod reference;
 pub mod step;
 pub mod store;
 pub mod tuning;

@@ -5,17 +5,16 @@
 //! retrieval with [`retrieval_args`], so every caller passes the same arguments in the same
 //! order.
 
-use codegen::spec::pariskv::{candidate_capacity, subspaces, vote_bins, CENTROIDS, TIERS};
+use codegen::spec::pariskv::{candidate_capacity, signs, subspaces, vote_bins, CENTROIDS, TIERS};
 
 use crate::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
-use crate::reference::pariskv::signs;
 
 /// Threads per block of the ParisKV kernels the store and the decoder launch (the default
 /// kernel set's, `codegen::kernels::kernels_for`).
 pub const THREADS: u32 = 256;
 
 /// The sign vector `s` of `d` channels as the kernels take it: fp32 ±1 in device memory, from
-/// [`crate::reference::pariskv::signs`].
+/// [`codegen::spec::pariskv::signs`].
 pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> {
     let s: Vec<f32> = signs(d).iter().map(|&v| v as f32).collect();
     gpu.upload(&s)

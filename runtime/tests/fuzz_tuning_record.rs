@@ -2,15 +2,15 @@
 //! copied between machines, cut short by a full disk, edited by hand, written by another
 //! version), so every byte string must load as a record or be refused with a typed error, and a
 //! record of another GPU, driver or version must be refused with its reason; never a panic.
-//! The seed corpus is the committed H200 record (`autotune/records/nvidia-h200.json`).
+//! The seed corpus is the committed H200 record (`runtime/records/nvidia-h200.json`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 use proptest::prelude::*;
-use runtime::step::{TuneKey, TunedFamily, Tuning};
 use runtime::tuning::locate::EMBEDDED_RECORDS;
 use runtime::tuning::{find_record, record_file_name, MetaCheck, RecordError, TuningRecord};
+use runtime::tuning::{TuneKey, TunedFamily, Tuning};
 
 /// The committed record's text: the corpus every damage starts from.
 fn corpus() -> &'static str {

@@ -2,8 +2,8 @@
 //! `templates/ABI.md`: per-segment buffers and the segment tables that point at them.
 
 use codegen::spec::Placement;
+use reference::store::HeadStore;
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer};
-use runtime::reference::store::HeadStore;
 
 /// A segment's memory, on the device or mapped from the host.
 enum Memory<T> {

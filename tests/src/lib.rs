@@ -4,6 +4,7 @@
 
 pub mod device_store;
 pub mod inputs;
+pub mod kernel_check;
 pub mod pariskv_kernels;
 pub mod select_kernels;
 pub mod step_check;

@@ -10,12 +10,12 @@ use codegen::spec::{
     Family, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
     PariskvVoteSpec, Placement,
 };
+use reference::pariskv::PariskvIndex;
 use runtime::gpu::{Gpu, GpuError, Module};
 pub use runtime::pariskv::device_signs;
 use runtime::pariskv::{
     build_args, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs, Stage,
 };
-use runtime::reference::pariskv::PariskvIndex;
 
 use crate::select_kernels::{compile, int, launch, HeadTable, KernelError, SelectHost, POISON};
 

@@ -1,5 +1,5 @@
 //! Checks of a whole decode step (`runtime::step`) against the f64 reference step of each query
-//! group (`runtime::reference::step::step_group`), shared by `gpu_step.rs` (views built by
+//! group (`reference::step::step_group`), shared by `gpu_step.rs` (views built by
 //! hand) and `gpu_decode.rs` (views of the key store).
 //!
 //! Per (sequence, KV head, query head):
@@ -17,13 +17,13 @@
 //! - `dense` (and any sequence of at most `SINK + LOCAL + k` tokens): every token selected.
 
 use half::bf16;
+use reference::attention::attend;
+use reference::klt::Klt;
+use reference::plans::DoubleSparsityCalibration;
+use reference::select::{LOCAL, SINK};
+use reference::step::{step_group, GroupInput, GroupStep, StepConfig};
+use reference::store::HeadStore;
 use runtime::gpu::Gpu;
-use runtime::reference::attention::attend;
-use runtime::reference::klt::Klt;
-use runtime::reference::plans::DoubleSparsityCalibration;
-use runtime::reference::select::{LOCAL, SINK};
-use runtime::reference::step::{step_group, GroupInput, GroupStep, StepConfig};
-use runtime::reference::store::HeadStore;
 use runtime::step::{HostStepOutput, Method, StepOutput};
 
 use crate::select_kernels::{relative_error, Mismatches};

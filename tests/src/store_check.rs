@@ -4,8 +4,8 @@
 
 use half::bf16;
 use rand::Rng;
+use reference::store::{HeadId, HeadStore};
 use runtime::gpu::{DeviceBuffer, Gpu};
-use runtime::reference::store::{HeadId, HeadStore};
 use runtime::store::device::read_back;
 use runtime::store::{KeyStore, SequenceId};
 

@@ -15,9 +15,9 @@ use codegen::spec::shape::LaunchDims;
 use codegen::spec::{EncodeSpec, GatherSpec, KernelSpec, PlanSpec, ScanSpec};
 use half::bf16;
 use rand::Rng;
+use reference::klt::Klt;
+use reference::store::{StoreLayout, PLANES};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, Module};
-use runtime::reference::klt::Klt;
-use runtime::reference::store::{StoreLayout, PLANES};
 
 use crate::device_store::DeviceStore;
 
@@ -667,7 +667,7 @@ pub fn run_encode(
 mod tests {
     use super::*;
     use rand::SeedableRng;
-    use runtime::reference::store::BlockSize;
+    use reference::store::BlockSize;
 
     /// The CPU tables the GPU tests compare against are themselves consistent: slots in class
     /// order, and staged runs packed densely without overlap inside their region.

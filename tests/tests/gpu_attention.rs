@@ -29,10 +29,10 @@ use half::bf16;
 use rand::seq::index::sample;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::attention::{attend, attend_group, default_scale};
+use reference::score::score_exact;
+use reference::select::Selection;
 use runtime::gpu::Gpu;
-use runtime::reference::attention::{attend, attend_group, default_scale};
-use runtime::reference::score::score_exact;
-use runtime::reference::select::Selection;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;

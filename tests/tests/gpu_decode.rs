@@ -1,7 +1,7 @@
 //! End-to-end GPU test of decoding (SPEC §8): the key store (`runtime::store::KeyStore`) fed by
 //! prefill and per-token appends, and decode steps (`runtime::step::Decoder`) over its
 //! `layer_view`, for every method of §4, against the f64 reference step of every query group
-//! (`runtime::reference::step::step_group`) run on reference `HeadStore`s fed the same keys
+//! (`reference::step::step_group`) run on reference `HeadStore`s fed the same keys
 //! (rotated as the encode kernel rotates them: `fathom_tests::store_kernels::rotate_keys`).
 //!
 //! Each case builds two stores (HBM and mapped host memory), two layers, H = 2 KV heads,
@@ -51,11 +51,11 @@ use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::klt::Klt;
+use reference::plans::DoubleSparsityCalibration;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::jit::Jit;
-use runtime::reference::klt::Klt;
-use runtime::reference::plans::DoubleSparsityCalibration;
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::launches::token_capacity;
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Transfer,

@@ -1,5 +1,5 @@
 //! GPU tests of the `encode` family (SPEC §2, §5; `templates/encode.cu.tera`) against the f64
-//! reference store (`runtime::reference::store::HeadStore`).
+//! reference store (`reference::store::HeadStore`).
 //!
 //! What is checked, on fresh random keys (the seed is printed and named in every failure):
 //!
@@ -23,6 +23,7 @@
 //!   (`max(BLK, 64)` aligned tokens) is not written at all (poison stays); every other chunk of
 //!   the launch is written normally.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{EncodeMode, EncodeSpec};
 use fathom_tests::store_kernels::{
     rotate_keys, rotations, run_encode, upload, DeviceKeys, EncodeTarget, Kernel, Mismatches,
@@ -30,12 +31,9 @@ use fathom_tests::store_kernels::{
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
+use reference::store::{BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, WORD_TOKENS};
 use runtime::gpu::Gpu;
-use runtime::reference::store::{
-    BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, WORD_TOKENS,
-};
 
-const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 const BLOCKS: [usize; 3] = [32, 64, 128];
 
 fn spec(d: usize, blk: usize, s: usize, mode: EncodeMode, rotate: bool) -> EncodeSpec {

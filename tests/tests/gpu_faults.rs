@@ -25,7 +25,7 @@
 //! - `a_mismatched_tuning_record_is_refused_and_the_next_place_used`: a record of this GPU
 //!   model in `$FATHOM_TUNING_DIR` measured with another driver is refused by `Decoder::new`,
 //!   which says why on standard error and plans with the next place's record (the compiled-in
-//!   `autotune/records` one of this GPU model, when it fits) or else the defaults; the same record with this
+//!   `runtime/records` one of this GPU model, when it fits) or else the defaults; the same record with this
 //!   process's header is used (its scan tile shows in the plan), so the test sees the record.
 //!   Runs in child processes, so that no test changes another's environment.
 
@@ -44,17 +44,16 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::JitCache;
-use runtime::step::tuning::{context_bucket, fit_scan_tile};
-use runtime::step::{
-    Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest, Tile, TunedFamily,
-};
-use runtime::step::{TuneKey, Tuning};
+use runtime::step::{Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::tuning::locate::EMBEDDED_RECORDS;
+use runtime::tuning::{context_bucket, fit_scan_tile};
 use runtime::tuning::{
     find_record, record_file_name, CandidateRecord, EntryKey, EntryRecord, Outcome, RecordMeta,
     Subject, TuningRecord, Variant, Winner, TUNING_DIR_VAR,
 };
+use runtime::tuning::{Tile, TunedFamily};
+use runtime::tuning::{TuneKey, Tuning};
 
 /// qwen3-8b's attention shape (8 KV heads, G = 4, D = 128) with `layers` layers.
 fn model(layers: usize) -> ModelShape {
@@ -637,7 +636,7 @@ fn a_mismatched_tuning_record_is_refused_and_the_next_place_used() {
             tile_words,
             threads,
         }) => fit_scan_tile((tile_words, threads), segment_words),
-        _ => fit_scan_tile(runtime::step::Tiles::default().scan_hbm, segment_words),
+        _ => fit_scan_tile(runtime::tuning::Tiles::default().scan_hbm, segment_words),
     };
     assert_ne!(
         want, RECORDED_SCAN,

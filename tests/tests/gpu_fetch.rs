@@ -13,6 +13,7 @@
 //! - each case is launched twice: with the spec's grid and with one block per (head, sequence),
 //!   which must stride over the whole union.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{FetchSpec, Placement};
 use fathom_tests::select_kernels::{
     with_grid_x, FetchArgs, FetchKernel, HeadTable, Mismatches, ALWAYS, POISON, POISON_U16,
@@ -24,7 +25,6 @@ use runtime::gpu::Gpu;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
 const GROUPS: [u32; 4] = [1, 4, 7, 8];
 
 #[allow(clippy::too_many_arguments)]
@@ -160,7 +160,7 @@ fn fetch_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let mut first = true;
-    for d in HEAD_DIMS {
+    for d in HEAD_DIMS.map(|d| d as u32) {
         for g in GROUPS {
             let k = if first { 0 } else { rng.gen_range(1..=2048) };
             first = false;

@@ -14,9 +14,9 @@ use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
+use reference::score::score_exact;
 use runtime::gpu::{Arg, Gpu};
 use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, Origin};
-use runtime::reference::score::score_exact;
 
 fn qwen3_8b_set() -> Vec<KernelSpec> {
     kernels_for(&preset("qwen3-8b").unwrap(), &KernelSetOptions::default())

@@ -19,6 +19,7 @@
 //!   downloaded means, which is `score::score_landmark` wherever the means agree) within fp32
 //!   rounding ([`dot_tolerance`]); every other element stays poisoned.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{LandmarkSpec, Placement};
 use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, LandmarkBuildArgs, LandmarkKernels, LandmarkScanArgs,
@@ -27,12 +28,11 @@ use fathom_tests::select_kernels::{
 use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::Rng;
+use reference::score::{landmark_means, LANDMARK_TOKENS};
 use runtime::gpu::Gpu;
-use runtime::reference::score::{landmark_means, LANDMARK_TOKENS};
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
 const GROUPS: [u32; 4] = [1, 4, 7, 8];
 const GT: usize = LANDMARK_TOKENS;
 
@@ -303,7 +303,7 @@ fn landmark_case(
 fn landmark_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed(test);
-    for d in HEAD_DIMS {
+    for d in HEAD_DIMS.map(|d| d as u32) {
         for g in GROUPS {
             landmark_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);
         }

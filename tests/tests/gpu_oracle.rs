@@ -12,6 +12,7 @@
 //!   D products of exact fp32 × bf16 inputs, derived there), and every element outside the ranges
 //!   (other tokens, the padding of `ld_scores`) still poisoned.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{OracleSpec, Placement};
 use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, Mismatches, OracleArgs, OracleKernel, POISON,
@@ -20,12 +21,11 @@ use fathom_tests::select_kernels::{
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
+use reference::score::score_exact;
 use runtime::gpu::Gpu;
-use runtime::reference::score::score_exact;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
 const GROUPS: [u32; 4] = [1, 4, 7, 8];
 /// The store's block: a tail starts at a multiple of it.
 const BLK: usize = 64;
@@ -192,7 +192,7 @@ fn oracle_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d
 fn oracle_all_shapes(placement: Placement, test: &str) {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed(test);
-    for d in HEAD_DIMS {
+    for d in HEAD_DIMS.map(|d| d as u32) {
         for g in GROUPS {
             oracle_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);
         }

@@ -1,5 +1,5 @@
 //! GPU tests of the ParisKV kernels (SPEC §12) against the f64 reference
-//! `runtime::reference::pariskv`.
+//! `reference::pariskv`.
 //!
 //! The kernels compute everything that decides the selection in f64 with the reference's
 //! operation order and no fused multiply-adds, and round the weights as `half`'s
@@ -31,12 +31,16 @@ use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::pariskv::{pariskv_select, retrieve, PariskvError, PariskvIndex};
 use runtime::gpu::Gpu;
-use runtime::reference::pariskv::{pariskv_select, retrieve, PariskvError, PariskvIndex};
 
 const KV_HEADS: usize = 2;
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
 const K_MAX: u32 = 2048;
+
+/// The head dimensions ParisKV serves, in the width of the kernel specs.
+fn pariskv_head_dims() -> impl Iterator<Item = u32> {
+    codegen::spec::pariskv::head_dims().map(|d| d as u32)
+}
 
 /// Keys of every head of every sequence (`[b*H + h]`), `lengths[b]` tokens each.
 fn head_keys(rng: &mut impl Rng, lengths: &[usize], d: usize) -> Vec<Vec<bf16>> {
@@ -142,7 +146,7 @@ fn index_build_matches_the_reference() {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed("index_build_matches_the_reference");
     for placement in [Placement::Hbm, Placement::Host] {
-        for d in HEAD_DIMS {
+        for d in pariskv_head_dims() {
             let kernels = PariskvKernels::load(&gpu, d, 4, K_MAX, placement).unwrap();
             // n = 0, 1, one block of the build grid (4 tokens per warp), a long partial one.
             let one_block = (kernels.index.threads / 32 * 4) as usize;
@@ -178,7 +182,7 @@ fn append_after_prefill_equals_the_build_of_all() {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed("append_after_prefill_equals_the_build_of_all");
     for placement in [Placement::Hbm, Placement::Host] {
-        for d in HEAD_DIMS {
+        for d in pariskv_head_dims() {
             let du = d as usize;
             let kernels = PariskvKernels::load(&gpu, d, 1, K_MAX, placement).unwrap();
             let lengths = [rng.gen_range(200..1500), 64, 7];
@@ -466,7 +470,7 @@ fn retrieval_matches_the_reference() {
     let ks = [16usize, 100, 512, 0];
     let mut i = 0;
     for placement in [Placement::Hbm, Placement::Host] {
-        for d in HEAD_DIMS {
+        for d in pariskv_head_dims() {
             for g in [1u32, 4, 7] {
                 let k = ks[i % ks.len()];
                 // Lengths around the regimes: empty, below the sink and window, exactly every

@@ -1,7 +1,7 @@
 //! End-to-end GPU test of the `pariskv(k)` method (SPEC §12): a key store that keeps the
 //! ParisKV index (`StoreConfig::pariskv_index`), fed by prefill and per-token appends, and
 //! decode steps (`runtime::step::Decoder`) over its `layer_view`, against the f64 reference
-//! `runtime::reference::pariskv::pariskv_step` of every query group, run on reference indexes
+//! `reference::pariskv::pariskv_step` of every query group, run on reference indexes
 //! built from the same keys.
 //!
 //! Each case builds a store per placement (index rows in HBM or in mapped host memory), two
@@ -33,9 +33,9 @@ use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
 use runtime::gpu::Gpu;
 use runtime::jit::Jit;
-use runtime::reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
 use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepRequest};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::view::LayerView;

@@ -1,5 +1,5 @@
 //! GPU tests of the `plan` family (SPEC §3, §4, §7; `templates/plan.cu.tera`) against the f64
-//! reference planner (`runtime::reference::plans::depth_plan`, which water-fills with
+//! reference planner (`reference::plans::depth_plan`, which water-fills with
 //! `planner::water_fill` for `fathom`).
 //!
 //! Every launch plans a batch of `B` sequences × `H` KV heads, each `(b, h)` with its own random
@@ -34,12 +34,10 @@ use fathom_tests::store_kernels::{
 };
 use fathom_tests::{gpu, inputs};
 use rand::Rng;
+use reference::planner::min_budget;
+use reference::plans::{depth_plan, DepthPlan, DoubleSparsityCalibration, Method, PlanContext};
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-use runtime::reference::planner::min_budget;
-use runtime::reference::plans::{
-    depth_plan, DepthPlan, DoubleSparsityCalibration, Method, PlanContext,
-};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 /// One plan launch to check.
 struct Case {

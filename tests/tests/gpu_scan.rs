@@ -1,5 +1,5 @@
 //! GPU tests of the `scan` family (SPEC §6; `templates/scan.cu.tera`) against the f64 reference
-//! scores (`runtime::reference::score::score_stored`, which decodes every channel with the
+//! scores (`reference::score::score_stored`, which decodes every channel with the
 //! reference store's own `decode`), and of the `gather` family (SPEC §7.2;
 //! `templates/gather.cu.tera`) against the store it copies from.
 //!
@@ -44,11 +44,11 @@ use fathom_tests::store_kernels::{
 use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::model::Basis;
+use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
+use reference::score::score_stored;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-use runtime::reference::model::Basis;
-use runtime::reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use runtime::reference::score::score_stored;
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 /// The plans of §6's check: which one a `(b, h)` gets cycles through this list.
 #[derive(Clone, Copy, Debug)]

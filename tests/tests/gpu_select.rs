@@ -46,8 +46,8 @@ use fathom_tests::select_kernels::{
 use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::select::Selection;
 use runtime::gpu::Gpu;
-use runtime::reference::select::Selection;
 
 /// H in the launches of these tests (the million-token test uses 1).
 const KV_HEADS: usize = 2;

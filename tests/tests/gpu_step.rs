@@ -1,5 +1,5 @@
 //! GPU tests of the decode step (`runtime::step`, SPEC §8) against the f64 reference step of
-//! one query group (`runtime::reference::step::step_group`), for every method of §4.
+//! one query group (`reference::step::step_group`), for every method of §4.
 //!
 //! Fixture: B = 3 sequences of different lengths (one under 100 tokens, so that every token is
 //! selected; one of a few thousand tokens that is not a multiple of the block, so there is a
@@ -42,14 +42,15 @@ use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::seq::SliceRandom;
 use rand::Rng;
+use reference::klt::Klt;
+use reference::plans::DoubleSparsityCalibration;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
-use runtime::reference::klt::Klt;
-use runtime::reference::plans::DoubleSparsityCalibration;
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
-    StepRequest, Tile, Transfer, TuneKey, TunedFamily, Tuning,
+    StepRequest, Transfer,
 };
+use runtime::tuning::{Tile, TuneKey, TunedFamily, Tuning};
 use runtime::view::LayerView;
 
 const BATCH: usize = 3;

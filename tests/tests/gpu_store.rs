@@ -1,5 +1,5 @@
 //! GPU tests of the key store (`runtime::store::KeyStore`, SPEC §2, §5, §7, §8) against the f64
-//! reference store (`runtime::reference::store::HeadStore`).
+//! reference store (`reference::store::HeadStore`).
 //!
 //! What is checked, on fresh random keys (the seed is printed and named in every failure):
 //!
@@ -27,8 +27,8 @@ use fathom_tests::store_kernels::{self, rotate_keys, rotations, Mismatches};
 use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::Rng;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::store::device::{read_back, settle};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
 

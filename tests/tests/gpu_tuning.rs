@@ -8,11 +8,12 @@ use std::sync::Arc;
 use codegen::model::preset;
 use codegen::spec::Placement;
 use fathom_tests::{gpu, inputs};
-use runtime::step::tuning::{context_bucket, fit_scan_tile};
-use runtime::step::{Decoder, DecoderConfig, Method, StepRequest, Transfer, TuneKey, TunedFamily};
-use runtime::step::{Tiles, Tuning};
+use runtime::step::{Decoder, DecoderConfig, Method, StepRequest, Transfer};
 use runtime::store::{KeyStore, StoreConfig};
+use runtime::tuning::{context_bucket, fit_scan_tile};
 use runtime::tuning::{record_file_name, record_for, EMBEDDED_DIR};
+use runtime::tuning::{Tiles, Tuning};
+use runtime::tuning::{TuneKey, TunedFamily};
 
 const TOKENS: usize = 20_000;
 
@@ -88,7 +89,7 @@ fn gpu_decoder_uses_the_record_of_this_gpu() {
     let (want_tile, want_transfer) = match &record {
         Some(r) => {
             let tile = match r.tile(&key) {
-                Some(runtime::step::Tile::Scan {
+                Some(runtime::tuning::Tile::Scan {
                     tile_words,
                     threads,
                 }) => (tile_words, threads),

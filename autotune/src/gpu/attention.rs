@@ -1,6 +1,6 @@
 //! The attention bench: attention over the fetched rows of a selection (the reference
 //! selection of the select bench's scores at the paper's `k`, its union's K/V rows laid out as
-//! `fetch` writes them), checked against `runtime::reference::attention::attend` before it is
+//! `fetch` writes them), checked against `reference::attention::attend` before it is
 //! timed.
 
 use codegen::spec::Placement;
@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use codegen::spec::KernelSpec;
 use half::bf16;
+use reference::attention::{attend, default_scale};
 use runtime::gpu::{Arg, DeviceBuffer};
-use runtime::reference::attention::{attend, default_scale};
 use runtime::tuning::Variant;
 
 use super::device::{gpu_err, int, launch, Device, Launch};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use half::bf16;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use runtime::reference::select::Selection;
+use reference::select::Selection;
 
 /// `per` items made by `make(index, seed)` on as many threads as there are items.
 fn in_parallel<T: Send>(per: usize, make: impl Fn(usize) -> T + Sync) -> Result<Vec<T>, String> {
@@ -110,7 +110,7 @@ fn score(rng: &mut ChaCha8Rng) -> f32 {
 
 impl HostScores {
     /// Fresh scores of `heads × group` query heads over `tokens` tokens and their reference
-    /// selection of `k` (`runtime::reference::select`), made on all cores.
+    /// selection of `k` (`reference::select`), made on all cores.
     pub fn new(group: usize, heads: usize, tokens: usize, k: usize) -> Result<Self, String> {
         let scores = in_parallel(heads * group, |qh| {
             let mut rng = ChaCha8Rng::seed_from_u64(0x5e1 ^ ((qh as u64) << 32) ^ tokens as u64);

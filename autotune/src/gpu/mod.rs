@@ -19,7 +19,7 @@
 //!   (`rows.rs`) on fresh random scores and K/V rows (`inputs.rs`);
 //! - `pariskv_vote`, `pariskv_topc`, `pariskv_rerank` (`pariskv.rs`): each family's own launches
 //!   on an index built on the device from the random keys of `inputs.rs` and on the outputs of
-//!   a default retrieval chain, checked exactly against `runtime::reference::pariskv` on a
+//!   a default retrieval chain, checked exactly against `reference::pariskv` on a
 //!   sample of KV heads (the first and the last).
 
 mod attention;
@@ -38,12 +38,13 @@ use codegen::spec::{GatherSpec, KernelSpec, Placement, ScanSpec};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use reference::store::HeadStore;
 use runtime::ceilings::Ceilings;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu};
-use runtime::reference::store::HeadStore;
-use runtime::step::tuning::fit_scan_tile;
-use runtime::step::{Tile, Tiles, Transfer, TunedFamily};
+use runtime::step::Transfer;
+use runtime::tuning::fit_scan_tile;
 use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
+use runtime::tuning::{Tile, Tiles, TunedFamily};
 
 pub use device::{Device, FLUSH_BYTES};
 pub use inputs::{HostRows, HostScores};

@@ -1,6 +1,6 @@
 //! The ParisKV bench (SPEC §12): `pariskv_vote`, `pariskv_topc` and `pariskv_rerank` on an
 //! index built on the device from random keys, each candidate checked exactly against
-//! `runtime::reference::pariskv` before it is timed.
+//! `reference::pariskv` before it is timed.
 //!
 //! Per (shape, context) the bench builds, once: the index of every KV head with the default
 //! `pariskv_index` kernel (rows in HBM; a copy in mapped host memory when a host case comes),
@@ -22,22 +22,25 @@
 
 use std::sync::Arc;
 
-use codegen::spec::pariskv::{candidate_count, retrievable, subspaces, vote_bins};
+use codegen::spec::pariskv::{candidate_count, retrievable, subspaces};
 use codegen::spec::{
     Family, KernelSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvTopcSpec, PariskvVoteSpec,
     Placement,
 };
 use half::bf16;
+use reference::pariskv::{retrieve, PariskvIndex, Retrieval};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::pariskv::{
     build_args, device_signs, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs,
     RetrievalSizes, Stage, THREADS,
 };
-use runtime::reference::pariskv::{retrieve, PariskvIndex, Retrieval};
-use runtime::reference::select::{LOCAL, SINK};
 use runtime::step::launches::{token_capacity, ALWAYS};
-use runtime::step::TunedFamily;
+use runtime::tuning::TunedFamily;
 use runtime::tuning::{Subject, Variant};
+
+mod checks;
+
+use checks::{check_candidates, check_scores, check_selection, check_votes, SelectionHost};
 
 use super::device::{gpu_err, launch, Device, Launch};
 use super::inputs::{queries, query, HostRows, Inputs};
@@ -634,162 +637,12 @@ fn prepare(
     })
 }
 
-/// Votes of the retrievable tokens and their histogram, per sampled head.
-fn check_votes(
-    votes: &[u16],
-    hist: &[u32],
-    ld_votes: usize,
-    head_dim: usize,
-    reference: &[(usize, Retrieval)],
-) -> Result<(), String> {
-    let bins = vote_bins(head_dim as u32) as usize;
-    for (h, r) in reference {
-        let row = &votes[h * ld_votes..(h + 1) * ld_votes];
-        let mut want_hist = vec![0u32; bins];
-        for (t, &v) in r.retrievable.clone().zip(&r.votes) {
-            if u32::from(row[t]) != v {
-                return Err(format!(
-                    "kv head {h} token {t}: vote {}, reference {v}",
-                    row[t]
-                ));
-            }
-            want_hist[v as usize] += 1;
-        }
-        let got = &hist[h * bins..(h + 1) * bins];
-        if got != want_hist.as_slice() {
-            return Err(format!("kv head {h}: the vote histogram differs"));
-        }
-    }
-    Ok(())
-}
-
-/// The `C` candidates, ascending, per sampled head.
-fn check_candidates(
-    cand: &[i32],
-    cand_count: &[i32],
-    ld_cand: usize,
-    reference: &[(usize, Retrieval)],
-) -> Result<(), String> {
-    for (h, r) in reference {
-        let c = r.candidates.len();
-        if cand_count[*h] as usize != c {
-            return Err(format!(
-                "kv head {h}: cand_count {}, reference {c}",
-                cand_count[*h]
-            ));
-        }
-        let mut want = r.candidates.clone();
-        want.sort_unstable();
-        let got = &cand[h * ld_cand..h * ld_cand + c];
-        if let Some(j) = (0..c).find(|&j| got[j] as usize != want[j]) {
-            return Err(format!(
-                "kv head {h}: cand[{j}] = {}, reference {}",
-                got[j], want[j]
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `ŝ` of every candidate (in the chain's ascending order), equal as f64.
-fn check_scores(
-    cand: &[i32],
-    score: &[f64],
-    ld_cand: usize,
-    reference: &[(usize, Retrieval)],
-) -> Result<(), String> {
-    for (h, r) in reference {
-        let mut want: Vec<(usize, f64)> = r
-            .candidates
-            .iter()
-            .copied()
-            .zip(r.estimates.iter().copied())
-            .collect();
-        want.sort_unstable_by_key(|&(t, _)| t);
-        for (j, &(t, s)) in want.iter().enumerate() {
-            let at = h * ld_cand + j;
-            // `==`: -0.0 equals 0.0, NaN (the poison) equals nothing.
-            if cand[at] as usize != t || score[at] != s {
-                return Err(format!(
-                    "kv head {h} candidate {j} (token {t}): ŝ {}, reference {s}",
-                    score[at]
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The select family's outputs of a rerank, on the host.
-struct SelectionHost {
-    sel: Vec<i32>,
-    sel_pos: Vec<i32>,
-    sel_count: Vec<i32>,
-    uni: Vec<i32>,
-    uni_count: Vec<i32>,
-}
-
-/// Every query head of a sampled group selects sink ∪ winners ∪ window, ascending, with
-/// `sel_pos[j] = j`, and the union is the same set.
-fn check_selection(
-    got: &SelectionHost,
-    group: usize,
-    k: usize,
-    n: usize,
-    reference: &[(usize, Retrieval)],
-) -> Result<(), String> {
-    let (sink, local) = (SINK, LOCAL);
-    let (sc, uc) = (k + ALWAYS, group * k + ALWAYS);
-    for (h, r) in reference {
-        let want: Vec<usize> = if n <= ALWAYS + k {
-            (0..n).collect()
-        } else {
-            let mut winners = r.winners.clone();
-            winners.sort_unstable();
-            (0..sink).chain(winners).chain(n - local..n).collect()
-        };
-        if got.uni_count[*h] as usize != want.len() {
-            return Err(format!(
-                "kv head {h}: uni_count {}, reference {}",
-                got.uni_count[*h],
-                want.len()
-            ));
-        }
-        for (j, &t) in want.iter().enumerate() {
-            if got.uni[h * uc + j] as usize != t {
-                return Err(format!(
-                    "kv head {h}: uni[{j}] = {}, reference {t}",
-                    got.uni[h * uc + j]
-                ));
-            }
-        }
-        for g in 0..group {
-            let qh = h * group + g;
-            if got.sel_count[qh] as usize != want.len() {
-                return Err(format!(
-                    "query head {qh}: sel_count {}, reference {}",
-                    got.sel_count[qh],
-                    want.len()
-                ));
-            }
-            for (j, &t) in want.iter().enumerate() {
-                let (token, pos) = (got.sel[qh * sc + j], got.sel_pos[qh * sc + j]);
-                if token as usize != t || pos as usize != j {
-                    return Err(format!(
-                        "query head {qh}: sel[{j}] = {token}, sel_pos[{j}] = {pos}; reference \
-                         {t}, {j}"
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runtime::reference::pariskv::PariskvIndex;
+    use codegen::spec::pariskv::vote_bins;
+    use reference::pariskv::PariskvIndex;
+    use reference::select::{LOCAL, SINK};
 
     /// A small reference retrieval and its outputs laid out as the kernels lay them out: the
     /// checks accept them, and catch one changed element of each.

@@ -1,14 +1,14 @@
 //! The plan bench: the plan kernel of `fathom(PLAN_BITS)` over the host-placement store the
 //! transfer cases use (the plan writes run tables and reads no planes, so the placement does
 //! not matter), writing both run tables as the copy-kernel transfer has it. Each candidate's
-//! depths are checked against the f64 reference planner (`runtime::reference::plans`) on the
+//! depths are checked against the f64 reference planner (`reference::plans`) on the
 //! kernel's own store-basis queries, its class counts against its depths, and its run tables
 //! against those of the plan the scan candidates were verified with.
 
 use codegen::model::Basis;
 use codegen::spec::KernelSpec;
-use runtime::reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use runtime::reference::store::BlockSize;
+use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
+use reference::store::BlockSize;
 use runtime::tuning::Variant;
 
 use super::device::{gpu_err, launch, Device, Launch};

@@ -1,7 +1,7 @@
 //! The benches of the row families in one placement of the K/V rows: `oracle` (exact scores of
 //! the whole context, as the `oracle` method runs it: for the tail of every other method one
 //! block covers the rows, so no tile matters there), `landmark` (its `_scan`, as every step
-//! runs it, over means of the rows made by `runtime::reference::score::landmark_means`) and
+//! runs it, over means of the rows made by `reference::score::landmark_means`) and
 //! `fetch` (the union of the reference selection of the select bench's scores). Scores are
 //! checked on a sample of tokens within fp32 rounding of the f64 reference, fetched rows bit
 //! for bit, before anything is timed.
@@ -13,10 +13,10 @@ use half::{bf16, f16};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use reference::score::{landmark_means, LANDMARK_TOKENS};
 use runtime::gpu::{Arg, DeviceBuffer};
-use runtime::reference::score::{landmark_means, LANDMARK_TOKENS};
 use runtime::step::launches::token_capacity;
-use runtime::step::TunedFamily;
+use runtime::tuning::TunedFamily;
 use runtime::tuning::{Subject, Variant};
 
 use super::device::{gpu_err, int, launch, Device, Launch};

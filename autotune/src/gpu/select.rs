@@ -1,6 +1,6 @@
 //! The select bench: the whole select stage (the launches of `SelectSpec::plan`: ten, or twelve
 //! for the compacting variant, at the step's token capacity and score stride) on fresh random
-//! scores, checked exactly against `runtime::reference::select` before it is timed.
+//! scores, checked exactly against `reference::select` before it is timed.
 
 use codegen::spec::Placement;
 use std::sync::Arc;

@@ -7,8 +7,8 @@ use cudarc::driver::CudaFunction;
 use half::bf16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, MappedBuffer};
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 
 use crate::candidates::{BLOCK, SEGMENT_WORDS};
 
@@ -279,7 +279,7 @@ pub struct DevicePlan {
 /// The plan kernel of every case: `fathom` without rotation, on the tuner's block and segment,
 /// with the runtime's default threads.
 pub fn plan_spec(d: usize, group: usize) -> PlanSpec {
-    crate::candidates::plan_spec(d, group, runtime::step::Tiles::default().plan_threads)
+    crate::candidates::plan_spec(d, group, runtime::tuning::Tiles::default().plan_threads)
 }
 
 /// Plans `store` (every head of it) with `fathom(PLAN_BITS)` on the device with `function`,

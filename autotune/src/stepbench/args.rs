@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use codegen::spec::Placement;
-use runtime::reference::plans::{Method, MethodParseError};
+use reference::plans::{Method, MethodParseError};
 use thiserror::Error;
 
 /// Runs the SPEC §9 decode-step protocol on the GPU for a preset and writes the results.

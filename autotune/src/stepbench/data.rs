@@ -8,10 +8,10 @@ use codegen::model::ModelShape;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use runtime::reference::klt::Klt;
-use runtime::reference::plans::{channel_variance, CalibrationError, DoubleSparsityCalibration};
-use runtime::reference::select::SINK;
-use runtime::reference::synthetic::{
+use reference::klt::Klt;
+use reference::plans::{channel_variance, CalibrationError, DoubleSparsityCalibration};
+use reference::select::SINK;
+use reference::synthetic::{
     apply_rope, generate_head, rope_turn, SyntheticError, SyntheticHead, SyntheticSettings,
 };
 use thiserror::Error;

@@ -1,13 +1,11 @@
 //! The per-cell figures computed on the host: medians, floors, the ratio to sparq(32), bytes
 //! per step, and fidelity/recall of a sampled step against the f64 reference.
 
-use runtime::reference::metrics::{
-    bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes,
-};
-use runtime::reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
-use runtime::reference::plans::Method;
-use runtime::reference::select::{paper_k, LOCAL, SINK};
-use runtime::reference::store::BlockSize;
+use reference::metrics::{bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes};
+use reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
+use reference::plans::Method;
+use reference::select::{paper_k, LOCAL, SINK};
+use reference::store::BlockSize;
 
 use super::record::Row;
 
@@ -102,7 +100,7 @@ pub fn group_bytes(
 }
 
 /// Index bytes one query group of `pariskv(k)` reads over `n` tokens of `d` channels (§12, as
-/// `runtime::reference::pariskv::PariskvBytes` counts them; reported in the `planes` share of
+/// `reference::pariskv::PariskvBytes` counts them; reported in the `planes` share of
 /// [`StepBytes`]): the centroid ids of every retrievable token (`N_r * B`, to vote), the codes
 /// and weights of the `C` candidates (`C * (D/2 + 2B)`, to rerank) and the histograms
 /// (`B * 256 * 4`, to build the tiers).

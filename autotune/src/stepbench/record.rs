@@ -87,7 +87,7 @@ impl Row {
 /// The synthetic generator's settings (SPEC §11) every slot was made with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Generator {
-    /// `runtime::reference::synthetic::SyntheticSettings::describe` of slot 0.
+    /// `reference::synthetic::SyntheticSettings::describe` of slot 0.
     pub describe: String,
     /// Slot `s` is generated with `seed + s`.
     pub seed: u64,

@@ -4,10 +4,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use runtime::reference::attention::{dense, dot_bf16};
-use runtime::reference::metrics::fidelity;
-use runtime::reference::select::{top_k_of, LOCAL, SINK};
-use runtime::reference::synthetic::SyntheticHead;
+use reference::attention::{dense, dot_bf16};
+use reference::metrics::fidelity;
+use reference::select::{top_k_of, LOCAL, SINK};
+use reference::synthetic::SyntheticHead;
 use runtime::step::HostStepOutput;
 
 use super::figures::recall;

@@ -9,13 +9,13 @@ use codegen::model::{Basis, ModelShape};
 use codegen::spec::Placement;
 use half::bf16;
 use indicatif::{ProgressBar, ProgressStyle};
+use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
+use reference::select::paper_k;
+use reference::store::BlockSize;
+use reference::synthetic::{SyntheticHead, SyntheticSettings};
 use runtime::ceilings::{self, Ceilings};
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::{Jit, JitError};
-use runtime::reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use runtime::reference::select::paper_k;
-use runtime::reference::store::BlockSize;
-use runtime::reference::synthetic::{SyntheticHead, SyntheticSettings};
 use runtime::step::{
     Calibration, CalibrationError, Decoder, DecoderConfig, StepError, StepGraph, StepRequest,
 };

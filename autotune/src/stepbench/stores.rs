@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use codegen::model::ModelShape;
 use codegen::spec::Placement;
+use reference::pariskv::{subspaces, CENTROIDS};
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::KernelSource;
-use runtime::reference::pariskv::{subspaces, CENTROIDS};
 use runtime::store::device::read_back;
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::view::{LayerView, PariskvView};

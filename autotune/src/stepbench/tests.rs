@@ -4,10 +4,10 @@
 use clap::Parser;
 use codegen::model::preset;
 use codegen::spec::Placement;
-use runtime::reference::metrics::bytes_per_step;
-use runtime::reference::plans::Method;
-use runtime::reference::store::BlockSize;
-use runtime::reference::synthetic::{generate_head, SyntheticHead, SyntheticSettings};
+use reference::metrics::bytes_per_step;
+use reference::plans::Method;
+use reference::store::BlockSize;
+use reference::synthetic::{generate_head, SyntheticHead, SyntheticSettings};
 use runtime::step::launches::WorkspaceSizes;
 use runtime::step::{HostStepOutput, OutputLayout};
 
@@ -429,7 +429,7 @@ fn prefix_histograms_count_each_subspace() {
 
 #[test]
 fn pariskv_bytes_follow_the_reference() {
-    use runtime::reference::pariskv::{
+    use reference::pariskv::{
         pariskv_step, PariskvIndex, PariskvInput, CENTROIDS, HISTOGRAM_BIN_BYTES,
     };
     let (n, d) = (6_000, 64);
@@ -590,9 +590,8 @@ fn reference_comparison() {
     for (i, t) in truth.queries.iter().enumerate() {
         let (h, g) = (i / 2, i % 2);
         let q = &queries[h][g];
-        let score = |tok: usize| {
-            runtime::reference::attention::dot_bf16(q, &heads[h].keys[tok * d..(tok + 1) * d])
-        };
+        let score =
+            |tok: usize| reference::attention::dot_bf16(q, &heads[h].keys[tok * d..(tok + 1) * d]);
         assert!(t.top.windows(2).all(|w| score(w[0]) >= score(w[1])));
     }
     // Half the selection wrong and the outputs off.
@@ -628,7 +627,7 @@ fn recall_is_measured_at_the_methods_own_k() {
     assert_eq!(recall_k(Method::Oracle, 1 << 20), Some(512));
     assert_eq!(
         recall_k(Method::Fathom { bits: 48.0 }, 1 << 15),
-        Some(runtime::reference::select::paper_k(1 << 15))
+        Some(reference::select::paper_k(1 << 15))
     );
     assert_eq!(recall_k(Method::Dense, 1 << 15), None);
 }

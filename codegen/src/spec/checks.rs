@@ -1,26 +1,25 @@
 //! Field checks shared by the kernel families of the selection pipeline.
 
 use super::select::MAX_K;
+use super::shape::{self, HEAD_DIMS};
 use super::SpecError;
 
-/// Head dimensions the row kernels are written for: a row is a whole number of 16-byte loads
-/// and at least 8 of them (one writer lane per query head, up to 8).
-pub(crate) const HEAD_DIMS: [u32; 3] = [64, 128, 256];
-/// Largest query group (`G`).
-pub(crate) const MAX_GROUP: u32 = 8;
+/// Largest query group (`G`), in the width of the row families' fields.
+pub(crate) const MAX_GROUP: u32 = shape::MAX_GROUP as u32;
 
 pub(crate) fn head_dim(family: &'static str, value: u32) -> Result<(), SpecError> {
     head_dim_allowing(family, value.into(), "64, 128 or 256")
 }
 
-/// `head_dim` in [`HEAD_DIMS`], for families of any integer width whose error explains the
+/// `head_dim` in [`HEAD_DIMS`] (the row kernels need a row to be a whole number of 16-byte
+/// loads and at least 8 of them, one writer lane per query head), for families of any integer width whose error explains the
 /// choice in its own words (`allowed`).
 pub(crate) fn head_dim_allowing(
     family: &'static str,
     value: u64,
     allowed: &str,
 ) -> Result<(), SpecError> {
-    if HEAD_DIMS.iter().any(|&d| u64::from(d) == value) {
+    if HEAD_DIMS.iter().any(|&d| d as u64 == value) {
         Ok(())
     } else {
         Err(SpecError::new(family, "head_dim", value, allowed))

@@ -10,6 +10,8 @@ mod checks;
 pub mod fetch;
 pub mod landmark;
 pub mod launch;
+pub mod layout;
+pub mod method;
 pub mod oracle;
 pub mod pariskv;
 mod row;

@@ -9,7 +9,7 @@
 //!
 //! Every computation that decides which token is selected (rotation, centroid ids, codes,
 //! weights, centroid ranking, tiers, votes, `ŝ`) is done in f64 with the operations in the
-//! order of `runtime::reference::pariskv` and no fused multiply-adds, so the kernels reproduce
+//! order of `reference::pariskv` and no fused multiply-adds, so the kernels reproduce
 //! the reference bit for bit; the bf16 rounding of the weights mirrors the `half` crate's
 //! `bf16::from_f64` (it drops the low 32 mantissa bits before rounding).
 //!
@@ -22,7 +22,10 @@
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::select::{LOCAL, SINK};
+use super::shape::HEAD_DIMS;
 use super::{checks, Family, Placement, SpecError};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// Coordinates per subspace `m`.
@@ -80,15 +83,47 @@ pub fn candidate_capacity(max_tokens: u64) -> u64 {
         .unwrap_or(0)
 }
 
-/// Head dimensions of ParisKV: the subspaces need a multiple of 8 and the Hadamard transform a
-/// power of two, and the kernels are written for 64, 128 and 256 (as the reference).
+/// Whether ParisKV serves head dimension `head_dim`: one the kernels are specialised for
+/// ([`HEAD_DIMS`]), a multiple of 8 for the subspaces of 8 coordinates and a power of two for the
+/// Hadamard transform.
+pub fn supports_head_dim(head_dim: usize) -> bool {
+    HEAD_DIMS.contains(&head_dim)
+        && head_dim.is_multiple_of(SUBSPACE as usize)
+        && head_dim.is_power_of_two()
+}
+
+/// The head dimensions ParisKV serves, smallest first: those of [`HEAD_DIMS`] that
+/// [`supports_head_dim`] accepts.
+pub fn head_dims() -> impl Iterator<Item = usize> {
+    HEAD_DIMS.into_iter().filter(|&d| supports_head_dim(d))
+}
+
+/// Seed of the ChaCha8 stream that draws the sign vector `s` (the bytes of "PARISKV\0").
+pub const SIGN_SEED: u64 = 0x5041_5249_534B_5600;
+
+/// The sign vector `s` of `d` channels (`±1.0`) that the query transform and the index build
+/// multiply by before the Hadamard transform: channel `c` is `-1` when the `c`-th `next_u32()`
+/// of `ChaCha8Rng::seed_from_u64(`[`SIGN_SEED`]`)` is odd, `+1` otherwise. The same stream
+/// serves every layer and head, so `signs(64)` is a prefix of `signs(256)`.
+pub fn signs(d: usize) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(SIGN_SEED);
+    (0..d)
+        .map(|_| if rng.next_u32() & 1 == 1 { -1.0 } else { 1.0 })
+        .collect()
+}
+
 fn check_head_dim(family: &'static str, head_dim: u32) -> Result<(), SpecError> {
-    checks::head_dim_allowing(
-        family,
-        head_dim.into(),
-        "64, 128 or 256 (a multiple of 8 for the subspaces of 8 coordinates, and a power of two \
-         for the Hadamard transform)",
-    )
+    if supports_head_dim(head_dim as usize) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            family,
+            "head_dim",
+            head_dim,
+            "64, 128 or 256 (a multiple of 8 for the subspaces of 8 coordinates, and a power of \
+             two for the Hadamard transform)",
+        ))
+    }
 }
 
 fn rows_grid(

@@ -2,11 +2,10 @@
 //! fields: `head_dim`, `group`, `threads`, `placement`.
 
 use crate::family_checks::grid4;
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::Placement;
 use serde_json::{json, Value};
 
-/// Every supported head dimension.
-const HEAD_DIMS: [u32; 3] = [64, 128, 256];
 /// Every supported query group.
 const GROUPS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 /// Both placements.
@@ -14,7 +13,13 @@ const PLACEMENTS: [Placement; 2] = [Placement::Hbm, Placement::Host];
 
 /// Every head dimension, group and placement, with each of `threads`.
 pub fn row_grid<F>(threads: &[u32], spec: impl Fn(u32, u32, u32, Placement) -> F) -> Vec<F> {
-    grid4(&HEAD_DIMS, &GROUPS, threads, &PLACEMENTS, spec)
+    grid4(
+        &HEAD_DIMS.map(|d| d as u32),
+        &GROUPS,
+        threads,
+        &PLACEMENTS,
+        spec,
+    )
 }
 
 /// Every head dimension and placement, with each `(group, threads)` of `samples`: the sample
@@ -24,7 +29,7 @@ pub fn row_samples<F>(
     spec: impl Fn(u32, u32, u32, Placement) -> F,
 ) -> Vec<F> {
     grid4(
-        &HEAD_DIMS,
+        &HEAD_DIMS.map(|d| d as u32),
         &PLACEMENTS,
         samples,
         &[()],

@@ -48,7 +48,6 @@ mod execute;
 pub mod launches;
 mod output;
 pub mod request;
-pub mod tuning;
 pub mod validate;
 mod workspace;
 
@@ -71,10 +70,10 @@ pub use error::StepError;
 pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
-pub use tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph};
 use crate::jit::{Jit, KernelSource};
+use crate::tuning::{Tiles, Tuning};
 use crate::view::LayerView;
 use execute::Inputs;
 use output::OutputBuffers;
@@ -351,9 +350,9 @@ impl Decoder {
                 self.gpu.info().name
             );
             if self.tuning.is_none() {
-                tuning::warn_untuned(&what);
+                crate::tuning::warn_untuned(&what);
             } else {
-                tuning::warn_partly_tuned(&what, &plan.untuned);
+                crate::tuning::warn_partly_tuned(&what, &plan.untuned);
             }
         }
         Ok(plan)

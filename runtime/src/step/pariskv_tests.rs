@@ -7,13 +7,13 @@ use codegen::spec::{Family, Placement};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
 use super::request::{Method, Scoring};
-use super::tuning::Tiles;
 use super::validate::{check_needs, check_view, ViewShape};
 use super::StepError;
 use crate::pariskv::{RetrievalSizes, Stage};
-use crate::reference::planner::PlanError;
-use crate::reference::plans::{depth_plan, PlanContext};
-use crate::reference::store::BlockSize;
+use crate::tuning::Tiles;
+use reference::planner::PlanError;
+use reference::plans::{depth_plan, PlanContext};
+use reference::store::BlockSize;
 
 const K_MAX: usize = 512;
 
@@ -248,12 +248,12 @@ fn k_is_checked_against_k_max() {
 
 /// A record with ParisKV winners only, remembering the keys it was asked.
 struct PariskvRecord {
-    keys: std::cell::RefCell<Vec<super::tuning::TuneKey>>,
+    keys: std::cell::RefCell<Vec<crate::tuning::TuneKey>>,
 }
 
-impl super::tuning::Tuning for PariskvRecord {
-    fn tile(&self, key: &super::tuning::TuneKey) -> Option<super::tuning::Tile> {
-        use super::tuning::{Tile, TunedFamily};
+impl crate::tuning::Tuning for PariskvRecord {
+    fn tile(&self, key: &crate::tuning::TuneKey) -> Option<crate::tuning::Tile> {
+        use crate::tuning::{Tile, TunedFamily};
         self.keys.borrow_mut().push(*key);
         match key.family {
             TunedFamily::PariskvVote => Some(Tile::Threads(512)),
@@ -270,7 +270,7 @@ impl super::tuning::Tuning for PariskvRecord {
 
 #[test]
 fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
-    use super::tuning::{context_bucket, Tile, TuneKey, TunedFamily, Tuning};
+    use crate::tuning::{context_bucket, Tile, TuneKey, TunedFamily, Tuning};
     let tokens = 200_000;
     for placement in [Placement::Hbm, Placement::Host] {
         let s = shape(1, 4, tokens, placement);
@@ -377,7 +377,7 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
 
 #[test]
 fn pariskv_families_have_the_spec_names() {
-    use super::tuning::TunedFamily;
+    use crate::tuning::TunedFamily;
     use codegen::spec::{PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec};
     assert_eq!(
         TunedFamily::PariskvVote.as_str(),

@@ -13,7 +13,7 @@
 //! its ids are not counted), and a failed prefill restores the histograms it had added to, so
 //! the index is left as it was.
 
-use codegen::spec::pariskv::{subspaces, CENTROIDS};
+use codegen::spec::pariskv::{subspaces, supports_head_dim, CENTROIDS};
 use codegen::spec::{Family, PariskvIndexSpec, Placement};
 use cudarc::driver::CudaFunction;
 
@@ -24,7 +24,6 @@ use super::pool::SlotPool;
 use crate::gpu::{DeviceBuffer, Gpu};
 use crate::jit::KernelSource;
 use crate::pariskv::{device_signs, THREADS};
-use crate::reference::pariskv::HEAD_DIMS;
 
 /// Words of the index kernel's status: `{kind, b, h, token}`.
 pub const STATUS_WORDS: usize = 4;
@@ -44,7 +43,7 @@ pub struct IndexGeometry {
 impl IndexGeometry {
     /// The geometry of `head_dim`, or why the index cannot be kept for it.
     pub fn new(head_dim: usize) -> Result<Self, StoreError> {
-        if !HEAD_DIMS.contains(&head_dim) {
+        if !supports_head_dim(head_dim) {
             return Err(StoreError::Config {
                 reason: format!(
                     "pariskv_index needs a head dimension of 64, 128 or 256 (a multiple of 8 for \

@@ -5,7 +5,7 @@
 //! 1. `$FATHOM_TUNING_DIR`, when set;
 //! 2. `<cache dir>/tuning`, the cache directory of `codegen::nvrtc::cache_dir` (where
 //!    `autotune` writes by default);
-//! 3. the repository's committed `autotune/records`, as compiled into this binary (so a
+//! 3. the repository's committed `runtime/records`, as compiled into this binary (so a
 //!    binary carried to another machine still finds them).
 //!
 //! The first record whose header fits this process is used; one that does not fit is refused
@@ -41,7 +41,7 @@ pub fn record_file_name(gpu_model: &str) -> String {
 include!(concat!(env!("OUT_DIR"), "/embedded_records.rs"));
 
 /// The place name given to the records compiled into the binary.
-pub const EMBEDDED_DIR: &str = "<compiled-in autotune/records>";
+pub const EMBEDDED_DIR: &str = "<compiled-in runtime/records>";
 
 /// The directories searched, in order, before the compiled-in records (see the module
 /// documentation).
@@ -219,7 +219,7 @@ mod tests {
     fn the_committed_records_parse() {
         assert!(
             !EMBEDDED_RECORDS.is_empty(),
-            "autotune/records holds the H200 record"
+            "runtime/records holds the H200 record"
         );
         for (file, text) in EMBEDDED_RECORDS {
             let record = TuningRecord::from_json(text, Path::new(file)).unwrap();

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::meta::{MetaCheck, MetaMismatch, RecordMeta};
+use super::{Tile, Transfer, TuneKey, TunedFamily, Tuning};
 use crate::ceilings::Ceilings;
-use crate::step::{Tile, Transfer, TuneKey, TunedFamily, Tuning};
 
 /// What an entry tunes: a kernel family's tile, or the host-placement transfer strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

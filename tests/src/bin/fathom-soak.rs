@@ -9,7 +9,7 @@
 //! - Every step: write the token (in place, on the stream), append, a `fathom(48)` step with new
 //!   random queries and `k = 256`, and `StepOutput::check` (a sync: no non-finite output).
 //! - Every `--check-every` steps and the last: the step's selections and outputs of every KV
-//!   head and query head against `runtime::reference::step::step_group` on reference stores fed
+//!   head and query head against `reference::step::step_group` on reference stores fed
 //!   the same tokens (`fathom_tests::step_check::check_step`: selections equal apart from ties
 //!   within fp32 rounding, attention relative error <= 1e-3), on all cores.
 //! - Every 50 steps: the device's free memory (cuMemGetInfo), the context's pinned bytes, the
@@ -39,8 +39,8 @@ use fathom_tests::store_check::bits;
 use half::bf16;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-use runtime::reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::step::{Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest};
 use runtime::store::{KeyStore, StoreConfig};
 use serde_json::json;

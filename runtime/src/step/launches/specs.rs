@@ -1,0 +1,340 @@
+//! The specs of a step's stages: each stage's tile looked up in the tuning record, else the
+//! decoder's defaults. The lookups run in a fixed order (transfer, fetch, attention, plan,
+//! gather, scan, landmark, the ParisKV families, oracle, select), which is the order a plan's
+//! `untuned` list names what a record did not answer.
+
+use codegen::model::Basis;
+use codegen::spec::{
+    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvQuerySpec,
+    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec, ScanSpec, SelectSpec,
+};
+
+use super::{PariskvSpecs, PlanInputs, StepShape, StepSpecs};
+use crate::step::request::Scoring;
+use crate::step::StepError;
+use crate::tuning::{fit_scan_tile, Tile, Tiles, Transfer, TuneKey, TunedFamily, Tuning};
+
+/// Looks tiles up in the record, falling back to the defaults; remembers whether every lookup
+/// was answered.
+pub(super) struct TileChooser<'a> {
+    pub(super) shape: StepShape,
+    pub(super) tuning: Option<&'a dyn Tuning>,
+    pub(super) bucket: u32,
+    pub(super) tuned: bool,
+    pub(super) untuned: Vec<&'static str>,
+}
+
+impl TileChooser<'_> {
+    fn lookup(&mut self, family: TunedFamily, placement: Placement) -> Option<Tile> {
+        let key = TuneKey {
+            family,
+            head_dim: self.shape.head_dim,
+            group: self.shape.group,
+            placement,
+            context_bucket: self.bucket,
+        };
+        let tile = self.tuning.and_then(|t| t.tile(&key));
+        self.note(family.as_str(), tile.is_some());
+        tile
+    }
+
+    fn note(&mut self, what: &'static str, answered: bool) {
+        self.tuned &= answered;
+        if self.tuning.is_some() && !answered && !self.untuned.contains(&what) {
+            self.untuned.push(what);
+        }
+    }
+
+    fn mismatch(family: TunedFamily, tile: Tile) -> StepError {
+        StepError::Tuning {
+            family: family.as_str(),
+            tile: format!("{tile:?}"),
+        }
+    }
+
+    fn threads(
+        &mut self,
+        family: TunedFamily,
+        placement: Placement,
+        default: u32,
+    ) -> Result<u32, StepError> {
+        match self.lookup(family, placement) {
+            None => Ok(default),
+            Some(Tile::Threads(t)) => Ok(t),
+            Some(tile) => Err(Self::mismatch(family, tile)),
+        }
+    }
+}
+
+/// The transfer in effect: for a plane method over a host store, the request's, else the
+/// record's, else fused; `None` otherwise.
+pub(super) fn transfer(inputs: &PlanInputs<'_>, chooser: &mut TileChooser<'_>) -> Option<Transfer> {
+    let planes = matches!(inputs.scoring, Scoring::Planes { .. });
+    let (d, g) = (inputs.shape.head_dim, inputs.shape.group);
+    match (planes, inputs.shape.placement) {
+        (true, Placement::Host) => Some(inputs.transfer.unwrap_or_else(|| {
+            let recorded = inputs.tuning.and_then(|t| t.transfer(d, g, chooser.bucket));
+            chooser.note("transfer", recorded.is_some());
+            recorded.unwrap_or(Transfer::Fused)
+        })),
+        _ => None,
+    }
+}
+
+/// The specs of every stage the method runs, checked.
+pub(super) fn step_specs(
+    inputs: &PlanInputs<'_>,
+    transfer: Option<Transfer>,
+    chooser: &mut TileChooser<'_>,
+) -> Result<StepSpecs, StepError> {
+    let tiles = inputs.tiles;
+    let (fetch, attention) = fetch_attention(inputs.shape, tiles, chooser)?;
+    let mut specs = StepSpecs {
+        plan: None,
+        gather: None,
+        scan: None,
+        oracle: None,
+        landmark: None,
+        select: None,
+        pariskv: None,
+        fetch,
+        attention,
+    };
+    if let Scoring::Planes { method, .. } = inputs.scoring {
+        specs.plan = Some(plan(inputs.shape, method, tiles, chooser)?);
+        if transfer == Some(Transfer::CopyKernel) {
+            specs.gather = Some(gather(inputs.shape, tiles, chooser)?);
+        }
+        specs.scan = Some(scan(inputs.shape, transfer, tiles, chooser)?);
+    }
+    if inputs.scoring == Scoring::Landmark {
+        specs.landmark = Some(landmark(inputs.shape, tiles, chooser)?);
+    }
+    let pariskv = matches!(inputs.scoring, Scoring::Pariskv { .. });
+    if pariskv {
+        specs.pariskv = Some(pariskv_specs(inputs, chooser)?);
+    }
+    if inputs.scoring != Scoring::Dense && !pariskv {
+        let (oracle, select) = oracle_select(inputs, chooser)?;
+        specs.oracle = Some(oracle);
+        specs.select = Some(select);
+    }
+    validate(&specs)?;
+    Ok(specs)
+}
+
+/// Fetch (in the rows' placement) and attention (HBM): every method runs them.
+fn fetch_attention(
+    shape: StepShape,
+    tiles: &Tiles,
+    chooser: &mut TileChooser<'_>,
+) -> Result<(FetchSpec, AttentionSpec), StepError> {
+    let (head_dim, group) = (shape.head_dim as u32, shape.group as u32);
+    let fetch = FetchSpec {
+        head_dim,
+        group,
+        threads: chooser.threads(TunedFamily::Fetch, shape.placement, tiles.row_threads)?,
+        placement: shape.placement,
+    };
+    let (threads, rows_per_warp) = match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
+        None => tiles.attention,
+        Some(Tile::Attention {
+            threads,
+            rows_per_warp,
+        }) => (threads, rows_per_warp),
+        Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Attention, tile)),
+    };
+    let attention = AttentionSpec {
+        head_dim,
+        group,
+        threads,
+        rows_per_warp,
+    };
+    Ok((fetch, attention))
+}
+
+/// The plan of a plane method (HBM: it reads the queries and `σ²`, not the store).
+fn plan(
+    shape: StepShape,
+    method: codegen::spec::PlanMethod,
+    tiles: &Tiles,
+    chooser: &mut TileChooser<'_>,
+) -> Result<PlanSpec, StepError> {
+    Ok(PlanSpec {
+        head_dim: shape.head_dim,
+        group: shape.group,
+        block: shape.block,
+        segment_words: shape.segment_words,
+        method,
+        rotate: shape.basis == Basis::Klt,
+        threads: chooser.threads(TunedFamily::Plan, Placement::Hbm, tiles.plan_threads as u32)?
+            as usize,
+    })
+}
+
+/// The gather of the copy-kernel transfer (it reads mapped host memory).
+fn gather(
+    shape: StepShape,
+    tiles: &Tiles,
+    chooser: &mut TileChooser<'_>,
+) -> Result<GatherSpec, StepError> {
+    let (loads_in_flight, threads) = match chooser.lookup(TunedFamily::Gather, Placement::Host) {
+        None => tiles.gather,
+        Some(Tile::Gather {
+            loads_in_flight,
+            threads,
+        }) => (loads_in_flight, threads),
+        Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Gather, tile)),
+    };
+    Ok(GatherSpec {
+        head_dim: shape.head_dim,
+        block: shape.block,
+        segment_words: shape.segment_words,
+        loads_in_flight,
+        threads,
+    })
+}
+
+/// The scan: fused from host memory with the fused transfer, else over HBM (the store or the
+/// staging); the default tile is fitted to the segment.
+fn scan(
+    shape: StepShape,
+    transfer: Option<Transfer>,
+    tiles: &Tiles,
+    chooser: &mut TileChooser<'_>,
+) -> Result<ScanSpec, StepError> {
+    let placement = if transfer == Some(Transfer::Fused) {
+        Placement::Host
+    } else {
+        Placement::Hbm
+    };
+    let default = match placement {
+        Placement::Hbm => tiles.scan_hbm,
+        Placement::Host => tiles.scan_host,
+    };
+    let (tile_words, threads) = match chooser.lookup(TunedFamily::Scan, placement) {
+        None => fit_scan_tile(default, shape.segment_words),
+        Some(Tile::Scan {
+            tile_words,
+            threads,
+        }) => (tile_words, threads),
+        Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Scan, tile)),
+    };
+    Ok(ScanSpec {
+        head_dim: shape.head_dim,
+        group: shape.group,
+        block: shape.block,
+        segment_words: shape.segment_words,
+        tile_words,
+        threads,
+        placement,
+    })
+}
+
+fn landmark(
+    shape: StepShape,
+    tiles: &Tiles,
+    chooser: &mut TileChooser<'_>,
+) -> Result<LandmarkSpec, StepError> {
+    Ok(LandmarkSpec {
+        head_dim: shape.head_dim as u32,
+        group: shape.group as u32,
+        threads: chooser.threads(TunedFamily::Landmark, shape.placement, tiles.row_threads)?,
+        placement: shape.placement,
+    })
+}
+
+/// The ParisKV retrieval. Vote and rerank read the index rows, in the rows' placement (the
+/// rerank's `_select` reads device memory only, but its `_score` dominates the family's memory
+/// traffic); the top-C reads only the votes, in device memory.
+fn pariskv_specs(
+    inputs: &PlanInputs<'_>,
+    chooser: &mut TileChooser<'_>,
+) -> Result<PariskvSpecs, StepError> {
+    let shape = inputs.shape;
+    let (head_dim, group) = (shape.head_dim as u32, shape.group as u32);
+    let placement = shape.placement;
+    let default = inputs.tiles.pariskv_threads;
+    Ok(PariskvSpecs {
+        query: PariskvQuerySpec { head_dim, group },
+        vote: PariskvVoteSpec {
+            head_dim,
+            threads: chooser.threads(TunedFamily::PariskvVote, placement, default)?,
+            placement,
+        },
+        topc: PariskvTopcSpec {
+            head_dim,
+            threads: chooser.threads(TunedFamily::PariskvTopc, Placement::Hbm, default)?,
+        },
+        rerank: PariskvRerankSpec {
+            head_dim,
+            group,
+            k_max: inputs.k_max as u32,
+            threads: chooser.threads(TunedFamily::PariskvRerank, placement, default)?,
+            placement,
+        },
+    })
+}
+
+/// The oracle (the tail, or every token for `oracle`) and the select of every method with
+/// scores.
+fn oracle_select(
+    inputs: &PlanInputs<'_>,
+    chooser: &mut TileChooser<'_>,
+) -> Result<(OracleSpec, SelectSpec), StepError> {
+    let shape = inputs.shape;
+    let tiles = inputs.tiles;
+    let (head_dim, group) = (shape.head_dim as u32, shape.group as u32);
+    let oracle = OracleSpec {
+        head_dim,
+        group,
+        threads: chooser.threads(TunedFamily::Oracle, shape.placement, tiles.row_threads)?,
+        placement: shape.placement,
+    };
+    let (threads, items_per_thread, compact) =
+        match chooser.lookup(TunedFamily::Select, Placement::Hbm) {
+            None => (tiles.select.0, tiles.select.1, tiles.select_compact),
+            Some(Tile::Select {
+                threads,
+                items_per_thread,
+                compact,
+            }) => (threads, items_per_thread, compact),
+            Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
+        };
+    let select = SelectSpec {
+        group,
+        k_max: inputs.k_max as u32,
+        threads,
+        items_per_thread,
+        compact,
+    };
+    Ok((oracle, select))
+}
+
+fn validate(specs: &StepSpecs) -> Result<(), StepError> {
+    if let Some(pk) = specs.pariskv {
+        let all: [KernelSpec; 4] = [
+            pk.query.into(),
+            pk.vote.into(),
+            pk.topc.into(),
+            pk.rerank.into(),
+        ];
+        for spec in all {
+            spec.validate()?;
+        }
+    }
+    let all: [Option<KernelSpec>; 8] = [
+        specs.plan.map(Into::into),
+        specs.gather.map(Into::into),
+        specs.scan.map(Into::into),
+        specs.oracle.map(Into::into),
+        specs.landmark.map(Into::into),
+        specs.select.map(Into::into),
+        Some(specs.fetch.into()),
+        Some(specs.attention.into()),
+    ];
+    for spec in all.into_iter().flatten() {
+        spec.validate()?;
+    }
+    Ok(())
+}

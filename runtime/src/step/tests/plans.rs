@@ -1,0 +1,249 @@
+//! The launch plan as data: which stages each method and placement launches, and with what.
+
+use super::*;
+
+#[test]
+fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
+    let s = shape(4, 40_000, Placement::Hbm);
+    let plan = plan_of(
+        s,
+        Method::Fathom { bits: 48.0 },
+        Some(Transfer::Memcpy),
+        256,
+        None,
+    )
+    .unwrap();
+    // In HBM the transfer is ignored: the scan reads the store in place.
+    assert_eq!(plan.transfer, None);
+    let mut want = vec![
+        Role::Plan { staged: false },
+        Role::Scan { staged: false },
+        Role::Oracle { whole: false },
+    ];
+    want.extend(select_roles());
+    want.extend([Role::Fetch, Role::Attention]);
+    assert_eq!(roles(&plan), want);
+    assert!(plan.capturable);
+    let ops = &plan.operations;
+    let plan_kernel = ops[0].kernel.as_ref().unwrap();
+    assert_eq!(plan_kernel.launch.grid, [2, 3, 1]);
+    assert!(plan_kernel
+        .entry
+        .starts_with("fathom_plan_d128_g4_b64_s64_fathom_raw"));
+    let scan = ops[1].kernel.as_ref().unwrap();
+    assert!(scan.entry.contains("_hbm_"), "{}", scan.entry);
+    // One block per 16-word tile of each of the 3 segments of the 6 (sequence, head) pairs.
+    assert_eq!(scan.launch.grid, [64 / 16, 3, 6]);
+    let tail = ops[2].kernel.as_ref().unwrap();
+    assert_eq!(&tail.launch.grid[1..], &[2, 3]);
+    let capacity = token_capacity(40_000);
+    assert_eq!(plan.token_capacity, capacity);
+    let select = SelectSpec {
+        group: 4,
+        k_max: 512,
+        threads: 256,
+        items_per_thread: 16,
+        compact: false,
+    };
+    let expected = select.plan(3, 2, capacity as u64, 256).unwrap();
+    for ((stage, launch), op) in expected.launches.iter().zip(&ops[3..13]) {
+        let kernel = op.kernel.as_ref().unwrap();
+        assert_eq!(op.role, Role::Select(*stage));
+        assert_eq!(kernel.launch, *launch);
+        assert_eq!(kernel.entry, select.entry(*stage));
+    }
+    let attention = ops[14].kernel.as_ref().unwrap();
+    assert_eq!(attention.launch.grid, [3 * 2 * 4, 1, 1]);
+
+    // Every spec of the plan is valid and named for the shape.
+    for op in ops {
+        if let Some(k) = &op.kernel {
+            k.spec.validate().unwrap();
+            assert!(k.spec.entry_points().contains(&k.entry), "{}", k.entry);
+        }
+    }
+}
+
+#[test]
+fn host_transfers_differ_only_in_how_planes_reach_the_scan() {
+    let s = shape(7, 20_000, Placement::Host);
+    let method = Method::Sparq { r: 16 };
+    let fused = plan_of(s, method, Some(Transfer::Fused), 128, None).unwrap();
+    let copy = plan_of(s, method, Some(Transfer::CopyKernel), 128, None).unwrap();
+    let memcpy = plan_of(s, method, Some(Transfer::Memcpy), 128, None).unwrap();
+    let head = |p: &crate::step::LaunchPlan, n| roles(p)[..n].to_vec();
+    assert_eq!(
+        head(&fused, 2),
+        [Role::Plan { staged: false }, Role::Scan { staged: false }]
+    );
+    assert_eq!(
+        head(&copy, 4),
+        [
+            Role::ClearStatus,
+            Role::Plan { staged: true },
+            Role::Gather,
+            Role::Scan { staged: true }
+        ]
+    );
+    assert_eq!(
+        head(&memcpy, 4),
+        [
+            Role::ClearStatus,
+            Role::Plan { staged: true },
+            Role::RunCopies,
+            Role::Scan { staged: true }
+        ]
+    );
+    // The same tail, selection, fetch and attention after the scan.
+    assert_eq!(roles(&fused)[2..], roles(&copy)[4..]);
+    assert_eq!(roles(&fused)[2..], roles(&memcpy)[4..]);
+    let scan_entry = |p: &crate::step::LaunchPlan| {
+        p.operations
+            .iter()
+            .find(|op| matches!(op.role, Role::Scan { .. }))
+            .and_then(|op| op.kernel.clone())
+            .unwrap()
+            .entry
+    };
+    assert!(scan_entry(&fused).contains("_host_"));
+    assert!(scan_entry(&copy).contains("_hbm_"));
+    assert!(fused.capturable && copy.capturable && !memcpy.capturable);
+    // Row kernels read the host placement whatever the transfer.
+    let fetch = fused
+        .operations
+        .iter()
+        .find(|op| op.role == Role::Fetch)
+        .unwrap();
+    assert!(fetch.kernel.as_ref().unwrap().entry.ends_with("_host"));
+    // Staging only for the copy transfers: 4r planes per (sequence, head, segment).
+    assert_eq!((fused.stage_planes, copy.stage_planes), (0, 64));
+    assert_eq!(fused.sizes.stage_words, 0);
+    assert_eq!(copy.sizes.stage_words, 3 * 2 * 3 * 64 * 64);
+    assert_eq!(copy.sizes.stage_scales, 3 * 2 * 3 * 128 * 64);
+    assert_eq!(copy.sizes.staged_runs, copy.sizes.runs);
+    // No transfer asked and no record: fused.
+    assert_eq!(
+        plan_of(s, method, None, 128, None).unwrap().transfer,
+        Some(Transfer::Fused)
+    );
+}
+
+#[test]
+fn landmark_oracle_and_dense_skip_the_plane_stages() {
+    let s = shape(4, 50_000, Placement::Host);
+    let landmark = plan_of(s, Method::Landmark, Some(Transfer::CopyKernel), 64, None).unwrap();
+    let mut want = vec![Role::LandmarkScan, Role::Oracle { whole: false }];
+    want.extend(select_roles());
+    want.extend([Role::Fetch, Role::Attention]);
+    assert_eq!(roles(&landmark), want);
+    assert_eq!(landmark.transfer, None);
+    assert!(landmark.operations[0]
+        .kernel
+        .as_ref()
+        .unwrap()
+        .entry
+        .ends_with("_host_scan"));
+
+    let oracle = plan_of(s, Method::Oracle, None, 64, None).unwrap();
+    let mut want = vec![Role::Oracle { whole: true }];
+    want.extend(select_roles());
+    want.extend([Role::Fetch, Role::Attention]);
+    assert_eq!(roles(&oracle), want);
+    assert_eq!(oracle.sizes.runs, 0);
+
+    // Dense ignores k (even beyond k_max) and selects every token of the capacity.
+    let dense = plan_of(s, Method::Dense, None, 100_000, None).unwrap();
+    assert_eq!(
+        roles(&dense),
+        [Role::DenseCounts, Role::Fetch, Role::Attention]
+    );
+    let capacity = token_capacity(50_000);
+    assert_eq!(dense.k, capacity - ALWAYS);
+    assert_eq!(dense.sizes.scores, 0);
+    assert_eq!(dense.sizes.dense_sel, 3 * 2 * 4 * capacity);
+    assert_eq!(
+        dense.sizes.dense_uni,
+        3 * 2 * (4 * (capacity - ALWAYS) + ALWAYS)
+    );
+    assert_eq!(dense.sizes.rows, dense.sizes.dense_uni * 128);
+    assert!(dense.capturable);
+}
+
+#[test]
+fn workspace_sizes_follow_the_abi_layouts() {
+    let (b, h, g, d, max_seg, k) = (3, 2, 7, 128, 3, 200);
+    let s = shape(g, 30_000, Placement::Hbm);
+    let plan = plan_of(s, Method::Thumbnail, None, k, None).unwrap();
+    let z = plan.sizes;
+    let cap = token_capacity(30_000);
+    assert_eq!(z.q_store, b * h * g * d);
+    assert_eq!(z.depths, b * h * d);
+    assert_eq!(z.class_count, b * h * 4);
+    assert_eq!(z.runs, b * h * max_seg * d * 4);
+    assert_eq!(z.plan_status, 3);
+    assert_eq!((z.staged_runs, z.stage_words, z.stage_scales), (0, 0, 0));
+    assert_eq!(z.scores, b * h * g * cap);
+    assert_eq!(plan.ld_scores, cap);
+    assert_eq!(z.sel, b * h * g * (k + ALWAYS));
+    assert_eq!(z.sel_count, b * h * g);
+    assert_eq!(z.uni, b * h * (g * k + ALWAYS));
+    assert_eq!(z.uni_count, b * h);
+    assert_eq!(z.rows, b * h * (g * k + ALWAYS) * d);
+    assert_eq!(z.out, b * h * g * d);
+    let select = SelectSpec {
+        group: g as u32,
+        k_max: 512,
+        threads: 256,
+        items_per_thread: 16,
+        compact: false,
+    }
+    .plan(b as u64, h as u64, cap as u64, k as u64)
+    .unwrap();
+    assert_eq!((z.select_candidates, z.select_candidate_runs), (0, 0));
+    assert_eq!(z.select_state as u64, select.state_words);
+    assert_eq!(z.chunk_counts as u64, select.chunk_count_words);
+    assert_eq!(z.scratch as u64, select.scratch_words);
+    let bytes = 4 * (z.q_store + z.class_count + z.plan_status + z.scores + z.out)
+        + z.depths
+        + 8 * z.runs
+        + 2 * 2 * z.rows
+        + 4 * (z.select_state + z.chunk_counts + z.scratch + 2 * z.sel)
+        + 4 * (z.sel_count + z.uni + z.uni_count);
+    assert_eq!(z.bytes(), bytes);
+}
+
+#[test]
+fn k_beyond_k_max_and_bad_grids_are_refused() {
+    let s = shape(4, 1000, Placement::Hbm);
+    assert!(matches!(
+        plan_of(s, Method::Oracle, None, 513, None),
+        Err(StepError::K { k: 513, k_max: 512 })
+    ));
+    assert!(plan_of(s, Method::Oracle, None, 512, None).is_ok());
+    // B*H*G query heads beyond a grid's y limit.
+    let huge = StepShape { batch: 9000, ..s };
+    assert!(matches!(
+        plan_of(huge, Method::Oracle, None, 16, None),
+        Err(StepError::Size(_))
+    ));
+}
+
+#[test]
+fn dense_tables_are_the_identity_per_row() {
+    let (uni, sel) = dense_tables((2, 5, 3, 4));
+    assert_eq!(uni, [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]);
+    assert_eq!(sel, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
+}
+
+#[test]
+fn rotated_stores_plan_with_rotation_and_loki_reads_its_channels() {
+    let s = StepShape {
+        basis: Basis::Klt,
+        ..shape(7, 5000, Placement::Hbm)
+    };
+    let plan = plan_of(s, Method::Loki { r: 32 }, None, 64, None).unwrap();
+    let spec = plan.specs.plan.unwrap();
+    assert!(spec.rotate);
+    assert_eq!(spec.method, PlanMethod::Loki { r: 32 });
+    assert!(spec.kernel_name().contains("_loki32_rot_"));
+}

@@ -1,0 +1,366 @@
+//! What a tuning record changes in a plan: tiles, the transfer, the select and attention
+//! variants.
+
+use super::*;
+
+struct Record {
+    scan: Option<Tile>,
+    transfer: Option<Transfer>,
+    everything: bool,
+}
+
+impl Tuning for Record {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        match key.family {
+            TunedFamily::Scan => self.scan,
+            TunedFamily::Select if self.everything => Some(Tile::Select {
+                threads: 512,
+                items_per_thread: 8,
+                compact: false,
+            }),
+            TunedFamily::Attention if self.everything => Some(Tile::Attention {
+                threads: 128,
+                rows_per_warp: 2,
+            }),
+            _ if self.everything => Some(Tile::Threads(128)),
+            _ => None,
+        }
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        self.transfer
+    }
+}
+
+#[test]
+fn tuning_records_set_tiles_and_the_transfer() {
+    let s = shape(4, 10_000, Placement::Host);
+    let record = Record {
+        scan: Some(Tile::Scan {
+            tile_words: 32,
+            threads: 512,
+        }),
+        transfer: Some(Transfer::CopyKernel),
+        everything: false,
+    };
+    let plan = plan_of(s, Method::Thumbnail, None, 64, Some(&record)).unwrap();
+    assert_eq!(plan.transfer, Some(Transfer::CopyKernel));
+    let scan = plan.specs.scan.unwrap();
+    assert_eq!((scan.tile_words, scan.threads), (32, 512));
+    assert!(!plan.tuned, "select, fetch ... fell back to defaults");
+    assert_eq!(
+        plan.untuned,
+        ["fetch", "attention", "plan", "gather", "oracle", "select"],
+        "the lookups the record did not answer, in order"
+    );
+    // An asked transfer wins over the record.
+    let fused = plan_of(
+        s,
+        Method::Thumbnail,
+        Some(Transfer::Fused),
+        64,
+        Some(&record),
+    )
+    .unwrap();
+    assert_eq!(fused.transfer, Some(Transfer::Fused));
+
+    let full = Record {
+        everything: true,
+        transfer: Some(Transfer::Fused),
+        ..record
+    };
+    let plan = plan_of(s, Method::Thumbnail, None, 64, Some(&full)).unwrap();
+    assert!(plan.tuned);
+    assert!(plan.untuned.is_empty());
+    assert_eq!(plan.specs.select.unwrap().threads, 512);
+    assert_eq!(plan.specs.attention.rows_per_warp, 2);
+    assert_eq!(plan.specs.fetch.threads, 128);
+
+    let wrong = Record {
+        scan: Some(Tile::Threads(64)),
+        transfer: None,
+        everything: false,
+    };
+    assert!(matches!(
+        plan_of(s, Method::Thumbnail, None, 64, Some(&wrong)),
+        Err(StepError::Tuning { family: "scan", .. })
+    ));
+    // A tuned tile the segment cannot hold is refused by the spec's validation.
+    let bad = Record {
+        scan: Some(Tile::Scan {
+            tile_words: 128,
+            threads: 1024,
+        }),
+        transfer: None,
+        everything: false,
+    };
+    assert!(matches!(
+        plan_of(s, Method::Thumbnail, None, 64, Some(&bad)),
+        Err(StepError::Spec(e)) if e.field == "tile_words"
+    ));
+}
+
+#[test]
+fn default_scan_tiles_fit_small_segments() {
+    assert_eq!(fit_scan_tile((64, 1024), 512), (64, 1024));
+    assert_eq!(fit_scan_tile((64, 1024), 8), (8, 128));
+    assert_eq!(fit_scan_tile((16, 256), 6), (6, 96));
+    assert_eq!(fit_scan_tile((16, 256), 2), (2, 32));
+    for s in [2, 4, 6, 8, 12, 64, 96, 512] {
+        for tile in [(16, 256), (64, 1024)] {
+            let (tile_words, threads) = fit_scan_tile(tile, s);
+            let spec = codegen::spec::ScanSpec {
+                segment_words: s,
+                tile_words,
+                threads,
+                ..codegen::spec::ScanSpec::new(128, 4, Placement::Hbm)
+            };
+            spec.validate()
+                .unwrap_or_else(|e| panic!("S = {s}, {tile:?}: {e}"));
+        }
+    }
+}
+
+struct Asked {
+    keys: std::cell::RefCell<Vec<TuneKey>>,
+}
+
+impl Tuning for Asked {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        self.keys.borrow_mut().push(*key);
+        match key.family {
+            TunedFamily::Select => Some(Tile::Select {
+                threads: 1024,
+                items_per_thread: 2,
+                compact: false,
+            }),
+            TunedFamily::Attention => Some(Tile::Attention {
+                threads: 512,
+                rows_per_warp: 8,
+            }),
+            _ => None,
+        }
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
+#[test]
+fn select_and_attention_winners_change_the_specs_and_their_launches() {
+    let tokens = 100_000;
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(4, tokens, placement);
+        let method = Method::Fathom { bits: 48.0 };
+        let untuned = plan_of(s, method, None, 64, None).unwrap();
+        let record = Asked {
+            keys: Default::default(),
+        };
+        let tuned = plan_of(s, method, None, 64, Some(&record)).unwrap();
+        let (before, after) = (untuned.specs, tuned.specs);
+        let defaults = Tiles::default();
+        let select = |p: &crate::step::LaunchPlan| p.specs.select.unwrap();
+        assert_eq!(
+            (select(&untuned).threads, select(&untuned).items_per_thread),
+            defaults.select
+        );
+        assert_eq!(
+            (select(&tuned).threads, select(&tuned).items_per_thread),
+            (1024, 2)
+        );
+        assert_eq!(
+            (before.attention.threads, before.attention.rows_per_warp),
+            defaults.attention
+        );
+        assert_eq!(
+            (after.attention.threads, after.attention.rows_per_warp),
+            (512, 8)
+        );
+        // Everything the record does not answer keeps its default.
+        assert_eq!(after.fetch, before.fetch);
+        assert_eq!(after.plan, before.plan);
+        assert_eq!(after.oracle, before.oracle);
+        assert!(!tuned.tuned);
+        // The launches are built from the tuned specs: blocks, the chunked grids, entry names.
+        let capacity = token_capacity(tokens) as u64;
+        for op in &tuned.operations {
+            let kernel = op.kernel.as_ref();
+            match op.role {
+                Role::Select(stage) => {
+                    let k = kernel.unwrap();
+                    assert_eq!(k.launch.block[0], 1024);
+                    assert_eq!(k.entry, select(&tuned).entry(stage));
+                    if matches!(stage, SelectStage::Hist(_) | SelectStage::Count) {
+                        assert_eq!(u64::from(k.launch.grid[0]), capacity.div_ceil(2048));
+                    }
+                }
+                Role::Attention => {
+                    let k = kernel.unwrap();
+                    assert_eq!(k.launch.block[0], 512);
+                    assert!(k.entry.ends_with("_t512_r8"), "{}", k.entry);
+                }
+                _ => {}
+            }
+        }
+        // Each family is looked up under the key its records are written with: select,
+        // attention and the plan read device memory only (HBM); the row kernels the K/V
+        // rows' placement.
+        let keys = record.keys.borrow();
+        let asked = |family: TunedFamily| {
+            keys.iter()
+                .find(|k| k.family == family)
+                .unwrap_or_else(|| panic!("{family:?} was not looked up"))
+                .placement
+        };
+        assert_eq!(asked(TunedFamily::Select), Placement::Hbm);
+        assert_eq!(asked(TunedFamily::Attention), Placement::Hbm);
+        assert_eq!(asked(TunedFamily::Plan), Placement::Hbm);
+        assert_eq!(asked(TunedFamily::Oracle), placement);
+        assert_eq!(asked(TunedFamily::Fetch), placement);
+        assert!(keys.iter().all(
+            |k| (k.head_dim, k.group) == (128, 4) && k.context_bucket == context_bucket(tokens)
+        ));
+    }
+    // Landmark scoring looks its tile up in the rows' placement too.
+    let record = Asked {
+        keys: Default::default(),
+    };
+    plan_of(
+        shape(4, tokens, Placement::Host),
+        Method::Landmark,
+        None,
+        64,
+        Some(&record),
+    )
+    .unwrap();
+    assert!(record
+        .keys
+        .borrow()
+        .iter()
+        .any(|k| k.family == TunedFamily::Landmark && k.placement == Placement::Host));
+}
+
+/// A record whose select winner is the compacting variant.
+struct CompactSelect;
+
+impl Tuning for CompactSelect {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        (key.family == TunedFamily::Select).then_some(Tile::Select {
+            threads: 512,
+            items_per_thread: 4,
+            compact: true,
+        })
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
+#[test]
+fn a_compact_select_winner_plans_its_twelve_launches_and_candidate_buffers() {
+    let (b, h, g, k, tokens) = (3, 2, 4, 200, 70_000);
+    let s = shape(g, tokens, Placement::Hbm);
+    let method = Method::Fathom { bits: 48.0 };
+    let plain = plan_of(s, method, None, k, None).unwrap();
+    let plan = plan_of(s, method, None, k, Some(&CompactSelect)).unwrap();
+    let spec = plan.specs.select.unwrap();
+    assert!(spec.compact && !plain.specs.select.unwrap().compact);
+    assert_eq!((spec.threads, spec.items_per_thread), (512, 4));
+    // The select launches are the compact order, in place of the plain ten; the rest is alike.
+    let select_stages = |p: &crate::step::LaunchPlan| -> Vec<SelectStage> {
+        p.operations
+            .iter()
+            .filter_map(|op| match op.role {
+                Role::Select(stage) => Some(stage),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(select_stages(&plan), SelectStage::COMPACT_ORDER);
+    assert_eq!(select_stages(&plain), SelectStage::ORDER);
+    let others = |p: &crate::step::LaunchPlan| -> Vec<Role> {
+        roles(p)
+            .into_iter()
+            .filter(|r| !matches!(r, Role::Select(_)))
+            .collect()
+    };
+    assert_eq!(others(&plan), others(&plain));
+    let capacity = token_capacity(tokens) as u64;
+    for op in &plan.operations {
+        if let Role::Select(stage) = op.role {
+            let kernel = op.kernel.as_ref().unwrap();
+            assert_eq!(kernel.entry, spec.entry(stage));
+            assert!(kernel.entry.contains("_compact_"), "{}", kernel.entry);
+            if matches!(stage, SelectStage::Filter(_) | SelectStage::Write) {
+                assert_eq!(u64::from(kernel.launch.grid[0]), capacity.div_ceil(2048));
+            }
+        }
+    }
+    // The workspace gains the candidates and their runs, sized by the spec's plan.
+    let want = spec.plan(b as u64, h as u64, capacity, k as u64).unwrap();
+    let z = plan.sizes;
+    assert_eq!(z.select_state as u64, want.state_words);
+    assert_eq!(z.select_candidates as u64, want.candidate_words);
+    assert_eq!(z.select_candidate_runs as u64, want.candidate_run_words);
+    assert_eq!(z.select_candidates, b * h * g * 8 * 512 * 2);
+    assert_eq!(
+        z.select_candidate_runs,
+        b * h * g * capacity.div_ceil(2048) as usize * 2
+    );
+    assert_eq!(
+        z.bytes() - plain.sizes.bytes(),
+        4 * (z.select_candidates + z.select_candidate_runs)
+            + 4 * (z.select_state - plain.sizes.select_state)
+            + 4 * (z.chunk_counts - plain.sizes.chunk_counts)
+    );
+}
+
+#[test]
+fn default_tiles_can_ask_for_the_compact_select() {
+    let s = shape(4, 10_000, Placement::Hbm);
+    let scoring = Scoring::of(Method::Oracle, s.head_dim, s.block, Basis::Klt).unwrap();
+    let tiles = Tiles {
+        select_compact: true,
+        ..Tiles::default()
+    };
+    let plan = launch_plan(&PlanInputs {
+        shape: s,
+        scoring,
+        transfer: None,
+        k: 64,
+        k_max: 512,
+        tiles: &tiles,
+        tuning: None,
+    })
+    .unwrap();
+    assert!(plan.specs.select.unwrap().compact);
+    assert!(plan.sizes.select_candidates > 0);
+    assert!(
+        !Tiles::default().select_compact,
+        "the default stays the plain select"
+    );
+}
+
+#[test]
+fn select_tiles_of_older_records_are_the_plain_select() {
+    let old: Tile =
+        serde_json::from_str(r#"{"select": {"threads": 256, "items_per_thread": 16}}"#).unwrap();
+    let plain = Tile::Select {
+        threads: 256,
+        items_per_thread: 16,
+        compact: false,
+    };
+    assert_eq!(old, plain);
+    let compact = Tile::Select {
+        threads: 256,
+        items_per_thread: 16,
+        compact: true,
+    };
+    let back: Tile = serde_json::from_str(&serde_json::to_string(&compact).unwrap()).unwrap();
+    assert_eq!(back, compact);
+    use crate::tuning::Variant;
+    assert_eq!(Variant::Tile(plain).name(), "select t256 i16");
+    assert_eq!(Variant::Tile(compact).name(), "select t256 i16 compact");
+}

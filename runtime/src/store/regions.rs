@@ -1,0 +1,229 @@
+//! Row regions and segments of a store: their sizes and addresses, what a call must allocate
+//! before anything changes, and how the allocation is attached to the sequences.
+
+use super::*;
+
+impl KeyStore {
+    /// Bytes of one head's K (or V) rows in a region of `class`.
+    pub(super) fn head_rows_bytes(&self, class: u32) -> usize {
+        self.geometry.class_tokens(class) * self.config.model.head_dim * 2
+    }
+
+    /// Bytes of the landmark means of all heads in a region of `class`.
+    pub(super) fn means_bytes(&self, class: u32) -> usize {
+        if self.config.keep_landmarks {
+            self.config.model.kv_heads * self.head_rows_bytes(class) / 8
+        } else {
+            0
+        }
+    }
+
+    pub(super) fn region_bytes(&self, class: u32) -> usize {
+        let h = self.config.model.kv_heads;
+        let index = self.index.as_ref().map_or(0, |i| {
+            h * self.geometry.class_tokens(class) * i.geometry.bytes_per_token()
+        });
+        2 * h * self.head_rows_bytes(class) + self.means_bytes(class) + index
+    }
+
+    /// Addresses of head `h`'s ParisKV ids, codes and weights in `region` (after the rows and
+    /// the means); zeros without the index.
+    pub(super) fn index_addrs(&self, region: Region, h: usize) -> (u64, u64, u64) {
+        let Some(index) = &self.index else {
+            return (0, 0, 0);
+        };
+        let class = self.regions.class(region);
+        let heads = self.config.model.kv_heads;
+        let base = self.regions.addr(region)
+            + (2 * heads * self.head_rows_bytes(class) + self.means_bytes(class)) as u64;
+        let (ids, codes, weights) =
+            index
+                .geometry
+                .offsets(self.geometry.class_tokens(class), heads, h);
+        (
+            base + ids as u64,
+            base + codes as u64,
+            base + weights as u64,
+        )
+    }
+
+    /// Addresses of head `h`'s K rows, V rows and means in `region`.
+    pub(super) fn row_addrs(&self, region: Region, h: usize) -> (u64, u64, u64) {
+        let class = self.regions.class(region);
+        let per_head = self.head_rows_bytes(class) as u64;
+        let heads = self.config.model.kv_heads as u64;
+        let base = self.regions.addr(region);
+        let k = base + h as u64 * per_head;
+        let v = base + (heads + h as u64) * per_head;
+        let means = if self.config.keep_landmarks {
+            base + 2 * heads * per_head + h as u64 * per_head / 8
+        } else {
+            0
+        };
+        (k, v, means)
+    }
+
+    /// Allocates what the sequences of `ids` need at `layer` to hold `new_total[i]` tokens: a
+    /// larger row region, more segments. On failure everything allocated here goes back to the
+    /// pools and no sequence has changed.
+    pub(super) fn allocate(
+        &mut self,
+        ids: &[SequenceId],
+        layer: usize,
+        new_total: &[usize],
+    ) -> Result<Vec<Growth>, StoreError> {
+        let needs: Vec<(Option<u32>, usize, bool)> = ids
+            .iter()
+            .zip(new_total)
+            .map(|(&id, &n)| {
+                let state = &self.sequence(id).layers[layer];
+                let class = self.geometry.row_class(n);
+                let region = match state.region {
+                    Some(r) if self.regions.class(r) >= class => None,
+                    _ => Some(class),
+                };
+                let segments = self
+                    .geometry
+                    .segments_for(n)
+                    .saturating_sub(state.segments.len());
+                let hist = self.index.is_some() && state.hist.is_none();
+                (region, segments, hist)
+            })
+            .collect();
+        let (gpu, placement) = (self.gpu.clone(), self.config.placement);
+        let heads = self.config.model.kv_heads;
+        let mut growth = Vec::new();
+        let mut failure = None;
+        for (at, (class, segments, hist)) in needs.into_iter().enumerate() {
+            let mut g = Growth {
+                at,
+                region: None,
+                segments: Vec::new(),
+                hist: None,
+            };
+            if let (true, Some(index)) = (hist, self.index.as_mut()) {
+                match index.hist.alloc(|bytes| IndexState::grow(&gpu, bytes)) {
+                    Ok(slot) => g.hist = Some(slot),
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if let (Some(class), true) = (class, failure.is_none()) {
+                let bytes = self.region_bytes(class);
+                match self
+                    .regions
+                    .alloc(class, || Memory::zeroed(&gpu, placement, bytes))
+                {
+                    Ok(r) => g.region = Some(r),
+                    Err(e) => failure = Some(e),
+                }
+            }
+            for _ in 0..segments {
+                if failure.is_some() {
+                    break;
+                }
+                let mut row = Vec::with_capacity(heads);
+                for _ in 0..heads {
+                    match self
+                        .segments
+                        .alloc(|bytes| Memory::zeroed(&gpu, placement, bytes))
+                    {
+                        Ok(slot) => row.push(slot),
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                g.segments.push(row);
+            }
+            growth.push(g);
+            if failure.is_some() {
+                break;
+            }
+        }
+        if let Some(e) = failure {
+            for g in growth {
+                if let Some(region) = g.region {
+                    self.regions.free(region);
+                }
+                for (slot, _) in g.segments.into_iter().flatten() {
+                    self.segments.free(slot);
+                }
+                if let (Some((slot, _)), Some(index)) = (g.hist, self.index.as_mut()) {
+                    index.hist.free(slot);
+                }
+            }
+            return Err(e.into());
+        }
+        Ok(growth)
+    }
+
+    /// Attaches allocated memory to the sequences: rows move into a grown region (stream-ordered
+    /// copies), reused segments are zeroed (so that a segment's unfilled blocks read as zero, as
+    /// the reference store's do).
+    pub(super) fn commit(
+        &mut self,
+        ids: &[SequenceId],
+        layer: usize,
+        growth: Vec<Growth>,
+    ) -> Result<(), StoreError> {
+        let (heads, d) = (self.config.model.kv_heads, self.config.model.head_dim);
+        for g in growth {
+            let id = ids[g.at];
+            if let Some(new) = g.region {
+                let state = &self.sequence(id).layers[layer];
+                if let Some(old) = state.region {
+                    let rows = state.n_total * d * 2;
+                    let means = state.n_stored / 8 * d * 2;
+                    for h in 0..heads {
+                        let (k0, v0, m0) = self.row_addrs(old, h);
+                        let (k1, v1, m1) = self.row_addrs(new, h);
+                        device::copy(&self.gpu, k1, k0, rows)?;
+                        device::copy(&self.gpu, v1, v0, rows)?;
+                        if self.config.keep_landmarks {
+                            device::copy(&self.gpu, m1, m0, means)?;
+                        }
+                        if let Some(index) = &self.index {
+                            // The index covers every token, as the rows do.
+                            let g = index.geometry;
+                            let (i0, c0, w0) = self.index_addrs(old, h);
+                            let (i1, c1, w1) = self.index_addrs(new, h);
+                            let n = state.n_total;
+                            device::copy(&self.gpu, i1, i0, n * g.id_bytes())?;
+                            device::copy(&self.gpu, c1, c0, n * g.code_bytes())?;
+                            device::copy(&self.gpu, w1, w0, n * g.weight_bytes())?;
+                        }
+                    }
+                    self.regions.free(old);
+                }
+            }
+            for &(slot, reused) in g.segments.iter().flatten() {
+                if reused {
+                    device::zero(
+                        &self.gpu,
+                        self.segments.addr(slot),
+                        self.segments.slot_bytes(),
+                    )?;
+                }
+            }
+            if let (Some((slot, reused)), Some(index)) = (g.hist, &self.index) {
+                if reused {
+                    device::zero(&self.gpu, index.hist.addr(slot), index.hist.slot_bytes())?;
+                }
+            }
+            let state = &mut self.sequence_mut(id).layers[layer];
+            if let Some(new) = g.region {
+                state.region = Some(new);
+            }
+            if let Some((slot, _)) = g.hist {
+                state.hist = Some(slot);
+            }
+            state.segments.extend(
+                g.segments
+                    .into_iter()
+                    .map(|row| row.into_iter().map(|(slot, _)| slot).collect()),
+            );
+        }
+        Ok(())
+    }
+}

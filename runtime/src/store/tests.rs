@@ -1,0 +1,107 @@
+use super::checks::status_error;
+use super::*;
+
+#[test]
+fn status_words_name_the_sequence_of_their_batch() {
+    let mut reg = Registry::default();
+    let a = reg.insert(());
+    let b = reg.insert(());
+    assert!(status_error(&[0, 0, 0, 0, 0], 3, &[a, b]).is_none());
+    match status_error(&[1, 1, 2, 70, 5], 3, &[a, b]) {
+        Some(StoreError::NonFiniteKey {
+            sequence,
+            layer: 3,
+            head: 2,
+            token: 70,
+            channel: 5,
+        }) => assert_eq!(sequence, b),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        status_error(&[2, 0, 1, 64, 9], 0, &[a]),
+        Some(StoreError::ScaleOverflow {
+            token: 64,
+            channel: 9,
+            ..
+        })
+    ));
+    assert!(matches!(
+        status_error(&[1, 5, 0, 0, 0], 0, &[a]),
+        Some(StoreError::Internal(_))
+    ));
+}
+
+fn shape(basis: Basis) -> ModelShape {
+    ModelShape {
+        name: "test".into(),
+        layers: 2,
+        query_heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+        qk_norm: basis == Basis::Raw,
+        basis,
+    }
+}
+
+#[test]
+fn configs_are_checked_with_reasons() {
+    let ok = StoreConfig::new(shape(Basis::Raw), Placement::Hbm, 1000);
+    assert!(ok.validate().is_ok());
+    let reason = |c: StoreConfig| match c.validate() {
+        Err(StoreError::Config { reason }) => reason,
+        other => panic!("{other:?}"),
+    };
+    assert!(reason(StoreConfig {
+        block: 48,
+        ..ok.clone()
+    })
+    .contains("32, 64 or 128"));
+    assert!(reason(StoreConfig {
+        segment_words: 3,
+        ..ok.clone()
+    })
+    .contains("odd"));
+    assert!(reason(StoreConfig {
+        capacity_tokens: 0,
+        ..ok.clone()
+    })
+    .contains("capacity_tokens"));
+    assert!(reason(StoreConfig {
+        max_batch: 0,
+        ..ok.clone()
+    })
+    .contains("max_batch"));
+    assert!(reason(StoreConfig {
+        rotations: Some(vec![0.0; 2 * 2 * 64 * 64]),
+        ..ok.clone()
+    })
+    .contains("raw channels"));
+    let klt = StoreConfig::new(shape(Basis::Klt), Placement::Host, 1000);
+    assert!(reason(klt.clone()).contains("needs its rotations"));
+    assert!(reason(StoreConfig {
+        rotations: Some(vec![0.0; 5]),
+        ..klt.clone()
+    })
+    .contains("expected 16384"));
+    let mut nan = vec![0.0; 2 * 2 * 64 * 64];
+    nan[7] = f32::NAN;
+    assert!(reason(StoreConfig {
+        rotations: Some(nan),
+        ..klt.clone()
+    })
+    .contains("value 7"));
+    assert!(StoreConfig {
+        rotations: Some(vec![0.0; 2 * 2 * 64 * 64]),
+        ..klt
+    }
+    .validate()
+    .is_ok());
+    // Every head dimension a model may have (64, 128, 256) can keep the ParisKV index; the
+    // rule itself is `IndexGeometry::new`'s (tested in `pariskv`).
+    assert!(StoreConfig {
+        pariskv_index: true,
+        ..ok.clone()
+    }
+    .validate()
+    .is_ok());
+}

@@ -1,0 +1,190 @@
+//! The tuning vocabulary the step looks its launches up in: the families a record tunes
+//! ([`TunedFamily`]), the lookup key ([`TuneKey`]), a winner ([`Tile`]), the record as the step
+//! reads it ([`Tuning`]), and the defaults when no record answers ([`Tiles`], with a warning
+//! printed once per process).
+
+use std::sync::Once;
+
+use codegen::spec::Placement;
+use serde::{Deserialize, Serialize};
+
+use super::Transfer;
+
+/// The kernel families whose tiles a record may set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TunedFamily {
+    Plan,
+    Gather,
+    Scan,
+    Oracle,
+    Landmark,
+    Select,
+    Fetch,
+    Attention,
+    /// `pariskv_vote`, the collision vote of `pariskv(k)` (threads).
+    #[serde(rename = "pariskv_vote")]
+    PariskvVote,
+    /// `pariskv_topc`, the candidate top-C (threads of both entry points).
+    #[serde(rename = "pariskv_topc")]
+    PariskvTopc,
+    /// `pariskv_rerank`, the rerank and the group's top-k (threads of both entry points).
+    #[serde(rename = "pariskv_rerank")]
+    PariskvRerank,
+}
+
+impl TunedFamily {
+    /// Every family, in declaration order.
+    pub const ALL: [TunedFamily; 11] = [
+        TunedFamily::Plan,
+        TunedFamily::Gather,
+        TunedFamily::Scan,
+        TunedFamily::Oracle,
+        TunedFamily::Landmark,
+        TunedFamily::Select,
+        TunedFamily::Fetch,
+        TunedFamily::Attention,
+        TunedFamily::PariskvVote,
+        TunedFamily::PariskvTopc,
+        TunedFamily::PariskvRerank,
+    ];
+
+    /// The family called `name` (as [`TunedFamily::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<TunedFamily> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
+    /// The family's name, as in `codegen::spec::Family::FAMILY`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TunedFamily::Plan => "plan",
+            TunedFamily::Gather => "gather",
+            TunedFamily::Scan => "scan",
+            TunedFamily::Oracle => "oracle",
+            TunedFamily::Landmark => "landmark",
+            TunedFamily::Select => "select",
+            TunedFamily::Fetch => "fetch",
+            TunedFamily::Attention => "attention",
+            TunedFamily::PariskvVote => "pariskv_vote",
+            TunedFamily::PariskvTopc => "pariskv_topc",
+            TunedFamily::PariskvRerank => "pariskv_rerank",
+        }
+    }
+}
+
+/// What a tuning lookup is keyed by: family, shape, placement of the memory the kernel reads,
+/// and the context bucket `ceil(log2(max tokens))`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TuneKey {
+    pub family: TunedFamily,
+    pub head_dim: usize,
+    pub group: usize,
+    pub placement: Placement,
+    pub context_bucket: u32,
+}
+
+/// A tile: the launch parameters a family is specialised on beyond the shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tile {
+    /// Threads per block (plan, oracle, landmark, fetch, and the ParisKV vote, top-C and
+    /// rerank).
+    Threads(u32),
+    /// Words per tile and threads (scan).
+    Scan { tile_words: usize, threads: usize },
+    /// Loads in flight and threads (gather).
+    Gather {
+        loads_in_flight: usize,
+        threads: usize,
+    },
+    /// Threads, scores per thread per chunk, and whether the compacting variant runs (select;
+    /// `compact` is `false` in records written before it existed).
+    Select {
+        threads: u32,
+        items_per_thread: u32,
+        #[serde(default)]
+        compact: bool,
+    },
+    /// Threads and rows each warp loads before computing (attention).
+    Attention { threads: u32, rows_per_warp: u32 },
+}
+
+/// An autotune record, as the step reads it.
+pub trait Tuning {
+    /// The winning tile of `key`, if the record has one.
+    fn tile(&self, key: &TuneKey) -> Option<Tile>;
+    /// The winning host-placement transfer for this shape and context bucket, if recorded.
+    fn transfer(&self, head_dim: usize, group: usize, context_bucket: u32) -> Option<Transfer>;
+}
+
+/// The tiles used when no record answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiles {
+    pub plan_threads: usize,
+    pub gather: (usize, usize),
+    /// `(tile_words, threads)` of the scan reading HBM (staging too).
+    pub scan_hbm: (usize, usize),
+    /// `(tile_words, threads)` of the fused scan reading mapped host memory.
+    pub scan_host: (usize, usize),
+    pub row_threads: u32,
+    /// `(threads, items_per_thread)`.
+    pub select: (u32, u32),
+    /// Whether the select is the compacting variant (two reads of the scores instead of five).
+    pub select_compact: bool,
+    /// `(threads, rows_per_warp)`.
+    pub attention: (u32, u32),
+    /// Threads of the ParisKV retrieval kernels with a tile (vote, top-C, rerank); the query
+    /// kernel's block is fixed (one thread per centroid).
+    pub pariskv_threads: u32,
+}
+
+impl Default for Tiles {
+    /// The defaults of `codegen::kernels::kernels_for`: short scan tiles in HBM (arithmetic
+    /// bound), long ones from host memory (latency bound), 256 threads elsewhere.
+    fn default() -> Self {
+        Tiles {
+            plan_threads: 256,
+            gather: (4, 256),
+            scan_hbm: (16, 256),
+            scan_host: (64, 1024),
+            row_threads: 256,
+            select: (256, 16),
+            // Until the compacting variant is measured on a GPU.
+            select_compact: false,
+            attention: (256, 4),
+            pariskv_threads: crate::pariskv::THREADS,
+        }
+    }
+}
+
+pub use codegen::spec::scan::fit_scan_tile;
+
+/// `ceil(log2(tokens))`, 0 for at most one token.
+pub fn context_bucket(tokens: usize) -> u32 {
+    tokens.max(1).next_power_of_two().trailing_zeros()
+}
+
+/// Prints, once per process, which lookups the record in use did not answer (they use the
+/// default tiles or transfer) and how to tune them.
+pub(crate) fn warn_partly_tuned(what: &str, missing: &[&str]) {
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| {
+        eprintln!(
+            "fathom: the autotune record has no entry for {} of {what}; those use the \
+             defaults. Re-run `cargo run --release -p autotune` on this GPU to tune them.",
+            missing.join(", ")
+        );
+    });
+}
+
+/// Prints, once per process, that default tiles are in use and how to tune.
+pub(crate) fn warn_untuned(what: &str) {
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| {
+        eprintln!(
+            "fathom: no autotune record for {what}; using default tiles and transfer. Tune this \
+             GPU with `cargo run --release -p autotune` (records are read from \
+             $FATHOM_TUNING_DIR, <cache dir>/tuning and the repository's runtime/records)."
+        );
+    });
+}
