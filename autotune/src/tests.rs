@@ -547,7 +547,7 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
         (Subject::Kernel(TunedFamily::Gather), "gather l2 t128"),
         (Subject::Kernel(TunedFamily::PariskvVote), "threads t512"),
         (Subject::Kernel(TunedFamily::PariskvTopc), "threads t1024"),
-        (Subject::Kernel(TunedFamily::PariskvRerank), "threads t64"),
+        (Subject::Kernel(TunedFamily::PariskvRerank), "rerank t64 v16"),
     ];
     let mut bench = fastest_per_subject(&fast);
     let record = tune(
@@ -610,6 +610,9 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
             (pk.vote.threads, pk.topc.threads, pk.rerank.threads),
             (512, 1024, 64)
         );
+        // The whole-row `_score` won, and its name says so.
+        assert!(pk.rerank.vector_loads);
+        assert!(pk.rerank.score_entry().ends_with("_v16_score"));
         for op in &pariskv.operations {
             let Some(kernel) = &op.kernel else { continue };
             let want = match op.role {

@@ -100,7 +100,7 @@ pub enum Variant {
 
 impl Variant {
     /// A short name carrying every parameter (`scan w16 t256`, `gather l4 t256`,
-    /// `select t256 i16 compact`, `transfer fused`); candidates of one entry have distinct
+    /// `select t256 i16 compact`, `rerank t256 v16`, `transfer fused`); candidates of one entry have distinct
     /// names.
     pub fn name(&self) -> String {
         match *self {
@@ -125,6 +125,10 @@ impl Variant {
                 threads,
                 rows_per_warp,
             }) => format!("attention t{threads} r{rows_per_warp}"),
+            Variant::Tile(Tile::Rerank {
+                threads,
+                vector_loads,
+            }) => format!("rerank t{threads}{}", if vector_loads { " v16" } else { "" }),
             Variant::Transfer(t) => format!("transfer {}", t.as_str()),
         }
     }
