@@ -557,8 +557,16 @@ mod tests {
             ) = subject
             {
                 // The rerank's two `_score` variants at every thread count.
-                let variants = if f == TunedFamily::PariskvRerank { 2 } else { 1 };
-                assert_eq!(size(f, placement), variants * PARISKV_THREADS.len(), "{f:?}");
+                let variants = if f == TunedFamily::PariskvRerank {
+                    2
+                } else {
+                    1
+                };
+                assert_eq!(
+                    size(f, placement),
+                    variants * PARISKV_THREADS.len(),
+                    "{f:?}"
+                );
             }
         }
     }

@@ -128,7 +128,10 @@ impl Variant {
             Variant::Tile(Tile::Rerank {
                 threads,
                 vector_loads,
-            }) => format!("rerank t{threads}{}", if vector_loads { " v16" } else { "" }),
+            }) => format!(
+                "rerank t{threads}{}",
+                if vector_loads { " v16" } else { "" }
+            ),
             Variant::Transfer(t) => format!("transfer {}", t.as_str()),
         }
     }

@@ -67,7 +67,11 @@ impl TileChooser<'_> {
 
     /// The rerank's threads and whether its `_score` reads whole rows: a `Rerank` tile, or the
     /// `Threads` tile of a record written before it (the plain `_score`).
-    fn rerank(&mut self, placement: Placement, default: (u32, bool)) -> Result<(u32, bool), StepError> {
+    fn rerank(
+        &mut self,
+        placement: Placement,
+        default: (u32, bool),
+    ) -> Result<(u32, bool), StepError> {
         let family = TunedFamily::PariskvRerank;
         match self.lookup(family, placement) {
             None => Ok(default),
