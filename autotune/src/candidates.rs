@@ -255,6 +255,21 @@ pub fn enumerate(case: &Case) -> Vec<Variant> {
         .collect()
 }
 
+/// The kernels of every tile candidate of `cases`, each once (first appearance), so that a run can
+/// compile them all in parallel before it times anything: the cases then find them loaded.
+pub fn run_specs(cases: &[Case]) -> Vec<KernelSpec> {
+    let mut seen = std::collections::HashSet::new();
+    cases
+        .iter()
+        .flat_map(|case| {
+            enumerate(case)
+                .into_iter()
+                .filter_map(move |v| tile_spec(case, &v).ok())
+        })
+        .filter(|spec| seen.insert(*spec))
+        .collect()
+}
+
 /// The kernel spec a tile candidate of `case` builds (for select, the spec of all its stages;
 /// for landmark, the spec whose `_scan` entry the step runs; for the ParisKV top-C and rerank,
 /// the spec of both entry points); why there is none otherwise.

@@ -4,27 +4,30 @@
 //! It detects the GPU, measures the ceilings (pinned copy, mapped read, HBM copy), tunes every
 //! case of the selection (scan in host and HBM, gather, transfer, plan, select, attention,
 //! oracle, landmark, fetch in host and HBM, pariskv_vote and pariskv_rerank in host and HBM,
-//! pariskv_topc in HBM; contexts 32k, 128k, 1M) with a progress bar, merges the result into `<dir>/<gpu-model>.json` (refusing a record there
+//! pariskv_topc in HBM; contexts 32k, 128k, 1M) with a progress bar (one line per case when
+//! standard error is not a terminal, e.g. a log), compiling every candidate's kernel on all
+//! cores before the first case; `--timings` ends with the seconds spent per phase. It merges the result into `<dir>/<gpu-model>.json` (refusing a record there
 //! whose header differs, with the reason), prints a summary table and writes an SVG plot of
 //! every candidate's achieved bandwidth beside the record.
 //!
-//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick]`
+//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick] [--timings]`
 //! `cargo run --release -p autotune -- --report runtime/records/nvidia-h200.json` (no GPU)
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use autotune::candidates::{candidate_checksum, enumerate, Case};
+use autotune::candidates::{candidate_checksum, enumerate, run_specs, Case};
 use autotune::gpu::GpuBench;
 use autotune::records::{default_dir, merge_into, record_path};
 use autotune::report::{bandwidth_svg, summary_table};
 use autotune::selection::select_shapes;
-use autotune::tuner::{tune_case, Observer, Settings};
+use autotune::tuner::{case_line, tune_case, Observer, Phase, Settings, Timings};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use runtime::gpu::Gpu;
-use runtime::tuning::{CandidateRecord, MetaCheck, Outcome, RecordMeta, TuningRecord};
+use runtime::tuning::{CandidateRecord, EntryRecord, MetaCheck, Outcome, RecordMeta, TuningRecord};
 
 /// Tunes kernel variants on this GPU and records the winners per GPU model.
 #[derive(Parser, Debug)]
@@ -51,9 +54,12 @@ struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// End with the seconds spent per phase (ceilings, compile, prepare, verify, time).
+    #[arg(long)]
+    timings: bool,
     /// Tune nothing: print the summary table of this record and rewrite its SVG plot beside
     /// it (no GPU needed).
-    #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out"])]
+    #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out", "timings"])]
     report: Option<std::path::PathBuf>,
 }
 
@@ -68,20 +74,49 @@ fn report(path: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The progress bar, one tick per candidate.
-struct Bar(ProgressBar);
+/// What a run shows as it goes: a progress bar, one tick per candidate, on a terminal; else
+/// (a log) one line per case when it is done. It also sums the phases' times.
+struct Reporter {
+    bar: Option<ProgressBar>,
+    cases: usize,
+    done: usize,
+    timings: Timings,
+}
 
-impl Observer for Bar {
+impl Reporter {
+    fn println(&self, line: String) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+impl Observer for Reporter {
     fn case_started(&mut self, case: &Case, _candidates: usize) {
-        self.0.set_message(case.key().to_string());
+        if let Some(bar) = &self.bar {
+            bar.set_message(case.key().to_string());
+        }
     }
 
     fn candidate_done(&mut self, _case: &Case, candidate: &CandidateRecord) {
         if let Outcome::Disqualified { reason } = &candidate.outcome {
-            self.0
-                .println(format!("  disqualified {}: {reason}", candidate.name));
+            self.println(format!("  disqualified {}: {reason}", candidate.name));
         }
-        self.0.inc(1);
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+    }
+
+    fn phase_done(&mut self, case: &Case, phase: Phase, took: Duration) {
+        self.timings.phase_done(case, phase, took);
+    }
+
+    fn case_done(&mut self, case: &Case, entry: &EntryRecord, took: Duration) {
+        self.done += 1;
+        if self.bar.is_none() {
+            eprintln!("{}", case_line(self.done, self.cases, case, entry, took));
+        }
     }
 }
 
@@ -119,6 +154,8 @@ fn run(args: &Args) -> Result<(), String> {
             .check(&meta, MetaCheck::Full)
             .map_err(|reason| format!("the record {} is refused: {reason}", path.display()))?;
     }
+    let mut timings = Timings::default();
+    let started = Instant::now();
     let (ceiling_bytes, ceiling_reps) = if args.quick {
         (256 << 20, 10)
     } else {
@@ -126,6 +163,7 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let ceilings = runtime::ceilings::measure(&gpu, ceiling_bytes, ceiling_reps)
         .map_err(|e| format!("measuring the ceilings: {e}"))?;
+    timings.add(Phase::Ceilings, started.elapsed());
     eprintln!(
         "autotune: ceilings: pinned copy {:.1} GB/s, mapped read {:.1} GB/s, HBM copy {:.1} GB/s",
         ceilings.pinned_copy_gbps, ceilings.mapped_read_gbps, ceilings.hbm_copy_gbps
@@ -135,24 +173,43 @@ fn run(args: &Args) -> Result<(), String> {
         ..Settings::default()
     };
     let total: usize = cases.iter().map(|c| enumerate(c).len()).sum();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} candidates, ETA {eta} {msg}",
-        )
-        .map_err(|e| e.to_string())?
-        .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(500));
     let mut bench = GpuBench::new(gpu.clone(), ceilings.clone())?;
+    // Every candidate's kernel at once, on all cores: a case alone has too few to fill them.
+    let compiling = Instant::now();
+    let specs = run_specs(&cases);
+    bench.preload(&specs);
+    timings.add(Phase::Compile, compiling.elapsed());
+    eprintln!(
+        "autotune: {} kernels of {total} candidates in {} cases ready in {:.1} s",
+        specs.len(),
+        cases.len(),
+        compiling.elapsed().as_secs_f64()
+    );
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = ProgressBar::new(total as u64);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} candidates, ETA {eta} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.enable_steady_tick(Duration::from_millis(500));
+        bar
+    });
     let mut record = TuningRecord::new(meta);
-    let mut observer = Bar(bar);
+    let mut observer = Reporter {
+        bar,
+        cases: cases.len(),
+        done: 0,
+        timings,
+    };
     for case in &cases {
         let entry = tune_case(&mut bench, case, &settings, &mut observer);
         bench.adopt(&entry);
         record.insert(entry);
     }
-    observer.0.finish_and_clear();
+    if let Some(bar) = &observer.bar {
+        bar.finish_and_clear();
+    }
     record.ceilings = Some(ceilings.clone());
     println!("{}", summary_table(&record));
     let merged = merge_into(&path, record).map_err(|e| e.to_string())?;
@@ -165,6 +222,13 @@ fn run(args: &Args) -> Result<(), String> {
         merged.entries.len(),
         svg.display()
     );
+    if args.timings {
+        eprintln!(
+            "autotune: {:.1} s in all\n{}",
+            started.elapsed().as_secs_f64(),
+            observer.timings.summary()
+        );
+    }
     Ok(())
 }
 

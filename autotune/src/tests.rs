@@ -659,3 +659,93 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
     let far = step_plan(&record, Placement::Host, Method::Landmark, 1 << 20);
     assert_eq!(far.specs.select.unwrap().threads, 512);
 }
+
+/// A clock that moves one second every time it is read.
+struct Ticks(std::cell::Cell<u64>);
+
+impl crate::tuner::Clock for Ticks {
+    fn now(&self) -> std::time::Duration {
+        let t = self.0.get() + 1;
+        self.0.set(t);
+        std::time::Duration::from_secs(t)
+    }
+}
+
+#[test]
+fn timings_sum_every_phase_of_every_candidate_on_a_fake_clock() {
+    use crate::tuner::{tune_case_clocked, Phase, Timings};
+    let c = hbm_scan();
+    let names: Vec<String> = enumerate(&c).iter().map(Variant::name).collect();
+    let n = names.len() as u64;
+    assert!(n >= 3);
+    // One candidate is wrong: verified, never timed.
+    let mut bench = FakeBench::new(1.0).with(&names[1], Fake::Wrong);
+    let mut timings = Timings::default();
+    let clock = Ticks(std::cell::Cell::new(0));
+    let entry = tune_case_clocked(&mut bench, &c, &settings(), &mut timings, &clock);
+    let secs = |p| timings.of(p).as_secs();
+    // Each phase spans two readings of the clock: one second each.
+    assert_eq!(secs(Phase::Prepare), 1);
+    assert_eq!(secs(Phase::Verify), n);
+    assert_eq!(secs(Phase::Time), n - 1);
+    assert_eq!(secs(Phase::Compile), 0);
+    assert_eq!(entry.candidates.len() as u64, n);
+    let summary = timings.summary();
+    assert!(
+        summary.contains("prepare") && summary.contains("total"),
+        "{summary}"
+    );
+    let total_line = summary.lines().last().unwrap();
+    assert!(
+        total_line.contains(&format!("{:.1}", (2 * n) as f64)),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_finished_case_is_one_log_line() {
+    use crate::tuner::case_line;
+    let c = hbm_scan();
+    let names: Vec<String> = enumerate(&c).iter().map(Variant::name).collect();
+    let mut bench = FakeBench::new(2.0)
+        .with(&names[0], Fake::Times(vec![0.081]))
+        .with(&names[1], Fake::Wrong);
+    let entry = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent);
+    let line = case_line(12, 117, &c, &entry, std::time::Duration::from_millis(3200));
+    let want = format!(
+        "[12/117] {} d128 g4: {} candidates (1 disqualified), best {} 0.0810 ms (3.2 s)",
+        c.key(),
+        names.len(),
+        names[0]
+    );
+    assert_eq!(line, want);
+    assert!(!line.contains('\n'));
+}
+
+#[test]
+fn the_run_compiles_each_candidate_kernel_once() {
+    use crate::candidates::{run_specs, tile_spec};
+    let cases = crate::selection::select(&["qwen3-8b".to_string()], &[], true).unwrap();
+    let specs = run_specs(&cases);
+    let set: std::collections::HashSet<_> = specs.iter().collect();
+    assert_eq!(set.len(), specs.len(), "no spec twice");
+    for case in &cases {
+        for v in enumerate(case) {
+            if let Ok(spec) = tile_spec(case, &v) {
+                assert!(
+                    set.contains(&spec),
+                    "{} {}: not compiled up front",
+                    case.key(),
+                    v.name()
+                );
+            }
+        }
+    }
+    // Contexts share kernels: fewer specs than tile candidates.
+    let candidates: usize = cases.iter().map(|c| enumerate(c).len()).sum();
+    assert!(
+        specs.len() < candidates,
+        "{} specs of {candidates}",
+        specs.len()
+    );
+}

@@ -19,6 +19,7 @@
 //! so they degrade more gracefully on shapes and contexts that were not timed.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
 
 use runtime::step::Transfer;
 use runtime::tuning::Tile;
@@ -67,12 +68,160 @@ impl Default for Settings {
     }
 }
 
-/// What the tuner reports as it goes (a progress bar); every method does nothing by default.
+/// What a stretch of the tuner's time was spent on (`--timings`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// Measuring the link and HBM rates.
+    Ceilings,
+    /// Compiling (or loading from the kernel cache) every candidate of the run, up front.
+    Compile,
+    /// A case's inputs: reference stores and selections on the CPU, uploads, its own kernels.
+    Prepare,
+    /// One run of each candidate, compared with the reference.
+    Verify,
+    /// The timed runs.
+    Time,
+}
+
+impl Phase {
+    /// Every phase, in the order of a run.
+    pub const ALL: [Phase; 5] = [
+        Phase::Ceilings,
+        Phase::Compile,
+        Phase::Prepare,
+        Phase::Verify,
+        Phase::Time,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Ceilings => "ceilings",
+            Phase::Compile => "compile",
+            Phase::Prepare => "prepare",
+            Phase::Verify => "verify",
+            Phase::Time => "time",
+        }
+    }
+}
+
+/// What the tuner reports as it goes (a progress bar, log lines, timings); every method does
+/// nothing by default.
 pub trait Observer {
     /// `case` begins, with `candidates` candidates.
     fn case_started(&mut self, _case: &Case, _candidates: usize) {}
     /// A candidate of `case` is done.
     fn candidate_done(&mut self, _case: &Case, _candidate: &CandidateRecord) {}
+    /// `phase` of `case` took `took`.
+    fn phase_done(&mut self, _case: &Case, _phase: Phase, _took: Duration) {}
+    /// `case` is done: its entry, and the time it took in all.
+    fn case_done(&mut self, _case: &Case, _entry: &EntryRecord, _took: Duration) {}
+}
+
+/// Seconds spent per phase, summed over a run (`--timings`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timings {
+    spent: Vec<(Phase, Duration)>,
+}
+
+impl Timings {
+    /// Adds `took` to `phase`.
+    pub fn add(&mut self, phase: Phase, took: Duration) {
+        match self.spent.iter_mut().find(|(p, _)| *p == phase) {
+            Some((_, d)) => *d += took,
+            None => self.spent.push((phase, took)),
+        }
+    }
+
+    /// The time spent in `phase`.
+    pub fn of(&self, phase: Phase) -> Duration {
+        self.spent
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map_or(Duration::ZERO, |(_, d)| *d)
+    }
+
+    /// `phase  seconds  share` lines of every phase, and the total.
+    pub fn summary(&self) -> String {
+        let total: Duration = self.spent.iter().map(|(_, d)| *d).sum();
+        let mut out = String::from("phase       seconds  share\n");
+        for phase in Phase::ALL {
+            let d = self.of(phase).as_secs_f64();
+            let share = if total.is_zero() {
+                0.0
+            } else {
+                100.0 * d / total.as_secs_f64()
+            };
+            out.push_str(&format!(
+                "{:<10} {:>8.1} {:>5.0}%\n",
+                phase.name(),
+                d,
+                share
+            ));
+        }
+        out.push_str(&format!("{:<10} {:>8.1}\n", "total", total.as_secs_f64()));
+        out
+    }
+}
+
+impl Observer for Timings {
+    fn phase_done(&mut self, _case: &Case, phase: Phase, took: Duration) {
+        self.add(phase, took);
+    }
+}
+
+/// The log line of a finished case, for output that is not a terminal:
+/// `[12/117] scan/hbm/128k d128 g4: 48 candidates, best w16 t256 0.081 ms (3.2 s)`.
+pub fn case_line(
+    index: usize,
+    cases: usize,
+    case: &Case,
+    entry: &EntryRecord,
+    took: Duration,
+) -> String {
+    let timed = entry
+        .candidates
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Timed { .. }))
+        .count();
+    let disqualified = entry.candidates.len() - timed;
+    let best = match &entry.winner {
+        Some(w) => format!("best {} {:.4} ms", w.name, w.median_ms),
+        None => "no winner".to_string(),
+    };
+    let dq = if disqualified > 0 {
+        format!(" ({disqualified} disqualified)")
+    } else {
+        String::new()
+    };
+    format!(
+        "[{index}/{cases}] {} d{} g{}: {} candidates{dq}, {best} ({:.1} s)",
+        case.key(),
+        case.head_dim,
+        case.group,
+        entry.candidates.len(),
+        took.as_secs_f64()
+    )
+}
+
+/// A clock for the phases (the tests give a fake one).
+pub trait Clock {
+    /// Time since some fixed start.
+    fn now(&self) -> Duration;
+}
+
+/// The process's monotonic clock.
+pub struct WallClock(Instant);
+
+impl Default for WallClock {
+    fn default() -> Self {
+        WallClock(Instant::now())
+    }
+}
+
+impl Clock for WallClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
 }
 
 /// An observer that ignores everything.
@@ -147,14 +296,22 @@ fn run_candidate(
     variant: &Variant,
     info: &CaseInfo,
     settings: &Settings,
+    observer: &mut dyn Observer,
+    clock: &dyn Clock,
 ) -> Outcome {
     let disqualified = |stage: &str, reason: String| Outcome::Disqualified {
         reason: format!("{stage}: {reason}"),
     };
-    if let Err(reason) = guarded(|| bench.verify(case, variant)) {
+    let t0 = clock.now();
+    let verified = guarded(|| bench.verify(case, variant));
+    let t1 = clock.now();
+    observer.phase_done(case, Phase::Verify, t1.saturating_sub(t0));
+    if let Err(reason) = verified {
         return disqualified("verify", reason);
     }
-    let samples = match guarded(|| bench.time(case, variant, settings.reps)) {
+    let timed = guarded(|| bench.time(case, variant, settings.reps));
+    observer.phase_done(case, Phase::Time, clock.now().saturating_sub(t1));
+    let samples = match timed {
         Ok(s) => s,
         Err(reason) => return disqualified("time", reason),
     };
@@ -217,9 +374,23 @@ pub fn tune_case(
     settings: &Settings,
     observer: &mut dyn Observer,
 ) -> EntryRecord {
+    tune_case_clocked(bench, case, settings, observer, &WallClock::default())
+}
+
+/// [`tune_case`], reporting the time of each phase as `clock` measures it.
+pub fn tune_case_clocked(
+    bench: &mut dyn Bench,
+    case: &Case,
+    settings: &Settings,
+    observer: &mut dyn Observer,
+    clock: &dyn Clock,
+) -> EntryRecord {
+    let start = clock.now();
     let variants = enumerate(case);
     observer.case_started(case, variants.len());
     let prepared = guarded(|| bench.prepare(case));
+    let prepared_at = clock.now();
+    observer.phase_done(case, Phase::Prepare, prepared_at.saturating_sub(start));
     let info = prepared.clone().unwrap_or(CaseInfo {
         bytes: None,
         ceiling: None,
@@ -227,7 +398,7 @@ pub fn tune_case(
     let mut candidates = Vec::with_capacity(variants.len());
     for variant in &variants {
         let outcome = match &prepared {
-            Ok(_) => run_candidate(bench, case, variant, &info, settings),
+            Ok(_) => run_candidate(bench, case, variant, &info, settings, observer, clock),
             Err(reason) => Outcome::Disqualified {
                 reason: format!("prepare: {reason}"),
             },
@@ -240,14 +411,16 @@ pub fn tune_case(
         observer.candidate_done(case, &candidate);
         candidates.push(candidate);
     }
-    EntryRecord {
+    let entry = EntryRecord {
         key: case.key(),
         tokens: case.tokens,
         bytes: info.bytes,
         ceiling: info.ceiling,
         winner: choose(&candidates, settings.noise_floor),
         candidates,
-    }
+    };
+    observer.case_done(case, &entry, clock.now().saturating_sub(start));
+    entry
 }
 
 /// Tunes every case into a new record with header `meta`.

@@ -57,7 +57,7 @@ fn is_oom(e: &DriverError) -> bool {
 
 /// A failed allocation: out of memory names the memory and what was asked for; anything else
 /// is the driver call's own error.
-fn allocation_error(
+pub(crate) fn allocation_error(
     e: DriverError,
     call: &'static str,
     memory: &'static str,
@@ -158,6 +158,26 @@ struct PinnedLedger {
     limit: AtomicUsize,
 }
 
+/// Pinned bytes held in a context's ledger by one allocation ([`Gpu::reserve_pinned`]).
+#[derive(Debug)]
+pub struct PinnedReservation {
+    ledger: Arc<PinnedLedger>,
+    bytes: usize,
+}
+
+impl PinnedReservation {
+    /// The bytes reserved.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for PinnedReservation {
+    fn drop(&mut self) {
+        self.ledger.release(self.bytes);
+    }
+}
+
 impl PinnedLedger {
     /// Takes `bytes` from the cap; the limit in effect when refused.
     fn reserve(&self, bytes: usize) -> Result<(), usize> {
@@ -255,6 +275,32 @@ impl Gpu {
         self.pinned
             .limit
             .store(limit.unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
+
+    /// Takes `bytes` of pinned host memory from this context's ledger for an allocation made
+    /// outside [`Gpu::mapped`] (the store's registered and VMM host memory,
+    /// `runtime::store::host_memory`), refused past [`Gpu::limit_pinned`]'s cap as `mapped`
+    /// refuses; the bytes are given back when the reservation is dropped.
+    pub fn reserve_pinned(
+        &self,
+        bytes: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<PinnedReservation, GpuError> {
+        self.pinned
+            .reserve(bytes)
+            .map_err(|limit| GpuError::OutOfMemory {
+                memory: "pinned host",
+                what: format!(
+                    "{} (past the cap of {limit} pinned bytes, {} held)",
+                    what(),
+                    self.pinned_bytes()
+                ),
+                bytes,
+            })?;
+        Ok(PinnedReservation {
+            ledger: self.pinned.clone(),
+            bytes,
+        })
     }
 
     pub fn info(&self) -> &DeviceInfo {

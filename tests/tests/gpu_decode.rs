@@ -4,7 +4,8 @@
 //! (`reference::step::step_group`) run on reference `HeadStore`s fed the same keys
 //! (rotated as the encode kernel rotates them: `fathom_tests::store_kernels::rotate_keys`).
 //!
-//! Each case builds two stores (HBM and mapped host memory), two layers, H = 2 KV heads,
+//! Each case builds four stores (HBM, and mapped host memory of each `HostMemory` mode:
+//! `pinned`, `registered`, `vmm2m`; the last two must step bit for bit as `pinned`), two layers, H = 2 KV heads,
 //! D = 128, BLK = 64, S = 128 words (8,192-token segments), and prefills three sequences: one
 //! under 100 tokens (every token is selected), one of a few thousand that is not a multiple of
 //! the block (a tail), and one long one, in two chunks (the second continues a tail). Layer 0
@@ -60,7 +61,7 @@ use runtime::step::launches::token_capacity;
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Transfer,
 };
-use runtime::store::{KeyStore, SequenceId, StoreConfig};
+use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig};
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
@@ -77,7 +78,15 @@ const K_MAX: usize = 512;
 const MAX_RELATIVE_ERROR: f64 = 1e-3;
 /// Tokens appended before each checkpoint: one, then a whole block.
 const APPENDS: [usize; 3] = [0, 1, BLOCK];
-const PLACEMENTS: [Placement; 2] = [Placement::Hbm, Placement::Host];
+/// The stores of a case: HBM, and host memory of every allocation mode (`HostMemory`, each
+/// required, so a driver without one fails the test); the large-page host stores must step
+/// bit for bit as the `pinned` one.
+const PLACEMENTS: [(Placement, HostMemory); 4] = [
+    (Placement::Hbm, HostMemory::Pinned),
+    (Placement::Host, HostMemory::Pinned),
+    (Placement::Host, HostMemory::Registered),
+    (Placement::Host, HostMemory::Vmm2M),
+];
 
 /// What the reference knows of one sequence at `LAYER`: raw keys and values, and the store.
 struct Sequence {
@@ -413,13 +422,15 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
     let capacity = lengths.iter().sum::<usize>() + BATCH * APPENDS.iter().sum::<usize>();
     let mut stores: Vec<KeyStore> = PLACEMENTS
         .iter()
-        .map(|&placement| {
+        .map(|&(placement, host_memory)| {
             let config = StoreConfig {
                 block: BLOCK,
                 segment_words: SEGMENT_WORDS,
                 max_batch: 4,
                 rotations: rotations.clone(),
                 keep_landmarks: true,
+                host_memory,
+                require_host_memory: true,
                 ..StoreConfig::new(model.clone(), placement, capacity)
             };
             KeyStore::new(gpu.clone(), config).unwrap_or_else(|e| panic!("building the store: {e}"))
@@ -502,11 +513,14 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
         let references = reference_steps(&groups, &methods, &check);
 
         for (mi, (&method, want)) in methods.iter().zip(&references).enumerate() {
+            // The `pinned` host store's eager steps, which the other host stores must equal.
+            let mut pinned_steps = HashMap::new();
             for (p, (store, ids)) in stores.iter().zip(&ids).enumerate() {
-                for transfer in transfers(PLACEMENTS[p], method) {
+                let (placement, host_memory) = PLACEMENTS[p];
+                for transfer in transfers(placement, method) {
                     let what = format!(
-                        "checkpoint {checkpoint}: {method} {} {}",
-                        PLACEMENTS[p].as_str(),
+                        "checkpoint {checkpoint}: {method} {} {host_memory} {}",
+                        placement.as_str(),
                         transfer.map_or("-", Transfer::as_str)
                     );
                     let view = store
@@ -529,6 +543,22 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
                     let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
                     check_step(&check, method, &eager, &groups, want, &mut cm);
                     cm.finish();
+                    if placement == Placement::Host {
+                        match pinned_steps.get(&transfer) {
+                            None => {
+                                pinned_steps.insert(transfer, eager.clone());
+                            }
+                            Some(pinned) => {
+                                let differs = replay_difference(pinned, &eager);
+                                m.check(differs.is_none(), || {
+                                    format!(
+                                        "{what}: differs from the pinned host store's step: {}",
+                                        differs.unwrap_or_default()
+                                    )
+                                });
+                            }
+                        }
+                    }
 
                     if transfer == Some(Transfer::Memcpy) {
                         continue;

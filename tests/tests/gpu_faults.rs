@@ -10,8 +10,10 @@
 //! - `pinned_memory_runs_out_while_growing_a_host_store`: the same with a host-placement store;
 //!   pinned memory is capped at what is held (`Gpu::limit_pinned`) rather than exhausted (taking
 //!   the machine's RAM would starve it): the error is the same `OutOfMemory`, of `"pinned host"`
-//!   memory.
-//! - `sequences_freed_in_random_order_return_memory_{hbm,host}`: rounds of seeded random
+//!   memory. `..._a_registered_host_store` and `..._a_vmm_host_store`: the same with the store's
+//!   host memory registered 2 MiB pages or VMM host memory (`StoreConfig::host_memory`,
+//!   required), which the pinned ledger counts as it counts `cuMemHostAlloc`.
+//! - `sequences_freed_in_random_order_return_memory_{hbm,host,host_registered,host_vmm}`: rounds of seeded random
 //!   operations (create and prefill, continue a prefill, batched appends, free), contents
 //!   checked against the reference after each round, then every sequence freed in random order
 //!   and `trim()`: the store's own accounting is back to its baseline exactly, the pinned bytes
@@ -45,7 +47,7 @@ use rand::Rng;
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::JitCache;
 use runtime::step::{Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest};
-use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::tuning::locate::EMBEDDED_RECORDS;
 use runtime::tuning::{context_bucket, fit_scan_tile};
 use runtime::tuning::{
@@ -89,13 +91,29 @@ fn is_out_of(e: &StoreError, memory: &str) -> bool {
 }
 
 /// Runs a store of `placement` out of memory while it grows (see the module docs).
-fn growth_runs_out(placement: Placement) {
-    let label = format!("out of memory, {}", placement.as_str());
+/// A store of `placement` whose host memory is `host`, required (so that a driver without it
+/// fails the test instead of quietly testing `pinned`).
+fn config_with(
+    model: ModelShape,
+    placement: Placement,
+    host: HostMemory,
+    capacity: usize,
+) -> StoreConfig {
+    StoreConfig {
+        host_memory: host,
+        require_host_memory: true,
+        ..StoreConfig::new(model, placement, capacity)
+    }
+}
+
+fn growth_runs_out(placement: Placement, host: HostMemory) {
+    let label = format!("out of memory, {} {host}", placement.as_str());
     let (mut rng, seed) = inputs::rng_and_seed(&label);
     let gpu = Arc::new(gpu());
     let model = model(1);
     let (heads, d) = (model.kv_heads, model.head_dim);
-    let mut store = store(&gpu, StoreConfig::new(model, placement, 1 << 20));
+    let mut store = store(&gpu, config_with(model, placement, host, 1 << 20));
+    assert_eq!(store.host_memory(), host, "{label}");
     let (a, b) = (store.create_sequence(), store.create_sequence());
     let (mut ca, mut cb) = (Contents::new(1, heads), Contents::new(1, heads));
     // 4096 tokens fill a row region exactly: the next append must grow it.
@@ -188,22 +206,34 @@ fn growth_runs_out(placement: Placement) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn device_memory_runs_out_while_growing_an_hbm_store() {
-    growth_runs_out(Placement::Hbm);
+    growth_runs_out(Placement::Hbm, HostMemory::Pinned);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn pinned_memory_runs_out_while_growing_a_host_store() {
-    growth_runs_out(Placement::Host);
+    growth_runs_out(Placement::Host, HostMemory::Pinned);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_memory_runs_out_while_growing_a_registered_host_store() {
+    growth_runs_out(Placement::Host, HostMemory::Registered);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_memory_runs_out_while_growing_a_vmm_host_store() {
+    growth_runs_out(Placement::Host, HostMemory::Vmm2M);
 }
 
 /// Rounds of random operations, each ending with every sequence freed (see the module docs).
-fn random_frees(placement: Placement) {
+fn random_frees(placement: Placement, host: HostMemory) {
     const LAYERS: usize = 2;
     const ROUNDS: usize = 6;
     const OPS: usize = 60;
     const MAX_BATCH: usize = 16;
-    let label = format!("random frees, {}", placement.as_str());
+    let label = format!("random frees, {} {host}", placement.as_str());
     let (mut rng, seed) = inputs::rng_and_seed(&label);
     let gpu = Arc::new(gpu());
     let model = model(LAYERS);
@@ -212,7 +242,7 @@ fn random_frees(placement: Placement) {
         // 512-token segments: sequences span many, slabs fill and empty.
         segment_words: 8,
         max_batch: MAX_BATCH,
-        ..StoreConfig::new(model, placement, 1 << 18)
+        ..config_with(model, placement, host, 1 << 18)
     };
     let mut store = store(&gpu, config);
     let store_baseline = store.memory();
@@ -325,13 +355,25 @@ fn random_frees(placement: Placement) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sequences_freed_in_random_order_return_memory_hbm() {
-    random_frees(Placement::Hbm);
+    random_frees(Placement::Hbm, HostMemory::Pinned);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sequences_freed_in_random_order_return_memory_host() {
-    random_frees(Placement::Host);
+    random_frees(Placement::Host, HostMemory::Pinned);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sequences_freed_in_random_order_return_memory_host_registered() {
+    random_frees(Placement::Host, HostMemory::Registered);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sequences_freed_in_random_order_return_memory_host_vmm() {
+    random_frees(Placement::Host, HostMemory::Vmm2M);
 }
 
 /// One sequence decoded step by step: everything on the host, so that it can go to a thread.

@@ -11,6 +11,9 @@
 //!   equal the reference store's byte for byte (unfilled blocks zero, a segment the tail reaches
 //!   into all zero, no entry past the last segment), the K/V rows equal what was appended,
 //!   `n_stored`/`n_total` are right, and the landmark means equal the fp32-sum fp16 means.
+//! - the same for the host placement's large-page allocations (`HostMemory::Registered`,
+//!   `HostMemory::Vmm2M`, required so that a driver without them fails): equal contents, and
+//!   after `trim()` the context's pinned ledger is back where it was.
 //! - free and re-create: the pools are reused (memory() unchanged, the re-created sequences again
 //!   equal the reference, so reused segments were cleared), and trim() returns to the baseline.
 //! - capacity: a prefill or an append past `capacity_tokens` is refused and changes nothing; the
@@ -30,7 +33,7 @@ use rand::Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::store::device::{read_back, settle};
-use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig, StoreError};
 
 const BLK: usize = 64;
 /// Words per plane per segment: 256-token segments, so short sequences span several.
@@ -322,8 +325,8 @@ fn build(
     (ids, expected)
 }
 
-fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool) {
-    let label = format!("{} {placement:?}", model.name);
+fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool, host: HostMemory) {
+    let label = format!("{} {placement:?} {host}", model.name);
     let (mut rng, seed) = inputs::rng_and_seed(&label);
     let gpu = Arc::new(gpu());
     let (heads, d) = (model.kv_heads, model.head_dim);
@@ -336,9 +339,14 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool) {
         &gpu,
         StoreConfig {
             rotations: rot.clone(),
+            host_memory: host,
+            // A driver without the mode fails the test rather than testing `pinned` again.
+            require_host_memory: true,
             ..config(model, placement, 1 << 16)
         },
     );
+    assert_eq!(store.host_memory(), host, "{label}");
+    let pinned_baseline = gpu.pinned_bytes();
     let baseline = store.memory();
     let lengths = [
         rng.gen_range(1..100),
@@ -416,30 +424,78 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool) {
         baseline,
         "{label}: trim returns to the baseline"
     );
+    assert_eq!(
+        gpu.pinned_bytes(),
+        pinned_baseline,
+        "{label}: trim gives the pinned ledger back what the pools held"
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_raw_hbm() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Hbm, false);
+    prefill_append_case(shape("qwen3-8b"), Placement::Hbm, false, HostMemory::Pinned);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_raw_host() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Host, false);
+    prefill_append_case(
+        shape("qwen3-8b"),
+        Placement::Host,
+        false,
+        HostMemory::Pinned,
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_raw_host_registered() {
+    prefill_append_case(
+        shape("qwen3-8b"),
+        Placement::Host,
+        false,
+        HostMemory::Registered,
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_raw_host_vmm() {
+    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Vmm2M);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_rotated_host_vmm() {
+    prefill_append_case(
+        shape("qwen2.5-7b"),
+        Placement::Host,
+        true,
+        HostMemory::Vmm2M,
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_hbm() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Hbm, true);
+    prefill_append_case(
+        shape("qwen2.5-7b"),
+        Placement::Hbm,
+        true,
+        HostMemory::Pinned,
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn prefill_and_append_rotated_host() {
-    prefill_append_case(shape("qwen2.5-7b"), Placement::Host, true);
+    prefill_append_case(
+        shape("qwen2.5-7b"),
+        Placement::Host,
+        true,
+        HostMemory::Pinned,
+    );
 }
 
 #[test]
@@ -608,4 +664,58 @@ fn non_finite_keys_are_reported_with_their_location() {
     }
     // Reported once.
     store.check().unwrap();
+}
+
+/// `resident_footprint` is what one sequence takes from the pools, to the byte, in HBM; from
+/// host memory its pool part is 0 while the sequence still uses as many (host) pool bytes.
+fn footprint_case(placement: Placement) {
+    let label = format!("footprint {placement:?}");
+    let (mut rng, _seed) = inputs::rng_and_seed(&label);
+    let gpu = Arc::new(gpu());
+    let model = shape("qwen3-8b");
+    let (heads, d) = (model.kv_heads, model.head_dim);
+    let mut store = store(&gpu, config(model, placement, 1 << 16));
+    let id = store.create_sequence();
+    let n = rng.gen_range(3000..5000);
+    for layer in 0..LAYERS {
+        let keys: Vec<u16> = (0..heads * n * d)
+            .map(|_| bf16::from_f32(rng.gen_range(-1.0..1.0)).to_bits())
+            .collect();
+        let rows = upload(&gpu, &keys, "keys");
+        store.prefill(id, layer, &rows, &rows).unwrap();
+    }
+    let f = store.resident_footprint(n, LAYERS);
+    let used = store.memory().pool_bytes_in_use;
+    match placement {
+        Placement::Hbm => assert_eq!(f.segments + f.rows + f.histograms, used, "{label}: n = {n}"),
+        Placement::Host => {
+            assert_eq!(f.segments + f.rows, 0, "{label}");
+            let hbm = StoreConfig::new(shape("qwen3-8b"), Placement::Hbm, 1 << 16);
+            let other = KeyStore::new(
+                gpu.clone(),
+                StoreConfig {
+                    block: BLK,
+                    segment_words: S,
+                    max_batch: 8,
+                    keep_landmarks: true,
+                    ..hbm
+                },
+            )
+            .expect("an HBM store");
+            let g = other.resident_footprint(n, LAYERS);
+            assert_eq!(
+                g.segments + g.rows,
+                used,
+                "{label}: the same pool bytes, in host memory"
+            );
+        }
+    }
+    assert!(f.tables > 0 && f.bytes() == f.parts().iter().map(|p| p.1).sum::<usize>());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resident_footprint_is_what_a_sequence_takes_from_the_pools() {
+    footprint_case(Placement::Hbm);
+    footprint_case(Placement::Host);
 }

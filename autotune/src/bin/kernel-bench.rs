@@ -10,6 +10,8 @@
 //! - the HBM scan of the same plans, for several tiles;
 //!
 //! and prints a table and a JSON record (GPU, driver, date, commit, every figure).
+//! `--host-memory pinned|registered|vmm2m` picks how the host store is allocated
+//! (`runtime::store::HostMemory`; default `pinned`, `cuMemHostAlloc`).
 //!
 //! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
 
@@ -21,6 +23,9 @@ use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, Sca
 use cudarc::driver::CudaFunction;
 use runtime::ceilings::{self, Ceilings};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::store::device::copy;
+use runtime::store::host_memory::HostBuffer;
+use runtime::store::HostMemory;
 use serde::Serialize;
 
 const BLOCK: usize = 64;
@@ -32,6 +37,7 @@ struct Options {
     reps: usize,
     commit: String,
     budgets: Vec<f32>,
+    host_memory: HostMemory,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -41,6 +47,7 @@ fn parse_args() -> Result<Options, String> {
         reps: 30,
         commit: "unknown".into(),
         budgets: vec![48.0],
+        host_memory: HostMemory::Pinned,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -50,6 +57,11 @@ fn parse_args() -> Result<Options, String> {
             "--tokens" => o.tokens = value()?.parse().map_err(|e| format!("--tokens: {e}"))?,
             "--reps" => o.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
             "--commit" => o.commit = value()?,
+            "--host-memory" => {
+                o.host_memory = value()?
+                    .parse()
+                    .map_err(|e| format!("--host-memory: {e}"))?
+            }
             "--budgets" => {
                 o.budgets = value()?
                     .split(',')
@@ -59,7 +71,7 @@ fn parse_args() -> Result<Options, String> {
             other => {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
-                     [--reps N] [--budgets 48,92] [--commit HASH]"
+                     [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--commit HASH]"
                 ))
             }
         }
@@ -105,6 +117,8 @@ struct Store {
 enum Memory<T> {
     Device(DeviceBuffer<T>),
     Mapped(MappedBuffer<T>),
+    /// Registered or VMM host memory, filled through the device.
+    Host(HostBuffer),
 }
 
 impl<T> Memory<T> {
@@ -112,13 +126,29 @@ impl<T> Memory<T> {
         match self {
             Memory::Device(b) => b.addr(),
             Memory::Mapped(b) => b.addr(),
+            Memory::Host(b) => b.addr(),
         }
     }
+}
+
+/// `data` in host memory of `mode`.
+fn host_copy<T: Copy>(gpu: &Gpu, mode: HostMemory, data: &[T]) -> Result<Memory<T>, GpuError> {
+    if mode == HostMemory::Pinned {
+        let mut m = gpu.mapped::<T>(data.len(), 0)?;
+        m.as_mut_slice().copy_from_slice(data);
+        return Ok(Memory::Mapped(m));
+    }
+    let bytes = std::mem::size_of_val(data);
+    let buffer = HostBuffer::new(gpu, mode, bytes, "the kernel-bench store")?;
+    copy(gpu, buffer.addr(), data.as_ptr() as u64, bytes)?;
+    gpu.synchronize()?;
+    Ok(Memory::Host(buffer))
 }
 
 fn build_store(
     gpu: &Gpu,
     placement: Placement,
+    host_memory: HostMemory,
     heads: usize,
     d: usize,
     segments: usize,
@@ -138,13 +168,10 @@ fn build_store(
             Memory::Device(gpu.upload(&words)?),
             Memory::Device(gpu.upload(&scales)?),
         ),
-        Placement::Host => {
-            let mut w = gpu.mapped::<u64>(words.len(), 0)?;
-            w.as_mut_slice().copy_from_slice(&words);
-            let mut s = gpu.mapped::<u16>(scales.len(), 0)?;
-            s.as_mut_slice().copy_from_slice(&scales);
-            (Memory::Mapped(w), Memory::Mapped(s))
-        }
+        Placement::Host => (
+            host_copy(gpu, host_memory, &words)?,
+            host_copy(gpu, host_memory, &scales)?,
+        ),
     };
     let word_table: Vec<u64> = (0..heads * segments)
         .map(|i| words.addr() + (i * words_per_segment * 8) as u64)
@@ -307,6 +334,8 @@ struct Row {
 
 #[derive(Serialize)]
 struct Record {
+    /// How the host store was allocated (`pinned`, `registered`, `vmm2m`).
+    host_memory: String,
     gpu: String,
     compute_capability: String,
     driver_cuda: String,
@@ -349,8 +378,26 @@ fn run(o: &Options) -> Result<Record, String> {
         .filled::<u16>(heads * segments * d * SEGMENT_WORDS * 64 / BLOCK, 0xff)
         .map_err(e)?;
     let staging = (&stage_words, &stage_scales, stage_planes);
-    let host = build_store(&gpu, Placement::Host, heads, d, segments, o.tokens).map_err(e)?;
-    let hbm = build_store(&gpu, Placement::Hbm, heads, d, segments, o.tokens).map_err(e)?;
+    let host = build_store(
+        &gpu,
+        Placement::Host,
+        o.host_memory,
+        heads,
+        d,
+        segments,
+        o.tokens,
+    )
+    .map_err(e)?;
+    let hbm = build_store(
+        &gpu,
+        Placement::Hbm,
+        HostMemory::Pinned,
+        heads,
+        d,
+        segments,
+        o.tokens,
+    )
+    .map_err(e)?;
     let mut methods: Vec<(String, PlanMethod, f32)> = o
         .budgets
         .iter()
@@ -480,6 +527,7 @@ fn run(o: &Options) -> Result<Record, String> {
     let (major, minor) = codegen::nvrtc::version().map_err(|e| e.to_string())?;
     let info = gpu.info();
     Ok(Record {
+        host_memory: o.host_memory.to_string(),
         gpu: info.name.clone(),
         compute_capability: info.compute_capability_text(),
         driver_cuda: info.driver_cuda(),

@@ -131,6 +131,12 @@ impl GpuBench {
         })
     }
 
+    /// Compiles (or loads from the kernel cache) every spec of `specs` on all cores; a spec that
+    /// fails is reported by its candidate's verification.
+    pub fn preload(&self, specs: &[KernelSpec]) {
+        self.dev.preload(specs);
+    }
+
     /// Uses the winning tile of `entry` for later cases that need that family as a part.
     pub fn adopt(&mut self, entry: &EntryRecord) {
         if let Some(Variant::Tile(tile)) = entry.winner.as_ref().map(|w| w.variant) {

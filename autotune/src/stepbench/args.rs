@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use clap::Parser;
 use codegen::spec::Placement;
 use reference::plans::{Method, MethodParseError};
+use runtime::store::host_memory::HostMemoryParseError;
+use runtime::store::HostMemory;
 use thiserror::Error;
 
 /// Runs the SPEC §9 decode-step protocol on the GPU for a preset and writes the results.
@@ -53,6 +55,15 @@ pub struct Args {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// How the host placement's store is allocated: pinned (cuMemHostAlloc), registered
+    /// (2 MiB pages registered) or vmm2m (VMM host memory); required, so a machine without it
+    /// stops the run.
+    #[arg(long, default_value = "pinned")]
+    pub host_memory: String,
+    /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
+    /// run has the host placement and reaches 128k), which every other run adds to its grid.
+    #[arg(long)]
+    pub no_standing: bool,
 }
 
 /// The §9 method list of issue #6.
@@ -79,6 +90,36 @@ pub struct Options {
     pub cell_seconds: f64,
     pub seed: u64,
     pub device: usize,
+    pub host_memory: HostMemory,
+    /// The standing cells added to the grid: (placement, context, batch, methods).
+    pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
+}
+
+/// The standing cell of issue #15: 16 sequences of 128k tokens from host memory.
+pub const STANDING: (Placement, usize, usize, &str) =
+    (Placement::Host, 128 << 10, 16, "fathom(48),sparq(32)");
+
+/// The standing cells a run adds: those whose placement it has, whose context its stores reach,
+/// that its grid does not hold already, with the methods it runs.
+pub fn standing_cells(
+    args_no_standing: bool,
+    placements: &[Placement],
+    contexts: &[usize],
+    batches: &[usize],
+    methods: &[Method],
+) -> Vec<(Placement, usize, usize, Vec<Method>)> {
+    let (placement, context, batch, list) = STANDING;
+    let max = contexts.last().copied().unwrap_or(0);
+    let in_grid = contexts.contains(&context) && batches.contains(&batch);
+    if args_no_standing || !placements.contains(&placement) || context > max || in_grid {
+        return Vec::new();
+    }
+    let wanted = parse_methods(list).expect("the standing methods parse");
+    let methods: Vec<Method> = wanted.into_iter().filter(|m| methods.contains(m)).collect();
+    if methods.is_empty() {
+        return Vec::new();
+    }
+    vec![(placement, context, batch, methods)]
 }
 
 /// A command line that cannot run, saying what is allowed.
@@ -100,6 +141,8 @@ pub enum ArgsError {
     Slots(usize),
     #[error("--cell-seconds must be a positive number of seconds, got {0}")]
     CellSeconds(f64),
+    #[error("--host-memory: {0}")]
+    HostMemory(#[from] HostMemoryParseError),
 }
 
 /// Tokens per scale block of the stores built here: a context must hold whole blocks.
@@ -248,11 +291,16 @@ impl Options {
             .or(env_commit)
             .filter(|c| !c.trim().is_empty())
             .unwrap_or_else(|| "unknown".into());
+        let contexts = non_empty("contexts", sorted_unique(contexts))?;
+        let batches = non_empty("batch", sorted_unique(batches))?;
+        let placements = non_empty("placement", placements)?;
+        let standing = standing_cells(args.no_standing, &placements, &contexts, &batches, &methods);
         Ok(Options {
             model: args.model.clone(),
-            contexts: non_empty("contexts", sorted_unique(contexts))?,
-            batches: non_empty("batch", sorted_unique(batches))?,
-            placements: non_empty("placement", placements)?,
+            contexts,
+            batches,
+            placements,
+            standing,
             methods,
             steps,
             out: args.out.clone(),
@@ -261,6 +309,7 @@ impl Options {
             cell_seconds: args.cell_seconds,
             seed: args.seed,
             device: args.device,
+            host_memory: args.host_memory.parse()?,
         })
     }
 

@@ -135,3 +135,21 @@ pub fn recall(selected: &[i32], truth: &[usize]) -> Option<f64> {
         .count();
     Some(hits as f64 / truth.len() as f64)
 }
+
+/// The parts of a cell's HBM footprint: the store's share of one sequence times `batch`, then
+/// the workspace's (one step of the batch, reused by every layer).
+pub fn footprint_parts(
+    store: [(&'static str, usize); 4],
+    batch: usize,
+    workspace: [(&'static str, usize); 8],
+) -> Vec<(String, u64)> {
+    store
+        .iter()
+        .map(|&(name, b)| (name.to_string(), (b * batch) as u64))
+        .chain(
+            workspace
+                .iter()
+                .map(|&(name, b)| (format!("workspace {name}"), b as u64)),
+        )
+        .collect()
+}

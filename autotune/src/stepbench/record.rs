@@ -45,6 +45,15 @@ pub struct Row {
     pub steps: usize,
     /// `graph` (each layer's step captured once, replayed) or `eager` (`Decoder::step`).
     pub launch: String,
+    /// SPEC §9's HBM footprint: device bytes the cell's `batch` resident sequences (every layer
+    /// of the model, at `context` tokens) and the decoder's workspace for one step of them
+    /// cost beyond the model; the sum of `hbm_footprint`.
+    #[serde(default)]
+    pub hbm_footprint_bytes: Option<u64>,
+    /// Its parts: the store's (`KeyStore::resident_footprint`, times the batch) and the
+    /// workspace's (`WorkspaceSizes::parts`), by name.
+    #[serde(default)]
+    pub hbm_footprint: Option<Vec<(String, u64)>>,
 }
 
 impl Row {
@@ -75,6 +84,8 @@ impl Row {
             recall_k: None,
             steps: 0,
             launch: "-".into(),
+            hbm_footprint_bytes: None,
+            hbm_footprint: None,
         }
     }
 
@@ -118,6 +129,10 @@ pub struct Header {
     /// `YYYY-MM-DD` (UTC).
     pub date: String,
     pub date_unix: u64,
+    /// How the host placement's store was allocated (`pinned`, `registered`, `vmm2m`;
+    /// `pinned` in records written before the option).
+    #[serde(default = "pinned")]
+    pub host_memory: String,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,
@@ -136,6 +151,10 @@ pub struct Header {
     pub generator: Generator,
     /// What the fidelity and recall columns are measured on.
     pub sample: String,
+}
+
+fn pinned() -> String {
+    "pinned".into()
 }
 
 /// A whole run.

@@ -25,7 +25,8 @@ use thiserror::Error;
 use super::args::{context_label, Options, BLOCK, MIN_STEPS};
 use super::data::{self, DataError, HeadCalibration};
 use super::figures::{
-    floor_ms, group_bytes, median, pariskv_index_bytes, recall_k, steps_within, time_capped,
+    floor_ms, footprint_parts, group_bytes, median, pariskv_index_bytes, recall_k, steps_within,
+    time_capped,
 };
 use super::record::{date_of, Generator, Header, Row};
 use super::reference::{compare, context_truth, ContextTruth};
@@ -171,6 +172,7 @@ impl Bench {
                     jit.as_ref(),
                     &slots_model(&model, slots, Basis::Raw),
                     placement,
+                    options.host_memory,
                     n + BLOCK,
                     None,
                     true,
@@ -186,6 +188,7 @@ impl Bench {
                         jit.as_ref(),
                         &slots_model(&model, slots, Basis::Klt),
                         placement,
+                        options.host_memory,
                         n + BLOCK,
                         Some(rotations),
                         false,
@@ -286,6 +289,7 @@ impl Bench {
         driver_cuda: info.driver_cuda(),
             nvrtc: format!("{major}.{minor}"),
             commit: self.options.commit.clone(),
+            host_memory: self.options.host_memory.to_string(),
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -683,6 +687,17 @@ impl Bench {
         row.wall_ms = Some(timing.wall_ms);
         row.steps = timing.steps;
         row.launch = timing.launch.into();
+        let sizes = decoder.launch_plan(&layers[0].view(), &request(0))?.sizes;
+        let sets = if loki { &self.klt } else { &self.raw };
+        if let Some(set) = sets.get(&placement) {
+            let parts = footprint_parts(
+                set.store.resident_footprint(n, self.model.layers).parts(),
+                batch,
+                sizes.parts(),
+            );
+            row.hbm_footprint_bytes = Some(parts.iter().map(|p| p.1).sum());
+            row.hbm_footprint = Some(parts);
+        }
         let (bytes, bits) = self.bytes(method, n, batch, &union);
         row.bytes_per_step = Some(bytes);
         row.bits = bits;
@@ -711,7 +726,8 @@ pub fn run(
     let cells = options.placements.len()
         * options.contexts.len()
         * options.batches.len()
-        * options.methods.len();
+        * options.methods.len()
+        + options.standing.iter().map(|s| s.3.len()).sum::<usize>();
     let progress = bar(cells as u64, "cells");
     let mut rows = Vec::new();
     for &placement in &options.placements {
@@ -740,6 +756,30 @@ pub fn run(
             }
             write(&header, &rows);
         }
+    }
+    for (placement, n, batch, methods) in &options.standing {
+        let (placement, n, batch) = (*placement, *n, *batch);
+        let inputs = bench.inputs(placement, n, batch)?;
+        for &method in methods {
+            progress.set_message(format!(
+                "{method} {} {} b{batch} (standing)",
+                placement.as_str(),
+                context_label(n)
+            ));
+            let row = bench.cell(method, placement, n, batch, &inputs);
+            if !row.ok() {
+                progress.println(format!(
+                    "  {} {} {} b{batch}: {}",
+                    row.method,
+                    row.placement,
+                    context_label(n),
+                    row.status
+                ));
+            }
+            rows.push(row);
+            progress.inc(1);
+        }
+        write(&header, &rows);
     }
     progress.finish();
     Ok((header, rows))

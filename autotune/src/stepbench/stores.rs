@@ -14,7 +14,7 @@ use reference::pariskv::{subspaces, CENTROIDS};
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::KernelSource;
 use runtime::store::device::read_back;
-use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::view::{LayerView, PariskvView};
 
 /// `[h]` addresses of one slot's ParisKV index rows (ids, codes, weights).
@@ -133,13 +133,15 @@ pub struct StoreSet {
 }
 
 impl StoreSet {
-    /// An empty store of `slots` layers of `model`'s heads for one sequence of `tokens`.
+    /// An empty store of `slots` layers of `model`'s heads for one sequence of `tokens`; the
+    /// host placement's memory allocated as `host_memory` says (required).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Arc<Gpu>,
         kernels: &dyn KernelSource,
         model: &ModelShape,
         placement: Placement,
+        host_memory: HostMemory,
         tokens: usize,
         rotations: Option<Vec<f32>>,
         landmarks: bool,
@@ -150,6 +152,11 @@ impl StoreSet {
             rotations,
             keep_landmarks: landmarks,
             pariskv_index: pariskv,
+            host_memory: match placement {
+                Placement::Host => host_memory,
+                Placement::Hbm => HostMemory::Pinned,
+            },
+            require_host_memory: true,
             ..StoreConfig::new(model.clone(), placement, tokens)
         };
         let mut store = KeyStore::with_kernels(gpu.clone(), config, kernels)?;

@@ -10,12 +10,12 @@ fn opt(v: Option<f64>, precision: usize) -> String {
 }
 
 /// One line per row: method, placement, context, batch, times, floor, ratio, bits, error,
-/// recall and the `k` it is at, status.
+/// recall and the `k` it is at, HBM footprint (MiB), status.
 pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6} {:>4}  status",
+        "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6} {:>4} {:>8}  status",
         "method",
         "at",
         "ctx",
@@ -27,12 +27,13 @@ pub fn table(rows: &[Row]) -> String {
         "bits",
         "error",
         "recall",
-        "@k"
+        "@k",
+        "hbm_MiB"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6} {:>4}  {}",
+            "{:<20} {:<4} {:>5} {:>2} {:>10} {:>10} {:>9} {:>6} {:>7} {:>9} {:>6} {:>4} {:>8}  {}",
             r.method,
             r.placement,
             context_label(r.context),
@@ -45,6 +46,11 @@ pub fn table(rows: &[Row]) -> String {
             r.fidelity.map_or("-".into(), |e| format!("{e:.2e}")),
             opt(r.recall, 3),
             r.recall_k.map_or("-".into(), |k| k.to_string()),
+            opt(
+                r.hbm_footprint_bytes
+                    .map(|b| b as f64 / f64::from(1u32 << 20)),
+                1
+            ),
             r.status
         );
     }

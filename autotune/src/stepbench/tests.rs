@@ -659,3 +659,91 @@ fn only_the_reference_baselines_are_cut_short() {
         assert!(!time_capped(method), "{m} must be timed over every step");
     }
 }
+
+#[test]
+fn the_standing_batch_and_footprint_targets() {
+    use super::targets::{FOOTPRINT_TARGET, STANDING_BATCH};
+    let m = 1 << 20;
+    let mut b16 = row("fathom(48)", 128 << 10, "host", 11.0);
+    b16.batch = STANDING_BATCH;
+    b16.floor_ms = Some(10.0);
+    let mut one = row("fathom(48)", m, "host", 10.0);
+    one.hbm_footprint_bytes = Some(FOOTPRINT_TARGET + (1 << 20));
+    one.hbm_footprint = Some(vec![
+        ("store tables".into(), 1 << 20),
+        ("workspace scores".into(), FOOTPRINT_TARGET),
+    ]);
+    let mut rows = vec![b16, one];
+    let get = |rows: &[Row], prefix: &str| {
+        verdicts(rows, m)
+            .into_iter()
+            .find(|x| x.target.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no target {prefix}"))
+            .outcome
+    };
+    assert!(get(&rows, "host 128k, batch 16").starts_with("met (1.10x"));
+    let o = get(&rows, "host 1m: HBM footprint");
+    assert!(
+        o.starts_with("missed by") && o.contains("workspace scores"),
+        "{o}"
+    );
+    rows[1].hbm_footprint_bytes = Some(100 << 20);
+    assert!(get(&rows, "host 1m: HBM footprint").starts_with("met (100.0 MiB"));
+    rows[0].gpu_ms = Some(12.0);
+    assert!(get(&rows, "host 128k, batch 16").starts_with("missed by 1.04x"));
+    rows[0].batch = 1;
+    assert!(get(&rows, "host 128k, batch 16").starts_with("not measured"));
+}
+
+#[test]
+fn footprint_parts_scale_the_store_by_the_batch_not_the_workspace() {
+    let store = [("a", 1), ("b", 2), ("c", 0), ("d", 10)];
+    let workspace = [
+        ("scores", 100),
+        ("rows", 7),
+        ("x", 0),
+        ("y", 0),
+        ("z", 0),
+        ("w", 0),
+        ("v", 0),
+        ("u", 1),
+    ];
+    let parts = super::figures::footprint_parts(store, 4, workspace);
+    let total: u64 = parts.iter().map(|p| p.1).sum();
+    assert_eq!(total, 4 * 13 + 108);
+    assert_eq!(parts[4], ("workspace scores".to_string(), 100));
+}
+
+#[test]
+fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
+    let o = options(&[]).unwrap();
+    assert_eq!(o.standing.len(), 1);
+    let (p, n, b, m) = &o.standing[0];
+    assert_eq!((*p, *n, *b), (Placement::Host, 128 << 10, 16));
+    let names: Vec<String> = m.iter().map(Method::to_string).collect();
+    assert_eq!(names, ["fathom(48)", "sparq(32)"]);
+    assert!(options(&["--no-standing"]).unwrap().standing.is_empty());
+    assert!(options(&["--placement", "hbm"])
+        .unwrap()
+        .standing
+        .is_empty());
+    assert!(options(&["--contexts", "32k"]).unwrap().standing.is_empty());
+    assert!(options(&["--batch", "16", "--contexts", "128k"])
+        .unwrap()
+        .standing
+        .is_empty());
+    assert!(options(&["--methods", "dense"])
+        .unwrap()
+        .standing
+        .is_empty());
+    let only = options(&["--methods", "sparq(32),dense"]).unwrap();
+    assert_eq!(only.standing[0].3.len(), 1);
+    assert_eq!(
+        options(&["--host-memory", "vmm2m"]).unwrap().host_memory,
+        runtime::store::HostMemory::Vmm2M
+    );
+    assert!(matches!(
+        options(&["--host-memory", "huge"]),
+        Err(ArgsError::HostMemory(_))
+    ));
+}

@@ -161,6 +161,36 @@ pub struct WorkspaceSizes {
 }
 
 impl WorkspaceSizes {
+    /// Device bytes of the workspace by what they hold (SPEC §9's HBM footprint): `plan`
+    /// (queries in the store basis, depths, class counts, status), `staging` (run tables,
+    /// staged planes and scales), `scores`, `selections` (the select's workspaces, `sel`,
+    /// `sel_pos`, the union and their counts), `rows` (the fetched K/V rows), `out`, `dense`
+    /// (its row tables) and `pariskv` (the retrieval's buffers). They sum to
+    /// [`WorkspaceSizes::bytes`].
+    pub fn parts(&self) -> [(&'static str, usize); 8] {
+        [
+            (
+                "plan",
+                4 * (self.q_store + self.class_count + self.plan_status) + self.depths,
+            ),
+            (
+                "staging",
+                8 * (self.runs + self.staged_runs + self.stage_words) + 2 * self.stage_scales,
+            ),
+            ("scores", 4 * self.scores),
+            (
+                "selections",
+                4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
+                    + 4 * (self.select_candidates + self.select_candidate_runs)
+                    + 4 * (self.sel_count + self.uni + self.uni_count),
+            ),
+            ("rows", 2 * 2 * self.rows),
+            ("out", 4 * self.out),
+            ("dense", 4 * (self.dense_uni + self.dense_sel)),
+            ("pariskv", self.pariskv.bytes()),
+        ]
+    }
+
     /// Device bytes of the whole workspace.
     pub fn bytes(&self) -> usize {
         4 * (self.q_store + self.class_count + self.plan_status + self.scores)
@@ -312,4 +342,67 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         tuned: chooser.tuned,
         untuned: chooser.untuned,
     })
+}
+
+#[cfg(test)]
+mod footprint_tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_parts_sum_to_its_bytes() {
+        // Distinct primes per field, so that a field left out or counted at the wrong element
+        // size changes the sum.
+        let primes = [
+            2usize, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
+            79, 83, 89, 97, 101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151,
+        ];
+        let mut p = primes.iter().map(|&x| x * 1000);
+        let mut next = || p.next().expect("enough primes");
+        let sizes = WorkspaceSizes {
+            q_store: next(),
+            depths: next(),
+            class_count: next(),
+            runs: next(),
+            staged_runs: next(),
+            stage_words: next(),
+            stage_scales: next(),
+            plan_status: next(),
+            scores: next(),
+            select_state: next(),
+            chunk_counts: next(),
+            select_candidates: next(),
+            select_candidate_runs: next(),
+            scratch: next(),
+            sel: next(),
+            sel_count: next(),
+            uni: next(),
+            uni_count: next(),
+            rows: next(),
+            out: next(),
+            dense_uni: next(),
+            dense_sel: next(),
+            pariskv: crate::pariskv::RetrievalSizes {
+                q_tilde: next(),
+                q_norm: next(),
+                tiers: next(),
+                tier_len: next(),
+                vote_hist: next(),
+                votes: next(),
+                ld_votes: next(),
+                chunk_counts: next(),
+                cand: next(),
+                cand_count: next(),
+                cand_score: next(),
+                ld_cand: next(),
+            },
+        };
+        let parts = sizes.parts();
+        assert_eq!(parts.iter().map(|&(_, b)| b).sum::<usize>(), sizes.bytes());
+        assert_eq!(parts[2], ("scores", 4 * sizes.scores));
+        assert_eq!(
+            parts[4],
+            ("rows", 4 * sizes.rows),
+            "k_sel and v_sel, bf16 each"
+        );
+    }
 }

@@ -42,6 +42,14 @@ pub struct StoreConfig {
     /// weights in the placement (112 bytes per token per KV head at D = 128), histograms in
     /// device memory. Needs a head dimension of 64, 128 or 256.
     pub pariskv_index: bool,
+    /// How the host placement's segments and row regions are allocated ([`HostMemory`]:
+    /// `cuMemHostAlloc` by default; 2 MiB pages registered, or VMM host memory, for the
+    /// fetch's scattered rows). Only `Pinned` with the HBM placement.
+    pub host_memory: HostMemory,
+    /// When `host_memory` cannot be had on this machine (checked once, when the store is
+    /// built): `false` (the default) builds the store with `Pinned` after one warning on
+    /// standard error; `true` refuses with [`StoreError::HostMemory`].
+    pub require_host_memory: bool,
 }
 
 impl StoreConfig {
@@ -58,6 +66,8 @@ impl StoreConfig {
             rotations: None,
             keep_landmarks: false,
             pariskv_index: false,
+            host_memory: HostMemory::Pinned,
+            require_host_memory: false,
         }
     }
 
@@ -123,6 +133,13 @@ impl StoreConfig {
         }
         if self.pariskv_index {
             IndexGeometry::new(m.head_dim)?;
+        }
+        if self.placement == Placement::Hbm && self.host_memory != HostMemory::Pinned {
+            return Err(bad(format!(
+                "host_memory {} applies to the host placement; the HBM placement takes \
+                 HostMemory::Pinned (the default)",
+                self.host_memory
+            )));
         }
         Ok(layout)
     }

@@ -7,6 +7,7 @@
 
 use cudarc::driver::{result, sys, CudaEvent, DriverError};
 
+use super::host_memory::{HostBuffer, HostMemory};
 use super::pool::Backing;
 use crate::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer};
 use codegen::spec::Placement;
@@ -20,16 +21,25 @@ fn bind(gpu: &Gpu) -> Result<(), GpuError> {
 }
 
 /// Memory of one placement: device memory, or page-locked host memory mapped into the device's
-/// address space.
+/// address space (`cuMemHostAlloc`, or registered or VMM host memory: [`HostMemory`]).
 pub enum Memory {
     Device(DeviceBuffer<u8>),
     Mapped(MappedBuffer<u8>),
+    Host(HostBuffer),
 }
 
 impl Memory {
-    /// `bytes` zeroed bytes in `placement`.
-    pub fn zeroed(gpu: &Gpu, placement: Placement, bytes: usize) -> Result<Memory, GpuError> {
+    /// `bytes` zeroed bytes in `placement`, host memory allocated as `host` says.
+    pub fn zeroed(
+        gpu: &Gpu,
+        placement: Placement,
+        host: HostMemory,
+        bytes: usize,
+    ) -> Result<Memory, GpuError> {
         Ok(match placement {
+            Placement::Host if host != HostMemory::Pinned => {
+                Memory::Host(HostBuffer::new(gpu, host, bytes, "a store allocation")?)
+            }
             Placement::Hbm => {
                 let buffer = gpu.filled(bytes, 0)?;
                 // The fill runs on the legacy stream, which the store's non-blocking stream does
@@ -47,6 +57,7 @@ impl Backing for Memory {
         match self {
             Memory::Device(b) => b.addr(),
             Memory::Mapped(b) => b.addr(),
+            Memory::Host(b) => b.addr(),
         }
     }
 
@@ -54,6 +65,8 @@ impl Backing for Memory {
         match self {
             Memory::Device(b) => b.len(),
             Memory::Mapped(b) => b.len(),
+            // What the pools hold is what was pinned, huge-page rounding included.
+            Memory::Host(b) => b.held_bytes(),
         }
     }
 }

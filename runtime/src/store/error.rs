@@ -12,6 +12,14 @@ use crate::jit::JitError;
 pub enum StoreError {
     #[error("the store configuration is invalid: {reason}")]
     Config { reason: String },
+    #[error(
+        "host memory `{mode}` is not available here ({reason}); use pinned, or leave \
+         require_host_memory off to fall back to it"
+    )]
+    HostMemory {
+        mode: super::HostMemory,
+        reason: String,
+    },
     #[error("{id} does not exist in this store; use an id returned by create_sequence")]
     UnknownSequence { id: SequenceId },
     #[error("{id} was freed; create a new sequence")]

@@ -39,6 +39,8 @@ mod checks;
 mod config;
 pub mod device;
 mod error;
+pub mod footprint;
+pub mod host_memory;
 mod launches;
 pub mod ledger;
 pub mod pariskv;
@@ -58,6 +60,8 @@ use cudarc::driver::CudaFunction;
 
 pub use config::StoreConfig;
 pub use error::StoreError;
+pub use footprint::StoreFootprint;
+pub use host_memory::HostMemory;
 pub use ledger::SequenceId;
 pub use pariskv::IndexGeometry;
 
@@ -208,6 +212,8 @@ pub struct KeyStore {
     landmark: LandmarkSpec,
     functions: Functions,
     fixed_device_bytes: usize,
+    /// The host memory mode in effect (`config.host_memory`, or `Pinned` after a fallback).
+    host_memory: HostMemory,
 }
 
 impl KeyStore {
@@ -313,6 +319,19 @@ impl KeyStore {
 
         // The zero fills and uploads above ran on the legacy stream.
         device::settle(&gpu)?;
+        let host_memory = match host_memory::HostBuffer::probe(&gpu, config.host_memory) {
+            Ok(()) => config.host_memory,
+            // Out of pinned memory (or past its cap) is not a missing mode.
+            Err(e @ crate::gpu::GpuError::OutOfMemory { .. }) => return Err(e.into()),
+            Err(e) => {
+                let reason = e.to_string();
+                host_memory::fall_back(config.host_memory, reason, config.require_host_memory)
+                    .map_err(|reason| StoreError::HostMemory {
+                        mode: config.host_memory,
+                        reason,
+                    })?
+            }
+        };
         let words_bytes = layout.words_len() * 8;
         let slot_bytes = (words_bytes + layout.scales_len() * 2).next_multiple_of(256);
         let shared = Shared {
@@ -340,6 +359,7 @@ impl KeyStore {
             landmark,
             functions,
             fixed_device_bytes,
+            host_memory,
             config,
             gpu,
         })
@@ -348,6 +368,12 @@ impl KeyStore {
     /// The configuration the store was built with.
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// How host memory is allocated: `config().host_memory`, or [`HostMemory::Pinned`] when
+    /// that was not available and not required.
+    pub fn host_memory(&self) -> HostMemory {
+        self.host_memory
     }
 
     /// The GPU the store lives on.

@@ -146,7 +146,7 @@ impl IndexState {
 
     /// A histogram slot's memory: always device memory.
     pub fn grow(gpu: &Gpu, bytes: usize) -> Result<Memory, crate::gpu::GpuError> {
-        Memory::zeroed(gpu, Placement::Hbm, bytes)
+        Memory::zeroed(gpu, Placement::Hbm, super::HostMemory::Pinned, bytes)
     }
 }
 

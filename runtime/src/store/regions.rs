@@ -94,7 +94,7 @@ impl KeyStore {
                 (region, segments, hist)
             })
             .collect();
-        let (gpu, placement) = (self.gpu.clone(), self.config.placement);
+        let (gpu, placement, host) = (self.gpu.clone(), self.config.placement, self.host_memory);
         let heads = self.config.model.kv_heads;
         let mut growth = Vec::new();
         let mut failure = None;
@@ -115,7 +115,7 @@ impl KeyStore {
                 let bytes = self.region_bytes(class);
                 match self
                     .regions
-                    .alloc(class, || Memory::zeroed(&gpu, placement, bytes))
+                    .alloc(class, || Memory::zeroed(&gpu, placement, host, bytes))
                 {
                     Ok(r) => g.region = Some(r),
                     Err(e) => failure = Some(e),
@@ -129,7 +129,7 @@ impl KeyStore {
                 for _ in 0..heads {
                     match self
                         .segments
-                        .alloc(|bytes| Memory::zeroed(&gpu, placement, bytes))
+                        .alloc(|bytes| Memory::zeroed(&gpu, placement, host, bytes))
                     {
                         Ok(slot) => row.push(slot),
                         Err(e) => {

@@ -96,6 +96,18 @@ fn configs_are_checked_with_reasons() {
     }
     .validate()
     .is_ok());
+    // Large-page host memory is for the host placement only.
+    assert!(reason(StoreConfig {
+        host_memory: HostMemory::Vmm2M,
+        ..ok.clone()
+    })
+    .contains("applies to the host placement"));
+    assert!(StoreConfig {
+        host_memory: HostMemory::Registered,
+        ..StoreConfig::new(shape(Basis::Raw), Placement::Host, 1000)
+    }
+    .validate()
+    .is_ok());
     // Every head dimension a model may have (64, 128, 256) can keep the ParisKV index; the
     // rule itself is `IndexGeometry::new`'s (tested in `pariskv`).
     assert!(StoreConfig {
