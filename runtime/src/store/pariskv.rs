@@ -237,8 +237,8 @@ mod tests {
     /// The whole-row rerank (`PariskvRerankSpec::vector_loads`) reads code and weight rows in
     /// 16-byte loads: at every head dimension and every size class (`ROW_CHUNK << class`
     /// tokens) each head's tables start 16-byte aligned within a region whose K/V rows and
-    /// means are multiples of 16 bytes, and the regions themselves are driver allocations
-    /// (at least 256-byte aligned).
+    /// means are multiples of 16 bytes, and the regions themselves are whole allocations
+    /// (`cuMemAlloc`, or a page-aligned host allocation of any `HostMemory` kind).
     #[test]
     fn code_and_weight_tables_are_16_byte_aligned() {
         use codegen::spec::pariskv::VECTOR_ALIGN;
