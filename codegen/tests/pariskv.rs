@@ -269,6 +269,15 @@ fn the_whole_row_variant_compiles_without_spills() {
             for (entry, r) in entries.iter().zip(&used) {
                 assert!(!r.spills(), "{entry}: {r:?}");
             }
+            // The rows are read as 16-byte vectors, past the caches from host memory.
+            let ptx = codegen::nvrtc::compile(&source, "v16.cu", "sm_90", &[])
+                .unwrap()
+                .ptx;
+            let load = match placement {
+                Placement::Host => "ld.global.cs.v4.u32",
+                Placement::Hbm => "ld.global.nc.v4.u32",
+            };
+            assert!(ptx.contains(load), "{}: no {load}", spec.kernel_name());
         }
     }
 }
