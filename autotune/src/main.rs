@@ -161,7 +161,9 @@ fn run(args: &Args) -> Result<(), String> {
     } else {
         (1 << 30, 20)
     };
-    let ceilings = runtime::ceilings::measure(&gpu, ceiling_bytes, ceiling_reps)
+    let probe_jit =
+        runtime::jit::Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?;
+    let ceilings = runtime::ceilings::measure(&probe_jit, ceiling_bytes, ceiling_reps)
         .map_err(|e| format!("measuring the ceilings: {e}"))?;
     timings.add(Phase::Ceilings, started.elapsed());
     eprintln!(

@@ -13,6 +13,7 @@ pub mod model;
 pub mod nvrtc;
 pub mod render;
 pub mod resources;
+pub mod signature;
 pub mod spec;
 
 pub use kernels::{kernels_for, KernelSetOptions};

@@ -2,17 +2,21 @@
 //!
 //! A shape comes either from a named preset ([`preset`], [`presets`]) or from a model's
 //! `config.json` ([`from_config_json`], [`from_config_path`]). Both are validated against what
-//! the kernels can be specialised for (§1): `D` in {64, 128, 256}, `G` in 1..=8.
+//! the kernels can be specialised for (§1): `D` in {64, 80, 96, 128, 192, 256}, `G` in 1..=16.
 //!
 //! # Reading `config.json`
 //!
 //! | field | use |
 //! | --- | --- |
-//! | `num_hidden_layers` | `L` |
+//! | `num_hidden_layers` (ChatGLM: `num_layers`) | `L` |
 //! | `num_attention_heads` | `H_q` |
-//! | `num_key_value_heads` | `H_kv`; absent or `null` means `H_q` (no GQA), as Hugging Face does |
-//! | `head_dim` | `D`; absent or `null` means `hidden_size / num_attention_heads`, which must divide |
+//! | `num_key_value_heads` (ChatGLM: `multi_query_group_num` when `multi_query_attention` is true) | `H_kv`; absent or `null` means `H_q` (no GQA), as Hugging Face does |
+//! | `head_dim` (ChatGLM: `kv_channels`) | `D`; absent or `null` means `hidden_size / num_attention_heads`, which must divide |
 //! | `model_type` | `qwen3*` (`qwen3`, `qwen3_moe`, ...) means QK-norm and the raw basis; anything else KLT |
+//!
+//! GLM-4's original checkpoints (`model_type` `chatglm`, e.g. THUDM/glm-4-9b-chat) spell the
+//! shape with Megatron's names; the Hugging Face conversions (`glm`, `glm4`) use the standard
+//! ones. Where a config holds both spellings of one field they must agree.
 //!
 //! Multimodal checkpoints (Llava, Gemma 3, Mistral 3, Qwen3-VL ...) wrap the language model's
 //! settings in a nested `text_config` object. When the top level has an object `text_config`,
@@ -188,6 +192,22 @@ pub enum ModelError {
         /// Its value.
         value: i64,
     },
+    /// Two spellings of one field (`num_hidden_layers` and ChatGLM's `num_layers`, say) hold
+    /// different values.
+    #[error(
+        "config.json has `{field}` {value} and `{alias}` {alias_value}; they name the same \
+         count and must agree"
+    )]
+    Conflicting {
+        /// The standard name.
+        field: String,
+        /// Its value.
+        value: usize,
+        /// The other spelling.
+        alias: String,
+        /// Its value.
+        alias_value: usize,
+    },
     /// A count is larger than any model's.
     #[error("`{field}` is {value}; it must be at most {MAX_COUNT}")]
     TooLarge {
@@ -208,7 +228,10 @@ pub enum ModelError {
         query_heads: usize,
     },
     /// The head dimension is not one the kernels are specialised for.
-    #[error("head dimension {head_dim} is not supported; allowed: 64, 128, 256")]
+    #[error(
+        "head dimension {head_dim} (`head_dim`, or `hidden_size / num_attention_heads`) is not \
+         supported; allowed: 64, 80, 96, 128, 192, 256"
+    )]
     UnsupportedHeadDim {
         /// `D`.
         head_dim: usize,
@@ -226,8 +249,8 @@ pub enum ModelError {
     },
     /// The group size `G = H_q / H_kv` is outside what the kernels support.
     #[error(
-        "group size G = {query_heads} query heads / {kv_heads} KV heads = {group} is not \
-         supported; allowed: 1..=8"
+        "group size G = {query_heads} query heads (`num_attention_heads`) / {kv_heads} KV heads \
+         (`num_key_value_heads`) = {group} is not supported; allowed: 1..=16"
     )]
     UnsupportedGroupSize {
         /// `G`.
@@ -374,12 +397,18 @@ pub fn from_config_json(text: &str) -> Result<ModelShape, ModelError> {
     let fields = Fields::of(root)?;
 
     let query_heads = fields.count("num_attention_heads")?;
-    let layers = fields.count("num_hidden_layers")?;
+    let layers = fields
+        .spelled("num_hidden_layers", "num_layers")?
+        .ok_or_else(|| ModelError::MissingField {
+            field: fields.qualified("num_hidden_layers"),
+            expected: "a positive integer (or ChatGLM's `num_layers`)",
+        })?;
     // Hugging Face defaults a missing KV head count to the query heads (multi-head attention).
-    let kv_heads = fields
-        .optional_count("num_key_value_heads")?
-        .unwrap_or(query_heads);
-    let head_dim = match fields.optional_count("head_dim")? {
+    let kv_heads = match fields.optional_count("num_key_value_heads")? {
+        Some(kv) => kv,
+        None => fields.chatglm_kv_groups()?.unwrap_or(query_heads),
+    };
+    let head_dim = match fields.spelled("head_dim", "kv_channels")? {
         Some(d) => d,
         None => {
             let hidden =
@@ -498,6 +527,51 @@ impl<'a> Fields<'a> {
             }),
             None => Err(wrong_type()),
         }
+    }
+
+    /// A positive integer that may be spelled `field` or `alias` (absent or `null` in both:
+    /// `None`); where both are given they must agree.
+    fn spelled(&self, field: &str, alias: &str) -> Result<Option<usize>, ModelError> {
+        match (self.optional_count(field)?, self.optional_count(alias)?) {
+            (Some(value), Some(alias_value)) if value != alias_value => {
+                Err(ModelError::Conflicting {
+                    field: self.qualified(field),
+                    value,
+                    alias: self.qualified(alias),
+                    alias_value,
+                })
+            }
+            (value, alias_value) => Ok(value.or(alias_value)),
+        }
+    }
+
+    /// ChatGLM's KV heads: `multi_query_group_num` when `multi_query_attention` is true. Its
+    /// modelling code reads the group count only then (and `multi_query_attention` defaults to
+    /// false), so otherwise the model has one KV head per query head and this is `None`. The
+    /// count is required then: its code default (1) is not a shape to guess.
+    fn chatglm_kv_groups(&self) -> Result<Option<usize>, ModelError> {
+        let field = "multi_query_attention";
+        let grouped = match self.source().get(field) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(ModelError::WrongType {
+                    field: self.qualified(field),
+                    expected: "a boolean",
+                    found: describe(other),
+                })
+            }
+        };
+        if !grouped {
+            return Ok(None);
+        }
+        self.optional_count("multi_query_group_num")?
+            .map(Some)
+            .ok_or_else(|| ModelError::MissingField {
+                field: self.qualified("multi_query_group_num"),
+                expected:
+                    "the KV head count (a positive integer), as `multi_query_attention` is true",
+            })
     }
 
     /// `model_type`, from `text_config` when it has one, else from the top level.

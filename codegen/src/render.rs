@@ -83,6 +83,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         "pariskv_rerank.cu.tera",
         include_str!("../../templates/pariskv_rerank.cu.tera"),
     ),
+    (
+        "mapped_read.cu.tera",
+        include_str!("../../templates/mapped_read.cu.tera"),
+    ),
+    (
+        "append_rows.cu.tera",
+        include_str!("../../templates/append_rows.cu.tera"),
+    ),
 ];
 
 #[derive(Debug, Error)]

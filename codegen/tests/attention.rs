@@ -18,8 +18,8 @@ fn base() -> AttentionSpec {
 
 fn grid() -> Vec<AttentionSpec> {
     grid4(
-        &[64, 128, 256],
-        &[1, 2, 3, 4, 5, 6, 7, 8],
+        &[64, 80, 96, 128, 192, 256],
+        &[1, 2, 3, 4, 5, 6, 7, 8, 16],
         &[32, 256, 1024],
         &[1, 4, 8],
         |head_dim, group, threads, rows_per_warp| AttentionSpec {
@@ -42,7 +42,9 @@ family_checks::family_tests! {
     ],
     bad_fields: [
         ("head_dim", json!(512)),
+        ("head_dim", json!(72)),
         ("group", json!(0)),
+        ("group", json!(17)),
         ("threads", json!(16)),
         ("rows_per_warp", json!(0)),
         ("rows_per_warp", json!(9)),
@@ -76,8 +78,8 @@ fn one_block_per_query_head() {
 
 #[test]
 fn a_sampled_grid_compiles_without_warnings() {
-    for head_dim in [64, 128, 256] {
-        for (group, threads, rows_per_warp) in [(7, 256, 4), (1, 32, 1), (8, 1024, 8)] {
+    for head_dim in [64, 80, 96, 128, 192, 256] {
+        for (group, threads, rows_per_warp) in [(7, 256, 4), (1, 32, 1), (16, 1024, 8)] {
             let spec = AttentionSpec {
                 head_dim,
                 group,

@@ -20,7 +20,26 @@ mod scan_cells;
 
 const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 
-/// The snapshot shapes: three presets (G = 4, 7, 8) and the other two head dimensions.
+/// The shapes beyond the presets that the snapshots hold whole (every family, both
+/// architectures): D = 96 (Phi-3-mini, G = 1) and G = 16 (GLM-4-9B, D = 128), read from their
+/// real `config.json` files.
+const NEW_SHAPES: [(&str, &str); 2] = [
+    ("phi-3-mini", "phi-3-mini-4k-instruct.json"),
+    ("glm-4-9b", "glm-4-9b-chat.json"),
+];
+
+fn fixture_shape(name: &str, file: &str) -> ModelShape {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(file);
+    ModelShape {
+        name: name.into(),
+        ..model::from_config_path(path).unwrap()
+    }
+}
+
+/// The snapshot shapes: three presets (G = 4, 7, 8), the other two power-of-two head
+/// dimensions, and [`NEW_SHAPES`].
 fn shapes() -> Vec<ModelShape> {
     let mut shapes: Vec<ModelShape> = ["qwen3-8b", "qwen2.5-7b", "llama-3.1-70b"]
         .iter()
@@ -45,6 +64,7 @@ fn shapes() -> Vec<ModelShape> {
         qk_norm: true,
         basis: Basis::Raw,
     });
+    shapes.extend(NEW_SHAPES.map(|(name, file)| fixture_shape(name, file)));
     shapes
 }
 
@@ -73,15 +93,20 @@ fn cuda_snapshots_of_the_default_sets() {
     }
 }
 
-/// PTX of every kernel of qwen3-8b, and of the scans (the kernels whose code depends most on
-/// the shape) of every shape, for both architectures. The whole set would be several MB.
+/// PTX of every kernel of qwen3-8b, of the scans (the kernels whose code depends most on the
+/// shape) of every shape, for both architectures, and of one kernel of every family (both
+/// scans) of each of [`NEW_SHAPES`], for both architectures. The whole set would be several MB.
 #[test]
 fn ptx_snapshots() {
     for arch in ARCHS {
         for shape in shapes() {
+            let new = NEW_SHAPES.iter().any(|(name, _)| *name == shape.name);
+            let mut families = Vec::new();
             for spec in kernels_for(&shape, &KernelSetOptions::default()) {
                 let all = shape.name == "qwen3-8b" && arch == "sm_90";
-                if !all && !matches!(spec, KernelSpec::Scan(_)) {
+                let first_of_family = new && !families.contains(&spec.family());
+                families.push(spec.family());
+                if !all && !first_of_family && !matches!(spec, KernelSpec::Scan(_)) {
                     continue;
                 }
                 let compiled = compile(&spec, arch);
@@ -128,6 +153,60 @@ fn compact_select_snapshots() {
     );
 }
 
+/// The compacting select at G = 16 (GLM-4-9B's group), for both architectures.
+#[test]
+fn compact_select_snapshots_at_group_16() {
+    let shape = fixture_shape("glm-4-9b", "glm-4-9b-chat.json");
+    let spec: KernelSpec = kernels_for(&shape, &KernelSetOptions::default())
+        .into_iter()
+        .find_map(|spec| match spec {
+            KernelSpec::Select(s) => Some(SelectSpec { compact: true, ..s }.into()),
+            _ => None,
+        })
+        .expect("the default set has a select");
+    let source = render_any(&spec).unwrap();
+    insta::assert_snapshot!(format!("cuda-glm-4-9b-{}", spec.kernel_name()), source);
+    for arch in ARCHS {
+        let compiled = compile(&spec, arch);
+        assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+        insta::assert_snapshot!(
+            format!("ptx-{arch}-glm-4-9b-{}", spec.kernel_name()),
+            compiled.ptx
+        );
+    }
+}
+
+/// Every kernel of the shapes at the edges of §1 that no snapshot holds compiles without a
+/// warning: D = 80 (not a multiple of 32, a row of 10 16-byte units) with an odd G, D = 192
+/// (24 units) with G = 16, D = 64 with G = 16 (more query heads than the 8 lanes of a row) and
+/// D = 256 with G = 16.
+#[test]
+fn every_kernel_of_the_edge_shapes_compiles_without_warnings() {
+    for (head_dim, query_heads, kv_heads) in [(80, 10, 2), (192, 32, 2), (64, 32, 2), (256, 16, 1)]
+    {
+        let shape = ModelShape {
+            name: format!("d{head_dim}"),
+            layers: 2,
+            query_heads,
+            kv_heads,
+            head_dim,
+            qk_norm: false,
+            basis: Basis::Klt,
+        };
+        shape.validate().unwrap();
+        for spec in kernels_for(&shape, &KernelSetOptions::default()) {
+            let compiled = compile(&spec, "sm_90");
+            assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+            for entry in spec.entry_points() {
+                assert!(
+                    compiled.ptx.contains(&format!(".entry {entry}(")),
+                    "{entry}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_same_source_compiles_to_the_same_ptx() {
     let spec: KernelSpec = ScanSpec::new(128, 7, Placement::Host).into();
@@ -143,7 +222,7 @@ fn the_same_source_compiles_to_the_same_ptx() {
 /// A valid spec per cell of a sampled grid, with threads chosen to fit the tile.
 fn scan_grid() -> Vec<ScanSpec> {
     let tiles = [(2, 32), (8, 128), (16, 256), (64, 1024)];
-    scan_cells(&[1, 3, 4, 7, 8], &tiles)
+    scan_cells(&[1, 3, 4, 7, 8, 16], &tiles)
         .into_iter()
         // Thin the grid: every block size, but not for every cell.
         .filter(|s| (s.head_dim + s.group + s.tile_words + s.block) % 5 == 0)
@@ -152,7 +231,7 @@ fn scan_grid() -> Vec<ScanSpec> {
 
 fn other_grid() -> Vec<KernelSpec> {
     let mut specs: Vec<KernelSpec> = Vec::new();
-    for head_dim in [64, 128, 256] {
+    for head_dim in [64, 80, 96, 128, 192, 256] {
         for block in [32, 64, 128] {
             for mode in [EncodeMode::Bulk, EncodeMode::Append] {
                 let rotate = (head_dim / 64 + block / 32) % 2 == 0;
@@ -181,6 +260,8 @@ fn other_grid() -> Vec<KernelSpec> {
             (2, PlanMethod::Loki { r: 32 }),
             (5, PlanMethod::Thumbnail),
             (6, PlanMethod::Uniform { t: 1 }),
+            (16, PlanMethod::Fathom),
+            (16, PlanMethod::Sparq { r: 32 }),
         ] {
             let rotate = group % 2 == 1;
             specs.push(PlanSpec::new(head_dim, group, method, rotate).into());

@@ -71,8 +71,8 @@ fn fields() -> BoxedStrategy<Map<String, Value>> {
     (
         1u64..100,
         1u64..16,
-        1u64..=10,
-        prop::sample::select(vec![64u64, 128, 256, 96]),
+        1u64..=20,
+        prop::sample::select(vec![64u64, 80, 96, 128, 192, 256, 72]),
         any::<bool>(),
     )
         .prop_flat_map(|(layers, kv, g, d, derive)| {

@@ -24,7 +24,7 @@ family_checks::family_tests! {
     bad_fields: [
         ("head_dim", json!(32)),
         ("group", json!(0)),
-        ("group", json!(16)),
+        ("group", json!(17)),
         ("threads", json!(48)),
     ],
 }
@@ -60,7 +60,7 @@ fn launches_scale_with_the_context() {
 
 #[test]
 fn a_sampled_grid_compiles_without_warnings() {
-    for spec in row_samples(&[(7, 256), (1, 32)], LandmarkSpec::new) {
+    for spec in row_samples(&[(7, 256), (1, 32), (16, 1024)], LandmarkSpec::new) {
         assert_compiles(&spec, &[spec.build_entry(), spec.scan_entry()]);
     }
 }

@@ -94,6 +94,133 @@ fn real_configs_equal_their_presets() {
     }
 }
 
+/// The shapes beyond the presets (issue #14): D = 96 with G = 1 (Phi-3-mini), and G = 16 with
+/// D = 128 from GLM-4's original (ChatGLM) and converted configs and from Qwen3-235B-A22B.
+#[test]
+fn real_configs_of_every_gqa_shape() {
+    for (file, model_type, [l, hq, hkv, g, d], qk_norm) in [
+        (
+            "phi-3-mini-4k-instruct.json",
+            "phi3",
+            [32, 32, 32, 1, 96],
+            false,
+        ),
+        ("glm-4-9b-chat.json", "chatglm", [40, 32, 2, 16, 128], false),
+        ("glm-4-9b-chat-hf.json", "glm", [40, 32, 2, 16, 128], false),
+        (
+            "qwen3-235b-a22b.json",
+            "qwen3_moe",
+            [94, 64, 4, 16, 128],
+            true,
+        ),
+    ] {
+        let s = from_config_path(fixture(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(s.name, model_type, "{file}");
+        assert_eq!(
+            [
+                s.layers,
+                s.query_heads,
+                s.kv_heads,
+                s.group_size(),
+                s.head_dim
+            ],
+            [l, hq, hkv, g, d],
+            "{file}"
+        );
+        assert_eq!((s.qk_norm, s.basis), (qk_norm, Basis::for_qk_norm(qk_norm)));
+    }
+}
+
+/// ChatGLM's Megatron names: `num_layers`, `kv_channels`, and `multi_query_group_num`, which
+/// counts only when `multi_query_attention` is true (as its modelling code reads it).
+#[test]
+fn chatglm_spellings() {
+    let glm = |extra: &str| {
+        from_config_json(&format!(
+            r#"{{"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32,
+                "num_layers": 40, "kv_channels": 128, "multi_query_group_num": 2{extra}}}"#
+        ))
+    };
+    let s = glm(r#", "multi_query_attention": true"#).unwrap();
+    assert_eq!((s.layers, s.kv_heads, s.head_dim), (40, 2, 128));
+    // Without multi-query attention the group count is not read: one KV head per query head.
+    for off in [
+        "",
+        r#", "multi_query_attention": false"#,
+        r#", "multi_query_attention": null"#,
+    ] {
+        let s = glm(off).unwrap();
+        assert_eq!((s.kv_heads, s.group_size()), (32, 1), "{off}");
+    }
+    // The standard names win where both are given, and must agree.
+    let s = glm(r#", "multi_query_attention": true, "num_key_value_heads": 4"#).unwrap();
+    assert_eq!(s.kv_heads, 4);
+    let err = glm(r#", "num_hidden_layers": 28"#).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Conflicting { field, value: 28, alias, alias_value: 40 }
+            if field == "num_hidden_layers" && alias == "num_layers"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("must agree"), "{err}");
+    let err = glm(r#", "head_dim": 96"#).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Conflicting { field, alias, .. }
+            if field == "head_dim" && alias == "kv_channels"),
+        "{err:?}"
+    );
+    assert!(glm(r#", "num_hidden_layers": 40, "head_dim": 128"#).is_ok());
+    let err = glm(r#", "multi_query_attention": "yes""#).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::WrongType { field, .. } if field == "multi_query_attention"),
+        "{err:?}"
+    );
+    let err = from_config_json(
+        r#"{"model_type": "chatglm", "num_attention_heads": 32, "num_layers": 40,
+            "kv_channels": 128, "multi_query_attention": true}"#,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingField { field, .. } if field == "multi_query_group_num"),
+        "{err:?}"
+    );
+    let err = from_config_json(
+        r#"{"model_type": "chatglm", "num_attention_heads": 32, "kv_channels": 128}"#,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingField { field, .. } if field == "num_hidden_layers"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("num_layers"), "{err}");
+}
+
+/// Every head dimension and group size of §1 is accepted, and nothing next to them.
+#[test]
+fn every_allowed_shape_and_no_other() {
+    let shape = |d: usize, hq: usize, hkv: usize| {
+        from_config_json(&format!(
+            r#"{{"model_type": "llama", "head_dim": {d}, "num_attention_heads": {hq},
+                "num_key_value_heads": {hkv}, "num_hidden_layers": 2}}"#
+        ))
+    };
+    for d in [64, 80, 96, 128, 192, 256] {
+        for g in 1..=16 {
+            let s = shape(d, 3 * g, 3).unwrap_or_else(|e| panic!("D = {d}, G = {g}: {e}"));
+            assert_eq!((s.head_dim, s.group_size()), (d, g));
+        }
+    }
+    for d in [32, 48, 72, 112, 160, 512] {
+        assert!(
+            matches!(shape(d, 8, 2), Err(ModelError::UnsupportedHeadDim { head_dim }) if head_dim == d),
+            "D = {d}"
+        );
+    }
+    assert!(matches!(
+        shape(128, 17 * 2, 2),
+        Err(ModelError::UnsupportedGroupSize { group: 17, .. })
+    ));
+}
+
 #[test]
 fn explicit_head_dim_wins_over_hidden_size() {
     // Qwen3-4B: hidden 2560 / 32 heads = 80, but its heads are 128 wide.
@@ -268,13 +395,15 @@ fn zero_and_negative_counts() {
 }
 
 #[test]
-fn head_dim_96_is_refused() {
-    let err = bad("bad-head-dim-96.json");
+fn head_dim_72_is_refused() {
+    let err = bad("bad-head-dim-72.json");
     assert!(
-        matches!(err, ModelError::UnsupportedHeadDim { head_dim: 96 }),
+        matches!(err, ModelError::UnsupportedHeadDim { head_dim: 72 }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("64, 128, 256"));
+    let message = err.to_string();
+    assert!(message.contains("64, 80, 96, 128, 192, 256"), "{message}");
+    assert!(message.contains("head_dim"), "{message}");
 }
 
 #[test]
@@ -307,20 +436,22 @@ fn heads_not_divisible() {
 }
 
 #[test]
-fn group_size_16_is_refused() {
-    let err = bad("bad-group-16.json");
+fn group_size_32_is_refused() {
+    let err = bad("bad-group-32.json");
     assert!(
         matches!(
             err,
             ModelError::UnsupportedGroupSize {
-                group: 16,
+                group: 32,
                 query_heads: 32,
-                kv_heads: 2
+                kv_heads: 1
             }
         ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("1..=8"));
+    let message = err.to_string();
+    assert!(message.contains("1..=16"), "{message}");
+    assert!(message.contains("num_key_value_heads"), "{message}");
 }
 
 #[test]
@@ -340,4 +471,6 @@ fn validate_catches_hand_built_shapes() {
         s.validate(),
         Err(ModelError::UnsupportedGroupSize { group: 28, .. })
     ));
+    s.kv_heads = 2; // G = 14
+    assert!(s.validate().is_ok());
 }

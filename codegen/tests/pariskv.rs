@@ -4,7 +4,7 @@
 mod family_checks;
 
 use codegen::render::render;
-use codegen::spec::pariskv::{candidate_capacity, vote_bins, QUERY_THREADS};
+use codegen::spec::pariskv::{candidate_capacity, padded_dim, vote_bins, QUERY_THREADS};
 use codegen::spec::{
     Family, KernelSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
     PariskvVoteSpec, Placement,
@@ -80,7 +80,7 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
                 specs.push((s.into(), vec![s.kernel_name()]));
                 let s = PariskvRerankSpec {
                     head_dim,
-                    group: [1, 7][i],
+                    group: [1, 16][i],
                     k_max: [1, 4096][i],
                     threads,
                     placement,
@@ -89,7 +89,7 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
                 specs.push((s.into(), vec![s.score_entry(), s.select_entry()]));
             }
         }
-        for group in [1, 4, 7, 8] {
+        for group in [1, 4, 7, 8, 16] {
             let s = PariskvQuerySpec { head_dim, group };
             specs.push((s.into(), vec![s.kernel_name()]));
         }
@@ -105,13 +105,13 @@ mod index_family {
     use super::*;
     family_checks::family_tests! {
         base: index(),
-        grid: [index(), PariskvIndexSpec { head_dim: 64, ..index() }],
+        grid: [index(), PariskvIndexSpec { head_dim: 64, ..index() }, PariskvIndexSpec { head_dim: 96, ..index() }],
         alternatives: [
             ("head_dim", json!(256)),
             ("threads", json!(512)),
             ("placement", json!("host")),
         ],
-        bad_fields: [("head_dim", json!(96)), ("head_dim", json!(120)), ("threads", json!(48))],
+        bad_fields: [("head_dim", json!(72)), ("head_dim", json!(120)), ("threads", json!(48))],
     }
 }
 
@@ -121,7 +121,7 @@ mod query_family {
         base: query(),
         grid: [query(), PariskvQuerySpec { group: 7, ..query() }],
         alternatives: [("head_dim", json!(64)), ("group", json!(7))],
-        bad_fields: [("head_dim", json!(72)), ("group", json!(0)), ("group", json!(9))],
+        bad_fields: [("head_dim", json!(72)), ("group", json!(0)), ("group", json!(17))],
     }
 }
 
@@ -223,7 +223,10 @@ fn the_whole_row_variant_loads_16_bytes_and_keeps_the_select() {
             let (a, b) = (render(&plain).unwrap(), render(&wide).unwrap());
             assert!(!a.contains("uint4"), "{}", plain.kernel_name());
             assert!(b.contains("load_index(code_rows + (size_t)t * LANES + part)"));
-            assert!(b.contains(&format!("constexpr int LANES = {};", head_dim / 32)));
+            assert!(b.contains(&format!(
+                "constexpr int LANES = {};",
+                head_dim.next_power_of_two() / 32
+            )));
             let select = |s: &str| s[s.find("_select(").unwrap()..].to_string();
             assert_eq!(
                 select(&a).replace(&plain.kernel_name(), "K"),
@@ -284,7 +287,7 @@ fn the_whole_row_variant_compiles_without_spills() {
 
 #[test]
 fn a_head_dimension_off_the_subspaces_is_refused_with_the_reason() {
-    for d in [60, 96, 100, 512] {
+    for d in [60, 72, 100, 512] {
         let e = PariskvIndexSpec {
             head_dim: d,
             ..index()
@@ -293,7 +296,9 @@ fn a_head_dimension_off_the_subspaces_is_refused_with_the_reason() {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("head_dim") && e.contains("multiple of 8") && e.contains("64, 128 or 256"),
+            e.contains("head_dim")
+                && e.contains("multiple of 8")
+                && e.contains("64, 80, 96, 128, 192 or 256"),
             "{e}"
         );
     }
@@ -318,6 +323,40 @@ fn every_spec_of_the_grid_renders_its_entries() {
         &rerank(),
         &[rerank().score_entry(), rerank().select_entry()],
     );
+}
+
+/// §12: a head dimension that is not a power of two is zero-padded for the transform; the
+/// kernels of a power of two render no padding at all.
+#[test]
+fn a_head_dimension_off_a_power_of_two_is_padded_for_the_transform() {
+    for (d, padded) in [(80, 128), (96, 128), (192, 256)] {
+        assert_eq!(padded_dim(d), padded);
+        let index = render(&PariskvIndexSpec {
+            head_dim: d,
+            ..index()
+        })
+        .unwrap();
+        let query = render(&PariskvQuerySpec {
+            head_dim: d,
+            ..query()
+        })
+        .unwrap();
+        for source in [&index, &query] {
+            assert!(
+                source.contains(&format!("constexpr int KEY_DIM = {d};")),
+                "{d}"
+            );
+            assert!(
+                source.contains(&format!("constexpr int D = {padded};")),
+                "{d}"
+            );
+        }
+        assert!(index.contains("keys + (size_t)t * KEY_DIM"), "{d}");
+        assert!(query.contains("* KEY_DIM + tid]"), "{d}");
+    }
+    for source in [render(&index()).unwrap(), render(&query()).unwrap()] {
+        assert!(!source.contains("KEY_DIM"));
+    }
 }
 
 #[test]
@@ -347,6 +386,11 @@ fn launches_follow_the_abi() {
     assert_eq!(rerank().launch_select(2, 4).unwrap().grid, [4, 2, 1]);
     assert!(rerank().launch_score(0, 4, 10).is_err());
     assert_eq!(vote_bins(128), 97);
+    // D = 80 and 96 pad to 128 (16 subspaces), 192 to 256 (32).
+    assert_eq!(
+        [vote_bins(80), vote_bins(96), vote_bins(192)],
+        [97, 97, 193]
+    );
     assert_eq!(
         candidate_capacity(1 << 20),
         ((1u64 << 20) - 36).div_ceil(10)

@@ -225,7 +225,7 @@ fn scan_names_are_unique_over_a_grid() {
         .into_iter()
         .flat_map(|t| [32, 64, 128, 256, 512, 1024].map(|threads| (t, threads)))
         .collect();
-    for spec in scan_cells(&[1, 2, 3, 4, 5, 6, 7, 8], &tiles) {
+    for spec in scan_cells(&[1, 2, 3, 4, 5, 6, 7, 8, 12, 16], &tiles) {
         if spec.validate().is_err() {
             continue;
         }
@@ -261,9 +261,9 @@ fn expect_error<F: Family + std::fmt::Debug>(spec: F, field: &str, allowed_part:
 fn validation_names_the_field_and_the_allowed_values() {
     let e = EncodeSpec::new(128, EncodeMode::Bulk, false);
     expect_error(
-        EncodeSpec { head_dim: 96, ..e },
+        EncodeSpec { head_dim: 72, ..e },
         "head_dim",
-        "64, 128 or 256",
+        "64, 80, 96, 128, 192 or 256",
     );
     expect_error(EncodeSpec { block: 48, ..e }, "block", "32, 64 or 128");
     expect_error(
@@ -291,8 +291,8 @@ fn validation_names_the_field_and_the_allowed_values() {
     expect_error(EncodeSpec { threads: 2048, ..e }, "threads", "1024");
 
     let p = PlanSpec::new(128, 4, PlanMethod::Fathom, false);
-    expect_error(PlanSpec { group: 0, ..p }, "group", "1 to 8");
-    expect_error(PlanSpec { group: 9, ..p }, "group", "1 to 8");
+    expect_error(PlanSpec { group: 0, ..p }, "group", "1 to 16");
+    expect_error(PlanSpec { group: 17, ..p }, "group", "1 to 16");
     expect_error(
         PlanSpec {
             method: PlanMethod::Sparq { r: 0 },
@@ -320,7 +320,7 @@ fn validation_names_the_field_and_the_allowed_values() {
     expect_error(
         PlanSpec { head_dim: 512, ..p },
         "head_dim",
-        "64, 128 or 256",
+        "64, 80, 96, 128, 192 or 256",
     );
 
     let g = GatherSpec::new(128);
@@ -369,7 +369,8 @@ fn validation_names_the_field_and_the_allowed_values() {
         "segment_words",
         "even",
     );
-    expect_error(ScanSpec { group: 0, ..s }, "group", "1 to 8");
+    expect_error(ScanSpec { group: 0, ..s }, "group", "1 to 16");
+    expect_error(ScanSpec { group: 17, ..s }, "group", "1 to 16");
     // A 512-word tile would need 32 tokens per thread even at 1024 threads.
     expect_error(
         ScanSpec {
@@ -433,8 +434,20 @@ fn kernel_specs_round_trip_through_json() {
 
 #[test]
 fn default_sets_cover_every_family_and_follow_the_shape() {
-    for preset in model::presets() {
-        let shape = preset.shape();
+    // The presets, and shapes of every other head dimension with G = 16: ParisKV included.
+    let mut shapes: Vec<ModelShape> = model::presets().iter().map(|p| p.shape()).collect();
+    for head_dim in [64, 80, 96, 192, 256] {
+        shapes.push(ModelShape {
+            name: format!("d{head_dim}-g16"),
+            layers: 1,
+            query_heads: 32,
+            kv_heads: 2,
+            head_dim,
+            qk_norm: false,
+            basis: Basis::Klt,
+        });
+    }
+    for shape in shapes {
         let set = kernels_for(&shape, &KernelSetOptions::default());
         let families: BTreeSet<&str> = set.iter().map(KernelSpec::family).collect();
         assert_eq!(
@@ -513,13 +526,35 @@ fn launch_dims_follow_the_abi() {
 #[test]
 fn the_default_set_validates_at_every_segment_size_the_store_allows() {
     // The default scan tiles (16 and 64 words) are fitted to segments they do not divide.
+    let glm = ModelShape {
+        name: "glm-4-9b".into(),
+        layers: 40,
+        query_heads: 32,
+        kv_heads: 2,
+        head_dim: 128,
+        qk_norm: false,
+        basis: Basis::Klt,
+    };
+    let phi = ModelShape {
+        name: "phi-3-mini".into(),
+        layers: 32,
+        query_heads: 32,
+        kv_heads: 32,
+        head_dim: 96,
+        qk_norm: false,
+        basis: Basis::Klt,
+    };
     for segment_words in [2, 6, 16, 48, 100, 512, 1000, 4096] {
         for preset in ["qwen3-8b", "qwen2.5-7b", "llama-3.1-70b"] {
             let options = KernelSetOptions {
                 block: 64,
                 segment_words,
             };
-            for spec in kernels_for(&model::preset(preset).unwrap(), &options) {
+            for spec in kernels_for(&model::preset(preset).unwrap(), &options)
+                .into_iter()
+                .chain(kernels_for(&glm, &options))
+                .chain(kernels_for(&phi, &options))
+            {
                 spec.validate().unwrap_or_else(|e| {
                     panic!("{preset}, S = {segment_words}: {}: {e}", spec.kernel_name())
                 });

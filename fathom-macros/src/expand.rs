@@ -4,9 +4,9 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use syn::{Ident, Path};
 
-use crate::cuda::{self, CType, Param, Scalar};
 use crate::input::KernelsInput;
 use crate::specs::{self, Located};
+use codegen::signature::{self as cuda, CType, Param, Scalar};
 
 /// Parameter names of every launcher; a kernel parameter of the same name gets a `_` suffix.
 const FIXED_PARAMS: [&str; 3] = ["gpu", "function", "launch"];
@@ -82,25 +82,12 @@ fn launcher(
     let mut args = Vec::new();
     for param in params {
         let name = rust_name(&param.name);
-        let (ty, arg) = match &param.ty {
-            CType::Ptr { .. } => {
-                let ptr = pointer_type(&param.ty, rt);
-                (
-                    quote!(impl ::core::convert::Into<#ptr>),
-                    quote!(::core::convert::Into::<#ptr>::into(#name).arg()),
-                )
-            }
-            CType::Scalar(Scalar::I32) => (quote!(i32), quote!(#rt::gpu::Arg::I32(#name))),
-            CType::Scalar(Scalar::U32) => (quote!(u32), quote!(#rt::gpu::Arg::U32(#name))),
-            CType::Scalar(Scalar::U64) => (quote!(u64), quote!(#rt::gpu::Arg::U64(#name))),
-            CType::Scalar(Scalar::F32) => (quote!(f32), quote!(#rt::gpu::Arg::F32(#name))),
-            CType::Scalar(other) => {
-                return Err(format!(
-                    "parameter `{}` of `{entry}` is passed by value as {other:?}, which kernel \
-                     arguments cannot carry (int, unsigned int, unsigned long long, float)",
-                    param.declaration
-                ))
-            }
+        let (ty, arg) = match param_type(param, entry, rt)? {
+            ParamType::Pointer(ptr) => (
+                quote!(impl ::core::convert::Into<#ptr>),
+                quote!(::core::convert::Into::<#ptr>::into(#name).arg()),
+            ),
+            ParamType::Value { ty, variant } => (ty, quote!(#rt::gpu::Arg::#variant(#name))),
         };
         names.push(name);
         types.push(ty);
@@ -136,6 +123,34 @@ fn launcher(
     })
 }
 
+/// How a parameter travels: a typed device pointer, or a value and its `Arg` variant.
+pub(crate) enum ParamType {
+    Pointer(TokenStream),
+    Value { ty: TokenStream, variant: Ident },
+}
+
+/// The Rust type of `param` of `entry`; values are the four kinds an `Arg` carries.
+pub(crate) fn param_type(param: &Param, entry: &str, rt: &Path) -> Result<ParamType, String> {
+    let value = |ty: TokenStream, variant: &str| ParamType::Value {
+        ty,
+        variant: format_ident!("{}", variant),
+    };
+    Ok(match &param.ty {
+        CType::Ptr { .. } => ParamType::Pointer(pointer_type(&param.ty, rt)),
+        CType::Scalar(Scalar::I32) => value(quote!(i32), "I32"),
+        CType::Scalar(Scalar::U32) => value(quote!(u32), "U32"),
+        CType::Scalar(Scalar::U64) => value(quote!(u64), "U64"),
+        CType::Scalar(Scalar::F32) => value(quote!(f32), "F32"),
+        CType::Scalar(other) => {
+            return Err(format!(
+                "parameter `{}` of `{entry}` is passed by value as {other:?}, which kernel \
+                 arguments cannot carry (int, unsigned int, unsigned long long, float)",
+                param.declaration
+            ))
+        }
+    })
+}
+
 /// The Rust type of a pointer parameter: const pointees are read-only pointers, others writable.
 fn pointer_type(ty: &CType, rt: &Path) -> TokenStream {
     match ty {
@@ -167,11 +182,13 @@ fn scalar_type(scalar: Scalar) -> TokenStream {
         Scalar::U64 => quote!(u64),
         Scalar::F32 => quote!(f32),
         Scalar::F64 => quote!(f64),
+        Scalar::U32x2 => quote!([u32; 2]),
+        Scalar::U32x4 => quote!([u32; 4]),
     }
 }
 
 /// The parameter's C name, unless it is a Rust keyword or a launcher's own parameter.
-fn rust_name(name: &str) -> Ident {
+pub(crate) fn rust_name(name: &str) -> Ident {
     match syn::parse_str::<Ident>(name) {
         Ok(ident) if !FIXED_PARAMS.contains(&name) => ident,
         _ => format_ident!("{}_", name),

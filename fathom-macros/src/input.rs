@@ -57,23 +57,7 @@ pub enum ValueKind {
 
 impl Parse for KernelsInput {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let mut attrs = input.call(Attribute::parse_outer)?;
-        let mut runtime: Path = syn::parse_quote!(::runtime);
-        let mut kept = Vec::with_capacity(attrs.len());
-        for attr in attrs.drain(..) {
-            if attr.path().is_ident("fathom") {
-                attr.parse_nested_meta(|meta| {
-                    if meta.path.is_ident("runtime") {
-                        runtime = meta.value()?.parse()?;
-                        Ok(())
-                    } else {
-                        Err(meta.error("unknown fathom option; options: `runtime = <path>`"))
-                    }
-                })?;
-            } else {
-                kept.push(attr);
-            }
-        }
+        let (runtime, kept) = runtime_attr(input.call(Attribute::parse_outer)?)?;
         let vis: Visibility = input.parse()?;
         input.parse::<Token![mod]>()?;
         let name: Ident = input.parse()?;
@@ -94,6 +78,28 @@ impl Parse for KernelsInput {
             items,
         })
     }
+}
+
+/// The runtime's path from a `#[fathom(runtime = path)]` among `attrs` (`::runtime` without
+/// one), and the other attributes.
+pub fn runtime_attr(attrs: Vec<Attribute>) -> syn::Result<(Path, Vec<Attribute>)> {
+    let mut runtime: Path = syn::parse_quote!(::runtime);
+    let mut kept = Vec::with_capacity(attrs.len());
+    for attr in attrs {
+        if attr.path().is_ident("fathom") {
+            attr.parse_nested_meta(|meta| {
+                if meta.path.is_ident("runtime") {
+                    runtime = meta.value()?.parse()?;
+                    Ok(())
+                } else {
+                    Err(meta.error("unknown fathom option; options: `runtime = <path>`"))
+                }
+            })?;
+        } else {
+            kept.push(attr);
+        }
+    }
+    Ok((runtime, kept))
 }
 
 impl Parse for Item {
@@ -125,7 +131,7 @@ impl Parse for Item {
     }
 }
 
-fn parse_fields(input: ParseStream) -> syn::Result<Vec<Field>> {
+pub fn parse_fields(input: ParseStream) -> syn::Result<Vec<Field>> {
     Ok(Punctuated::<Field, Token![,]>::parse_terminated(input)?
         .into_iter()
         .collect())

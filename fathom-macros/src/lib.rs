@@ -88,7 +88,7 @@
 //!
 //! ```text
 //! error: invalid scan spec: `head_dim` is 96; allowed: 64, 128 or 256
-//!   |     scan(head_dim = 96, group = 4, ...);
+//!   |     scan(head_dim = 72, group = 4, ...);
 //!   |                     ^^
 //! ```
 //!
@@ -102,12 +102,39 @@
 //! name or path, say so with an attribute on the module:
 //! `#[fathom(runtime = ::fathom_runtime)] pub mod kernels { ... }`.
 
-mod cuda;
+mod abi;
 mod expand;
 mod input;
 mod specs;
 
 use proc_macro::TokenStream;
+
+/// One argument struct per entry point of each listed family variant, read from the rendered
+/// signature of a representative spec: `sel: DevicePtrMut<i32>` for `int* sel`, and so on, in
+/// the kernel's order, with `runtime::launch::KernelArgs`. The runtime declares its ABI with it
+/// (`runtime::abi`):
+///
+/// ```ignore
+/// fathom_macros::abi! {
+///     #[fathom(runtime = crate)]
+///     pub mod abi {
+///         scan = scan(head_dim = 128, group = 4, block = 64, segment_words = 512,
+///                     tile_words = 16, threads = 256, placement = hbm);
+///     }
+/// }
+/// // abi::scan::Args { runs, class_count, q_store, n_stored, max_seg, n_heads, scores, ld_scores }
+/// ```
+///
+/// A template whose signature changes changes the struct, so every stale call site fails to
+/// compile; `SIGNATURES` lists every struct's parameters for the test that renders each family's
+/// specs and checks their signatures are among them.
+#[proc_macro]
+pub fn abi(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as abi::AbiInput);
+    abi::expand(input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
 
 /// Renders kernel specs into a module of CUDA sources and typed launchers; see the
 /// [crate documentation](crate).

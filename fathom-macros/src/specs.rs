@@ -8,9 +8,9 @@
 
 use codegen::model::{self, ModelShape};
 use codegen::spec::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec,
-    PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,
-    PlanSpec, ScanSpec, SelectSpec,
+    AppendRowsSpec, AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec,
+    MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use quote::ToTokens;
@@ -116,7 +116,7 @@ fn preset_specs(name: &syn::LitStr, options: &[Field]) -> syn::Result<Vec<Kernel
 }
 
 /// `family(field = value, ...)`: deserialised, then validated.
-fn family_spec(family: &Ident, fields: &[Field]) -> syn::Result<KernelSpec> {
+pub fn family_spec(family: &Ident, fields: &[Field]) -> syn::Result<KernelSpec> {
     let family_name = family.to_string();
     let known = fields_of(&family_name).ok_or_else(|| {
         let families: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();
@@ -288,6 +288,8 @@ const FAMILIES: &[(&str, FieldList)] = &[
     (PariskvVoteSpec::FAMILY, field_names::<PariskvVoteSpec>),
     (PariskvTopcSpec::FAMILY, field_names::<PariskvTopcSpec>),
     (PariskvRerankSpec::FAMILY, field_names::<PariskvRerankSpec>),
+    (MappedReadSpec::FAMILY, field_names::<MappedReadSpec>),
+    (AppendRowsSpec::FAMILY, field_names::<AppendRowsSpec>),
 ];
 
 fn fields_of(family: &str) -> Option<&'static [&'static str]> {

@@ -2,8 +2,25 @@
 //! the pinned host-to-device copy rate, the rate of a kernel reading mapped host memory, and the
 //! device-to-device (HBM) copy rate.
 
-use crate::gpu::{Arg, Gpu, GpuError};
+use codegen::spec::{Family, MappedReadSpec};
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::abi;
+use crate::gpu::GpuError;
+use crate::jit::{Jit, JitError};
+use crate::launch::{KernelArgs, Launch};
+
+/// Why a ceiling could not be measured.
+#[derive(Debug, Error)]
+pub enum CeilingsError {
+    /// Allocating, copying, launching or timing failed.
+    #[error("measuring the ceilings: {0}")]
+    Gpu(#[from] GpuError),
+    /// The mapped-read probe (`codegen::spec::MappedReadSpec`) could not be compiled or loaded.
+    #[error("measuring the ceilings: {0}")]
+    Jit(#[from] JitError),
+}
 
 /// Measured rates, in GB/s (10^9 bytes per second).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -33,30 +50,6 @@ impl Ceilings {
     }
 }
 
-const MAPPED_READ: &str = r#"
-// Reads every 16-byte vector of a mapped host buffer, four loads in flight per thread; the
-// xor-fold keeps the loads alive without writing anything in practice.
-extern "C" __global__ void fathom_probe_mapped_read(const uint4* __restrict__ src,
-                                                    unsigned long long vectors,
-                                                    uint4* __restrict__ sink) {
-    uint4 acc = make_uint4(0, 0, 0, 0);
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < vectors; i += 4 * stride) {
-        uint4 v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) v[k] = src[i + k * stride];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) { acc.x ^= v[k].x; acc.y ^= v[k].y; acc.z ^= v[k].z; acc.w ^= v[k].w; }
-    }
-    for (; i < vectors; i += stride) {
-        uint4 v = src[i];
-        acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
-    }
-    if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x9e3779b9u) sink[0] = acc;
-}
-"#;
-
 fn median(mut v: Vec<f32>) -> f64 {
     v.sort_by(f32::total_cmp);
     v[v.len() / 2] as f64
@@ -66,9 +59,11 @@ fn gbps(bytes: usize, ms: f64) -> f64 {
     bytes as f64 / (ms * 1e-3) / 1e9
 }
 
-/// Measures the three ceilings with buffers of `bytes` bytes (a multiple of 16), `repetitions`
-/// timed runs each after one warm-up. Buffers hold non-zero data.
-pub fn measure(gpu: &Gpu, bytes: usize, repetitions: usize) -> Result<Ceilings, GpuError> {
+/// Measures the three ceilings on `jit`'s device with buffers of `bytes` bytes (a multiple of
+/// 16), `repetitions` timed runs each after one warm-up. Buffers hold non-zero data. The
+/// mapped-read probe is the `mapped_read` family's default spec, compiled and cached by `jit`.
+pub fn measure(jit: &Jit, bytes: usize, repetitions: usize) -> Result<Ceilings, CeilingsError> {
+    let gpu = jit.gpu();
     let words = bytes / 8;
     let mut host = gpu.mapped::<u64>(words, 0)?;
     for (i, w) in host.as_mut_slice().iter_mut().enumerate() {
@@ -76,11 +71,16 @@ pub fn measure(gpu: &Gpu, bytes: usize, repetitions: usize) -> Result<Ceilings, 
     }
     let device_a = gpu.filled::<u64>(words, 0x5a)?;
     let device_b = gpu.filled::<u64>(words, 0xa5)?;
-    let sink = gpu.filled::<u64>(2, 0)?;
-    let module = gpu.load(MAPPED_READ, "fathom_probe_mapped_read.cu")?;
-    let read = module.function("fathom_probe_mapped_read")?;
-    let grid = (gpu.info().multiprocessors as u32 * 8, 1, 1);
-    let args = [host.arg(), Arg::U64((words / 2) as u64), sink.arg()];
+    let mut sink = gpu.filled::<u64>(2, 0)?;
+    let spec = MappedReadSpec::default();
+    let probe = jit.kernel(&spec.into())?;
+    let read = probe.function(&spec.kernel_name())?;
+    let launch = Launch::new([gpu.info().multiprocessors as u32 * 8, 1, 1], spec.threads);
+    let args = abi::mapped_read::Args {
+        src: host.ptr().cast(),
+        vectors: (words / 2) as u64,
+        sink: sink.ptr_mut().cast(),
+    };
 
     let time = |work: &dyn Fn() -> Result<(), GpuError>| -> Result<f64, GpuError> {
         work()?;
@@ -91,7 +91,7 @@ pub fn measure(gpu: &Gpu, bytes: usize, repetitions: usize) -> Result<Ceilings, 
         Ok(median(runs))
     };
     let pinned = time(&|| gpu.copy_from_host(&host, &device_a))?;
-    let mapped = time(&|| gpu.launch(&read, grid, (256, 1, 1), 0, &args))?;
+    let mapped = time(&|| args.launch(gpu, read, launch))?;
     let hbm = time(&|| gpu.copy_device(&device_a, &device_b))?;
     Ok(Ceilings {
         pinned_copy_gbps: gbps(words * 8, pinned),

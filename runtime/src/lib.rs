@@ -93,7 +93,9 @@
 //! # }
 //! ```
 
+pub mod abi;
 pub mod ceilings;
+pub mod embedded;
 pub mod gpu;
 pub mod jit;
 pub mod launch;

@@ -5,18 +5,26 @@
 //! retrieval with [`retrieval_args`], so every caller passes the same arguments in the same
 //! order.
 
-use codegen::spec::pariskv::{candidate_capacity, signs, subspaces, vote_bins, CENTROIDS, TIERS};
+use codegen::spec::pariskv::{
+    candidate_capacity, padded_dim, signs, subspaces, vote_bins, CENTROIDS, TIERS,
+};
 
+use crate::abi;
 use crate::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 
 /// Threads per block of the ParisKV kernels the store and the decoder launch (the default
 /// kernel set's, `codegen::kernels::kernels_for`).
 pub const THREADS: u32 = 256;
 
-/// The sign vector `s` of `d` channels as the kernels take it: fp32 ±1 in device memory, from
+/// The sign vector `s` of head dimension `d`'s transform as the kernels take it: its `D_pad`
+/// entries ([`padded_dim`]) as fp32 ±1 in device memory, from
 /// [`codegen::spec::pariskv::signs`].
 pub fn device_signs(gpu: &Gpu, d: usize) -> Result<DeviceBuffer<f32>, GpuError> {
-    let s: Vec<f32> = signs(d).iter().map(|&v| v as f32).collect();
+    let s: Vec<f32> = signs(padded_dim(d as u32) as usize)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
     gpu.upload(&s)
 }
 
@@ -36,8 +44,18 @@ pub struct IndexTables {
 
 /// A 32-bit kernel argument. Callers pass sizes checked against `i32` (tokens) or small ones
 /// (heads, `k`, strides of checked sizes).
-fn int(value: usize) -> Arg {
-    Arg::I32(i32::try_from(value).unwrap_or(i32::MAX))
+fn int(value: usize) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// The buffer at `addr` as a parameter the kernel reads; its element type is the parameter's.
+fn input<T>(addr: u64) -> DevicePtr<T> {
+    DevicePtr::from_addr(addr)
+}
+
+/// The buffer at `addr` as a parameter the kernel writes.
+fn output<T>(addr: u64) -> DevicePtrMut<T> {
+    DevicePtrMut::from_addr(addr)
 }
 
 /// The arguments of `pariskv_index`: build tokens `[range_start[b], range_end[b])` of every
@@ -51,19 +69,20 @@ pub fn build_args(
     range_end: u64,
     kv_heads: usize,
     status: u64,
-) -> [Arg; 10] {
-    [
-        Arg::Ptr(k_rows),
-        Arg::Ptr(signs),
-        Arg::Ptr(index.ids),
-        Arg::Ptr(index.codes),
-        Arg::Ptr(index.weights),
-        Arg::Ptr(index.hist),
-        Arg::Ptr(range_start),
-        Arg::Ptr(range_end),
-        int(kv_heads),
-        Arg::Ptr(status),
-    ]
+) -> Vec<Arg> {
+    abi::pariskv_index::Args {
+        k_rows: input(k_rows),
+        signs: input(signs),
+        ids: input(index.ids),
+        codes: input(index.codes),
+        weights: input(index.weights),
+        hist: input(index.hist),
+        range_start: input(range_start),
+        range_end: input(range_end),
+        num_kv_heads: int(kv_heads),
+        status: output(status),
+    }
+    .args()
 }
 
 /// The launches of one retrieval, in stream order.
@@ -100,7 +119,7 @@ impl Stage {
 /// dimension `d`, sequences of at most `max_tokens` tokens and top-C chunk words `chunk_words`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RetrievalSizes {
-    /// f64 `[B*H][D]`.
+    /// f64 `[B*H][D_pad]`.
     pub q_tilde: usize,
     /// f64 `[B*H]`.
     pub q_norm: usize,
@@ -133,7 +152,7 @@ impl RetrievalSizes {
         let ld_votes = max_tokens.max(1);
         let ld_cand = (candidate_capacity(max_tokens as u64) as usize).max(1);
         RetrievalSizes {
-            q_tilde: rows * head_dim,
+            q_tilde: rows * padded_dim(head_dim as u32) as usize,
             q_norm: rows,
             tiers: rows * ns * CENTROIDS as usize,
             tier_len: rows * ns * TIERS as usize,
@@ -201,77 +220,83 @@ pub struct RetrievalInputs {
     pub k: usize,
 }
 
-/// The arguments of one retrieval stage, in the order of `codegen::spec::pariskv`'s ABI.
+/// The arguments of one retrieval stage, in the order of `codegen::spec::pariskv`'s ABI
+/// ([`crate::abi`]).
 pub fn retrieval_args(stage: Stage, a: &RetrievalInputs, w: &RetrievalBuffers) -> Vec<Arg> {
-    let p = Arg::Ptr;
-    let heads = int(a.kv_heads);
+    let num_kv_heads = int(a.kv_heads);
     let (ld_votes, ld_cand) = (int(w.ld_votes), int(w.ld_cand));
     match stage {
-        Stage::Query => vec![
-            p(a.queries),
-            p(a.signs),
-            p(a.index.hist),
-            p(a.n_total),
-            p(w.q_tilde),
-            p(w.q_norm),
-            p(w.tiers),
-            p(w.tier_len),
-            p(w.vote_hist),
-            heads,
-        ],
-        Stage::Vote => vec![
-            p(a.index.ids),
-            p(w.tiers),
-            p(a.n_total),
-            p(w.votes),
+        Stage::Query => abi::pariskv_query::Args {
+            q: input(a.queries),
+            signs: input(a.signs),
+            hist: input(a.index.hist),
+            n_total: input(a.n_total),
+            q_tilde: output(w.q_tilde),
+            q_norm: output(w.q_norm),
+            tiers: output(w.tiers),
+            tier_len: output(w.tier_len),
+            vote_hist: output(w.vote_hist),
+            num_kv_heads,
+        }
+        .args(),
+        Stage::Vote => abi::pariskv_vote::Args {
+            ids: input(a.index.ids),
+            tiers: input(w.tiers),
+            n_total: input(a.n_total),
+            votes: output(w.votes),
             ld_votes,
-            p(w.vote_hist),
-            heads,
-        ],
-        Stage::TopcCount => vec![
-            p(w.votes),
+            vote_hist: output(w.vote_hist),
+            num_kv_heads,
+        }
+        .args(),
+        Stage::TopcCount => abi::pariskv_topc::CountArgs {
+            votes: input(w.votes),
             ld_votes,
-            p(w.vote_hist),
-            p(a.n_total),
-            p(w.chunk_counts),
-            heads,
-        ],
-        Stage::TopcWrite => vec![
-            p(w.votes),
+            vote_hist: input(w.vote_hist),
+            n_total: input(a.n_total),
+            chunk_counts: output(w.chunk_counts),
+            num_kv_heads,
+        }
+        .args(),
+        Stage::TopcWrite => abi::pariskv_topc::WriteArgs {
+            votes: input(w.votes),
             ld_votes,
-            p(w.vote_hist),
-            p(a.n_total),
-            p(w.chunk_counts),
-            p(w.cand),
-            p(w.cand_count),
+            vote_hist: input(w.vote_hist),
+            n_total: input(a.n_total),
+            chunk_counts: input(w.chunk_counts),
+            cand: output(w.cand),
+            cand_count: output(w.cand_count),
             ld_cand,
-            heads,
-        ],
-        Stage::RerankScore => vec![
-            p(a.index.codes),
-            p(a.index.weights),
-            p(w.q_tilde),
-            p(w.q_norm),
-            p(w.cand),
-            p(w.cand_count),
-            p(w.cand_score),
+            num_kv_heads,
+        }
+        .args(),
+        Stage::RerankScore => abi::pariskv_rerank::ScoreArgs {
+            codes: input(a.index.codes),
+            weights: input(a.index.weights),
+            q_tilde: input(w.q_tilde),
+            q_norm: input(w.q_norm),
+            cand: input(w.cand),
+            cand_count: input(w.cand_count),
+            cand_score: output(w.cand_score),
             ld_cand,
-            heads,
-        ],
-        Stage::RerankSelect => vec![
-            p(w.cand_score),
-            p(w.cand),
-            p(w.cand_count),
+            num_kv_heads,
+        }
+        .args(),
+        Stage::RerankSelect => abi::pariskv_rerank::SelectArgs {
+            cand_score: input(w.cand_score),
+            cand: input(w.cand),
+            cand_count: input(w.cand_count),
             ld_cand,
-            p(a.n_total),
-            int(a.k),
-            p(w.sel),
-            p(w.sel_pos),
-            p(w.sel_count),
-            p(w.uni),
-            p(w.uni_count),
-            heads,
-        ],
+            n_total: input(a.n_total),
+            k: int(a.k),
+            sel: output(w.sel),
+            sel_pos: output(w.sel_pos),
+            sel_count: output(w.sel_count),
+            uni: output(w.uni),
+            uni_count: output(w.uni_count),
+            num_kv_heads,
+        }
+        .args(),
     }
 }
 
@@ -356,7 +381,7 @@ mod tests {
             args(Stage::RerankSelect),
             [20, 18, 19, 21, 7, 100, 22, 23, 24, 25, 26, 8]
         );
-        let build = flat(build_args(30, 6, a.index, 0, 31, 8, 32).to_vec());
+        let build = flat(build_args(30, 6, a.index, 0, 31, 8, 32));
         assert_eq!(build, [30, 6, 1, 2, 3, 4, 0, 31, 8, 32]);
     }
 }

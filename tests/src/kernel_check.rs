@@ -4,10 +4,12 @@
 
 use std::fmt;
 
-use codegen::render::{render, RenderError};
+use codegen::render::RenderError;
 use codegen::spec::launch::{Launch, SizeError};
 use codegen::spec::{Family, Placement};
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::jit::JitError;
+use runtime::launch::{DevicePtr, DevicePtrMut};
 
 /// The byte every output is filled with before a kernel runs.
 pub const POISON: u8 = 0xff;
@@ -25,8 +27,10 @@ pub enum KernelError {
     Render(RenderError),
     /// A run-time size the spec's launch cannot serve.
     Size(SizeError),
-    /// NVRTC or the driver failed.
+    /// The driver failed.
     Gpu(GpuError),
+    /// The JIT could not compile or load the kernel.
+    Jit(JitError),
 }
 
 impl fmt::Display for KernelError {
@@ -35,6 +39,7 @@ impl fmt::Display for KernelError {
             KernelError::Render(e) => write!(f, "{e}"),
             KernelError::Size(e) => write!(f, "{e}"),
             KernelError::Gpu(e) => write!(f, "{e}"),
+            KernelError::Jit(e) => write!(f, "{e}"),
         }
     }
 }
@@ -53,16 +58,26 @@ impl From<SizeError> for KernelError {
     }
 }
 
+impl From<JitError> for KernelError {
+    fn from(e: JitError) -> Self {
+        KernelError::Jit(e)
+    }
+}
+
 impl From<GpuError> for KernelError {
     fn from(e: GpuError) -> Self {
         KernelError::Gpu(e)
     }
 }
 
-/// Renders `spec` and compiles it for this device.
-pub(crate) fn compile<F: Family>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError> {
-    let source = render(spec)?;
-    Ok(gpu.load(&source, &format!("{}.cu", spec.kernel_name()))?)
+/// The module of `spec`, compiled for this device through the JIT's cache
+/// ([`crate::kernel_ptx`]).
+pub(crate) fn compile<F>(gpu: &Gpu, spec: &F) -> Result<Module, KernelError>
+where
+    F: Family + Copy + Into<codegen::KernelSpec>,
+{
+    let ptx = crate::kernel_ptx(gpu, &(*spec).into())?;
+    Ok(gpu.load_ptx(&ptx)?)
 }
 
 /// Launches entry point `entry` of `module` with the geometry `launch`.
@@ -86,8 +101,19 @@ pub(crate) fn launch(
 }
 
 /// A run-time integer argument; the tests' sizes always fit an `int`.
-pub(crate) fn int(value: usize, what: &str) -> Arg {
-    Arg::I32(i32::try_from(value).unwrap_or_else(|_| panic!("{what} = {value} exceeds an int")))
+pub(crate) fn i32_of(value: usize, what: &str) -> i32 {
+    i32::try_from(value).unwrap_or_else(|_| panic!("{what} = {value} exceeds an int"))
+}
+
+/// The device address `addr` as a parameter the kernel reads (the tests pass HBM and mapped
+/// host buffers alike, as addresses); its element type is the parameter's.
+pub(crate) fn at<T>(addr: u64) -> DevicePtr<T> {
+    DevicePtr::from_addr(addr)
+}
+
+/// The device address `addr` as a parameter the kernel writes.
+pub(crate) fn out<T>(addr: u64) -> DevicePtrMut<T> {
+    DevicePtrMut::from_addr(addr)
 }
 
 /// `launch` with its grid's x replaced: every row kernel is correct for any `x >= 1`, and

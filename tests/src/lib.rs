@@ -7,11 +7,16 @@ pub mod inputs;
 pub mod kernel_check;
 pub mod pariskv_kernels;
 pub mod select_kernels;
+pub mod shapes;
 pub mod step_check;
 pub mod store_check;
 pub mod store_kernels;
 
+use std::sync::OnceLock;
+
+use codegen::KernelSpec;
 use runtime::gpu::Gpu;
+use runtime::jit::{JitCache, JitError};
 
 /// Whether compute-sanitizer runs this process (`scripts/sanitize.sh` sets `FATHOM_SANITIZER=1`):
 /// the device's free memory then counts the tool's own allocations, so a check of it would fail
@@ -26,4 +31,23 @@ pub fn gpu() -> Gpu {
         Ok(gpu) => gpu,
         Err(e) => panic!("this GPU test needs a CUDA GPU: {e}"),
     }
+}
+
+/// The PTX of `spec` for `gpu`'s architecture, through the runtime's JIT cache (its render,
+/// compile options and content key: the one road to a module) in a temporary directory of this
+/// test binary, so a spec checked on several inputs compiles once and no test reads PTX another
+/// build left. The caller loads it on its own device handle ([`Gpu::load_ptx`]).
+pub fn kernel_ptx(gpu: &Gpu, spec: &KernelSpec) -> Result<String, JitError> {
+    static CACHE: OnceLock<(tempfile::TempDir, JitCache)> = OnceLock::new();
+    let (_, cache) = CACHE.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("fathom-test-kernels-")
+            .tempdir()
+            .expect("a temporary kernel cache");
+        let cache = JitCache::new(dir.path().to_path_buf());
+        (dir, cache)
+    });
+    let nvrtc = codegen::nvrtc::version().map_err(JitError::Nvrtc)?;
+    let (ptx, _) = cache.get_or_build(spec, &gpu.info().arch(), nvrtc)?;
+    Ok(ptx)
 }

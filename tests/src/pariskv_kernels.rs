@@ -5,7 +5,9 @@
 //! store and the decoder launch with too.
 
 use codegen::spec::launch::Launch;
-use codegen::spec::pariskv::{candidate_capacity, subspaces, vote_bins, CENTROIDS, TIERS};
+use codegen::spec::pariskv::{
+    candidate_capacity, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS,
+};
 use codegen::spec::{
     Family, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
     PariskvVoteSpec, Placement,
@@ -17,7 +19,7 @@ use runtime::pariskv::{
     build_args, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs, Stage,
 };
 
-use crate::select_kernels::{compile, int, launch, HeadTable, KernelError, SelectHost, POISON};
+use crate::select_kernels::{compile, i32_of, launch, HeadTable, KernelError, SelectHost, POISON};
 
 /// Threads per block of the kernels under test (the default kernel set's).
 pub const THREADS: u32 = 256;
@@ -37,7 +39,7 @@ pub struct PariskvKernels {
 pub struct DeviceIndex {
     /// `[capacity][NS]` centroid ids per head.
     pub ids: HeadTable<u8>,
-    /// `[capacity][D/2]` packed nibbles per head.
+    /// `[capacity][D_pad/2]` packed nibbles per head.
     pub codes: HeadTable<u8>,
     /// `[capacity][NS]` bf16 weights per head.
     pub weights: HeadTable<u16>,
@@ -61,17 +63,17 @@ pub struct HostIndex {
 impl HostIndex {
     /// The rows and histograms of a reference index, padded with poison to `capacity` tokens.
     pub fn of(index: &PariskvIndex, capacity: usize) -> Self {
-        let d = index.head_dim();
+        let half = index.padded_dim() / 2;
         let ns = index.subspaces();
         let mut host = HostIndex {
             ids: vec![POISON; capacity * ns],
-            codes: vec![POISON; capacity * d / 2],
+            codes: vec![POISON; capacity * half],
             weights: vec![u16::from_le_bytes([POISON, POISON]); capacity * ns],
             hist: (0..ns).flat_map(|b| index.histogram(b).to_vec()).collect(),
         };
         for t in 0..index.len() {
             host.ids[t * ns..(t + 1) * ns].copy_from_slice(index.ids(t));
-            host.codes[t * d / 2..(t + 1) * d / 2].copy_from_slice(index.codes(t));
+            host.codes[t * half..(t + 1) * half].copy_from_slice(index.codes(t));
             for (b, w) in index.weights(t).iter().enumerate() {
                 host.weights[t * ns + b] = w.to_bits();
             }
@@ -89,16 +91,12 @@ impl DeviceIndex {
         heads: usize,
         capacity: usize,
     ) -> Result<Self, GpuError> {
-        let ns = head_dim / 8;
+        let ns = subspaces(head_dim as u32) as usize;
+        let half = padded_dim(head_dim as u32) as usize / 2;
         let zero_hist = vec![vec![0u32; ns * CENTROIDS as usize]; heads];
         Ok(DeviceIndex {
             ids: HeadTable::filled(gpu, placement, &vec![capacity * ns; heads], POISON)?,
-            codes: HeadTable::filled(
-                gpu,
-                placement,
-                &vec![capacity * head_dim / 2; heads],
-                POISON,
-            )?,
+            codes: HeadTable::filled(gpu, placement, &vec![capacity * half; heads], POISON)?,
             weights: HeadTable::filled(gpu, placement, &vec![capacity * ns; heads], POISON)?,
             hist: HeadTable::upload(gpu, Placement::Hbm, &zero_hist)?,
             capacity,
@@ -176,7 +174,7 @@ pub struct RetrievalArgs<'a> {
 
 /// Every output of one retrieval, on the host.
 pub struct RetrievalHost {
-    /// `[B*H][D]`.
+    /// `[B*H][D_pad]`.
     pub q_tilde: Vec<f64>,
     /// `[B*H]`.
     pub q_norm: Vec<f64>,
@@ -278,7 +276,7 @@ impl PariskvKernels {
         status: u64,
     ) -> Result<(), GpuError> {
         // Checked here so that a test's oversized argument fails loudly.
-        let _ = int(kv_heads, "num_kv_heads");
+        let _ = i32_of(kv_heads, "num_kv_heads");
         let args = build_args(
             k_rows,
             signs,
@@ -319,7 +317,7 @@ impl PariskvKernels {
         let sc = k + 36;
         let uc = g * k + 36;
 
-        let q_tilde = gpu.filled::<f64>(heads * d as usize, POISON)?;
+        let q_tilde = gpu.filled::<f64>(heads * padded_dim(d) as usize, POISON)?;
         let q_norm = gpu.filled::<f64>(heads, POISON)?;
         let tiers = gpu.filled::<u8>(heads * ns * CENTROIDS as usize, POISON)?;
         let tier_len = gpu.filled::<i32>(heads * ns * TIERS as usize, POISON)?;
@@ -335,7 +333,7 @@ impl PariskvKernels {
         let sel_count = gpu.filled::<i32>(heads * g, POISON)?;
         let uni = gpu.filled::<i32>(heads * uc, POISON)?;
         let uni_count = gpu.filled::<i32>(heads, POISON)?;
-        let _ = (int(a.kv_heads, "num_kv_heads"), int(a.k, "k"));
+        let _ = (i32_of(a.kv_heads, "num_kv_heads"), i32_of(a.k, "k"));
         let inputs = RetrievalInputs {
             index: a.index.tables(),
             queries: a.q,

@@ -9,14 +9,16 @@
 //! shows up, and so does one it wrote but should not have.
 
 use codegen::spec::launch::Launch;
-use codegen::spec::select::{SelectParam, LOCAL, SINK};
+use codegen::spec::select::{LOCAL, SINK};
 use codegen::spec::{AttentionSpec, Family, FetchSpec, LandmarkSpec, OracleSpec, SelectSpec};
 use reference::select::Selection;
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, Module};
+use runtime::abi::{self, select_args, SelectBuffers};
+use runtime::gpu::{DeviceBuffer, Gpu, GpuError, Module};
+use runtime::launch::{DevicePtr, KernelArgs};
 
 // The shared kernel-test kit lives in `kernel_check`; these names stay here for the tests that
 // import them from this module.
-pub(crate) use crate::kernel_check::{compile, int, launch};
+pub(crate) use crate::kernel_check::{at, compile, i32_of, launch, out};
 pub use crate::kernel_check::{
     dot_tolerance, relative_error, with_grid_x, HeadTable, KernelError, Mismatches, Placed, POISON,
     POISON_F32_BITS, POISON_I32, POISON_U16,
@@ -61,15 +63,16 @@ impl OracleKernel {
 
     /// Queues one launch of the kernel.
     pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &OracleArgs) -> Result<(), GpuError> {
-        let args = [
-            Arg::Ptr(a.k_rows),
-            Arg::Ptr(a.q),
-            Arg::Ptr(a.range_start.unwrap_or(0)),
-            Arg::Ptr(a.range_end),
-            Arg::Ptr(a.scores),
-            int(a.ld_scores, "ld_scores"),
-            int(a.num_kv_heads, "num_kv_heads"),
-        ];
+        let args = abi::oracle::Args {
+            k_rows: at(a.k_rows),
+            q: at(a.q),
+            range_start: at(a.range_start.unwrap_or(0)),
+            range_end: at(a.range_end),
+            scores: out(a.scores),
+            ld_scores: i32_of(a.ld_scores, "ld_scores"),
+            num_kv_heads: i32_of(a.num_kv_heads, "num_kv_heads"),
+        }
+        .args();
         launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
     }
 }
@@ -122,26 +125,28 @@ impl LandmarkKernels {
 
     /// Queues one launch of `_build`.
     pub fn build(&self, gpu: &Gpu, grid: Launch, a: &LandmarkBuildArgs) -> Result<(), GpuError> {
-        let args = [
-            Arg::Ptr(a.k_rows),
-            Arg::Ptr(a.means),
-            Arg::Ptr(a.range_start.unwrap_or(0)),
-            Arg::Ptr(a.range_end),
-            int(a.num_kv_heads, "num_kv_heads"),
-        ];
+        let args = abi::landmark::BuildArgs {
+            k_rows: at(a.k_rows),
+            means: at(a.means),
+            range_start: at(a.range_start.unwrap_or(0)),
+            range_end: at(a.range_end),
+            num_kv_heads: i32_of(a.num_kv_heads, "num_kv_heads"),
+        }
+        .args();
         launch(gpu, &self.module, &self.spec.build_entry(), grid, &args)
     }
 
     /// Queues one launch of `_scan`.
     pub fn scan(&self, gpu: &Gpu, grid: Launch, a: &LandmarkScanArgs) -> Result<(), GpuError> {
-        let args = [
-            Arg::Ptr(a.means),
-            Arg::Ptr(a.q),
-            Arg::Ptr(a.n_stored),
-            Arg::Ptr(a.scores),
-            int(a.ld_scores, "ld_scores"),
-            int(a.num_kv_heads, "num_kv_heads"),
-        ];
+        let args = abi::landmark::ScanArgs {
+            means: at(a.means),
+            q: at(a.q),
+            n_stored: at(a.n_stored),
+            scores: out(a.scores),
+            ld_scores: i32_of(a.ld_scores, "ld_scores"),
+            num_kv_heads: i32_of(a.num_kv_heads, "num_kv_heads"),
+        }
+        .args();
         launch(gpu, &self.module, &self.spec.scan_entry(), grid, &args)
     }
 }
@@ -259,33 +264,29 @@ impl SelectKernels {
             group,
             state,
         };
-        let k = int(a.k, "k");
-        let heads = int(a.kv_heads, "num_kv_heads");
-        let ld = int(a.ld_scores, "ld_scores");
+        let mut out = out;
+        let (mut chunk_counts, mut scratch) = (chunk_counts, scratch);
+        let (mut candidates, mut candidate_runs) = (candidates, candidate_runs);
+        let buffers = SelectBuffers {
+            scores: DevicePtr::from_addr(a.scores),
+            ld_scores: i32_of(a.ld_scores, "ld_scores"),
+            n_total: DevicePtr::from_addr(a.n_total),
+            k: i32_of(a.k, "k"),
+            num_kv_heads: i32_of(a.kv_heads, "num_kv_heads"),
+            state: out.state.ptr_mut(),
+            chunk_counts: chunk_counts.ptr_mut(),
+            // `uint2` candidates, allocated as pairs of `u32`.
+            candidates: candidates.ptr_mut().cast(),
+            candidate_runs: candidate_runs.ptr_mut(),
+            scratch: scratch.ptr_mut(),
+            sel: out.sel.ptr_mut(),
+            sel_pos: out.sel_pos.ptr_mut(),
+            sel_count: out.sel_count.ptr_mut(),
+            uni: out.uni.ptr_mut(),
+            uni_count: out.uni_count.ptr_mut(),
+        };
         for (stage, grid) in plan.launches {
-            let args: Vec<Arg> = self
-                .spec
-                .params(stage)
-                .iter()
-                .map(|&param| match param {
-                    SelectParam::Scores => Arg::Ptr(a.scores),
-                    SelectParam::LdScores => ld,
-                    SelectParam::NTotal => Arg::Ptr(a.n_total),
-                    SelectParam::K => k,
-                    SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
-                    SelectParam::NumKvHeads => heads,
-                    SelectParam::State => out.state.arg(),
-                    SelectParam::ChunkCounts => chunk_counts.arg(),
-                    SelectParam::Candidates => candidates.arg(),
-                    SelectParam::CandidateRuns => candidate_runs.arg(),
-                    SelectParam::Scratch => scratch.arg(),
-                    SelectParam::Sel => out.sel.arg(),
-                    SelectParam::SelPos => out.sel_pos.arg(),
-                    SelectParam::SelCount => out.sel_count.arg(),
-                    SelectParam::Uni => out.uni.arg(),
-                    SelectParam::UniCount => out.uni_count.arg(),
-                })
-                .collect();
+            let args = select_args(self.spec.compact, stage, &buffers);
             launch(gpu, &self.module, &self.spec.entry(stage), grid, &args)?;
         }
         // The workspaces are freed on return: wait until the launches that use them are done.
@@ -402,16 +403,17 @@ impl FetchKernel {
 
     /// Queues one launch.
     pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &FetchArgs) -> Result<(), GpuError> {
-        let args = [
-            Arg::Ptr(a.k_rows),
-            Arg::Ptr(a.v_rows),
-            Arg::Ptr(a.uni),
-            Arg::Ptr(a.uni_count),
-            Arg::Ptr(a.k_sel),
-            Arg::Ptr(a.v_sel),
-            int(a.k, "k"),
-            int(a.num_kv_heads, "num_kv_heads"),
-        ];
+        let args = abi::fetch::Args {
+            k_rows: at(a.k_rows),
+            v_rows: at(a.v_rows),
+            uni: at(a.uni),
+            uni_count: at(a.uni_count),
+            k_sel: out(a.k_sel),
+            v_sel: out(a.v_sel),
+            k: i32_of(a.k, "k"),
+            num_kv_heads: i32_of(a.num_kv_heads, "num_kv_heads"),
+        }
+        .args();
         launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
     }
 }
@@ -454,16 +456,17 @@ impl AttentionKernel {
 
     /// Queues one launch.
     pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &AttentionArgs) -> Result<(), GpuError> {
-        let args = [
-            Arg::Ptr(a.k_sel),
-            Arg::Ptr(a.v_sel),
-            Arg::Ptr(a.sel_pos),
-            Arg::Ptr(a.sel_count),
-            Arg::Ptr(a.q),
-            Arg::F32(a.scale),
-            Arg::Ptr(a.out),
-            int(a.k, "k"),
-        ];
+        let args = abi::attention::Args {
+            k_sel: at(a.k_sel),
+            v_sel: at(a.v_sel),
+            sel_pos: at(a.sel_pos),
+            sel_count: at(a.sel_count),
+            q: at(a.q),
+            scale: a.scale,
+            out: out(a.out),
+            k: i32_of(a.k, "k"),
+        }
+        .args();
         launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
     }
 }

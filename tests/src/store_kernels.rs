@@ -7,57 +7,41 @@
 //! kernel should have written and did not shows up as a mismatch. Every driver call is checked;
 //! a failure panics with the kernel's name.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
-use codegen::emit::build_kernel;
 use codegen::spec::shape::LaunchDims;
 use codegen::spec::{EncodeSpec, GatherSpec, KernelSpec, PlanSpec, ScanSpec};
 use half::bf16;
 use rand::Rng;
 use reference::klt::Klt;
 use reference::store::{StoreLayout, PLANES};
+use runtime::abi;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, Module};
+use runtime::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 
 use crate::device_store::DeviceStore;
 
 /// The byte every output buffer is filled with before a kernel runs.
 pub const POISON: u8 = 0xff;
 
-/// A null pointer argument (an input a kernel does not read, or an output it should skip).
-pub const NULL: Arg = Arg::Ptr(0);
+/// An optional input: null when absent (the kernel does not read it).
+pub fn optional_ptr<T>(buffer: Option<&DeviceBuffer<T>>) -> DevicePtr<T> {
+    buffer.map_or(DevicePtr::null(), DeviceBuffer::ptr)
+}
 
-/// A compiled kernel: the module of one spec, compiled by the production path
-/// (`codegen::emit::build_kernel`, its options) for this GPU's architecture.
+/// A compiled kernel: the module of one spec, compiled through the runtime's JIT cache (its
+/// options, this GPU's architecture) in the tests' temporary directory ([`crate::kernel_ptx`]).
 pub struct Kernel {
     module: Module,
     name: String,
 }
 
 impl Kernel {
-    /// Renders, compiles and loads `spec`. The PTX is kept per kernel name and architecture for
-    /// the rest of the test binary (the name carries every parameter), so a test that checks one
-    /// spec on several inputs compiles it once.
+    /// Renders, compiles and loads `spec`. The cache keeps its PTX for the rest of the test
+    /// binary (the key follows the source, whose name carries every parameter), so a test that
+    /// checks one spec on several inputs compiles it once.
     pub fn compile(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Kernel {
-        static PTX: OnceLock<Mutex<HashMap<(String, String), String>>> = OnceLock::new();
         let spec: KernelSpec = spec.into();
         let name = spec.kernel_name();
-        let key = (name.clone(), gpu.info().arch());
-        let cached = PTX
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        let ptx = cached.unwrap_or_else(|| {
-            let built =
-                build_kernel(&spec, &key.1).unwrap_or_else(|e| panic!("building {name}: {e}"));
-            PTX.get_or_init(Default::default)
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone(), built.ptx.clone());
-            built.ptx
-        });
+        let ptx = crate::kernel_ptx(gpu, &spec).unwrap_or_else(|e| panic!("compiling {name}: {e}"));
         let module = gpu
             .load_ptx(&ptx)
             .unwrap_or_else(|e| panic!("loading {name}: {e}"));
@@ -448,7 +432,7 @@ pub fn run_plan(
     let fixed = inputs
         .fixed_channels
         .map(|x| upload(gpu, x, "fixed channels"));
-    let out = PlanOutputs {
+    let mut out = PlanOutputs {
         q_store: poisoned(gpu, b * h * g * d, "q_store"),
         depths: poisoned(gpu, b * h * d, "depths"),
         class_count: poisoned(gpu, b * h * 4, "class_count"),
@@ -456,28 +440,33 @@ pub fn run_plan(
         staged_runs: staging.map(|_| poisoned(gpu, shape.len(), "staged runs")),
         status: upload(gpu, &[0i32; 3], "plan status"),
     };
-    let ptr = |buffer: Option<&DeviceBuffer<f32>>| buffer.map_or(NULL, DeviceBuffer::arg);
-    let args = [
-        queries.arg(),
-        ptr(sigma2.as_ref()),
-        fixed.as_ref().map_or(NULL, DeviceBuffer::arg),
-        ptr(rotation.as_ref()),
-        Arg::F32(inputs.budget),
-        store.seg_words.arg(),
-        store.seg_scales.arg(),
-        Arg::I32(store.max_seg as i32),
-        store.n_stored.arg(),
-        Arg::I32(h as i32),
-        out.q_store.arg(),
-        out.depths.arg(),
-        out.class_count.arg(),
-        out.runs.arg(),
-        out.staged_runs.as_ref().map_or(NULL, DeviceBuffer::arg),
-        staging.map_or(NULL, |s| s.words.arg()),
-        staging.map_or(NULL, |s| s.scales.arg()),
-        Arg::I32(staging.map_or(0, |s| s.planes as i32)),
-        out.status.arg(),
-    ];
+    // The staging is the test's, written by this launch only.
+    let staging_addr = |addr: fn(&Staging) -> u64| staging.map_or(0, addr);
+    let args = abi::plan::Args {
+        q: queries.ptr(),
+        sigma2: optional_ptr(sigma2.as_ref()),
+        fixed_channels: optional_ptr(fixed.as_ref()),
+        rot: optional_ptr(rotation.as_ref()),
+        budget: inputs.budget,
+        seg_words: store.seg_words.ptr().cast(),
+        seg_scales: store.seg_scales.ptr().cast(),
+        max_seg: store.max_seg as i32,
+        n_stored: store.n_stored.ptr(),
+        n_heads: h as i32,
+        q_store: out.q_store.ptr_mut(),
+        depths: out.depths.ptr_mut(),
+        class_count: out.class_count.ptr_mut(),
+        runs: out.runs.ptr_mut(),
+        staged_runs: out
+            .staged_runs
+            .as_mut()
+            .map_or(DevicePtrMut::null(), DeviceBuffer::ptr_mut),
+        stage_words: DevicePtrMut::from_addr(staging_addr(|s| s.words.addr())),
+        stage_scales: DevicePtrMut::from_addr(staging_addr(|s| s.scales.addr())),
+        stage_planes: staging.map_or(0, |s| s.planes as i32),
+        status: out.status.ptr_mut(),
+    }
+    .args();
     kernel.launch(gpu, spec.launch_dims(b, h), &args);
     out
 }
@@ -494,14 +483,15 @@ pub fn run_gather(
     class_count: &DeviceBuffer<u32>,
     n_stored: &DeviceBuffer<i32>,
 ) {
-    let args = [
-        source_runs.arg(),
-        staged_runs.arg(),
-        class_count.arg(),
-        n_stored.arg(),
-        Arg::I32(shape.max_seg as i32),
-        Arg::I32(shape.heads as i32),
-    ];
+    let args = abi::gather::Args {
+        src_runs: source_runs.ptr(),
+        dst_runs: staged_runs.ptr(),
+        class_count: class_count.ptr(),
+        n_stored: n_stored.ptr(),
+        max_seg: shape.max_seg as i32,
+        n_heads: shape.heads as i32,
+    }
+    .args();
     kernel.launch(
         gpu,
         spec.launch_dims(shape.batch, shape.heads, shape.max_seg),
@@ -523,21 +513,22 @@ pub fn run_scan(
     n_stored: &DeviceBuffer<i32>,
     ld_scores: usize,
 ) -> Vec<f32> {
-    let scores = poisoned::<f32>(
+    let mut scores = poisoned::<f32>(
         gpu,
         shape.batch * shape.heads * spec.group * ld_scores,
         "scores",
     );
-    let args = [
-        runs.arg(),
-        class_count.arg(),
-        q_store.arg(),
-        n_stored.arg(),
-        Arg::I32(shape.max_seg as i32),
-        Arg::I32(shape.heads as i32),
-        scores.arg(),
-        Arg::I32(ld_scores as i32),
-    ];
+    let args = abi::scan::Args {
+        runs: runs.ptr(),
+        class_count: class_count.ptr(),
+        q_store: q_store.ptr(),
+        n_stored: n_stored.ptr(),
+        max_seg: shape.max_seg as i32,
+        n_heads: shape.heads as i32,
+        scores: scores.ptr_mut(),
+        ld_scores: ld_scores as i32,
+    }
+    .args();
     kernel.launch(
         gpu,
         spec.launch_dims(shape.batch, shape.heads, shape.max_seg),
@@ -641,18 +632,19 @@ pub fn run_encode(
     assert_eq!(range_b.len(), target.batch);
     let a = upload(gpu, range_a, "range_a");
     let b = upload(gpu, range_b, "range_b");
-    let status = upload(gpu, &[0i32; 5], "encode status");
-    let args = [
-        keys.table.arg(),
-        rotation.map_or(NULL, DeviceBuffer::arg),
-        target.seg_words.arg(),
-        target.seg_scales.arg(),
-        Arg::I32(target.max_seg as i32),
-        a.arg(),
-        b.arg(),
-        Arg::I32(target.heads as i32),
-        status.arg(),
-    ];
+    let mut status = upload(gpu, &[0i32; 5], "encode status");
+    let args = abi::encode::Args {
+        k_rows: keys.table.ptr().cast(),
+        rot: optional_ptr(rotation),
+        seg_words: target.seg_words.ptr().cast(),
+        seg_scales: target.seg_scales.ptr().cast(),
+        max_seg: target.max_seg as i32,
+        range_a: a.ptr(),
+        range_b: b.ptr(),
+        n_heads: target.heads as i32,
+        status: status.ptr_mut(),
+    }
+    .args();
     let max_tokens = range_b.iter().copied().max().unwrap_or(0).max(0) as usize;
     kernel.launch(
         gpu,

@@ -4,15 +4,17 @@
 //!
 //! Coverage:
 //! - `gpu_attention_matches_reference`: G = 7 with D = 64, 128, 256, plus G = 1 and G = 8 at
-//!   D = 128; block sizes 32 to 1,024 threads and 1 to 8 rows per warp; k from 0 to 2048 (a full
+//!   D = 128; the head dimensions that are not powers of two (80, 96, 192) and G = 16 at
+//!   D = 64, 96, 128, 192; block sizes 32 to 1,024 threads and 1 to 8 rows per warp; k from 0 to 2048 (a full
 //!   selection is `36 + k` rows, all distinct positions among the `G*k + 36` fetched rows); per
 //!   launch some heads with fewer rows (1, a random count) and one with none (its output must be
 //!   exactly 0); two softmax scales, `1/sqrt(D)` and 0.3. Every head with rows must have relative
 //!   error `||o − ref|| / ||ref|| <= 1e-3` (fp32 logits, `expf` and accumulation over at most a
 //!   few thousand rows give ~1e-6; the largest error is printed).
 //! - `gpu_attention_chain_oracle_select_fetch_attention_{hbm,host}`: B = 3 sequences of
-//!   different lengths (one shorter than `36 + k`, so everything is selected), H = 2, G = 7,
-//!   D = 128, k = 512, K/V rows in HBM or in mapped host memory. On the GPU: oracle scores over
+//!   different lengths (one shorter than `36 + k`, so everything is selected), H = 2, G = 7 with
+//!   D = 128 and G = 16 with D = 96, k = 512, K/V rows in HBM or in mapped host memory. On the
+//!   GPU: oracle scores over
 //!   `[NULL, n_total)` → select → fetch → attention. The oracle scores are checked against
 //!   `score_exact` (fp32 rounding), the selection against `Selection::from_scores` on the same
 //!   (GPU) scores exactly, the fetched rows byte for byte, and the outputs against
@@ -169,7 +171,7 @@ fn gpu_attention_matches_reference() {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed("gpu_attention_matches_reference");
     // (D, G, threads, rows per warp, k); `None` for k draws one.
-    let configs: [(u32, u32, u32, u32, Option<usize>); 8] = [
+    let configs: [(u32, u32, u32, u32, Option<usize>); 15] = [
         (64, 7, 256, 4, None),
         (128, 7, 256, 4, None),
         (256, 7, 256, 4, Some(2048)),
@@ -178,6 +180,15 @@ fn gpu_attention_matches_reference() {
         (64, 7, 32, 2, Some(0)),
         (128, 1, 256, 4, Some(2048)),
         (128, 8, 64, 8, None),
+        // Head dimensions that are not powers of two (each lane holds strided channel pairs,
+        // some lanes fewer), and G = 16.
+        (80, 5, 256, 4, None),
+        (96, 1, 128, 2, Some(2048)),
+        (96, 16, 256, 4, None),
+        (192, 16, 1024, 8, None),
+        (192, 3, 64, 1, Some(0)),
+        (128, 16, 256, 4, None),
+        (64, 16, 32, 8, None),
     ];
     for (head_dim, group, threads, rows_per_warp, k) in configs {
         let spec = AttentionSpec {
@@ -191,15 +202,22 @@ fn gpu_attention_matches_reference() {
     }
 }
 
-/// oracle → select → fetch → attention on the GPU against the reference on the same scores.
+/// oracle → select → fetch → attention on the GPU against the reference on the same scores, at
+/// G = 7 (D = 128) and at D = 96 with G = 16.
 fn chain(placement: Placement, test: &str) {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed(test);
-    let (d, g, k) = (128usize, 7usize, 512usize);
+    for (d, g) in [(128, 7), (96, 16)] {
+        chain_case(&gpu, &mut rng, seed, placement, d, g);
+    }
+}
+
+fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d: usize, g: usize) {
+    let k = 512usize;
     let kv = BATCH * KV_HEADS;
     let heads = kv * g;
     let oracle = OracleKernel::load(
-        &gpu,
+        gpu,
         OracleSpec {
             head_dim: d as u32,
             group: g as u32,
@@ -209,7 +227,7 @@ fn chain(placement: Placement, test: &str) {
     )
     .expect("oracle compiles");
     let select = SelectKernels::load(
-        &gpu,
+        gpu,
         SelectSpec {
             group: g as u32,
             k_max: 2048,
@@ -220,7 +238,7 @@ fn chain(placement: Placement, test: &str) {
     )
     .expect("select compiles");
     let fetch = FetchKernel::load(
-        &gpu,
+        gpu,
         FetchSpec {
             head_dim: d as u32,
             group: g as u32,
@@ -230,7 +248,7 @@ fn chain(placement: Placement, test: &str) {
     )
     .expect("fetch compiles");
     let attention = AttentionKernel::load(
-        &gpu,
+        gpu,
         AttentionSpec {
             head_dim: d as u32,
             group: g as u32,
@@ -245,23 +263,23 @@ fn chain(placement: Placement, test: &str) {
         rng.gen_range(2_000..5_000),
         rng.gen_range(40..ALWAYS + k),
     ];
-    lengths.shuffle(&mut rng);
+    lengths.shuffle(rng);
     let max_n = *lengths.iter().max().expect("three sequences");
     let keys: Vec<Vec<bf16>> = (0..kv)
-        .map(|kh| inputs::keys(&mut rng, lengths[kh / KV_HEADS], d))
+        .map(|kh| inputs::keys(rng, lengths[kh / KV_HEADS], d))
         .collect();
     let vals: Vec<Vec<bf16>> = (0..kv)
-        .map(|kh| values(&mut rng, lengths[kh / KV_HEADS], d))
+        .map(|kh| values(rng, lengths[kh / KV_HEADS], d))
         .collect();
-    let queries = inputs::vectors(&mut rng, heads, d);
+    let queries = inputs::vectors(rng, heads, d);
     let k_rows = HeadTable::upload(
-        &gpu,
+        gpu,
         placement,
         &keys.iter().map(|k| bf16_bits(k)).collect::<Vec<_>>(),
     )
     .expect("upload keys");
     let v_rows = HeadTable::upload(
-        &gpu,
+        gpu,
         placement,
         &vals.iter().map(|v| bf16_bits(v)).collect::<Vec<_>>(),
     )
@@ -269,7 +287,10 @@ fn chain(placement: Placement, test: &str) {
     let q = gpu.upload(&queries).expect("upload queries");
     let totals: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
     let n_total = gpu.upload(&totals).expect("upload n_total");
-    let what = format!("chain {} lengths {lengths:?}", placement.as_str());
+    let what = format!(
+        "chain {} D={d} G={g} lengths {lengths:?}",
+        placement.as_str()
+    );
 
     // Oracle scores of every token.
     let ld = max_n;
@@ -280,7 +301,7 @@ fn chain(placement: Placement, test: &str) {
         .expect("oracle geometry");
     oracle
         .launch(
-            &gpu,
+            gpu,
             grid,
             &OracleArgs {
                 k_rows: k_rows.addr(),
@@ -324,7 +345,7 @@ fn chain(placement: Placement, test: &str) {
         .collect();
     let selected = select
         .run(
-            &gpu,
+            gpu,
             &SelectArgs {
                 scores: scores.addr(),
                 ld_scores: ld,
@@ -351,7 +372,7 @@ fn chain(placement: Placement, test: &str) {
         .expect("fetch geometry");
     fetch
         .launch(
-            &gpu,
+            gpu,
             grid,
             &FetchArgs {
                 k_rows: k_rows.addr(),
@@ -393,7 +414,7 @@ fn chain(placement: Placement, test: &str) {
         .expect("attention geometry");
     attention
         .launch(
-            &gpu,
+            gpu,
             grid,
             &AttentionArgs {
                 k_sel: k_sel.addr(),

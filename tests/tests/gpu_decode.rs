@@ -6,7 +6,7 @@
 //!
 //! Each case builds four stores (HBM, and mapped host memory of each `HostMemory` mode:
 //! `pinned`, `registered`, `vmm2m`; the last two must step bit for bit as `pinned`), two layers, H = 2 KV heads,
-//! D = 128, BLK = 64, S = 128 words (8,192-token segments), and prefills three sequences: one
+//! D = 128 (96 in one case), BLK = 64, S = 128 words (8,192-token segments), and prefills three sequences: one
 //! under 100 tokens (every token is selected), one of a few thousand that is not a multiple of
 //! the block (a tail), and one long one, in two chunks (the second continues a tail). Layer 0
 //! gets other keys, so that a view or encode of the wrong layer shows.
@@ -17,6 +17,7 @@
 //! - `gpu_decode_klt_g7`: a KLT store, G = 7, a long sequence of 20k–50k tokens; rotations from
 //!   the reference `Klt` fit, given to the store config and the decoder's calibration (with
 //!   `σ²` and `double_sparsity`'s channels), plus `loki(32)`.
+//! - `gpu_decode_klt_d96_g16`: the same at D = 96 (Phi-3) and G = 16 (GLM-4).
 //!
 //! Decoding: steps at three checkpoints, after the prefill, after one appended token and after
 //! 64 more (so every sequence crosses a block boundary and the append encodes a block
@@ -65,6 +66,7 @@ use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig};
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
+/// The head dimension of every case but the D = 96 one.
 const D: usize = 128;
 const BLOCK: usize = 64;
 const SEGMENT_WORDS: usize = 128;
@@ -99,6 +101,7 @@ struct Sequence {
 
 /// One case: the model, its calibration, the reference sequences and the stores on the GPU.
 struct Case {
+    d: usize,
     group: usize,
     basis: Basis,
     /// `[h]` the KLT of `LAYER`, rotated stores only.
@@ -115,13 +118,13 @@ struct Case {
     queries: Vec<f32>,
 }
 
-fn model(group: usize, basis: Basis) -> ModelShape {
+fn model(d: usize, group: usize, basis: Basis) -> ModelShape {
     ModelShape {
-        name: format!("decode-g{group}"),
+        name: format!("decode-d{d}-g{group}"),
         layers: LAYERS,
         query_heads: KV_HEADS * group,
         kv_heads: KV_HEADS,
-        head_dim: D,
+        head_dim: d,
         qk_norm: basis == Basis::Raw,
         basis,
     }
@@ -131,8 +134,8 @@ fn bits(x: &[bf16]) -> Vec<u16> {
     x.iter().map(|v| v.to_bits()).collect()
 }
 
-fn values(rng: &mut impl Rng, n: usize) -> Vec<bf16> {
-    (0..n * D)
+fn values(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
+    (0..n * d)
         .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
         .collect()
 }
@@ -165,13 +168,13 @@ fn lengths(rng: &mut impl Rng, long: std::ops::Range<usize>) -> Vec<usize> {
 }
 
 impl Case {
-    fn new(rng: &mut impl Rng, group: usize, basis: Basis, lengths: &[usize]) -> Case {
+    fn new(rng: &mut impl Rng, d: usize, group: usize, basis: Basis, lengths: &[usize]) -> Case {
         let rotated = basis == Basis::Klt;
         let mut klts = Vec::new();
         let mut double_sparsity = Vec::new();
         for _ in 0..KV_HEADS {
-            let cal_keys = calibration_rows(rng, 2 * D, D);
-            let cal_queries = calibration_rows(rng, 8 * group, D);
+            let cal_keys = calibration_rows(rng, 2 * d, d);
+            let cal_queries = calibration_rows(rng, 8 * group, d);
             if rotated {
                 klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
             }
@@ -187,9 +190,9 @@ impl Case {
 
         // The decoder's calibration of every layer: layer LAYER holds the fitted data, layer 0
         // other data that would show if the wrong layer were read.
-        let per_layer = KV_HEADS * D;
+        let per_layer = KV_HEADS * d;
         let mut masks = vec![0u8; LAYERS * per_layer];
-        let mut rotation = vec![0f32; LAYERS * KV_HEADS * D * D];
+        let mut rotation = vec![0f32; LAYERS * KV_HEADS * d * d];
         let sigma2: Vec<f32> = (0..LAYERS * per_layer)
             .map(|_| rng.gen_range(0.01f32..4.0))
             .collect();
@@ -198,17 +201,17 @@ impl Case {
                 let mask = if l == LAYER {
                     double_sparsity[h].mask()
                 } else {
-                    let mut m = vec![0u8; D];
-                    m[D - 32..].iter_mut().for_each(|x| *x = 1);
+                    let mut m = vec![0u8; d];
+                    m[d - 32..].iter_mut().for_each(|x| *x = 1);
                     m
                 };
-                masks[(l * KV_HEADS + h) * D..][..D].copy_from_slice(&mask);
+                masks[(l * KV_HEADS + h) * d..][..d].copy_from_slice(&mask);
                 if rotated && l == LAYER {
-                    rotation[(l * KV_HEADS + h) * D * D..][..D * D].copy_from_slice(&rotations[h]);
+                    rotation[(l * KV_HEADS + h) * d * d..][..d * d].copy_from_slice(&rotations[h]);
                 }
             }
         }
-        let mut calibration = Calibration::new(LAYERS, KV_HEADS, D)
+        let mut calibration = Calibration::new(LAYERS, KV_HEADS, d)
             .with_double_sparsity(32, masks)
             .expect("fitted masks select 32 channels");
         let mut calibrated_sigma2 = None;
@@ -221,12 +224,12 @@ impl Case {
             calibrated_sigma2 = Some(sigma2[LAYER * per_layer..][..per_layer].to_vec());
         }
 
-        let layout = StoreLayout::new(D, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
+        let layout = StoreLayout::new(d, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
         let sequences = lengths
             .iter()
             .map(|&n| {
-                let keys: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, n, D)).collect();
-                let values = (0..KV_HEADS).map(|_| values(rng, n)).collect();
+                let keys: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, n, d)).collect();
+                let values = (0..KV_HEADS).map(|_| values(rng, n, d)).collect();
                 let stores = keys
                     .iter()
                     .enumerate()
@@ -236,7 +239,7 @@ impl Case {
                             kv_head: h,
                         };
                         let stored = match rotations.get(h) {
-                            Some(rot) => rotate_keys(rot, D, k),
+                            Some(rot) => rotate_keys(rot, d, k),
                             None => k.clone(),
                         };
                         HeadStore::from_keys(layout, id, &stored).expect("random keys encode")
@@ -250,6 +253,7 @@ impl Case {
             })
             .collect();
         Case {
+            d,
             group,
             basis,
             klts,
@@ -262,20 +266,20 @@ impl Case {
         }
     }
 
-    /// The store rotations `[L][H][D][D]`: LAYER's fitted ones, layer 0 another valid basis.
+    /// The store rotations `[L][H][self.d][self.d]`: LAYER's fitted ones, layer 0 another valid basis.
     fn store_rotations(&self, rng: &mut impl Rng) -> Option<Vec<f32>> {
         if self.basis != Basis::Klt {
             return None;
         }
-        let mut all = Vec::with_capacity(LAYERS * KV_HEADS * D * D);
+        let mut all = Vec::with_capacity(LAYERS * KV_HEADS * self.d * self.d);
         for l in 0..LAYERS {
             for h in 0..KV_HEADS {
                 if l == LAYER {
                     all.extend(&self.rotations[h]);
                 } else {
                     let klt = Klt::fit(
-                        &calibration_rows(rng, 2 * D, D),
-                        &calibration_rows(rng, 8, D),
+                        &calibration_rows(rng, 2 * self.d, self.d),
+                        &calibration_rows(rng, 8, self.d),
                     )
                     .expect("calibration rows are valid");
                     all.extend(klt.basis_row_major().iter().map(|&x| x as f32));
@@ -286,17 +290,17 @@ impl Case {
     }
 
     /// Appends one token to every sequence of the reference, returning the raw keys and values
-    /// `[B][H][D]`.
+    /// `[B][H][self.d]`.
     fn append(&mut self, rng: &mut impl Rng) -> (Vec<bf16>, Vec<bf16>) {
-        let keys = inputs::keys(rng, BATCH * KV_HEADS, D);
-        let vals = values(rng, BATCH * KV_HEADS);
+        let keys = inputs::keys(rng, BATCH * KV_HEADS, self.d);
+        let vals = values(rng, BATCH * KV_HEADS, self.d);
         for (b, sequence) in self.sequences.iter_mut().enumerate() {
             for h in 0..KV_HEADS {
-                let row = (b * KV_HEADS + h) * D..(b * KV_HEADS + h + 1) * D;
+                let row = (b * KV_HEADS + h) * self.d..(b * KV_HEADS + h + 1) * self.d;
                 sequence.keys[h].extend(&keys[row.clone()]);
                 sequence.values[h].extend(&vals[row.clone()]);
                 let stored = match self.rotations.get(h) {
-                    Some(rot) => rotate_keys(rot, D, &keys[row]),
+                    Some(rot) => rotate_keys(rot, self.d, &keys[row]),
                     None => keys[row].to_vec(),
                 };
                 sequence.stores[h]
@@ -307,7 +311,7 @@ impl Case {
         (keys, vals)
     }
 
-    /// `σ²` `[B][H][D]` as the GPU reads it: the calibration's, or the stand-in of each store.
+    /// `σ²` `[B][H][self.d]` as the GPU reads it: the calibration's, or the stand-in of each store.
     fn sigma2(&self) -> Vec<f32> {
         match &self.calibrated_sigma2 {
             Some(s) => (0..BATCH).flat_map(|_| s.iter().copied()).collect(),
@@ -329,7 +333,7 @@ impl Case {
                 let queries = (0..self.group)
                     .map(|g| {
                         let qh = (b * KV_HEADS + h) * self.group + g;
-                        self.queries[qh * D..(qh + 1) * D]
+                        self.queries[qh * self.d..(qh + 1) * self.d]
                             .iter()
                             .map(|&x| f64::from(x))
                             .collect()
@@ -341,7 +345,7 @@ impl Case {
                     values: &s.values[h],
                     queries,
                     klt: self.klts.get(h),
-                    sigma2: sigma2[(b * KV_HEADS + h) * D..][..D]
+                    sigma2: sigma2[(b * KV_HEADS + h) * self.d..][..self.d]
                         .iter()
                         .map(|&x| f64::from(x))
                         .collect(),
@@ -358,10 +362,10 @@ fn upload<T: Copy>(gpu: &Gpu, data: &[T], what: &str) -> DeviceBuffer<T> {
         .unwrap_or_else(|e| panic!("uploading {what}: {e}"))
 }
 
-/// `[H][n][D]` bits of tokens `range` of every head.
-fn head_major(rows: &[Vec<bf16>], range: std::ops::Range<usize>) -> Vec<u16> {
+/// `[H][n][d]` bits of tokens `range` of every head.
+fn head_major(rows: &[Vec<bf16>], range: std::ops::Range<usize>, d: usize) -> Vec<u16> {
     rows.iter()
-        .flat_map(|r| bits(&r[range.start * D..range.end * D]))
+        .flat_map(|r| bits(&r[range.start * d..range.end * d]))
         .collect()
 }
 
@@ -371,14 +375,18 @@ fn prefill(gpu: &Gpu, store: &mut KeyStore, case: &Case, rng: &mut impl Rng) -> 
     let mut ids = Vec::new();
     for s in &case.sequences {
         let id = store.create_sequence();
-        let n = s.keys[0].len() / D;
+        let n = s.keys[0].len() / case.d;
         let cut = if n > 10_000 { n / 3 } else { n };
         for range in [0..cut, cut..n] {
             if range.is_empty() {
                 continue;
             }
-            let k = upload(gpu, &head_major(&s.keys, range.clone()), "prefill keys");
-            let v = upload(gpu, &head_major(&s.values, range), "prefill values");
+            let k = upload(
+                gpu,
+                &head_major(&s.keys, range.clone(), case.d),
+                "prefill keys",
+            );
+            let v = upload(gpu, &head_major(&s.values, range, case.d), "prefill values");
             store
                 .prefill(id, LAYER, &k, &v)
                 .unwrap_or_else(|e| panic!("prefill: {e}"));
@@ -386,7 +394,7 @@ fn prefill(gpu: &Gpu, store: &mut KeyStore, case: &Case, rng: &mut impl Rng) -> 
         let other = n.min(1_000);
         let k = upload(
             gpu,
-            &bits(&inputs::keys(rng, KV_HEADS * other, D)),
+            &bits(&inputs::keys(rng, KV_HEADS * other, case.d)),
             "layer 0 keys",
         );
         store
@@ -410,13 +418,13 @@ fn transfers(placement: Placement, method: Method) -> Vec<Option<Transfer>> {
     }
 }
 
-fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>) {
+fn run_case(test: &str, d: usize, group: usize, basis: Basis, long: std::ops::Range<usize>) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let lengths = lengths(&mut rng, long);
     eprintln!("{test}: lengths {lengths:?}");
-    let mut case = Case::new(&mut rng, group, basis, &lengths);
-    let model = model(group, basis);
+    let mut case = Case::new(&mut rng, d, group, basis, &lengths);
+    let model = model(d, group, basis);
 
     let rotations = case.store_rotations(&mut rng);
     let capacity = lengths.iter().sum::<usize>() + BATCH * APPENDS.iter().sum::<usize>();
@@ -457,15 +465,15 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
 
     let check = StepCheck {
         k: K,
-        scale: 1.0 / (D as f64).sqrt(),
+        scale: 1.0 / (d as f64).sqrt(),
         rotated: basis == Basis::Klt,
         max_relative_error: MAX_RELATIVE_ERROR,
     };
     let methods = methods(basis == Basis::Klt);
     let queries = gpu
-        .filled::<f32>(BATCH * KV_HEADS * group * D, 0)
+        .filled::<f32>(BATCH * KV_HEADS * group * d, 0)
         .expect("queries");
-    let sigma2 = gpu.filled::<f32>(BATCH * KV_HEADS * D, 0).expect("σ²");
+    let sigma2 = gpu.filled::<f32>(BATCH * KV_HEADS * d, 0).expect("σ²");
     let mut graphs: HashMap<(usize, usize, Option<Transfer>), StepGraph> = HashMap::new();
     let mut replays = 0;
     let mut m = Mismatches::new(test, seed);
@@ -479,7 +487,7 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
             );
             let other = upload(
                 &gpu,
-                &bits(&inputs::keys(&mut rng, BATCH * KV_HEADS, D)),
+                &bits(&inputs::keys(&mut rng, BATCH * KV_HEADS, d)),
                 "layer 0 keys",
             );
             for (store, ids) in stores.iter_mut().zip(&ids) {
@@ -506,7 +514,7 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
         }
 
         // New queries (and σ²) in place: the graphs read these buffers.
-        case.queries = inputs::vectors(&mut rng, BATCH * KV_HEADS * group, D);
+        case.queries = inputs::vectors(&mut rng, BATCH * KV_HEADS * group, d);
         gpu.write(&queries, &case.queries).expect("queries");
         gpu.write(&sigma2, &case.sigma2()).expect("σ²");
         let groups = case.groups();
@@ -622,11 +630,18 @@ fn run_case(test: &str, group: usize, basis: Basis, long: std::ops::Range<usize>
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_decode_raw_g4() {
-    run_case("gpu_decode_raw_g4", 4, Basis::Raw, 280_000..320_000);
+    run_case("gpu_decode_raw_g4", D, 4, Basis::Raw, 280_000..320_000);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_decode_klt_g7() {
-    run_case("gpu_decode_klt_g7", 7, Basis::Klt, 20_000..50_000);
+    run_case("gpu_decode_klt_g7", D, 7, Basis::Klt, 20_000..50_000);
+}
+
+/// Phi-3's head dimension with GLM-4's group (both KLT models).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decode_klt_d96_g16() {
+    run_case("gpu_decode_klt_d96_g16", 96, 16, Basis::Klt, 20_000..50_000);
 }

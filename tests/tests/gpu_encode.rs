@@ -3,7 +3,7 @@
 //!
 //! What is checked, on fresh random keys (the seed is printed and named in every failure):
 //!
-//! - bulk encode (raw and rotated) for every `BLK` in {32, 64, 128} and `D` in {64, 128, 256}:
+//! - bulk encode (raw and rotated) for every `BLK` in {32, 64, 128} and every `D` of §1:
 //!   the segment words and scales of every filled block equal the reference store's byte for
 //!   byte; bits of tokens that are not stored (the tail, the rest of the last segment, whole
 //!   segments past the store) keep the poison the segments were filled with. Sequences of a

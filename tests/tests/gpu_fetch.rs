@@ -2,7 +2,8 @@
 //! gathered into `k_sel` / `v_sel` `[B*H][G*k+36][D]`.
 //!
 //! Coverage, for both placements of the K/V rows (HBM, mapped host memory), every head dimension
-//! (64, 128, 256) and G = 1, 4, 7, 8, with B = 3 sequences of different lengths and H = 2:
+//! of §1 and G = 1, 4, 7, 8, 16 (`fathom_tests::shapes`), with B = 3 sequences of different
+//! lengths and H = 2:
 //! - unions of random sorted distinct tokens with counts 0, 1, a random count, the full capacity
 //!   `G*k + 36` (when the sequence is that long) and every token of a short sequence, including
 //!   the first and the last token; k random in 0..=2048 (k = 0 once per placement);
@@ -18,6 +19,7 @@ use codegen::spec::{FetchSpec, Placement};
 use fathom_tests::select_kernels::{
     with_grid_x, FetchArgs, FetchKernel, HeadTable, Mismatches, ALWAYS, POISON, POISON_U16,
 };
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::{gpu, inputs};
 use rand::seq::index::sample;
 use rand::Rng;
@@ -25,7 +27,6 @@ use runtime::gpu::Gpu;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
-const GROUPS: [u32; 4] = [1, 4, 7, 8];
 
 #[allow(clippy::too_many_arguments)]
 fn fetch_case(

@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use codegen::emit::build_kernel;
 use codegen::kernels::{kernels_for, KernelSetOptions};
-use codegen::model::preset;
+use codegen::model::{preset, Basis, ModelShape};
 use codegen::spec::{KernelSpec, OracleSpec, Placement};
 use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
 use reference::score::score_exact;
-use runtime::gpu::{Arg, Gpu};
+use runtime::abi;
+use runtime::gpu::Gpu;
 use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, Origin};
+use runtime::launch::{DevicePtr, KernelArgs};
 
 fn qwen3_8b_set() -> Vec<KernelSpec> {
     kernels_for(&preset("qwen3-8b").unwrap(), &KernelSetOptions::default())
@@ -24,6 +26,40 @@ fn qwen3_8b_set() -> Vec<KernelSpec> {
 
 fn jit(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Jit {
     Jit::new(gpu.clone(), JitCache::new(dir.to_path_buf())).expect("NVRTC loads")
+}
+
+/// Every kernel of the shapes beyond the presets compiles for this GPU's own architecture and
+/// loads with every entry point: Phi-3-mini (D = 96, G = 1), GLM-4-9B (G = 16), and D = 80
+/// and 192 (ParisKV zero-pads all three).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_sets_of_every_gqa_shape_load() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let jit = jit(&gpu, dir.path());
+    for (head_dim, query_heads, kv_heads) in [(96, 32, 32), (128, 32, 2), (80, 10, 2), (192, 32, 2)]
+    {
+        let shape = ModelShape {
+            name: format!("d{head_dim}"),
+            layers: 2,
+            query_heads,
+            kv_heads,
+            head_dim,
+            qk_norm: false,
+            basis: Basis::Klt,
+        };
+        let specs = kernels_for(&shape, &KernelSetOptions::default());
+        let set = jit.load_set(&specs).unwrap();
+        assert_eq!(set.kernels.len(), specs.len());
+        for spec in &specs {
+            let kernel = jit.kernel(spec).unwrap();
+            for entry in spec.entry_points() {
+                kernel
+                    .function(&entry)
+                    .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+            }
+        }
+    }
 }
 
 #[test]
@@ -75,6 +111,49 @@ fn the_qwen3_8b_set_loads_cold_then_warm_from_the_cache() {
             warm_k.function(&entry).unwrap();
         }
     }
+}
+
+fathom_macros::kernels! {
+    /// What a user's crate embeds for its own model: here the oracle kernel of `oracle_spec()`.
+    mod user_kernels {
+        oracle(head_dim = 128, group = 4, threads = 256, placement = hbm);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_user_crate_s_embedded_kernels_load_through_the_jit_and_compute_the_same_scores() {
+    let gpu = Arc::new(gpu());
+    let dir = tempfile::tempdir().unwrap();
+    let spec: KernelSpec = oracle_spec().into();
+    let name = spec.kernel_name();
+    let embedded = jit(&gpu, dir.path()).with_sources(user_kernels::SOURCES);
+    let kernel = embedded.kernel(&spec).unwrap();
+    assert_eq!(
+        kernel.source_sha256,
+        codegen::emit::sha256_hex(user_kernels::FATHOM_ORACLE_D128_G4_T256_HBM_SOURCE)
+    );
+    assert_eq!(kernel.from, Origin::Compiled, "a fresh cache compiles");
+
+    let mut rng = inputs::rng("a_user_crate_s_embedded_kernels_load_through_the_jit");
+    let (d, heads) = (128, 3);
+    let n = rng.gen_range(1..2000);
+    let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
+    let queries = inputs::vectors(&mut rng, heads * 4, d);
+    let got = run_oracle(
+        &gpu,
+        kernel.function(&name).unwrap(),
+        &keys,
+        &queries,
+        n,
+        n + 3,
+    );
+    let want = direct_scores(&gpu, &keys, &queries, n, n + 3);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got), bits(&want));
+    assert!(got
+        .iter()
+        .any(|x| x.to_bits() != u32::from_ne_bytes([POISON; 4])));
 }
 
 fn oracle_spec() -> OracleSpec {
@@ -133,29 +212,31 @@ fn run_oracle(
     let k_rows = HeadTable::upload(gpu, spec.placement, &bits).unwrap();
     let q = gpu.upload(queries).unwrap();
     let ends = gpu.upload(&[n as i32]).unwrap();
-    let scores = gpu.filled::<f32>(heads * g * ld, POISON).unwrap();
+    let mut scores = gpu.filled::<f32>(heads * g * ld, POISON).unwrap();
     let launch = spec.launch(1, heads as u64, n as u64).unwrap();
-    let args = [
-        k_rows.table.arg(),
-        q.arg(),
-        Arg::Ptr(0),
-        ends.arg(),
-        scores.arg(),
-        Arg::I32(ld as i32),
-        Arg::I32(heads as i32),
-    ];
-    let [gx, gy, gz] = launch.grid;
-    let [bx, by, bz] = launch.block;
-    gpu.launch(
-        function,
-        (gx, gy, gz),
-        (bx, by, bz),
-        launch.shared_bytes,
-        &args,
-    )
+    abi::oracle::Args {
+        k_rows: k_rows.table.ptr().cast(),
+        q: q.ptr(),
+        range_start: DevicePtr::null(),
+        range_end: ends.ptr(),
+        scores: scores.ptr_mut(),
+        ld_scores: ld as i32,
+        num_kv_heads: heads as i32,
+    }
+    .launch(gpu, function, launch)
     .unwrap();
     gpu.synchronize().unwrap();
     scores.download().unwrap()
+}
+
+/// [`run_oracle`] with `oracle_spec()` built directly (`codegen::emit::build_kernel`), past the
+/// JIT: what a kernel through the JIT must compute bit for bit.
+fn direct_scores(gpu: &Gpu, keys: &[Vec<bf16>], queries: &[f32], n: usize, ld: usize) -> Vec<f32> {
+    let spec: KernelSpec = oracle_spec().into();
+    let direct = build_kernel(&spec, &gpu.info().arch()).unwrap();
+    let module = gpu.load_ptx(&direct.ptx).unwrap();
+    let function = module.function(&spec.kernel_name()).unwrap();
+    run_oracle(gpu, &function, keys, queries, n, ld)
 }
 
 #[test]
@@ -173,16 +254,7 @@ fn a_kernel_through_the_cache_computes_what_a_direct_build_computes() {
     let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
     let queries = inputs::vectors(&mut rng, heads * g, d);
 
-    let direct = build_kernel(&kernel_spec, &gpu.info().arch()).unwrap();
-    let module = gpu.load_ptx(&direct.ptx).unwrap();
-    let want = run_oracle(
-        &gpu,
-        &module.function(&name).unwrap(),
-        &keys,
-        &queries,
-        n,
-        ld,
-    );
+    let want = direct_scores(&gpu, &keys, &queries, n, ld);
 
     // Compiled into the cache by one JIT, then read from it by another.
     jit(&gpu, dir.path()).kernel(&kernel_spec).unwrap();

@@ -2,7 +2,8 @@
 //! 8-token group) and `_scan` (every stored token scores its group's `q·mean`).
 //!
 //! Coverage, for both placements (keys and means in HBM, or both in mapped host memory), every
-//! head dimension (64, 128, 256) and G = 1, 4, 7, 8, with B = 3 sequences of different lengths
+//! head dimension of §1 and G = 1, 4, 7, 8, 16 (`fathom_tests::shapes`), with B = 3 sequences of
+//! different lengths
 //! (one shorter than a group, lengths not multiples of 8) and H = 2 KV heads per launch:
 //! - `_build` over `[NULL, n)` with the spec's grid, then over per-sequence ranges (a start that is
 //!   not a multiple of 8, an empty range) with one block: exactly the groups whose 8 tokens lie in
@@ -25,6 +26,7 @@ use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, LandmarkBuildArgs, LandmarkKernels, LandmarkScanArgs,
     Mismatches, POISON, POISON_F32_BITS, POISON_U16,
 };
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::{gpu, inputs};
 use half::{bf16, f16};
 use rand::Rng;
@@ -33,7 +35,6 @@ use runtime::gpu::Gpu;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
-const GROUPS: [u32; 4] = [1, 4, 7, 8];
 const GT: usize = LANDMARK_TOKENS;
 
 /// The kernel's mean of one group and channel: fp32 sum in token order from +0, × 1/8, fp16 RNE.

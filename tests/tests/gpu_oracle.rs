@@ -2,8 +2,8 @@
 //! reference `score::score_exact`.
 //!
 //! Coverage, for both placements of the K rows (HBM, mapped host memory), every head dimension
-//! (64, 128, 256) and group sizes G = 1, 4, 7, 8, with B = 3 sequences of different lengths and
-//! H = 2 KV heads in one launch:
+//! of §1 and group sizes G = 1, 4, 7, 8, 16 (`fathom_tests::shapes`), with B = 3 sequences of
+//! different lengths and H = 2 KV heads in one launch:
 //! - `range_start = NULL` (the `oracle` method: tokens `0 .. n_total`), with the spec's grid;
 //! - per-sequence ranges in one launch: the tail (`start = n_stored`, a multiple of 64), an
 //!   interior range, and an empty one (`end <= start`), with a single block per (head, sequence)
@@ -18,6 +18,7 @@ use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, Mismatches, OracleArgs, OracleKernel, POISON,
     POISON_F32_BITS,
 };
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::Rng;
@@ -26,7 +27,6 @@ use runtime::gpu::Gpu;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
-const GROUPS: [u32; 4] = [1, 4, 7, 8];
 /// The store's block: a tail starts at a multiple of it.
 const BLK: usize = 64;
 

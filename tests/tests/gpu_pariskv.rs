@@ -9,7 +9,8 @@
 //! There is no float-tie tolerance to define: equal estimates are equal in both and both break
 //! the tie by the lower token index.
 //!
-//! Coverage: D = 64, 128, 256; G = 1, 4, 7; both placements (index rows in HBM or in mapped host
+//! Coverage: every D of §1 (80, 96 and 192 zero-padded to 128 and 256 for the transform); G = 1,
+//! 4, 7, 16; both placements (index rows in HBM or in mapped host
 //! memory); B = 3 or 4 sequences × H = 2 KV heads per launch, with lengths 0, 1, below the sink
 //! and window, one block of the build grid, exactly `36 + k` (every token), `37 + k`, and the
 //! ρ/β ranges of 5k, 10k and 30k retrievable tokens; k = 0, 16, 100, 512; a zero query group (all
@@ -21,7 +22,7 @@
 
 use codegen::spec::launch::Launch;
 use codegen::spec::pariskv::{
-    candidate_count, subspaces, vote_bins, CENTROIDS, TIERS, VECTOR_ALIGN,
+    candidate_count, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS, VECTOR_ALIGN,
 };
 use codegen::spec::{Family, Placement};
 use fathom_tests::pariskv_kernels::{
@@ -80,6 +81,16 @@ fn upload_keys(
 
 /// Compares head `head`'s device index with the reference index's rows (padded with poison).
 fn check_index(got: &HostIndex, want: &HostIndex, head: &str, m: &mut Mismatches) {
+    for (what, a, b) in [
+        ("ids", got.ids.len(), want.ids.len()),
+        ("codes", got.codes.len(), want.codes.len()),
+        ("weights", got.weights.len(), want.weights.len()),
+        ("hist", got.hist.len(), want.hist.len()),
+    ] {
+        m.check(a == b, || {
+            format!("{head} {what}: {a} entries, reference {b}")
+        });
+    }
     for (what, g, w) in [
         ("ids", &got.ids, &want.ids),
         ("codes", &got.codes, &want.codes),
@@ -247,8 +258,13 @@ fn append_after_prefill_equals_the_build_of_all() {
 fn bad_keys_are_reported_and_not_written() {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed("bad_keys_are_reported_and_not_written");
-    let d = 128usize;
-    for (kind, value) in [(1, f32::NAN), (2, 3.0e38f32)] {
+    // D = 96 pads its keys for the transform: the faults are still the key's.
+    for (d, (kind, value)) in [
+        (128usize, (1, f32::NAN)),
+        (128, (2, 3.0e38f32)),
+        (96, (1, f32::INFINITY)),
+        (96, (2, 3.0e38f32)),
+    ] {
         let kernels = PariskvKernels::load(&gpu, d as u32, 1, K_MAX, Placement::Hbm).unwrap();
         let lengths = [300usize];
         let mut keys = head_keys(&mut rng, &lengths, d);
@@ -266,7 +282,7 @@ fn bad_keys_are_reported_and_not_written() {
             _ => panic!("the reference refuses the bad key otherwise: {want_error}"),
         }
         let (index, status) = gpu_build(&gpu, &kernels, Placement::Hbm, &keys, &lengths, 300, None);
-        let mut m = Mismatches::new(format!("bad key kind {kind}"), seed);
+        let mut m = Mismatches::new(format!("bad key kind {kind} d{d}"), seed);
         m.check(
             status == [kind, 0, bad_head as i32, bad_token as i32],
             || format!("status {status:?}, want [{kind}, 0, {bad_head}, {bad_token}]"),
@@ -277,8 +293,9 @@ fn bad_keys_are_reported_and_not_written() {
         others.drain(bad_token * d..(bad_token + 1) * d);
         let reference = PariskvIndex::build(&others, d).unwrap();
         let mut want = HostIndex::of(&reference, 300);
-        let ns = d / 8;
-        for (v, width) in [(&mut want.ids, ns), (&mut want.codes, d / 2)] {
+        let ns = subspaces(d as u32) as usize;
+        let half = padded_dim(d as u32) as usize / 2;
+        for (v, width) in [(&mut want.ids, ns), (&mut want.codes, half)] {
             v.splice(bad_token * width..bad_token * width, vec![0xff; width]);
             v.truncate(300 * width);
         }
@@ -398,8 +415,10 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
             .collect();
         let want = retrieve(reference, &queries, n, case.k).unwrap();
         let head = format!("head {kh} (n = {n})");
-        for c in 0..d {
-            let (a, b) = (got.q_tilde[kh * d + c], want.q_tilde[c]);
+        // q̃ has the padded dimension's coordinates (D = 80, 96, 192 pad to 128, 256).
+        let dp = padded_dim(case.d) as usize;
+        for c in 0..dp {
+            let (a, b) = (got.q_tilde[kh * dp + c], want.q_tilde[c]);
             m.check(a == b, || {
                 format!("{head} q_tilde[{c}] = {a:e}, reference {b:e}")
             });
@@ -506,8 +525,8 @@ fn retrieval_cases(name: &str, vector_loads: bool) {
     let mut i = 0;
     for placement in [Placement::Hbm, Placement::Host] {
         for d in pariskv_head_dims() {
-            for g in [1u32, 4, 7] {
-                let k = ks[i % ks.len()];
+            for g in [1u32, 4, 7, 16] {
+                let k = ks[(i + i / ks.len()) % ks.len()];
                 // Lengths around the regimes: empty, below the sink and window, exactly every
                 // token (36 + k), one more, short, and the 5k, 10k and 30k ranges of ρ and β.
                 let pool = [

@@ -374,3 +374,18 @@ fn gpu_pariskv_step_d64_g4() {
 fn gpu_pariskv_step_d128_g7() {
     run_case("gpu_pariskv_step_d128_g7", 128, 7);
 }
+
+/// D = 96 (zero-padded to 128 for the transform) with G = 16.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pariskv_step_d96_g16() {
+    run_case("gpu_pariskv_step_d96_g16", 96, 16);
+}
+
+/// D = 80 (padded to 128) and D = 192 (padded to 256).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pariskv_step_d80_g5_and_d192_g2() {
+    run_case("gpu_pariskv_step_d80_g5", 80, 5);
+    run_case("gpu_pariskv_step_d192_g2", 192, 2);
+}

@@ -12,8 +12,8 @@
 //!   (`|q' - Rᵀq| <= (D + 1)·2⁻²⁴·Σ_i |R_ij q_i|`: `D` fma roundings of partial sums bounded by
 //!   that sum).
 //! - `depths`: equal to the reference's plan computed from the same f32 inputs (the kernel's
-//!   own `q_store` and the `σ²`, widened to f64) for every method: `fathom` (G = 1, 4, 7, 8 ×
-//!   D = 64, 128, 256, raw and rotated, random budgets and 48), `sparq(16)`, `sparq(32)`,
+//!   own `q_store` and the `σ²`, widened to f64) for every method: `fathom` (G = 1, 4, 7, 8, 16
+//!   × every D of §1, raw and rotated, random budgets and 48), `sparq(16)`, `sparq(32)`,
 //!   `double_sparsity(32)` (the reference calibration's mask), `loki(32)` (rotated),
 //!   `thumbnail`, `uniform(1..=4)`.
 //! - `class_count`, and the run tables: the source table (slot `k` of a stored segment =
@@ -26,8 +26,10 @@
 //!   exceeds the staging (status `{1, b, h}`, staged depths 0).
 
 use codegen::model::Basis;
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{Placement, PlanMethod, PlanSpec};
 use fathom_tests::device_store::DeviceStore;
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     class_count, download, rotate_f32, rotations, run_plan, run_tables, Kernel, Mismatches,
     PlanInputs, Staging, TableShape,
@@ -347,17 +349,24 @@ fn check(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) -> Vec<Vec<Vec<u
 /// Every (G, D), the block size cycling.
 fn all_shapes() -> Vec<(usize, usize, usize)> {
     let mut shapes = Vec::new();
-    for (i, g) in [1, 4, 7, 8].into_iter().enumerate() {
-        for (j, d) in [64, 128, 256].into_iter().enumerate() {
+    for (i, g) in GROUPS.map(|g| g as usize).into_iter().enumerate() {
+        for (j, d) in HEAD_DIMS.into_iter().enumerate() {
             shapes.push((g, d, [32, 64, 128][(i + j) % 3]));
         }
     }
     shapes
 }
 
-/// Four shapes covering every G, D and BLK once at least.
-const FEW_SHAPES: [(usize, usize, usize); 4] =
-    [(1, 64, 32), (4, 128, 64), (7, 128, 128), (8, 256, 32)];
+/// Shapes covering every G, D and BLK once at least.
+const FEW_SHAPES: [(usize, usize, usize); 7] = [
+    (1, 64, 32),
+    (4, 128, 64),
+    (7, 128, 128),
+    (8, 256, 32),
+    (16, 96, 64),
+    (3, 80, 128),
+    (16, 192, 32),
+];
 
 #[test]
 #[ignore = "needs a CUDA GPU"]

@@ -20,7 +20,7 @@
 //! are within `(1 + u)` of `q_c·x̂_c`, so the error is below `(m + 1)·u·Σ|q_c·x̂_c|` plus
 //! second-order terms; `m + 2` covers those. The f64 reference's own error is ~2⁻⁵³ relative.
 //!
-//! Shapes: G = 1, 4, 7, 8 × D = 64, 128, 256 with BLK 32/64/128 cycling and tiles of 1, 2, 4 and
+//! Shapes: G = 1, 4, 7, 8, 16 × every D of §1 (`fathom_tests::shapes`) with BLK 32/64/128 cycling and tiles of 1, 2, 4 and
 //! 8 tokens per thread; one block alone; `B = 3` sequences of different lengths (several
 //! segments, a partial last segment, one block, none); and one head of 1M tokens (D = 128,
 //! G = 4; HBM, host fused, and host staged through gather). At 1M tokens the test checks every
@@ -35,8 +35,10 @@
 //! the store, a plan that exceeds the staging) keeps its poison. The scan of the staged table
 //! then matches the reference like the scan of the source table.
 
+use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::DeviceStore;
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     download, run_gather, run_plan, run_scan, run_tables, slot_order, upload, Kernel, Mismatches,
     PlanInputs, Staging, TableShape,
@@ -290,8 +292,8 @@ const TILES: [(usize, usize); 5] = [(2, 128), (4, 128), (8, 128), (8, 64), (16, 
 
 fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
     let mut cases = Vec::new();
-    for (i, g) in [1, 4, 7, 8].into_iter().enumerate() {
-        for (j, d) in [64, 128, 256].into_iter().enumerate() {
+    for (i, g) in GROUPS.map(|g| g as usize).into_iter().enumerate() {
+        for (j, d) in HEAD_DIMS.into_iter().enumerate() {
             let blk = [32, 64, 128][(i + j) % 3];
             let (tile_words, threads) = TILES[(3 * i + j) % TILES.len()];
             let segment_words = 16;
@@ -332,15 +334,23 @@ fn gpu_scan_host_fused_matches_reference() {
     for case in shapes_cases(&mut rng, Placement::Host) {
         scan_case(&gpu, &mut rng, seed, &case);
     }
-    // The host default tiling: 64-word tiles, 1024 threads.
-    for (g, d, blk) in [(4, 128, 64), (7, 128, 32), (8, 256, 128)] {
+    // The host default tilings: 64-word tiles of 1024 threads, and for G > 8 32-word tiles of 512.
+    let defaults = [
+        (4, 128, 64),
+        (7, 128, 32),
+        (8, 256, 128),
+        (16, 96, 64),
+        (16, 192, 128),
+    ];
+    for (g, d, blk) in defaults {
+        let tile = ScanSpec::new(d, g, Placement::Host);
         let case = ScanCase {
             d,
             g,
             blk,
             segment_words: 64,
-            tile_words: 64,
-            threads: 1024,
+            tile_words: tile.tile_words,
+            threads: tile.threads,
             placement: Placement::Host,
             n_stored: vec![blk * rng.gen_range(64..160), 0, 2 * blk],
             heads: 2,
@@ -581,7 +591,7 @@ fn staged_pipeline(
 fn gpu_gather_staging_equals_source_runs_hbm() {
     let gpu = gpu();
     let (mut rng, seed) = inputs::rng_and_seed("gpu_gather_staging_equals_source_runs_hbm");
-    for shape in [(1, 64, 32), (4, 128, 64), (8, 256, 128)] {
+    for shape in [(1, 64, 32), (4, 128, 64), (8, 256, 128), (16, 96, 64)] {
         for method in [PlanMethod::Fathom, PlanMethod::Sparq { r: 32 }] {
             staged_pipeline(&gpu, &mut rng, seed, Placement::Hbm, method, shape);
         }
@@ -594,7 +604,13 @@ fn gpu_scan_host_staged_after_gather_matches_reference() {
     let gpu = gpu();
     let (mut rng, seed) =
         inputs::rng_and_seed("gpu_scan_host_staged_after_gather_matches_reference");
-    for shape in [(7, 128, 32), (4, 64, 128), (8, 256, 64)] {
+    for shape in [
+        (7, 128, 32),
+        (4, 64, 128),
+        (8, 256, 64),
+        (16, 80, 32),
+        (5, 192, 64),
+    ] {
         for method in [PlanMethod::Fathom, PlanMethod::Sparq { r: 32 }] {
             staged_pipeline(&gpu, &mut rng, seed, Placement::Host, method, shape);
         }

@@ -11,7 +11,7 @@
 //! compacting one (`SelectSpec::compact`), which must give exactly the same outputs.
 //!
 //! Coverage:
-//! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8; B = 3 sequences of different lengths
+//! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8, 16; B = 3 sequences of different lengths
 //!   (longer than, shorter than and around `36 + k`), H = 2; k small and up to `k_max` = 2048;
 //!   every score family below on some head.
 //! - `gpu_select_ties_and_signed_zeros`: planted ties straddling the k-th score, spread over many
@@ -20,7 +20,7 @@
 //!   scores, scores differing only in their lowest mantissa bits (decided by the third radix
 //!   pass).
 //! - `gpu_select_short_and_boundary_lengths`: n = 0, 1, 4, 5, 35, 36, 37, 36 + k − 1, 36 + k,
-//!   36 + k + 1, 36 + k + 2, 2(36 + k) for k = 0, 1, 5, 300 and `k_max`, over G = 1, 4, 7, 8.
+//!   36 + k + 1, 36 + k + 2, 2(36 + k) for k = 0, 1, 5, 300 and `k_max`, over G = 1, 4, 7, 8, 16.
 //! - `gpu_select_million_token_contexts`: n = 1,048,576 + 1,000, 1,048,576 and ~700k in one
 //!   launch, H = 1, G = 4, k = 2048 and k = 512, two chunk sizes (4,096 tokens per block of
 //!   256 threads; 1,024 tokens per block of 512 threads, more chunks than threads).
@@ -43,6 +43,7 @@ use codegen::spec::{Family, SelectSpec};
 use fathom_tests::select_kernels::{
     check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
 };
+use fathom_tests::shapes::GROUPS;
 use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -51,7 +52,6 @@ use runtime::gpu::Gpu;
 
 /// H in the launches of these tests (the million-token test uses 1).
 const KV_HEADS: usize = 2;
-const GROUPS: [u32; 4] = [1, 4, 7, 8];
 
 /// The families of scores a head can get.
 #[derive(Clone, Copy, Debug)]

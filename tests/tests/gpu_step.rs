@@ -3,7 +3,8 @@
 //!
 //! Fixture: B = 3 sequences of different lengths (one under 100 tokens, so that every token is
 //! selected; one of a few thousand tokens that is not a multiple of the block, so there is a
-//! tail; one of 20k–50k tokens over several segments), H = 2 KV heads, D = 128, BLK = 64,
+//! tail; one of 20k–50k tokens over several segments), H = 2 KV heads, D = 128 (96 in the
+//! G = 16 case), BLK = 64,
 //! S = 128 words (8,192 tokens per segment). The reference `HeadStore` of every (sequence,
 //! head) is laid out on the device by hand (`DeviceStore`, in HBM or in mapped host memory),
 //! with the K/V row tables and the landmark means (computed as the landmark build kernel
@@ -14,6 +15,8 @@
 //!   uncalibrated `σ²` (the mean square scale of each head's store) passed as a device buffer.
 //! - `gpu_step_rotated_store_g7`: a KLT store (G = 7, Qwen2.5's group), rotations and `σ²`
 //!   from a `Calibration`, plus `loki(32)`.
+//! - `gpu_step_rotated_store_d96_g16`: the same at D = 96 and G = 16 (Phi-3's head dimension,
+//!   GLM-4's group; both are KLT models).
 //!
 //! In each: both placements, and for the host placement every plane method with all three
 //! transfers; each step is compared with the reference as `fathom_tests::step_check` says
@@ -55,6 +58,7 @@ use runtime::view::LayerView;
 
 const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
+/// The head dimension of every case but the D = 96 one.
 const D: usize = 128;
 const BLOCK: usize = 64;
 const SEGMENT_WORDS: usize = 128;
@@ -69,34 +73,35 @@ const MAX_RELATIVE_ERROR: f64 = 1e-3;
 /// Keys, values, queries and the reference stores of one batch, with the calibration the
 /// methods need.
 struct Fixture {
+    d: usize,
     group: usize,
     basis: Basis,
     lengths: Vec<usize>,
-    /// `[b][h]` raw bf16 keys `[n][D]`.
+    /// `[b][h]` raw bf16 keys `[n][d]`.
     keys: Vec<Vec<Vec<bf16>>>,
     values: Vec<Vec<Vec<bf16>>>,
-    /// `[B][H][G][D]`.
+    /// `[B][H][G][d]`.
     queries: Vec<f32>,
     stores: Vec<Vec<HeadStore>>,
     /// Per KV head (of layer `LAYER`), rotated stores only.
     klts: Vec<Klt>,
     /// Per KV head.
     double_sparsity: Vec<DoubleSparsityCalibration>,
-    /// `σ²` `[B][H][D]` as the GPU reads it (f64 of these floats for the reference).
+    /// `σ²` `[B][H][d]` as the GPU reads it (f64 of these floats for the reference).
     sigma2: Vec<f32>,
     /// Whether `σ²` comes from the calibration (else passed with the request).
     calibrated_sigma2: bool,
     calibration: Calibration,
 }
 
-fn values(rng: &mut impl Rng, n: usize) -> Vec<bf16> {
-    (0..n * D)
+fn values(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
+    (0..n * d)
         .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
         .collect()
 }
 
 impl Fixture {
-    fn new(rng: &mut impl Rng, group: usize, basis: Basis) -> Fixture {
+    fn new(rng: &mut impl Rng, d: usize, group: usize, basis: Basis) -> Fixture {
         let mut lengths = vec![
             rng.gen_range(40..100),
             loop {
@@ -108,13 +113,13 @@ impl Fixture {
             rng.gen_range(20_000..50_000),
         ];
         lengths.shuffle(rng);
-        let layout = StoreLayout::new(D, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
+        let layout = StoreLayout::new(d, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
         let rotated = basis == Basis::Klt;
         let mut klts = Vec::new();
         let mut double_sparsity = Vec::new();
         for _ in 0..KV_HEADS {
-            let cal_keys = calibration_rows(rng, 2 * D, D);
-            let cal_queries = calibration_rows(rng, 8 * group, D);
+            let cal_keys = calibration_rows(rng, 2 * d, d);
+            let cal_queries = calibration_rows(rng, 8 * group, d);
             if rotated {
                 klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
             }
@@ -133,9 +138,9 @@ impl Fixture {
         for &n in &lengths {
             let (mut ks, mut vs, mut ss) = (Vec::new(), Vec::new(), Vec::new());
             for h in 0..KV_HEADS {
-                let k = inputs::keys(rng, n, D);
+                let k = inputs::keys(rng, n, d);
                 let stored = match rot_f32.get(h) {
-                    Some(rot) => rotate_keys(rot, D, &k),
+                    Some(rot) => rotate_keys(rot, d, &k),
                     None => k.clone(),
                 };
                 let id = HeadId {
@@ -144,19 +149,19 @@ impl Fixture {
                 };
                 ss.push(HeadStore::from_keys(layout, id, &stored).expect("random keys encode"));
                 ks.push(k);
-                vs.push(values(rng, n));
+                vs.push(values(rng, n, d));
             }
             keys.push(ks);
             vals.push(vs);
             stores.push(ss);
         }
-        let queries = inputs::vectors(rng, BATCH * KV_HEADS * group, D);
+        let queries = inputs::vectors(rng, BATCH * KV_HEADS * group, d);
 
         // Calibration of every layer; layer LAYER holds the fitted data, the other layer
         // garbage that would show if the wrong layer were read.
-        let per_layer = KV_HEADS * D;
+        let per_layer = KV_HEADS * d;
         let mut masks = vec![0u8; LAYERS * per_layer];
-        let mut rotation = vec![0f32; LAYERS * KV_HEADS * D * D];
+        let mut rotation = vec![0f32; LAYERS * KV_HEADS * d * d];
         let cal_sigma2: Vec<f32> = (0..LAYERS * per_layer)
             .map(|_| rng.gen_range(0.01f32..4.0))
             .collect();
@@ -165,13 +170,13 @@ impl Fixture {
                 let mask = if l == LAYER {
                     double_sparsity[h].mask()
                 } else {
-                    let mut m = vec![0u8; D];
-                    m[D - 32..].iter_mut().for_each(|x| *x = 1);
+                    let mut m = vec![0u8; d];
+                    m[d - 32..].iter_mut().for_each(|x| *x = 1);
                     m
                 };
-                masks[(l * KV_HEADS + h) * D..][..D].copy_from_slice(&mask);
+                masks[(l * KV_HEADS + h) * d..][..d].copy_from_slice(&mask);
                 if rotated && l == LAYER {
-                    rotation[(l * KV_HEADS + h) * D * D..][..D * D].copy_from_slice(&rot_f32[h]);
+                    rotation[(l * KV_HEADS + h) * d * d..][..d * d].copy_from_slice(&rot_f32[h]);
                 }
             }
         }
@@ -188,7 +193,7 @@ impl Fixture {
                 .flat_map(|s| s.mean_square_scale().into_iter().map(|x| x as f32))
                 .collect()
         };
-        let mut calibration = Calibration::new(LAYERS, KV_HEADS, D)
+        let mut calibration = Calibration::new(LAYERS, KV_HEADS, d)
             .with_double_sparsity(32, masks)
             .expect("fitted masks select 32 channels");
         if calibrated_sigma2 {
@@ -202,6 +207,7 @@ impl Fixture {
                 .expect("fitted bases are finite");
         }
         Fixture {
+            d,
             group,
             basis,
             lengths,
@@ -223,7 +229,7 @@ impl Fixture {
             layers: LAYERS,
             query_heads: KV_HEADS * self.group,
             kv_heads: KV_HEADS,
-            head_dim: D,
+            head_dim: self.d,
             qk_norm: self.basis == Basis::Raw,
             basis: self.basis,
         }
@@ -231,7 +237,7 @@ impl Fixture {
 
     fn query(&self, b: usize, h: usize, g: usize) -> Vec<f64> {
         let qh = (b * KV_HEADS + h) * self.group + g;
-        self.queries[qh * D..(qh + 1) * D]
+        self.queries[qh * self.d..(qh + 1) * self.d]
             .iter()
             .map(|&x| f64::from(x))
             .collect()
@@ -248,7 +254,7 @@ impl Fixture {
                     values: &self.values[b][h],
                     queries: (0..self.group).map(|g| self.query(b, h, g)).collect(),
                     klt: self.klts.get(h),
-                    sigma2: self.sigma2[(b * KV_HEADS + h) * D..][..D]
+                    sigma2: self.sigma2[(b * KV_HEADS + h) * self.d..][..self.d]
                         .iter()
                         .map(|&x| f64::from(x))
                         .collect(),
@@ -262,7 +268,7 @@ impl Fixture {
     fn check(&self) -> StepCheck {
         StepCheck {
             k: K,
-            scale: 1.0 / (D as f64).sqrt(),
+            scale: 1.0 / (self.d as f64).sqrt(),
             rotated: self.basis == Basis::Klt,
             max_relative_error: MAX_RELATIVE_ERROR,
         }
@@ -280,15 +286,16 @@ struct DeviceBatch {
     max_tokens: usize,
     queries: DeviceBuffer<f32>,
     sigma2: DeviceBuffer<f32>,
+    head_dim: usize,
 }
 
-/// The landmark means of `keys` as the build kernel writes them.
-fn landmark_means(keys: &[bf16]) -> Vec<u16> {
-    let groups = keys.len() / D / 8;
-    let mut out = Vec::with_capacity(groups * D);
+/// The landmark means of `keys` (`d` channels) as the build kernel writes them.
+fn landmark_means(keys: &[bf16], d: usize) -> Vec<u16> {
+    let groups = keys.len() / d / 8;
+    let mut out = Vec::with_capacity(groups * d);
     for j in 0..groups {
-        for c in 0..D {
-            let sum = (0..8).fold(0f32, |acc, r| acc + keys[(8 * j + r) * D + c].to_f32());
+        for c in 0..d {
+            let sum = (0..8).fold(0f32, |acc, r| acc + keys[(8 * j + r) * d + c].to_f32());
             out.push(f16::from_f32(sum * 0.125).to_bits());
         }
     }
@@ -311,7 +318,12 @@ impl DeviceBatch {
                 .map(|r| r.iter().map(|x| x.to_bits()).collect())
                 .collect()
         };
-        let means: Vec<Vec<u16>> = f.keys.iter().flatten().map(|k| landmark_means(k)).collect();
+        let means: Vec<Vec<u16>> = f
+            .keys
+            .iter()
+            .flatten()
+            .map(|k| landmark_means(k, f.d))
+            .collect();
         let totals: Vec<i32> = f.lengths.iter().map(|&n| n as i32).collect();
         DeviceBatch {
             placement,
@@ -320,6 +332,7 @@ impl DeviceBatch {
             k_rows: HeadTable::upload(gpu, placement, &bits(&f.keys)).expect("keys upload"),
             v_rows: HeadTable::upload(gpu, placement, &bits(&f.values)).expect("values upload"),
             landmarks: HeadTable::upload(gpu, placement, &means).expect("means upload"),
+            head_dim: f.d,
             max_tokens: *f.lengths.iter().max().expect("a batch"),
             queries: gpu.upload(&f.queries).expect("queries upload"),
             sigma2: gpu.upload(&f.sigma2).expect("σ² uploads"),
@@ -331,7 +344,7 @@ impl DeviceBatch {
             layer: LAYER,
             batch: BATCH,
             kv_heads: KV_HEADS,
-            head_dim: D,
+            head_dim: self.head_dim,
             placement: self.placement,
             max_seg: self.store.max_seg,
             seg_words: &self.store.seg_words,
@@ -378,14 +391,14 @@ enum SelectVariant {
     Compact,
 }
 
-fn run_case(test: &str, group: usize, basis: Basis) {
-    run_case_with(test, group, basis, SelectVariant::Default);
+fn run_case(test: &str, d: usize, group: usize, basis: Basis) {
+    run_case_with(test, d, group, basis, SelectVariant::Default);
 }
 
-fn run_case_with(test: &str, group: usize, basis: Basis, select: SelectVariant) {
+fn run_case_with(test: &str, d: usize, group: usize, basis: Basis, select: SelectVariant) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
-    let f = Fixture::new(&mut rng, group, basis);
+    let f = Fixture::new(&mut rng, d, group, basis);
     eprintln!("{test}: lengths {:?}", f.lengths);
     let config = DecoderConfig {
         block: BLOCK,
@@ -490,7 +503,7 @@ fn run_case_with(test: &str, group: usize, basis: Basis, select: SelectVariant) 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_step_raw_store_g4() {
-    run_case("gpu_step_raw_store_g4", 4, Basis::Raw);
+    run_case("gpu_step_raw_store_g4", D, 4, Basis::Raw);
 }
 
 #[test]
@@ -498,6 +511,7 @@ fn gpu_step_raw_store_g4() {
 fn gpu_step_compact_select_g4() {
     run_case_with(
         "gpu_step_compact_select_g4",
+        D,
         4,
         Basis::Raw,
         SelectVariant::Compact,
@@ -507,7 +521,13 @@ fn gpu_step_compact_select_g4() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_step_rotated_store_g7() {
-    run_case("gpu_step_rotated_store_g7", 7, Basis::Klt);
+    run_case("gpu_step_rotated_store_g7", D, 7, Basis::Klt);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_step_rotated_store_d96_g16() {
+    run_case("gpu_step_rotated_store_d96_g16", 96, 16, Basis::Klt);
 }
 
 #[test]
@@ -516,7 +536,7 @@ fn gpu_step_refuses_bad_input() {
     let test = "gpu_step_refuses_bad_input";
     let gpu = Arc::new(gpu());
     let (mut rng, _) = inputs::rng_and_seed(test);
-    let f = Fixture::new(&mut rng, 4, Basis::Raw);
+    let f = Fixture::new(&mut rng, D, 4, Basis::Raw);
     let batch = DeviceBatch::new(&gpu, &f, Placement::Hbm);
     let config = DecoderConfig {
         block: BLOCK,

@@ -7,7 +7,7 @@
 //!   tokens, one not a multiple of the block, one prefilled in two chunks), two layers, small
 //!   segments so that sequences span several, in both placements, raw (qwen3-8b's shape) and
 //!   rotated (qwen2.5-7b's shape, G = 7, KLT: the keys rotated on the CPU exactly as the kernel
-//!   rounds them). Read back through a `LayerView`'s tables: every segment's words and scales
+//!   rounds them; and Phi-3-mini's D = 96 and GLM-4-9B's G = 16, from their `config.json`). Read back through a `LayerView`'s tables: every segment's words and scales
 //!   equal the reference store's byte for byte (unfilled blocks zero, a segment the tail reaches
 //!   into all zero, no entry past the last segment), the K/V rows equal what was appended,
 //!   `n_stored`/`n_total` are right, and the landmark means equal the fp32-sum fp16 means.
@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use codegen::model::{preset, ModelShape};
+use codegen::model::{from_config_json, preset, ModelShape};
 use codegen::spec::Placement;
 use fathom_tests::store_kernels::{self, rotate_keys, rotations, Mismatches};
 use fathom_tests::{gpu, inputs};
@@ -496,6 +496,46 @@ fn prefill_and_append_rotated_host() {
         true,
         HostMemory::Pinned,
     );
+}
+
+/// The real `config.json` of Phi-3-mini (D = 96, 32 KV heads, G = 1) and of GLM-4-9B (D = 128,
+/// G = 16, ChatGLM's field names), compiled in so the packed test needs no source tree.
+const NEW_SHAPES: [&str; 2] = [
+    include_str!("../../codegen/tests/fixtures/phi-3-mini-4k-instruct.json"),
+    include_str!("../../codegen/tests/fixtures/glm-4-9b-chat.json"),
+];
+
+fn config_shape(config: &str) -> ModelShape {
+    ModelShape {
+        layers: LAYERS,
+        ..from_config_json(config).expect("a real config.json of a supported shape")
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_d96_and_g16_hbm() {
+    for config in NEW_SHAPES {
+        prefill_append_case(
+            config_shape(config),
+            Placement::Hbm,
+            true,
+            HostMemory::Pinned,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefill_and_append_d96_and_g16_host() {
+    for config in NEW_SHAPES {
+        prefill_append_case(
+            config_shape(config),
+            Placement::Host,
+            true,
+            HostMemory::Pinned,
+        );
+    }
 }
 
 #[test]

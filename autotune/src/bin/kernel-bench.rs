@@ -15,14 +15,17 @@
 //!
 //! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use codegen::emit::build_kernel;
 use codegen::model::preset;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use cudarc::driver::CudaFunction;
+use runtime::abi;
 use runtime::ceilings::{self, Ceilings};
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
+use runtime::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer};
+use runtime::jit::{Jit, JitCache};
+use runtime::launch::{DevicePtr, KernelArgs};
 use runtime::store::device::copy;
 use runtime::store::host_memory::HostBuffer;
 use runtime::store::HostMemory;
@@ -188,11 +191,13 @@ fn build_store(
     })
 }
 
-fn load(gpu: &Gpu, spec: impl Into<KernelSpec>) -> Result<(Module, String), String> {
+/// The function of a one-entry kernel, compiled by the JIT (into the run's temporary cache).
+fn load(jit: &Jit, spec: impl Into<KernelSpec>) -> Result<(CudaFunction, String), String> {
     let spec = spec.into();
-    let built = build_kernel(&spec, &gpu.info().arch()).map_err(|e| e.to_string())?;
-    let module = gpu.load_ptx(&built.ptx).map_err(|e| e.to_string())?;
-    Ok((module, spec.kernel_name()))
+    let name = spec.kernel_name();
+    let kernel = jit.kernel(&spec).map_err(|e| e.to_string())?;
+    let function = kernel.function(&name).map_err(|e| e.to_string())?.clone();
+    Ok((function, name))
 }
 
 /// A plan on the device: run tables (source and staged), class counts, queries.
@@ -208,7 +213,7 @@ struct DevicePlan {
 
 #[allow(clippy::too_many_arguments)]
 fn plan(
-    gpu: &Gpu,
+    jit: &Jit,
     store: &Store,
     method: PlanMethod,
     budget: f32,
@@ -224,8 +229,8 @@ fn plan(
         segment_words: SEGMENT_WORDS,
         ..PlanSpec::new(d, g, method, false)
     };
-    let (module, name) = load(gpu, spec)?;
-    let function = module.function(&name).map_err(|e| e.to_string())?;
+    let gpu: &Gpu = jit.gpu();
+    let (function, name) = load(jit, spec)?;
     let mut rng = Words(0x9e11);
     let unit = |w: u64| (w >> 11) as f32 / (1u64 << 53) as f32;
     let queries: Vec<f32> = (0..heads * g * d)
@@ -249,27 +254,29 @@ fn plan(
     let s2 = gpu.upload(&sigma2).map_err(e)?;
     let depths = gpu.filled::<u8>(heads * d, 0xff).map_err(e)?;
     let status = gpu.upload(&[0i32; 3]).map_err(e)?;
-    let args = [
-        q.arg(),
-        s2.arg(),
-        Arg::Ptr(0),
-        Arg::Ptr(0),
-        Arg::F32(budget),
-        store.seg_words.arg(),
-        store.seg_scales.arg(),
-        Arg::I32(segments as i32),
-        store.n_stored.arg(),
-        Arg::I32(heads as i32),
-        out.q_store.arg(),
-        depths.arg(),
-        out.class_count.arg(),
-        out.runs.arg(),
-        out.staged_runs.arg(),
-        staging.0.arg(),
-        staging.1.arg(),
-        Arg::I32(staging.2 as i32),
-        status.arg(),
-    ];
+    // The plan's outputs and the staging are this bench's, written by this launch only.
+    let args = abi::plan::Args {
+        q: q.ptr(),
+        sigma2: s2.ptr(),
+        fixed_channels: DevicePtr::null(),
+        rot: DevicePtr::null(),
+        budget,
+        seg_words: store.seg_words.ptr().cast(),
+        seg_scales: store.seg_scales.ptr().cast(),
+        max_seg: segments as i32,
+        n_stored: store.n_stored.ptr(),
+        n_heads: heads as i32,
+        q_store: out.q_store.shared_ptr_mut(),
+        depths: depths.shared_ptr_mut(),
+        class_count: out.class_count.shared_ptr_mut(),
+        runs: out.runs.shared_ptr_mut(),
+        staged_runs: out.staged_runs.shared_ptr_mut(),
+        stage_words: staging.0.shared_ptr_mut(),
+        stage_scales: staging.1.shared_ptr_mut(),
+        stage_planes: staging.2 as i32,
+        status: status.shared_ptr_mut(),
+    }
+    .args();
     let (grid, block, shared) = spec.launch_dims(1, heads);
     gpu.launch(&function, grid, block, shared, &args)
         .map_err(e)?;
@@ -360,7 +367,12 @@ fn run(o: &Options) -> Result<Record, String> {
     let shape = preset(&o.model).map_err(|e| e.to_string())?;
     let (heads, d, g) = (shape.kv_heads, shape.head_dim, shape.group_size());
     let segments = o.tokens / (SEGMENT_WORDS * 64);
-    let gpu = Gpu::open(0).map_err(|e| e.to_string())?;
+    let gpu = Arc::new(Gpu::open(0).map_err(|e| e.to_string())?);
+    // Every kernel is compiled by the JIT into a cache of this run's own: a measurement never
+    // reads PTX that another build left.
+    let cache = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let jit = Jit::new(gpu.clone(), JitCache::new(cache.path().to_path_buf()))
+        .map_err(|e| e.to_string())?;
     let e = |x: GpuError| x.to_string();
     eprintln!(
         "kernel-bench: {} at {} tokens on {}",
@@ -368,7 +380,7 @@ fn run(o: &Options) -> Result<Record, String> {
         o.tokens,
         gpu.info().name
     );
-    let ceilings = ceilings::measure(&gpu, 1 << 30, o.reps).map_err(e)?;
+    let ceilings = ceilings::measure(&jit, 1 << 30, o.reps).map_err(|x| x.to_string())?;
     eprintln!("kernel-bench: ceilings {ceilings:?}");
     let stage_planes = 4 * d;
     let stage_words = gpu
@@ -411,8 +423,7 @@ fn run(o: &Options) -> Result<Record, String> {
         segment_words: SEGMENT_WORDS,
         ..GatherSpec::new(d)
     };
-    let (gather_module, gather_name) = load(&gpu, gather_spec)?;
-    let gather = gather_module.function(&gather_name).map_err(e)?;
+    let (gather, gather_name) = load(&jit, gather_spec)?;
     let host_tiles = [(64, 1024), (16, 256), (32, 512), (32, 256)];
     let hbm_tiles = [(16, 256), (8, 256), (8, 128), (16, 512), (32, 512)];
     let mut rows = Vec::new();
@@ -420,7 +431,7 @@ fn run(o: &Options) -> Result<Record, String> {
     for (label, method, budget) in &methods {
         for (placement, store) in [(Placement::Host, &host), (Placement::Hbm, &hbm)] {
             let p = plan(
-                &gpu, store, *method, *budget, heads, d, g, segments, o.tokens, staging,
+                &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging,
             )?;
             let ceiling = match placement {
                 Placement::Host => ceilings.pinned_copy_gbps,
@@ -458,14 +469,15 @@ fn run(o: &Options) -> Result<Record, String> {
                 ms
             };
             if placement == Placement::Host {
-                let args = [
-                    p.runs.arg(),
-                    p.staged_runs.arg(),
-                    p.class_count.arg(),
-                    store.n_stored.arg(),
-                    Arg::I32(segments as i32),
-                    Arg::I32(heads as i32),
-                ];
+                let args = abi::gather::Args {
+                    src_runs: p.runs.ptr(),
+                    dst_runs: p.staged_runs.ptr(),
+                    class_count: p.class_count.ptr(),
+                    n_stored: store.n_stored.ptr(),
+                    max_seg: segments as i32,
+                    n_heads: heads as i32,
+                }
+                .args();
                 let (grid, block, shared) = gather_spec.launch_dims(1, heads, segments);
                 let ms = time(&gpu, o.reps, &|| {
                     gpu.launch(&gather, grid, block, shared, &args)
@@ -486,24 +498,25 @@ fn run(o: &Options) -> Result<Record, String> {
                     threads,
                     ..ScanSpec::new(d, g, placement)
                 };
-                let (module, name) = match load(&gpu, spec) {
+                let (function, name) = match load(&jit, spec) {
                     Ok(m) => m,
                     Err(err) => {
                         eprintln!("  skipping {tile_words}x{threads}: {err}");
                         continue;
                     }
                 };
-                let function = module.function(&name).map_err(e)?;
-                let args = [
-                    p.runs.arg(),
-                    p.class_count.arg(),
-                    p.q_store.arg(),
-                    store.n_stored.arg(),
-                    Arg::I32(segments as i32),
-                    Arg::I32(heads as i32),
-                    scores.arg(),
-                    Arg::I32(ld_scores as i32),
-                ];
+                let args = abi::scan::Args {
+                    runs: p.runs.ptr(),
+                    class_count: p.class_count.ptr(),
+                    q_store: p.q_store.ptr(),
+                    n_stored: store.n_stored.ptr(),
+                    max_seg: segments as i32,
+                    n_heads: heads as i32,
+                    // Every tile writes the same scores buffer, one launch at a time.
+                    scores: scores.shared_ptr_mut(),
+                    ld_scores: ld_scores as i32,
+                }
+                .args();
                 let (grid, block, shared) = spec.launch_dims(1, heads, segments);
                 let ms = time(&gpu, o.reps, &|| {
                     gpu.launch(&function, grid, block, shared, &args)

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use codegen::spec::KernelSpec;
 use half::bf16;
 use reference::attention::{attend, default_scale};
-use runtime::gpu::{Arg, DeviceBuffer};
+use runtime::abi;
+use runtime::gpu::DeviceBuffer;
+use runtime::launch::KernelArgs;
 use runtime::tuning::Variant;
 
 use super::device::{gpu_err, int, launch, Device, Launch};
@@ -123,23 +125,24 @@ impl AttentionBench {
         let KernelSpec::Attention(spec) = tile_spec(case, variant)? else {
             return Err(format!("{} is not an attention tile", variant.name()));
         };
-        let out = dev
+        let mut out = dev
             .gpu
             .filled::<f32>(case.kv_heads * case.group * case.head_dim, 0xff)
             .map_err(gpu_err)?;
         let geometry = spec
             .launch(1, case.kv_heads as u64)
             .map_err(|e| e.to_string())?;
-        let args = vec![
-            p.k_dev.arg(),
-            p.v_dev.arg(),
-            p.sel_pos.arg(),
-            p.sel_count.arg(),
-            p.q_dev.arg(),
-            Arg::F32(default_scale(case.head_dim) as f32),
-            out.arg(),
-            int(p.scores.k, "k")?,
-        ];
+        let args = abi::attention::Args {
+            k_sel: p.k_dev.ptr().cast(),
+            v_sel: p.v_dev.ptr().cast(),
+            sel_pos: p.sel_pos.ptr(),
+            sel_count: p.sel_count.ptr(),
+            q: p.q_dev.ptr(),
+            scale: default_scale(case.head_dim) as f32,
+            out: out.ptr_mut(),
+            k: int(p.scores.k, "k")?,
+        }
+        .args();
         let function = dev.function(spec.into())?;
         Ok((vec![launch(function, geometry, args)?], out))
     }

@@ -123,8 +123,6 @@ pub fn launch(
 }
 
 /// A run-time integer argument, refused when it does not fit an `int`.
-pub fn int(value: usize, what: &str) -> Result<Arg, String> {
-    i32::try_from(value)
-        .map(Arg::I32)
-        .map_err(|_| format!("{what} = {value} does not fit a kernel's int"))
+pub fn int(value: usize, what: &str) -> Result<i32, String> {
+    i32::try_from(value).map_err(|_| format!("{what} = {value} does not fit a kernel's int"))
 }

@@ -39,8 +39,10 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use reference::store::HeadStore;
+use runtime::abi;
 use runtime::ceilings::Ceilings;
-use runtime::gpu::{Arg, DeviceBuffer, Gpu};
+use runtime::gpu::{DeviceBuffer, Gpu};
+use runtime::launch::KernelArgs;
 use runtime::step::Transfer;
 use runtime::tuning::fit_scan_tile;
 use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
@@ -161,13 +163,7 @@ impl GpuBench {
                 tile_words,
                 threads,
             }) => (tile_words, threads),
-            _ => fit_scan_tile(
-                match placement {
-                    Placement::Hbm => defaults.scan_hbm,
-                    Placement::Host => defaults.scan_host,
-                },
-                SEGMENT_WORDS,
-            ),
+            _ => fit_scan_tile(defaults.scan(placement, case.group), SEGMENT_WORDS),
         };
         scan_spec(
             &Case {
@@ -247,28 +243,31 @@ impl GpuBench {
                     } else {
                         &p.plan.runs
                     };
-                    let args = vec![
-                        runs.arg(),
-                        p.plan.class_count.arg(),
-                        p.plan.q_store.arg(),
-                        p.store.n_stored.arg(),
-                        Arg::I32(max_seg as i32),
-                        Arg::I32(heads as i32),
-                        p.scores.arg(),
-                        Arg::I32(case.tokens as i32),
-                    ];
+                    let args = abi::scan::Args {
+                        runs: runs.ptr(),
+                        class_count: p.plan.class_count.ptr(),
+                        q_store: p.plan.q_store.ptr(),
+                        n_stored: p.store.n_stored.ptr(),
+                        max_seg: max_seg as i32,
+                        n_heads: heads as i32,
+                        // The prepared scores are the bench's, written by its launches only.
+                        scores: p.scores.shared_ptr_mut(),
+                        ld_scores: case.tokens as i32,
+                    }
+                    .args();
                     (grid, block, args)
                 }
                 KernelSpec::Gather(g) => {
                     let (grid, block, _) = g.launch_dims(1, heads, max_seg);
-                    let args = vec![
-                        p.plan.runs.arg(),
-                        p.plan.staged_runs.arg(),
-                        p.plan.class_count.arg(),
-                        p.store.n_stored.arg(),
-                        Arg::I32(max_seg as i32),
-                        Arg::I32(heads as i32),
-                    ];
+                    let args = abi::gather::Args {
+                        src_runs: p.plan.runs.ptr(),
+                        dst_runs: p.plan.staged_runs.ptr(),
+                        class_count: p.plan.class_count.ptr(),
+                        n_stored: p.store.n_stored.ptr(),
+                        max_seg: max_seg as i32,
+                        n_heads: heads as i32,
+                    }
+                    .args();
                     (grid, block, args)
                 }
                 other => {

@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use codegen::spec::pariskv::{candidate_count, retrievable, subspaces};
+use codegen::spec::pariskv::{candidate_count, padded_dim, retrievable, subspaces};
 use codegen::spec::{
     Family, KernelSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvTopcSpec, PariskvVoteSpec,
     Placement,
@@ -128,7 +128,8 @@ impl DeviceIndex {
         )?;
         let index = DeviceIndex {
             ids: Table::filled(gpu, heads, n * ns, POISON)?,
-            codes: Table::filled(gpu, heads, n * d / 2, POISON)?,
+            // A nibble per coordinate of the padded transform (§12).
+            codes: Table::filled(gpu, heads, n * padded_dim(d as u32) as usize / 2, POISON)?,
             weights: Table::filled(gpu, heads, n * ns, POISON)?,
             hist: Table::filled(gpu, heads, ns * 256, 0)?,
         };
@@ -331,7 +332,7 @@ impl PariskvBench {
             * match family {
                 TunedFamily::PariskvVote => n_r * (ns + 2),
                 TunedFamily::PariskvTopc => n_r * 2 * 2 + c * 4,
-                _ => c * (d / 2 + 2 * ns) + c * (4 + 8) + c * 8 * 9,
+                _ => c * (padded_dim(d as u32) as usize / 2 + 2 * ns) + c * (4 + 8) + c * 8 * 9,
             };
         // The top-C reads only the votes, which are in HBM in either placement.
         let ceiling = match family {

@@ -14,7 +14,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use reference::score::{landmark_means, LANDMARK_TOKENS};
-use runtime::gpu::{Arg, DeviceBuffer};
+use runtime::abi;
+use runtime::gpu::DeviceBuffer;
+use runtime::launch::{DevicePtr, KernelArgs};
 use runtime::step::launches::token_capacity;
 use runtime::tuning::TunedFamily;
 use runtime::tuning::{Subject, Variant};
@@ -163,15 +165,16 @@ impl RowsBench {
         let (function, geometry, args, outputs) = match spec {
             KernelSpec::Oracle(s) => {
                 dev.gpu.fill(&p.out_scores, 0xff).map_err(gpu_err)?;
-                let args = vec![
-                    p.keys.table.arg(),
-                    p.q_dev.arg(),
-                    Arg::Ptr(0),
-                    p.n_total.arg(),
-                    p.out_scores.arg(),
-                    ld,
-                    hi,
-                ];
+                let args = abi::oracle::Args {
+                    k_rows: p.keys.table.ptr().cast(),
+                    q: p.q_dev.ptr(),
+                    range_start: DevicePtr::null(),
+                    range_end: p.n_total.ptr(),
+                    scores: p.out_scores.shared_ptr_mut(),
+                    ld_scores: ld,
+                    num_kv_heads: hi,
+                }
+                .args();
                 let geometry = s
                     .launch(1, h64, p.capacity as u64)
                     .map_err(|e| e.to_string())?;
@@ -179,14 +182,15 @@ impl RowsBench {
             }
             KernelSpec::Landmark(s) => {
                 dev.gpu.fill(&p.out_scores, 0xff).map_err(gpu_err)?;
-                let args = vec![
-                    p.means.table.arg(),
-                    p.q_dev.arg(),
-                    p.n_total.arg(),
-                    p.out_scores.arg(),
-                    ld,
-                    hi,
-                ];
+                let args = abi::landmark::ScanArgs {
+                    means: p.means.table.ptr().cast(),
+                    q: p.q_dev.ptr(),
+                    n_stored: p.n_total.ptr(),
+                    scores: p.out_scores.shared_ptr_mut(),
+                    ld_scores: ld,
+                    num_kv_heads: hi,
+                }
+                .args();
                 let geometry = s
                     .launch_scan(1, h64, p.capacity as u64)
                     .map_err(|e| e.to_string())?;
@@ -199,18 +203,19 @@ impl RowsBench {
             }
             KernelSpec::Fetch(s) => {
                 let len = heads * p.scores.union_capacity() * case.head_dim;
-                let k_sel = dev.gpu.filled::<bf16>(len, 0xff).map_err(gpu_err)?;
-                let v_sel = dev.gpu.filled::<bf16>(len, 0xff).map_err(gpu_err)?;
-                let args = vec![
-                    p.keys.table.arg(),
-                    p.values.table.arg(),
-                    p.uni.arg(),
-                    p.uni_count.arg(),
-                    k_sel.arg(),
-                    v_sel.arg(),
-                    int(p.scores.k, "k")?,
-                    hi,
-                ];
+                let mut k_sel = dev.gpu.filled::<bf16>(len, 0xff).map_err(gpu_err)?;
+                let mut v_sel = dev.gpu.filled::<bf16>(len, 0xff).map_err(gpu_err)?;
+                let args = abi::fetch::Args {
+                    k_rows: p.keys.table.ptr().cast(),
+                    v_rows: p.values.table.ptr().cast(),
+                    uni: p.uni.ptr(),
+                    uni_count: p.uni_count.ptr(),
+                    k_sel: k_sel.ptr_mut().cast(),
+                    v_sel: v_sel.ptr_mut().cast(),
+                    k: int(p.scores.k, "k")?,
+                    num_kv_heads: hi,
+                }
+                .args();
                 let geometry = s
                     .launch(1, h64, p.scores.k as u64)
                     .map_err(|e| e.to_string())?;

@@ -5,13 +5,13 @@
 use codegen::spec::Placement;
 use std::sync::Arc;
 
-use codegen::spec::select::SelectParam;
 use codegen::spec::KernelSpec;
-use runtime::gpu::{Arg, DeviceBuffer};
+use runtime::abi::{select_args, SelectBuffers};
+use runtime::gpu::DeviceBuffer;
 use runtime::step::launches::token_capacity;
 use runtime::tuning::Variant;
 
-use super::device::{gpu_err, int, launch, Device, Launch};
+use super::device::{gpu_err, launch, Device, Launch};
 use super::inputs::{HostScores, Inputs};
 use crate::candidates::{bench_k, enumerate, tile_spec, Case};
 use crate::tuner::CaseInfo;
@@ -118,7 +118,7 @@ impl SelectBench {
             .map_err(|e| e.to_string())?;
         let words = |w: u64| usize::try_from(w).map_err(|_| format!("{w} words do not fit"));
         let gpu = &dev.gpu;
-        let out = Outputs {
+        let mut out = Outputs {
             sel: gpu.filled(words(plan.sel_words)?, 0xff).map_err(gpu_err)?,
             sel_pos: gpu.filled(words(plan.sel_words)?, 0xff).map_err(gpu_err)?,
             sel_count: gpu.filled(heads * case.group, 0xff).map_err(gpu_err)?,
@@ -140,35 +140,31 @@ impl SelectBench {
                 .filled(words(plan.scratch_words)?, 0xff)
                 .map_err(gpu_err)?,
         };
-        let (ki, hi, ld) = (
-            int(k, "k")?,
-            int(heads, "num_kv_heads")?,
-            int(p.capacity, "ld_scores")?,
-        );
+        let i32_of = |value: usize, what: &str| {
+            i32::try_from(value)
+                .map_err(|_| format!("{what} = {value} does not fit a kernel's int"))
+        };
+        let buffers = SelectBuffers {
+            scores: p.scores.ptr(),
+            ld_scores: i32_of(p.capacity, "ld_scores")?,
+            n_total: p.n_total.ptr(),
+            k: i32_of(k, "k")?,
+            num_kv_heads: i32_of(heads, "num_kv_heads")?,
+            state: out.state.ptr_mut(),
+            chunk_counts: out.chunk_counts.ptr_mut(),
+            // `uint2` candidates, allocated as pairs of `u32`.
+            candidates: out.candidates.ptr_mut().cast(),
+            candidate_runs: out.candidate_runs.ptr_mut(),
+            scratch: out.scratch.ptr_mut(),
+            sel: out.sel.ptr_mut(),
+            sel_pos: out.sel_pos.ptr_mut(),
+            sel_count: out.sel_count.ptr_mut(),
+            uni: out.uni.ptr_mut(),
+            uni_count: out.uni_count.ptr_mut(),
+        };
         let mut launches = Vec::with_capacity(plan.launches.len());
         for (stage, geometry) in plan.launches {
-            let args: Vec<Arg> = spec
-                .params(stage)
-                .iter()
-                .map(|&param| match param {
-                    SelectParam::Scores => p.scores.arg(),
-                    SelectParam::LdScores => ld,
-                    SelectParam::NTotal => p.n_total.arg(),
-                    SelectParam::K => ki,
-                    SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
-                    SelectParam::NumKvHeads => hi,
-                    SelectParam::State => out.state.arg(),
-                    SelectParam::ChunkCounts => out.chunk_counts.arg(),
-                    SelectParam::Candidates => out.candidates.arg(),
-                    SelectParam::CandidateRuns => out.candidate_runs.arg(),
-                    SelectParam::Scratch => out.scratch.arg(),
-                    SelectParam::Sel => out.sel.arg(),
-                    SelectParam::SelPos => out.sel_pos.arg(),
-                    SelectParam::SelCount => out.sel_count.arg(),
-                    SelectParam::Uni => out.uni.arg(),
-                    SelectParam::UniCount => out.uni_count.arg(),
-                })
-                .collect();
+            let args = select_args(spec.compact, stage, &buffers);
             let function = dev.entry(spec.into(), &spec.entry(stage))?;
             launches.push(launch(function, geometry, args)?);
         }

@@ -8,7 +8,9 @@ use half::bf16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use runtime::abi;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, MappedBuffer};
+use runtime::launch::{DevicePtr, KernelArgs};
 
 use crate::candidates::{BLOCK, SEGMENT_WORDS};
 
@@ -235,27 +237,29 @@ pub fn plan_args(
     staging: &Staging,
     out: &PlanOutputs,
 ) -> Vec<Arg> {
-    vec![
-        inputs.q.arg(),
-        inputs.s2.arg(),
-        Arg::Ptr(0),
-        Arg::Ptr(0),
-        Arg::F32(PLAN_BITS),
-        store.seg_words.arg(),
-        store.seg_scales.arg(),
-        Arg::I32(store.max_seg as i32),
-        store.n_stored.arg(),
-        Arg::I32(store.heads as i32),
-        out.q_store.arg(),
-        out.depths.arg(),
-        out.class_count.arg(),
-        out.runs.arg(),
-        out.staged_runs.arg(),
-        staging.words.arg(),
-        staging.scales.arg(),
-        Arg::I32(staging.planes as i32),
-        out.status.arg(),
-    ]
+    // The outputs and the staging are the bench's, written by this launch only.
+    abi::plan::Args {
+        q: inputs.q.ptr(),
+        sigma2: inputs.s2.ptr(),
+        fixed_channels: DevicePtr::null(),
+        rot: DevicePtr::null(),
+        budget: PLAN_BITS,
+        seg_words: store.seg_words.ptr().cast(),
+        seg_scales: store.seg_scales.ptr().cast(),
+        max_seg: store.max_seg as i32,
+        n_stored: store.n_stored.ptr(),
+        n_heads: store.heads as i32,
+        q_store: out.q_store.shared_ptr_mut(),
+        depths: out.depths.shared_ptr_mut(),
+        class_count: out.class_count.shared_ptr_mut(),
+        runs: out.runs.shared_ptr_mut(),
+        staged_runs: out.staged_runs.shared_ptr_mut(),
+        stage_words: staging.words.shared_ptr_mut(),
+        stage_scales: staging.scales.shared_ptr_mut(),
+        stage_planes: staging.planes as i32,
+        status: out.status.shared_ptr_mut(),
+    }
+    .args()
 }
 
 /// A plan on the device and what verification needs of it.

@@ -2,7 +2,7 @@
 //! per step, and fidelity/recall of a sampled step against the f64 reference.
 
 use reference::metrics::{bytes_per_step, landmark_bytes_per_step, winner_row_bytes, StepBytes};
-use reference::pariskv::{candidate_count, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
+use reference::pariskv::{candidate_count, padded_dim, subspaces, CENTROIDS, HISTOGRAM_BIN_BYTES};
 use reference::plans::Method;
 use reference::select::{paper_k, LOCAL, SINK};
 use reference::store::BlockSize;
@@ -102,12 +102,14 @@ pub fn group_bytes(
 /// Index bytes one query group of `pariskv(k)` reads over `n` tokens of `d` channels (§12, as
 /// `reference::pariskv::PariskvBytes` counts them; reported in the `planes` share of
 /// [`StepBytes`]): the centroid ids of every retrievable token (`N_r * B`, to vote), the codes
-/// and weights of the `C` candidates (`C * (D/2 + 2B)`, to rerank) and the histograms
+/// and weights of the `C` candidates (`C * (D_pad/2 + 2B)`, to rerank) and the histograms
 /// (`B * 256 * 4`, to build the tiers).
 pub fn pariskv_index_bytes(n: usize, d: usize) -> usize {
     let b = subspaces(d);
     let n_r = n.saturating_sub(LOCAL).saturating_sub(SINK);
-    n_r * b + candidate_count(n_r) * (d / 2 + 2 * b) + b * CENTROIDS * HISTOGRAM_BIN_BYTES
+    n_r * b
+        + candidate_count(n_r) * (padded_dim(d) / 2 + 2 * b)
+        + b * CENTROIDS * HISTOGRAM_BIN_BYTES
 }
 
 /// The `k` a row's recall@k is measured at: the `k` the method selects. `pariskv(k)` carries

@@ -46,6 +46,8 @@ pub enum BenchError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Jit(#[from] JitError),
+    #[error(transparent)]
+    Ceilings(#[from] ceilings::CeilingsError),
     #[error("key store: {0}")]
     Store(#[from] StoreError),
     #[error("decoder: {0}")]
@@ -120,7 +122,7 @@ impl Bench {
         let gpu = Arc::new(Gpu::open(options.device)?);
         let jit = Arc::new(Jit::with_default_cache(gpu.clone())?);
         eprintln!("step-bench: {} on {}", model.name, gpu.info().name);
-        let ceilings = ceilings::measure(&gpu, 1 << 30, 20)?;
+        let ceilings = ceilings::measure(&jit, 1 << 30, 20)?;
         eprintln!("step-bench: ceilings {ceilings:?}");
         let (n, slots) = (options.max_context(), options.slots);
         let settings: Vec<SyntheticSettings> = (0..slots)

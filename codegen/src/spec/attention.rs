@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
-    /// `G`, query heads per KV head: 1..=8.
+    /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -84,6 +84,8 @@ impl Family for AttentionSpec {
         context.insert("group", &self.group);
         context.insert("threads", &self.threads);
         context.insert("rows_per_warp", &self.rows_per_warp);
+        // A lane's channels are one vector load where D / 32 is 2, 4 or 8; else strided pairs.
+        context.insert("strided", &!self.head_dim.is_power_of_two());
         context
     }
 }

@@ -4,11 +4,13 @@ use super::select::MAX_K;
 use super::shape::{self, HEAD_DIMS};
 use super::SpecError;
 
+/// [`HEAD_DIMS`] as an error message says it.
+pub(crate) const HEAD_DIMS_ALLOWED: &str = "64, 80, 96, 128, 192 or 256";
 /// Largest query group (`G`), in the width of the row families' fields.
 pub(crate) const MAX_GROUP: u32 = shape::MAX_GROUP as u32;
 
 pub(crate) fn head_dim(family: &'static str, value: u32) -> Result<(), SpecError> {
-    head_dim_allowing(family, value.into(), "64, 128 or 256")
+    head_dim_allowing(family, value.into(), HEAD_DIMS_ALLOWED)
 }
 
 /// `head_dim` in [`HEAD_DIMS`] (the row kernels need a row to be a whole number of 16-byte

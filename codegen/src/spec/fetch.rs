@@ -25,13 +25,14 @@ use serde::{Deserialize, Serialize};
 /// 8. `int num_kv_heads`: `H`.
 ///
 /// Grid `(x, H, B)` ([`FetchSpec::launch`]), any `x >= 1`; block `threads`; no dynamic shared
-/// memory. One warp moves a K and V row pair (two pairs at D = 64) with 16-byte loads.
+/// memory. One warp moves a K and V row pair (two pairs at D = 64) with 16-byte loads; where
+/// `D` is not a power of two, `32 / gcd(D/4, 32)` pairs as one flat list of their units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FetchSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
-    /// `G`, query heads per KV head: 1..=8 (fixes the union's capacity `G*k + 36`).
+    /// `G`, query heads per KV head: 1..=16 (fixes the union's capacity `G*k + 36`).
     pub group: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -45,8 +46,9 @@ impl FetchSpec {
     pub fn launch(&self, batch: u64, kv_heads: u64, k: u64) -> Result<Launch, SizeError> {
         let z = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
         let y = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_YZ)?;
+        // As the template: 32 / gcd(units, 32) row pairs of `units` 16-byte units per warp.
         let units_per_row = 2 * self.head_dim / 8;
-        let rows_per_warp = (32 / units_per_row).max(1);
+        let rows_per_warp = 32 / (units_per_row & units_per_row.wrapping_neg()).min(32);
         let per_step =
             u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement));
         let union_cap = u64::from(self.group)

@@ -1,9 +1,9 @@
 //! [`KernelSpec`]: any family's spec as one value, for kernel sets, manifests and the CLI.
 
 use super::{
-    AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec, OracleSpec,
-    PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,
-    PlanSpec, ScanSpec, SelectSpec, SpecError,
+    AppendRowsSpec, AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec,
+    MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec, SpecError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +80,8 @@ kernel_specs!(
     PariskvVote(PariskvVoteSpec),
     PariskvTopc(PariskvTopcSpec),
     PariskvRerank(PariskvRerankSpec),
+    MappedRead(MappedReadSpec),
+    AppendRows(AppendRowsSpec),
 );
 
 impl KernelSpec {

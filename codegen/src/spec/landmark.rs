@@ -43,9 +43,9 @@ pub const TOKENS_PER_GROUP: u64 = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LandmarkSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
-    /// `G`, query heads per KV head: 1..=8.
+    /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -89,7 +89,7 @@ impl LandmarkSpec {
     ) -> Result<Launch, SizeError> {
         let z = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
         let y = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_YZ)?;
-        let rows_per_warp = 32 / (self.head_dim / 8);
+        let rows_per_warp = 32 / row::row_lanes(self.head_dim);
         let per_step =
             u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement));
         let x = blocks_for(max_stored / TOKENS_PER_GROUP, 4 * per_step).min(MAX_GRID_X) as u32;

@@ -49,7 +49,7 @@ impl BlockSize {
 /// A layout parameter outside what the store supports.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum LayoutError {
-    #[error("head dimension {got} is not supported; allowed: 64, 128 or 256")]
+    #[error("head dimension {got} is not supported; allowed: 64, 80, 96, 128, 192 or 256")]
     HeadDim { got: usize },
     #[error("block size {got} is not supported; allowed: 32, 64 or 128 tokens")]
     BlockSize { got: usize },

@@ -8,7 +8,6 @@ use thiserror::Error;
 
 use super::landmark::TOKENS_PER_GROUP;
 use super::layout::{BlockSize, PLANES};
-use super::pariskv::SUBSPACE;
 
 /// Tokens averaged into one landmark key (§4).
 pub const LANDMARK_TOKENS: usize = TOKENS_PER_GROUP as usize;
@@ -94,8 +93,9 @@ impl Method {
             Method::Oracle => Some(16.0 * d),
             Method::Dense => None,
             Method::Pariskv { .. } => {
-                let b = (head_dim / SUBSPACE as usize) as f64;
-                Some(8.0 * b + 0.1 * 8.0 * (d / 2.0 + 2.0 * b))
+                let b = super::pariskv::subspaces(head_dim as u32) as f64;
+                let padded = f64::from(super::pariskv::padded_dim(head_dim as u32));
+                Some(8.0 * b + 0.1 * 8.0 * (padded / 2.0 + 2.0 * b))
             }
         }
     }

@@ -5,12 +5,14 @@
 //! never share a name; its template context ([`Family::context`]) gives the template exactly the
 //! variables it uses (rendering is strict: a missing variable is an error).
 
+pub mod append_rows;
 pub mod attention;
 mod checks;
 pub mod fetch;
 pub mod landmark;
 pub mod launch;
 pub mod layout;
+pub mod mapped_read;
 pub mod method;
 pub mod oracle;
 pub mod pariskv;
@@ -28,12 +30,14 @@ pub mod scan;
 pub mod shape;
 // The select, fetch, attention, oracle and landmark families are added here at merge.
 
+pub use append_rows::AppendRowsSpec;
 pub use attention::AttentionSpec;
 pub use encode::{EncodeMode, EncodeSpec};
 pub use fetch::FetchSpec;
 pub use gather::GatherSpec;
 pub use kernel::KernelSpec;
 pub use landmark::LandmarkSpec;
+pub use mapped_read::MappedReadSpec;
 pub use oracle::OracleSpec;
 pub use pariskv::{
     PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec,

@@ -28,9 +28,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OracleSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
-    /// `G`, query heads per KV head: 1..=8.
+    /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -41,7 +41,7 @@ pub struct OracleSpec {
 impl OracleSpec {
     /// Rows one block scores per step of its loop.
     fn rows_per_step(&self) -> u64 {
-        let rows_per_warp = 32 / (self.head_dim / 8);
+        let rows_per_warp = 32 / row::row_lanes(self.head_dim);
         u64::from(self.threads / 32 * rows_per_warp * rows_in_flight(self.placement))
     }
 

@@ -13,10 +13,14 @@
 //! the reference bit for bit; the bf16 rounding of the weights mirrors the `half` crate's
 //! `bf16::from_f64` (it drops the low 32 mantissa bits before rounding).
 //!
+//! A head dimension that is not a power of two (80, 96, 192) is zero-padded to the next one,
+//! `D_pad` ([`padded_dim`]), before the Hadamard transform (§12): the index, the rotated query
+//! and every subspace count are those of `D_pad`, while keys and queries stay `D` channels wide.
+//!
 //! Device layout of one (layer, KV head) index, token-major (see `templates/ABI.md`):
-//! ids `[n][NS]` u8, codes `[n][D/2]` u8 (coordinate `c` in the low nibble of byte `c/2` when
+//! ids `[n][NS]` u8, codes `[n][D_pad/2]` u8 (coordinate `c` in the low nibble of byte `c/2` when
 //! `c` is even, else the high nibble), weights `[n][NS]` bf16, histograms `[NS][256]` u32, with
-//! `NS = D/8` subspaces. Ids, codes and weights live in the spec's placement; the histograms
+//! `NS = D_pad/8` subspaces. Ids, codes and weights live in the spec's placement; the histograms
 //! always in device memory (the index kernel adds to them with atomics, which mapped host memory
 //! does not support over PCIe).
 
@@ -39,9 +43,15 @@ pub const QUERY_THREADS: u32 = CENTROIDS;
 /// Votes per thread per chunk of the `pariskv_topc` kernels.
 pub const TOPC_ITEMS: u32 = 16;
 
-/// Subspaces `NS = D/8`.
+/// The Hadamard transform's length `D_pad`: `D` rounded up to a power of two (§12 zero-pads
+/// 80 and 96 to 128, 192 to 256).
+pub fn padded_dim(head_dim: u32) -> u32 {
+    head_dim.next_power_of_two()
+}
+
+/// Subspaces `NS = D_pad/8`.
 pub fn subspaces(head_dim: u32) -> u32 {
-    head_dim / SUBSPACE
+    padded_dim(head_dim) / SUBSPACE
 }
 
 /// Bins of a vote histogram: votes lie in `0 ..= 6 NS`.
@@ -84,12 +94,10 @@ pub fn candidate_capacity(max_tokens: u64) -> u64 {
 }
 
 /// Whether ParisKV serves head dimension `head_dim`: one the kernels are specialised for
-/// ([`HEAD_DIMS`]), a multiple of 8 for the subspaces of 8 coordinates and a power of two for the
-/// Hadamard transform.
+/// ([`HEAD_DIMS`]), a multiple of 8 for the subspaces of 8 coordinates; one that is not a power
+/// of two is zero-padded to [`padded_dim`] for the Hadamard transform.
 pub fn supports_head_dim(head_dim: usize) -> bool {
-    HEAD_DIMS.contains(&head_dim)
-        && head_dim.is_multiple_of(SUBSPACE as usize)
-        && head_dim.is_power_of_two()
+    HEAD_DIMS.contains(&head_dim) && head_dim.is_multiple_of(SUBSPACE as usize)
 }
 
 /// The head dimensions ParisKV serves, smallest first: those of [`HEAD_DIMS`] that
@@ -120,8 +128,8 @@ fn check_head_dim(family: &'static str, head_dim: u32) -> Result<(), SpecError> 
             family,
             "head_dim",
             head_dim,
-            "64, 128 or 256 (a multiple of 8 for the subspaces of 8 coordinates, and a power of \
-             two for the Hadamard transform)",
+            "64, 80, 96, 128, 192 or 256 (a multiple of 8 for the subspaces of 8 coordinates; 80, \
+             96 and 192 are zero-padded to a power of two for the Hadamard transform)",
         ))
     }
 }
@@ -140,10 +148,12 @@ fn rows_grid(
     Ok(Launch::new([x, y, z], threads))
 }
 
-/// The variables every ParisKV template reads: `head_dim`, `sink`, `local` and `threads`.
+/// The variables every ParisKV template reads: `head_dim`, `padded_dim`, `sink`, `local` and
+/// `threads`.
 fn common_context(head_dim: u32, threads: u32) -> tera::Context {
     let mut context = tera::Context::new();
     context.insert("head_dim", &head_dim);
+    context.insert("padded_dim", &padded_dim(head_dim));
     context.insert("sink", &SINK);
     context.insert("local", &LOCAL);
     context.insert("threads", &threads);
@@ -197,9 +207,9 @@ macro_rules! placed_family {
 ///
 /// 1. `const unsigned short* const* k_rows`: `[B*H]` pointers to bf16 keys `[capacity][D]`
 ///    (raw basis), in `placement`.
-/// 2. `const float* signs`: `[D]`, the sign vector `s` (±1), `reference::pariskv::signs(D)`.
+/// 2. `const float* signs`: `[D_pad]`, the sign vector `s` (±1), `reference::pariskv::signs(D_pad)`.
 /// 3. `unsigned char* const* ids`: `[B*H]` pointers to `[capacity][NS]`, in `placement`.
-/// 4. `unsigned char* const* codes`: `[B*H]` pointers to `[capacity][D/2]` (4-byte aligned).
+/// 4. `unsigned char* const* codes`: `[B*H]` pointers to `[capacity][D_pad/2]` (4-byte aligned).
 /// 5. `unsigned short* const* weights`: `[B*H]` pointers to bf16 `[capacity][NS]`.
 /// 6. `unsigned int* const* hist`: `[B*H]` pointers to `[NS][256]` counts, device memory.
 /// 7. `const int* range_start`: `[B]`, may be NULL (0).
@@ -215,7 +225,7 @@ macro_rules! placed_family {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvIndexSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -247,10 +257,11 @@ placed_family!(PariskvIndexSpec, "pariskv_index");
 /// Parameters in order:
 ///
 /// 1. `const float* q`: raw queries `[B][H][G][D]` fp32.
-/// 2. `const float* signs`: `[D]`, as for the index.
+/// 2. `const float* signs`: `[D_pad]`, as for the index.
 /// 3. `const unsigned int* const* hist`: `[B*H]` pointers to the index's `[NS][256]` counts.
 /// 4. `const int* n_total`: `[B]`.
-/// 5. `double* q_tilde`: `[B][H][D]`, `q̃ = H (s ⊙ q̄/max(||q̄||, 1e-8)) / sqrt(D)`.
+/// 5. `double* q_tilde`: `[B][H][D_pad]`, `q̃ = H (s ⊙ q̄/max(||q̄||, 1e-8)) / sqrt(D_pad)`, `q̄`
+///    zero-padded to `D_pad`.
 /// 6. `double* q_norm`: `[B][H]`, `||q̄||`.
 /// 7. `unsigned char* tiers`: `[B][H][NS][256]`, per subspace and centroid id the number of tiers
 ///    (0..=6) holding it.
@@ -262,9 +273,9 @@ placed_family!(PariskvIndexSpec, "pariskv_index");
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvQuerySpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
-    /// `G`, query heads per KV head: 1..=8.
+    /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
 }
 
@@ -314,7 +325,7 @@ impl Family for PariskvQuerySpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvVoteSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -354,7 +365,7 @@ placed_family!(PariskvVoteSpec, "pariskv_vote");
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvTopcSpec {
-    /// `D`: 64, 128 or 256 (it sets the vote range).
+    /// `D`: 64, 80, 96, 128, 192 or 256 (it sets the vote range).
     pub head_dim: u32,
     /// Threads per block: a multiple of 32, at most 1024.
     pub threads: u32,
@@ -434,9 +445,9 @@ impl Family for PariskvTopcSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvRerankSpec {
-    /// `D`: 64, 128 or 256.
+    /// `D`: 64, 80, 96, 128, 192 or 256.
     pub head_dim: u32,
-    /// `G`, query heads per KV head: 1..=8.
+    /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
     /// Largest run-time `k`: 1..=4096.
     pub k_max: u32,
@@ -455,11 +466,12 @@ pub struct PariskvRerankSpec {
 /// Lanes of a warp that score one candidate in the `vector_loads` variant of `_score`: one
 /// 16-byte load of the code row each (`D/2` bytes), so `D/32` (2, 4 or 8).
 pub fn rerank_lanes(head_dim: u32) -> u32 {
-    head_dim / 32
+    // The code rows hold the padded dimension's nibbles.
+    padded_dim(head_dim) / 32
 }
 
 /// The alignment in bytes the `vector_loads` rerank needs of every code and weight table (and so
-/// of every row: `D/2` and `D/4` bytes are multiples of 16 at every supported `D`).
+/// of every row: `D_pad/2` and `D_pad/4` bytes are multiples of 16 at every supported `D`).
 pub const VECTOR_ALIGN: u64 = 16;
 
 impl PariskvRerankSpec {

@@ -34,7 +34,8 @@ impl RowFields {
         )
     }
 
-    /// The template variables of every row template; `unroll` follows from the placement.
+    /// The template variables of every row template; `unroll` follows from the placement, and
+    /// `row_lanes` and `row_padded` from the head dimension ([`row_lanes`]).
     pub(crate) fn context(self) -> tera::Context {
         let mut context = tera::Context::new();
         context.insert("head_dim", &self.head_dim);
@@ -42,8 +43,17 @@ impl RowFields {
         context.insert("threads", &self.threads);
         context.insert("placement", self.placement.as_str());
         context.insert("unroll", &rows_in_flight(self.placement));
+        context.insert("row_lanes", &row_lanes(self.head_dim));
+        context.insert("row_padded", &!self.head_dim.is_power_of_two());
         context
     }
+}
+
+/// Lanes that read one key row in the kernels that sum a row's dot product across lanes
+/// (oracle, landmark): one per 16 bytes (`D/8`), rounded up to a power of two for the butterfly
+/// sums, so 10 and 12 (D = 80, 96) become 16 and 24 (D = 192) becomes 32.
+pub(crate) fn row_lanes(head_dim: u32) -> u32 {
+    (head_dim / 8).next_power_of_two()
 }
 
 /// Gives a row family's spec (a struct of exactly the four [`RowFields`]) its constructor and

@@ -62,10 +62,14 @@ pub struct ScanSpec {
 
 impl ScanSpec {
     /// The default scan kernel of a shape for a placement: short tiles in HBM (the scan is
-    /// arithmetic-bound there, so many small thread blocks), long runs from host memory.
+    /// arithmetic-bound there, so many small thread blocks), long runs from host memory. Both
+    /// score 4 tokens per thread; from host memory a group of more than 8 query heads takes half
+    /// the tile and half the threads, as its `4 × G` accumulators do not fit the 64 registers a
+    /// thread of a 1,024-thread block has (ptxas spills 600 bytes at G = 16) but do fit 128.
     pub fn new(head_dim: usize, group: usize, placement: Placement) -> Self {
         let (tile_words, threads) = match placement {
             Placement::Hbm => (16, 256),
+            Placement::Host if group > 8 => (32, 512),
             Placement::Host => (64, 1024),
         };
         ScanSpec {

@@ -258,7 +258,7 @@ const fn with_candidates<const N: usize, const M: usize>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectSpec {
-    /// `G`, query heads per KV head: 1..=8.
+    /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
     /// Largest run-time `k`: 1..=4096.
     pub k_max: u32,

@@ -8,14 +8,14 @@ use super::{checks, SpecError};
 /// Tokens packed into one plane word (§2).
 pub const WORD_TOKENS: usize = 64;
 /// Head dimensions the kernels are specialised for.
-pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
+pub const HEAD_DIMS: [usize; 6] = [64, 80, 96, 128, 192, 256];
 /// Scale block sizes, in tokens.
 pub const BLOCKS: [usize; 3] = [32, 64, 128];
 /// The largest query group (§1).
-pub const MAX_GROUP: usize = 8;
+pub const MAX_GROUP: usize = 16;
 
 pub(crate) fn check_head_dim(family: &'static str, head_dim: usize) -> Result<(), SpecError> {
-    checks::head_dim_allowing(family, head_dim as u64, "64, 128 or 256")
+    checks::head_dim_allowing(family, head_dim as u64, checks::HEAD_DIMS_ALLOWED)
 }
 
 pub(crate) fn check_group(family: &'static str, group: usize) -> Result<(), SpecError> {
@@ -26,7 +26,7 @@ pub(crate) fn check_group(family: &'static str, group: usize) -> Result<(), Spec
             family,
             "group",
             group,
-            "1 to 8 query heads per KV head",
+            "1 to 16 query heads per KV head",
         ))
     }
 }

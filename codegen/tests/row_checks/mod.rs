@@ -7,7 +7,7 @@ use codegen::spec::Placement;
 use serde_json::{json, Value};
 
 /// Every supported query group.
-const GROUPS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+const GROUPS: [u32; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 /// Both placements.
 const PLACEMENTS: [Placement; 2] = [Placement::Hbm, Placement::Host];
 

@@ -7,7 +7,7 @@ use codegen::spec::{Placement, ScanSpec};
 /// `tiles`, at every head dimension, block size and placement; valid or not.
 pub fn scan_cells(groups: &[usize], tiles: &[(usize, usize)]) -> Vec<ScanSpec> {
     let mut specs = Vec::new();
-    for head_dim in [64, 128, 256] {
+    for head_dim in [64, 80, 96, 128, 192, 256] {
         for &group in groups {
             for block in [32, 64, 128] {
                 for &(tile_words, threads) in tiles {

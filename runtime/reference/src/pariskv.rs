@@ -7,6 +7,11 @@
 //! through per-subspace centroid tiers, the best-voted candidates are reranked with the 4-bit
 //! estimator, and the top `k` join the sink and local window of §6.
 //!
+//! A head dimension that is not a power of two (80, 96, 192) is zero-padded to the next one,
+//! `D_pad` ([`padded_dim`]), before the transform (§12): keys and queries keep their `D`
+//! channels, and the rotation, the `B = D_pad/8` subspaces and the codes are those of `D_pad`
+//! (the transform is orthonormal at `1/sqrt(D_pad)`, so `ŝ` still estimates `q̄·k`).
+//!
 //! Choices the spec leaves open, fixed here (the GPU kernels must match them):
 //!
 //! - **Sign vector** `s`: channel `c` is `-1` when the `c`-th `next_u32()` of
@@ -14,7 +19,7 @@
 //!   stream serves every layer and head, and `signs(64)` is a prefix of `signs(256)`.
 //! - **Nibble** of coordinate `j`: `sign << 3 | level`, `sign = 1` when `ũ_j < 0` (so `-0.0` is
 //!   positive, as for the centroid bit `ũ_j >= 0`); it decodes to `-a[level]` when `sign = 1`.
-//! - **Packing**: the `D` nibbles of a token (coordinate `c = 8b + j`) lie in `D/2` bytes, byte
+//! - **Packing**: the `D_pad` nibbles of a token (coordinate `c = 8b + j`) lie in `D_pad/2` bytes, byte
 //!   `c/2` holding coordinate `c` in its low nibble when `c` is even and in its high nibble when
 //!   `c` is odd.
 //! - **Empty subspace**: when `r_b = 0` (also for the zero key) `u = 0`, every level is 0, every
@@ -72,8 +77,9 @@ pub const HISTOGRAM_BIN_BYTES: usize = 4;
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum PariskvError {
     #[error(
-        "head dimension {head_dim} is not supported by the ParisKV index: it needs 64, 128 or 256 \
-         (B = D/8 subspaces of 8 coordinates, and a power of two for the Hadamard transform)"
+        "head dimension {head_dim} is not supported by the ParisKV index: it needs 64, 80, 96, \
+         128, 192 or 256 (zero-padded to a power of two for the Hadamard transform, then \
+         B = D_pad/8 subspaces of 8 coordinates)"
     )]
     HeadDim { head_dim: usize },
     #[error("{values} key values are not whole rows of {head_dim} channels")]
@@ -92,7 +98,7 @@ pub enum PariskvError {
         subspace: usize,
         weight: f64,
     },
-    #[error("no queries: a query group has 1..=8 query heads")]
+    #[error("no queries: a query group has 1..=16 query heads")]
     NoQueries,
     #[error("query {head} has {got} channels; the index has {want}")]
     QueryShape {
@@ -129,15 +135,21 @@ fn check_head_dim(head_dim: usize) -> Result<(), PariskvError> {
     }
 }
 
-/// Subspaces `B = D/8` of a head dimension.
-pub fn subspaces(head_dim: usize) -> usize {
-    head_dim / SUBSPACE
+/// The transform's length `D_pad` of a head dimension: `D` rounded up to a power of two.
+pub fn padded_dim(head_dim: usize) -> usize {
+    head_dim.next_power_of_two()
 }
 
-/// Index bytes per token per KV head: ids `B`, codes `D/2`, bf16 weights `2B` (112 at D = 128).
+/// Subspaces `B = D_pad/8` of a head dimension.
+pub fn subspaces(head_dim: usize) -> usize {
+    padded_dim(head_dim) / SUBSPACE
+}
+
+/// Index bytes per token per KV head: ids `B`, codes `D_pad/2`, bf16 weights `2B` (112 at
+/// D = 128, and at D = 80 and 96, which pad to 128).
 pub fn index_bytes_per_token(head_dim: usize) -> usize {
     let b = subspaces(head_dim);
-    b + head_dim / 2 + 2 * b
+    b + padded_dim(head_dim) / 2 + 2 * b
 }
 
 /// Entry `(i, j)` of the Sylvester Hadamard matrix in natural order: `(-1)^popcount(i & j)`.
@@ -168,14 +180,16 @@ pub fn fwht(x: &mut [f64]) {
     }
 }
 
-/// `H (s ⊙ x / max(||x||, 1e-8)) / sqrt(D)` and `||x||`: the rotation of §12 applied to a key or
-/// the query mean.
+/// `H (s ⊙ x / max(||x||, 1e-8)) / sqrt(D_pad)` and `||x||`: the rotation of §12 applied to a
+/// key or the query mean, `x` zero-padded to the length of `signs` (`D_pad`, a power of two, at
+/// least `x.len()`).
 pub fn rotate(x: &[f64], signs: &[f64]) -> (Vec<f64>, f64) {
     let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
     let inv = 1.0 / norm.max(NORM_FLOOR);
-    let mut u: Vec<f64> = x.iter().zip(signs).map(|(v, s)| s * v * inv).collect();
+    let padded = x.iter().copied().chain(std::iter::repeat(0.0));
+    let mut u: Vec<f64> = padded.zip(signs).map(|(v, s)| s * v * inv).collect();
     fwht(&mut u);
-    let scale = 1.0 / (x.len() as f64).sqrt();
+    let scale = 1.0 / (u.len() as f64).sqrt();
     u.iter_mut().for_each(|v| *v *= scale);
     (u, norm)
 }
@@ -246,15 +260,15 @@ pub fn encode_subspace(sub: &[f64]) -> SubspaceCode {
     }
 }
 
-/// The ParisKV index of one (layer, KV head): per token `B` centroid ids, `D` packed nibbles and
-/// `B` bf16 weights, and per subspace a histogram of centroid ids.
+/// The ParisKV index of one (layer, KV head): per token `B` centroid ids, `D_pad` packed nibbles
+/// and `B` bf16 weights, and per subspace a histogram of centroid ids.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PariskvIndex {
     head_dim: usize,
     signs: Vec<f64>,
     /// `[n][B]` centroid ids.
     ids: Vec<u8>,
-    /// `[n][D/2]` packed nibbles (module docs give the order).
+    /// `[n][D_pad/2]` packed nibbles (module docs give the order).
     codes: Vec<u8>,
     /// `[n][B]` bf16 weights.
     weights: Vec<bf16>,
@@ -275,7 +289,7 @@ impl PariskvIndex {
         check_head_dim(head_dim)?;
         Ok(PariskvIndex {
             head_dim,
-            signs: signs(head_dim),
+            signs: signs(padded_dim(head_dim)),
             ids: Vec::new(),
             codes: Vec::new(),
             weights: Vec::new(),
@@ -330,7 +344,7 @@ impl PariskvIndex {
         let b_count = subspaces(self.head_dim);
         let mut row = Row {
             ids: Vec::with_capacity(b_count),
-            codes: vec![0; self.head_dim / 2],
+            codes: vec![0; self.padded_dim() / 2],
             weights: Vec::with_capacity(b_count),
         };
         for (b, sub) in u.chunks_exact(SUBSPACE).enumerate() {
@@ -369,12 +383,17 @@ impl PariskvIndex {
         self.head_dim
     }
 
+    /// The transform's length `D_pad` ([`padded_dim`]).
+    pub fn padded_dim(&self) -> usize {
+        padded_dim(self.head_dim)
+    }
+
     /// Subspaces `B = D/8`.
     pub fn subspaces(&self) -> usize {
         subspaces(self.head_dim)
     }
 
-    /// The sign vector `s` used by this index.
+    /// The sign vector `s` used by this index (`D_pad` entries).
     pub fn signs(&self) -> &[f64] {
         &self.signs
     }
@@ -385,9 +404,9 @@ impl PariskvIndex {
         &self.ids[token * b..(token + 1) * b]
     }
 
-    /// Packed nibbles of `token`, `D/2` bytes.
+    /// Packed nibbles of `token`, `D_pad/2` bytes.
     pub fn codes(&self, token: usize) -> &[u8] {
-        let half = self.head_dim / 2;
+        let half = self.padded_dim() / 2;
         &self.codes[token * half..(token + 1) * half]
     }
 
@@ -503,7 +522,7 @@ pub struct Retrieval {
     pub q_mean: Vec<f64>,
     /// `||q̄||`.
     pub q_norm: f64,
-    /// `q̃`, the rotated unit query mean.
+    /// `q̃`, the rotated unit query mean (`D_pad` coordinates).
     pub q_tilde: Vec<f64>,
     /// Retrievable tokens, `SINK .. n_total - LOCAL` (empty when the sequence is shorter).
     pub retrievable: std::ops::Range<usize>,
@@ -652,7 +671,7 @@ pub fn pariskv_select(
 ///
 /// Counted: every histogram bin (`B * 256 * 4`, read to build the tiers), the centroid ids of
 /// every retrievable token (`N_r * B`, read to vote), the codes and weights of every candidate
-/// (`C * (D/2 + 2B)`, read to rerank), and the bf16 K and V rows of the union. Not counted: the
+/// (`C * (D_pad/2 + 2B)`, read to rerank), and the bf16 K and V rows of the union. Not counted: the
 /// queries, rankings, tiers, votes and scores (on-chip or tiny), and the index rows of the sink
 /// and window (never scanned).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -738,7 +757,7 @@ pub fn pariskv_step(
     let bytes = PariskvBytes {
         histograms: b_count * CENTROIDS * HISTOGRAM_BIN_BYTES,
         ids: retrieval.retrievable.len() * b_count,
-        rerank: retrieval.candidates.len() * (d / 2 + 2 * b_count),
+        rerank: retrieval.candidates.len() * (index.padded_dim() / 2 + 2 * b_count),
         rows: winner_row_bytes(selection.union.len(), d),
     };
     Ok(PariskvStep {

@@ -44,7 +44,7 @@ use thiserror::Error;
 use super::store::{BlockSize, PLANES};
 
 /// The largest query group (`G`) a plan is made for (§1).
-pub const MAX_GROUP: usize = 8;
+pub const MAX_GROUP: usize = 16;
 /// Bisection steps on `log2 θ` (§3).
 pub const BISECTION_STEPS: u32 = 30;
 /// How far below `min_c log2(3 w_c)` the bisection bracket starts (step 4 of the module docs).
@@ -60,7 +60,7 @@ pub enum PlanError {
          (one channel at depth 1 plus its fp16 block scale)"
     )]
     Budget { budget: f64, min: f64 },
-    #[error("query group of {got} heads; allowed: 1 to 8 query heads per KV head")]
+    #[error("query group of {got} heads; allowed: 1 to 16 query heads per KV head")]
     GroupSize { got: usize },
     #[error("the channel variances σ² are empty; give one per channel of the head")]
     EmptyHead,

@@ -58,7 +58,7 @@ pub struct SyntheticSettings {
     pub head_dim: usize,
     /// KV heads `H_kv`.
     pub kv_heads: usize,
-    /// Query heads per KV head `G` (1..=8).
+    /// Query heads per KV head `G` (1..=16).
     pub group: usize,
     /// Standard deviation of `ln σ_c` across channels.
     pub scale_sigma: f64,
@@ -112,7 +112,7 @@ impl Default for SyntheticSettings {
 pub enum SyntheticError {
     #[error("head dimension {got} must be even and at least 2 (RoPE rotates channel pairs)")]
     HeadDim { got: usize },
-    #[error("group size G = {got} is not allowed; allowed: 1..=8")]
+    #[error("group size G = {got} is not allowed; allowed: 1..=16")]
     Group { got: usize },
     #[error("{what} = 0; at least 1 is needed")]
     Zero { what: &'static str },
@@ -175,7 +175,7 @@ impl SyntheticSettings {
         if self.head_dim < 2 || !self.head_dim.is_multiple_of(2) {
             return Err(SyntheticError::HeadDim { got: self.head_dim });
         }
-        if !(1..=8).contains(&self.group) {
+        if !(1..=super::planner::MAX_GROUP).contains(&self.group) {
             return Err(SyntheticError::Group { got: self.group });
         }
         if self.n == 0 {
@@ -597,7 +597,7 @@ mod tests {
             bad(|s| s.head_dim = 63),
             SyntheticError::HeadDim { got: 63 }
         );
-        assert_eq!(bad(|s| s.group = 9), SyntheticError::Group { got: 9 });
+        assert_eq!(bad(|s| s.group = 17), SyntheticError::Group { got: 17 });
         assert!(matches!(bad(|s| s.n = 0), SyntheticError::Zero { .. }));
         assert!(matches!(
             bad(|s| s.outlier_channels = 33),

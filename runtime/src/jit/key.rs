@@ -84,11 +84,30 @@ pub fn prepare(
     arch: &str,
     nvrtc_version: (i32, i32),
 ) -> Result<Prepared, JitError> {
+    prepare_among(&[], spec, arch, nvrtc_version)
+}
+
+/// [`prepare`], with the source taken from the embedded sets `embedded` when one has the
+/// kernel (`crate::embedded::find`; the spec is still validated), else rendered.
+pub fn prepare_among(
+    embedded: &[&'static [(&'static str, &'static str)]],
+    spec: &KernelSpec,
+    arch: &str,
+    nvrtc_version: (i32, i32),
+) -> Result<Prepared, JitError> {
     let name = spec.kernel_name();
-    let source = spec.render().map_err(|source| JitError::Render {
+    let render_error = |source| JitError::Render {
         kernel: name.clone(),
         source,
-    })?;
+    };
+    let source = match crate::embedded::find(embedded, &name) {
+        Some(source) => {
+            spec.validate()
+                .map_err(|e| render_error(codegen::render::RenderError::Spec(e)))?;
+            source.to_string()
+        }
+        None => spec.render().map_err(render_error)?,
+    };
     let options = compile_options();
     let key = cache_key(&source, nvrtc_version, arch, &options);
     Ok(Prepared {
@@ -101,4 +120,59 @@ pub fn prepare(
         options,
         key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use codegen::spec::{OracleSpec, Placement};
+
+    use super::*;
+
+    fn spec() -> KernelSpec {
+        OracleSpec {
+            head_dim: 128,
+            group: 4,
+            threads: 256,
+            placement: Placement::Hbm,
+        }
+        .into()
+    }
+
+    #[test]
+    fn an_embedded_source_is_taken_as_it_is_and_keyed_by_its_content() {
+        static MARKED: std::sync::OnceLock<Vec<(&'static str, &'static str)>> =
+            std::sync::OnceLock::new();
+        let set = MARKED.get_or_init(|| {
+            let name: &'static str = Box::leak(spec().kernel_name().into_boxed_str());
+            let source = format!("{}// embedded\n", spec().render().unwrap());
+            vec![(name, Box::leak(source.into_boxed_str()) as &'static str)]
+        });
+        let rendered = prepare(&spec(), "sm_90", (13, 0)).unwrap();
+        let embedded = prepare_among(&[set.as_slice()], &spec(), "sm_90", (13, 0)).unwrap();
+        assert!(embedded.source.ends_with("// embedded\n"));
+        assert_eq!(embedded.source, set[0].1);
+        assert_ne!(embedded.key, rendered.key, "the key follows the source");
+        // A set without the kernel, or none at all: rendered.
+        let other = prepare_among(&[&[("fathom_other", "//")]], &spec(), "sm_90", (13, 0));
+        assert_eq!(other.unwrap().key, rendered.key);
+        assert_eq!(
+            prepare_among(&[crate::embedded::SOURCES], &spec(), "sm_90", (13, 0))
+                .unwrap()
+                .key,
+            rendered.key,
+            "the runtime's embedded source is the rendering"
+        );
+    }
+
+    #[test]
+    fn an_embedded_kernel_of_an_invalid_spec_is_refused() {
+        let mut bad = spec();
+        if let KernelSpec::Oracle(s) = &mut bad {
+            s.threads = 100;
+        }
+        let name: &'static str = Box::leak(bad.kernel_name().into_boxed_str());
+        let set: &'static [(&'static str, &'static str)] = Box::leak(Box::new([(name, "//")]));
+        let err = prepare_among(&[set], &bad, "sm_90", (13, 0)).unwrap_err();
+        assert!(matches!(err, JitError::Render { .. }), "{err}");
+    }
 }

@@ -12,7 +12,7 @@ use cudarc::driver::CudaFunction;
 use super::cache::{JitCache, Origin};
 use super::entry::CorruptReason;
 use super::error::JitError;
-use super::key::prepare;
+use super::key::prepare_among;
 use super::report::{KernelLoad, LoadReport};
 use crate::gpu::{Gpu, Module};
 
@@ -101,6 +101,8 @@ pub struct Jit {
     cache: JitCache,
     arch: String,
     nvrtc_version: (i32, i32),
+    /// Sources embedded at build time, searched in order before a spec is rendered.
+    embedded: Vec<&'static [(&'static str, &'static str)]>,
     loaded: Mutex<HashMap<KernelSpec, Slot>>,
 }
 
@@ -124,8 +126,17 @@ impl Jit {
             gpu,
             cache,
             nvrtc_version,
+            embedded: vec![crate::embedded::SOURCES],
             loaded: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The same JIT, also taking kernel sources from `sources` (a module of
+    /// `fathom_macros::kernels!`'s `SOURCES`: a user's crate embeds its own model's kernels),
+    /// searched before the runtime's own ([`crate::embedded`]); a spec in none is rendered.
+    pub fn with_sources(mut self, sources: &'static [(&'static str, &'static str)]) -> Jit {
+        self.embedded.insert(0, sources);
+        self
     }
 
     /// A JIT for `gpu` through the cache in [`JitCache::default_dir`] (`$FATHOM_KERNEL_CACHE`,
@@ -175,7 +186,7 @@ impl Jit {
 
     fn load(&self, spec: &KernelSpec) -> Result<LoadedKernel, JitError> {
         let start = Instant::now();
-        let prepared = prepare(spec, &self.arch, self.nvrtc_version)?;
+        let prepared = prepare_among(&self.embedded, spec, &self.arch, self.nvrtc_version)?;
         let fetched = self.cache.fetch(&prepared)?;
         let compile_ms = ms(start);
 

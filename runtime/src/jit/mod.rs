@@ -23,7 +23,7 @@ pub use cache::{compile, CacheStats, Fetched, JitCache, Lookup, Origin, KERNEL_C
 pub use cudarc::driver::CudaFunction;
 pub use entry::{CacheEntry, CorruptReason};
 pub use error::JitError;
-pub use key::{cache_key, compile_options, prepare, Prepared, FORMAT_VERSION};
+pub use key::{cache_key, compile_options, prepare, prepare_among, Prepared, FORMAT_VERSION};
 pub use loader::{Jit, LoadedKernel};
 pub use report::{KernelLoad, LoadReport};
 pub use source::KernelSource;

@@ -59,7 +59,10 @@ pub enum StepError {
     EmptyBatch,
     #[error("the landmark method needs the view's landmark means; the store keeps none")]
     MissingLandmarks,
-    #[error("pariskv(k) needs a head dimension of 64, 128 or 256; this model's {head_dim} {rule}")]
+    #[error(
+        "pariskv(k) needs a head dimension of 64, 80, 96, 128, 192 or 256; this model's \
+         {head_dim} {rule}"
+    )]
     PariskvHeadDim { head_dim: usize, rule: &'static str },
     #[error(
         "pariskv(k) reads the store's ParisKV index, and the view has none; build the store with \

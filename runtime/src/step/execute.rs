@@ -4,13 +4,14 @@
 use cudarc::driver::CudaFunction;
 
 use super::launches::{LaunchPlan, Role};
-use super::workspace::{addr, Workspace};
+use super::workspace::{addr, Buf, Workspace};
 use super::StepError;
+use crate::abi::{self, select_args, SelectBuffers};
 use crate::gpu::{Arg, Gpu};
 use crate::jit::KernelSource;
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 use crate::pariskv::{retrieval_args, RetrievalBuffers, RetrievalInputs};
 use crate::view::LayerView;
-use codegen::spec::select::SelectParam;
 use codegen::spec::shape::{scales_per_channel, WORD_TOKENS};
 
 /// The step's inputs beyond the view and the workspace, as kernel arguments.
@@ -49,9 +50,35 @@ pub(crate) fn resolve(
         .collect()
 }
 
-fn int(value: usize) -> Arg {
+fn int(value: usize) -> i32 {
     // Sizes were checked against i32 when the view was (tokens) or are small (heads, k).
-    Arg::I32(i32::try_from(value).unwrap_or(i32::MAX))
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// A buffer the kernel reads, at a raw address (the step's inputs, the view's tables); the
+/// parameter's type gives the element type.
+fn at<T>(addr: u64) -> DevicePtr<T> {
+    DevicePtr::from_addr(addr)
+}
+
+/// A workspace buffer the kernel reads (null when absent: the launch plan sizes every buffer
+/// its launches use).
+fn input<T>(buffer: &Buf<T>) -> DevicePtr<T> {
+    DevicePtr::from_addr(addr(buffer))
+}
+
+/// A workspace buffer the kernel writes: the workspace is the step's own, written only by the
+/// step's launches, in stream order.
+fn output<T>(buffer: &Buf<T>) -> DevicePtrMut<T> {
+    DevicePtrMut::from_addr(addr(buffer))
+}
+
+/// The sizes every launch of a step shares.
+struct Sizes {
+    heads: i32,
+    max_seg: i32,
+    ld: i32,
+    k: i32,
 }
 
 /// Queues every operation of `plan`.
@@ -64,17 +91,18 @@ pub(crate) fn record(
     inputs: &Inputs,
 ) -> Result<(), StepError> {
     let shape = plan.shape;
-    let heads = int(shape.kv_heads);
-    let max_seg = int(shape.max_seg);
-    let ld = int(plan.ld_scores);
-    let k = int(plan.k);
+    let n = Sizes {
+        heads: int(shape.kv_heads),
+        max_seg: int(shape.max_seg),
+        ld: int(plan.ld_scores),
+        k: int(plan.k),
+    };
     let dense = plan.sizes.dense_uni > 0;
     let (uni, sel_pos) = if dense {
-        (addr(&ws.dense_uni), addr(&ws.dense_sel))
+        (&ws.dense_uni, &ws.dense_sel)
     } else {
-        (addr(&ws.uni), addr(&ws.sel_pos))
+        (&ws.uni, &ws.sel_pos)
     };
-    let p = Arg::Ptr;
     let retrieval = retrieval_parts(plan, ws, view, inputs);
     for (op, function) in plan.operations.iter().zip(functions) {
         let args: Vec<Arg> = match op.role {
@@ -93,112 +121,117 @@ pub(crate) fn record(
                 continue;
             }
             Role::Plan { staged } => {
-                let staged_arg = |x: u64| if staged { x } else { 0 };
-                vec![
-                    p(inputs.queries),
-                    p(inputs.sigma2),
-                    p(inputs.fixed),
-                    p(inputs.rotation),
-                    Arg::F32(inputs.budget),
-                    view.seg_words.arg(),
-                    view.seg_scales.arg(),
-                    max_seg,
-                    view.n_stored.arg(),
-                    heads,
-                    p(addr(&ws.q_store)),
-                    p(addr(&ws.depths)),
-                    p(addr(&ws.class_count)),
-                    p(addr(&ws.runs)),
-                    p(staged_arg(addr(&ws.staged_runs))),
-                    p(staged_arg(addr(&ws.stage_words))),
-                    p(staged_arg(addr(&ws.stage_scales))),
-                    int(plan.stage_planes),
-                    p(addr(&ws.plan_status)),
-                ]
+                let staged_out = |x: u64| if staged { x } else { 0 };
+                abi::plan::Args {
+                    q: at(inputs.queries),
+                    sigma2: at(inputs.sigma2),
+                    fixed_channels: at(inputs.fixed),
+                    rot: at(inputs.rotation),
+                    budget: inputs.budget,
+                    seg_words: view.seg_words.ptr().cast(),
+                    seg_scales: view.seg_scales.ptr().cast(),
+                    max_seg: n.max_seg,
+                    n_stored: view.n_stored.ptr(),
+                    n_heads: n.heads,
+                    q_store: output(&ws.q_store),
+                    depths: output(&ws.depths),
+                    class_count: output(&ws.class_count),
+                    runs: output(&ws.runs),
+                    staged_runs: DevicePtrMut::from_addr(staged_out(addr(&ws.staged_runs))),
+                    stage_words: DevicePtrMut::from_addr(staged_out(addr(&ws.stage_words))),
+                    stage_scales: DevicePtrMut::from_addr(staged_out(addr(&ws.stage_scales))),
+                    stage_planes: int(plan.stage_planes),
+                    status: output(&ws.plan_status),
+                }
+                .args()
             }
-            Role::Gather => vec![
-                p(addr(&ws.runs)),
-                p(addr(&ws.staged_runs)),
-                p(addr(&ws.class_count)),
-                view.n_stored.arg(),
-                max_seg,
-                heads,
-            ],
-            Role::Scan { staged } => vec![
-                p(addr(if staged { &ws.staged_runs } else { &ws.runs })),
-                p(addr(&ws.class_count)),
-                p(addr(&ws.q_store)),
-                view.n_stored.arg(),
-                max_seg,
-                heads,
-                p(addr(&ws.scores)),
-                ld,
-            ],
-            Role::LandmarkScan => vec![
-                p(view.landmarks.map_or(0, |l| l.addr())),
-                p(inputs.queries),
-                view.n_stored.arg(),
-                p(addr(&ws.scores)),
-                ld,
-                heads,
-            ],
-            Role::Oracle { whole } => vec![
-                view.k_rows.arg(),
-                p(inputs.queries),
-                p(if whole { 0 } else { view.n_stored.addr() }),
-                view.n_total.arg(),
-                p(addr(&ws.scores)),
-                ld,
-                heads,
-            ],
+            Role::Gather => abi::gather::Args {
+                src_runs: input(&ws.runs),
+                dst_runs: input(&ws.staged_runs),
+                class_count: input(&ws.class_count),
+                n_stored: view.n_stored.ptr(),
+                max_seg: n.max_seg,
+                n_heads: n.heads,
+            }
+            .args(),
+            Role::Scan { staged } => abi::scan::Args {
+                runs: input(if staged { &ws.staged_runs } else { &ws.runs }),
+                class_count: input(&ws.class_count),
+                q_store: input(&ws.q_store),
+                n_stored: view.n_stored.ptr(),
+                max_seg: n.max_seg,
+                n_heads: n.heads,
+                scores: output(&ws.scores),
+                ld_scores: n.ld,
+            }
+            .args(),
+            Role::LandmarkScan => abi::landmark::ScanArgs {
+                means: at(view.landmarks.map_or(0, |l| l.addr())),
+                q: at(inputs.queries),
+                n_stored: view.n_stored.ptr(),
+                scores: output(&ws.scores),
+                ld_scores: n.ld,
+                num_kv_heads: n.heads,
+            }
+            .args(),
+            Role::Oracle { whole } => abi::oracle::Args {
+                k_rows: view.k_rows.ptr().cast(),
+                q: at(inputs.queries),
+                range_start: at(if whole { 0 } else { view.n_stored.addr() }),
+                range_end: view.n_total.ptr(),
+                scores: output(&ws.scores),
+                ld_scores: n.ld,
+                num_kv_heads: n.heads,
+            }
+            .args(),
             Role::Select(stage) => {
                 let spec = plan
                     .specs
                     .select
                     .expect("a select launch has a select spec");
-                spec.params(stage)
-                    .iter()
-                    .map(|&param| match param {
-                        SelectParam::Scores => p(addr(&ws.scores)),
-                        SelectParam::LdScores => ld,
-                        SelectParam::NTotal => view.n_total.arg(),
-                        SelectParam::K => k,
-                        SelectParam::Pass => Arg::I32(i32::from(stage.pass().unwrap_or(0))),
-                        SelectParam::NumKvHeads => heads,
-                        SelectParam::State => p(addr(&ws.select_state)),
-                        SelectParam::ChunkCounts => p(addr(&ws.chunk_counts)),
-                        SelectParam::Candidates => p(addr(&ws.select_candidates)),
-                        SelectParam::CandidateRuns => p(addr(&ws.select_candidate_runs)),
-                        SelectParam::Scratch => p(addr(&ws.scratch)),
-                        SelectParam::Sel => p(addr(&ws.sel)),
-                        SelectParam::SelPos => p(addr(&ws.sel_pos)),
-                        SelectParam::SelCount => p(addr(&ws.sel_count)),
-                        SelectParam::Uni => p(addr(&ws.uni)),
-                        SelectParam::UniCount => p(addr(&ws.uni_count)),
-                    })
-                    .collect()
+                let buffers = SelectBuffers {
+                    scores: input(&ws.scores),
+                    ld_scores: n.ld,
+                    n_total: view.n_total.ptr(),
+                    k: n.k,
+                    num_kv_heads: n.heads,
+                    state: output(&ws.select_state),
+                    chunk_counts: output(&ws.chunk_counts),
+                    // The workspace holds the `uint2` candidates as pairs of `u32`.
+                    candidates: output(&ws.select_candidates).cast(),
+                    candidate_runs: output(&ws.select_candidate_runs),
+                    scratch: output(&ws.scratch),
+                    sel: output(&ws.sel),
+                    sel_pos: output(&ws.sel_pos),
+                    sel_count: output(&ws.sel_count),
+                    uni: output(&ws.uni),
+                    uni_count: output(&ws.uni_count),
+                };
+                select_args(spec.compact, stage, &buffers)
             }
             Role::Pariskv(stage) => retrieval_args(stage, &retrieval.0, &retrieval.1),
-            Role::Fetch => vec![
-                view.k_rows.arg(),
-                view.v_rows.arg(),
-                p(uni),
-                p(addr(&ws.uni_count)),
-                p(addr(&ws.k_sel)),
-                p(addr(&ws.v_sel)),
-                k,
-                heads,
-            ],
-            Role::Attention => vec![
-                p(addr(&ws.k_sel)),
-                p(addr(&ws.v_sel)),
-                p(sel_pos),
-                p(addr(&ws.sel_count)),
-                p(inputs.queries),
-                Arg::F32(inputs.scale),
-                p(addr(&ws.out)),
-                k,
-            ],
+            Role::Fetch => abi::fetch::Args {
+                k_rows: view.k_rows.ptr().cast(),
+                v_rows: view.v_rows.ptr().cast(),
+                uni: input(uni),
+                uni_count: input(&ws.uni_count),
+                k_sel: output(&ws.k_sel),
+                v_sel: output(&ws.v_sel),
+                k: n.k,
+                num_kv_heads: n.heads,
+            }
+            .args(),
+            Role::Attention => abi::attention::Args {
+                k_sel: input(&ws.k_sel),
+                v_sel: input(&ws.v_sel),
+                sel_pos: input(sel_pos),
+                sel_count: input(&ws.sel_count),
+                q: at(inputs.queries),
+                scale: inputs.scale,
+                out: output(&ws.out),
+                k: n.k,
+            }
+            .args(),
         };
         let (Some(function), Some(kernel)) = (function, &op.kernel) else {
             unreachable!("every kernel role has its launch and function");

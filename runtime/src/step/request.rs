@@ -83,12 +83,11 @@ pub enum Scoring {
 }
 
 /// Why `head_dim` cannot be indexed by ParisKV, if it cannot: the subspaces need a multiple of
-/// 8, the Hadamard transform a power of two, and the kernels exist for 64, 128 and 256.
+/// 8, and the kernels exist for the head dimensions of §1 (the Hadamard transform zero-pads
+/// 80, 96 and 192 to a power of two).
 fn pariskv_head_dim(head_dim: usize) -> Result<(), StepError> {
     let rule = if !head_dim.is_multiple_of(8) {
         "is not a multiple of 8 (the index splits a head into subspaces of 8 coordinates)"
-    } else if !head_dim.is_power_of_two() {
-        "is not a power of two (the index rotates keys with a Hadamard transform)"
     } else if !codegen::spec::pariskv::supports_head_dim(head_dim) {
         "is outside the sizes the kernels are built for"
     } else {

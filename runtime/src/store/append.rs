@@ -60,21 +60,20 @@ impl KeyStore {
         let (wanted, max_seg, _) = self.wanted_tables(ids, layer);
         self.refresh(layer, wanted)?;
         let t = &self.tables[layer];
-        self.gpu.launch(
-            &self.functions.append_rows,
-            ((batch * heads) as u32, 1, 1),
-            (128, 1, 1),
-            0,
-            &[
-                t.k_rows.arg(),
-                t.v_rows.arg(),
-                t.n_total.arg(),
-                keys.arg(),
-                values.arg(),
-                Arg::I32(heads as i32),
-                Arg::I32(d as i32),
-            ],
-        )?;
+        let launch = APPEND_ROWS
+            .launch(batch as u64, heads as u64)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        abi::append_rows::Args {
+            // The row regions are the store's own; this step's row is written by this launch.
+            k_rows: t.k_rows.ptr().cast(),
+            v_rows: t.v_rows.ptr().cast(),
+            n_total: t.n_total.ptr(),
+            keys: keys.ptr(),
+            values: values.ptr(),
+            n_heads: heads as i32,
+            head_dim: d as i32,
+        }
+        .launch(&self.gpu, &self.functions.append_rows, launch)?;
         if let Some(index) = &self.index {
             // The new token of every sequence (`index_start = n_total - 1`).
             let status = self.log_status(layer, ids, true);
@@ -90,7 +89,7 @@ impl KeyStore {
             grid,
             block,
             shared,
-            &self.encode_args(t, layer, max_seg, heads, Arg::Ptr(status)),
+            &self.encode_args(t, layer, max_seg, heads, status),
         )?;
         if let Some(build) = &self.functions.landmark_build {
             // Groups in (n_stored, n_total): the new block's, and for the other sequences some

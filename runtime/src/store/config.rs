@@ -40,7 +40,7 @@ pub struct StoreConfig {
     pub keep_landmarks: bool,
     /// Keep the ParisKV index of every token (§12, the `pariskv(k)` method): ids, codes and
     /// weights in the placement (112 bytes per token per KV head at D = 128), histograms in
-    /// device memory. Needs a head dimension of 64, 128 or 256.
+    /// device memory. Needs a head dimension of SPEC §1 (64, 80, 96, 128, 192 or 256).
     pub pariskv_index: bool,
     /// How the host placement's segments and row regions are allocated ([`HostMemory`]:
     /// `cuMemHostAlloc` by default; 2 MiB pages registered, or VMM host memory, for the

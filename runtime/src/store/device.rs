@@ -197,32 +197,3 @@ impl Uploader {
         Ok(())
     }
 }
-
-/// Name of the row-append kernel.
-pub const APPEND_ROWS: &str = "fathom_store_append_rows";
-
-/// The row-append kernel: token `n_total[b] - 1` of every `(b, h)` gets its key and value row
-/// from `keys`/`values` `[B][H][D]`. One thread block per `(b, h)`. It is a copy, not a kernel
-/// family: nothing about it is specialised.
-pub const APPEND_ROWS_SOURCE: &str = r#"
-extern "C" __global__ void fathom_store_append_rows(
-    unsigned short* const* k_rows,
-    unsigned short* const* v_rows,
-    const int* n_total,
-    const unsigned short* keys,
-    const unsigned short* values,
-    int n_heads,
-    int head_dim)
-{
-    const int bh = blockIdx.x;
-    const long long row = (long long)(n_total[bh / n_heads] - 1) * head_dim;
-    unsigned short* k = k_rows[bh] + row;
-    unsigned short* v = v_rows[bh] + row;
-    const unsigned short* ks = keys + (long long)bh * head_dim;
-    const unsigned short* vs = values + (long long)bh * head_dim;
-    for (int c = threadIdx.x; c < head_dim; c += blockDim.x) {
-        k[c] = ks[c];
-        v[c] = vs[c];
-    }
-}
-"#;

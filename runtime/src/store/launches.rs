@@ -4,32 +4,32 @@
 use super::*;
 
 impl KeyStore {
-    /// The encode kernel's arguments (bulk and append share them; `templates/ABI.md`).
+    /// The encode kernel's arguments (bulk and append share them; `templates/ABI.md`): the
+    /// ranges are `n_stored .. n_total` of the tables; `status` is the store's own status word.
     pub(super) fn encode_args(
         &self,
         t: &Tables,
         layer: usize,
         max_seg: usize,
         heads: usize,
-        status: Arg,
-    ) -> [Arg; 9] {
-        [
-            t.k_rows.arg(),
-            self.rotation_arg(layer),
-            t.seg_words.arg(),
-            t.seg_scales.arg(),
-            Arg::I32(max_seg as i32),
-            t.n_stored.arg(),
-            t.n_total.arg(),
-            Arg::I32(heads as i32),
-            status,
-        ]
-    }
-
-    pub(super) fn rotation_arg(&self, layer: usize) -> Arg {
-        self.rotations
-            .get(layer)
-            .map_or(Arg::Ptr(0), DeviceBuffer::arg)
+        status: u64,
+    ) -> Vec<Arg> {
+        abi::encode::Args {
+            k_rows: t.k_rows.ptr().cast(),
+            rot: self
+                .rotations
+                .get(layer)
+                .map_or(DevicePtr::null(), DeviceBuffer::ptr),
+            // The segment tables point at the store's own segments, written only by its encodes.
+            seg_words: t.seg_words.ptr().cast(),
+            seg_scales: t.seg_scales.ptr().cast(),
+            max_seg: max_seg as i32,
+            range_a: t.n_stored.ptr(),
+            range_b: t.n_total.ptr(),
+            n_heads: heads as i32,
+            status: DevicePtrMut::from_addr(status),
+        }
+        .args()
     }
 
     /// Queues the index build of the ranges in `t`'s `index_start`/`index_end`.
@@ -90,13 +90,15 @@ impl KeyStore {
             dims(launch.grid),
             dims(launch.block),
             launch.shared_bytes,
-            &[
-                t.k_rows.arg(),
-                t.landmarks.arg(),
-                t.n_stored.arg(),
-                t.n_total.arg(),
-                Arg::I32(heads as i32),
-            ],
+            &abi::landmark::BuildArgs {
+                k_rows: t.k_rows.ptr().cast(),
+                // The means' rows are the store's own, written only by these builds.
+                means: t.landmarks.ptr().cast(),
+                range_start: t.n_stored.ptr(),
+                range_end: t.n_total.ptr(),
+                num_kv_heads: heads as i32,
+            }
+            .args(),
         )?;
         Ok(())
     }

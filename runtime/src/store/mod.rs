@@ -55,7 +55,9 @@ mod views;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Placement};
+use codegen::spec::{
+    AppendRowsSpec, EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Placement,
+};
 use cudarc::driver::CudaFunction;
 
 pub use config::StoreConfig;
@@ -65,8 +67,10 @@ pub use host_memory::HostMemory;
 pub use ledger::SequenceId;
 pub use pariskv::IndexGeometry;
 
+use crate::abi;
 use crate::gpu::{Arg, DeviceBuffer, Gpu};
 use crate::jit::{Jit, KernelSource};
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 use crate::pariskv::{build_args, IndexTables};
 use crate::view::{LayerView, PariskvView};
 use codegen::spec::layout::{BlockSize, StoreLayout};
@@ -75,6 +79,9 @@ use ledger::{Capacity, Geometry, Registry};
 use pariskv::{index_status_error, IndexState};
 use pool::{Region, RegionPool, Slot, SlotPool};
 use tables::{HostTables, Tables};
+
+/// The row-append kernel of a decode step (the 128 threads it has always had).
+const APPEND_ROWS: AppendRowsSpec = AppendRowsSpec { threads: 128 };
 
 /// Memory the store holds, by kind. Pool memory stays held when sequences are freed (it is
 /// reused); [`KeyStore::trim`] releases what no sequence uses.
@@ -260,7 +267,6 @@ impl KeyStore {
             })?;
         }
         let load = |spec: KernelSpec, entry: String| kernels.function(&spec, &entry);
-        let rows_module = gpu.load(device::APPEND_ROWS_SOURCE, "fathom_store_append_rows.cu")?;
         let functions = Functions {
             encode_bulk: load(encode_bulk.into(), encode_bulk.kernel_name())?,
             encode_append: load(encode_append.into(), encode_append.kernel_name())?,
@@ -269,7 +275,7 @@ impl KeyStore {
             } else {
                 None
             },
-            append_rows: rows_module.function(device::APPEND_ROWS)?,
+            append_rows: load(APPEND_ROWS.into(), APPEND_ROWS.kernel_name())?,
         };
 
         let geometry = Geometry {

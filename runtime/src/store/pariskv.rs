@@ -13,7 +13,7 @@
 //! its ids are not counted), and a failed prefill restores the histograms it had added to, so
 //! the index is left as it was.
 
-use codegen::spec::pariskv::{subspaces, supports_head_dim, CENTROIDS};
+use codegen::spec::pariskv::{padded_dim, subspaces, supports_head_dim, CENTROIDS};
 use codegen::spec::{Family, PariskvIndexSpec, Placement};
 use cudarc::driver::CudaFunction;
 
@@ -36,7 +36,7 @@ const HIST_SLOTS_PER_SLAB: usize = 64;
 pub struct IndexGeometry {
     /// `D`.
     pub head_dim: usize,
-    /// `NS = D/8`.
+    /// `NS = D_pad/8`.
     pub subspaces: usize,
 }
 
@@ -46,9 +46,9 @@ impl IndexGeometry {
         if !supports_head_dim(head_dim) {
             return Err(StoreError::Config {
                 reason: format!(
-                    "pariskv_index needs a head dimension of 64, 128 or 256 (a multiple of 8 for \
-                     the subspaces of 8 coordinates, and a power of two for the Hadamard \
-                     transform); this model's is {head_dim}"
+                    "pariskv_index needs a head dimension of 64, 80, 96, 128, 192 or 256 (zero-padded \
+                     to a power of two for the Hadamard transform, then split into subspaces of \
+                     8 coordinates); this model's is {head_dim}"
                 ),
             });
         }
@@ -63,9 +63,9 @@ impl IndexGeometry {
         self.subspaces
     }
 
-    /// Bytes of one token's codes.
+    /// Bytes of one token's codes: a nibble per coordinate of the padded transform.
     pub fn code_bytes(&self) -> usize {
-        self.head_dim / 2
+        padded_dim(self.head_dim as u32) as usize / 2
     }
 
     /// Bytes of one token's weights.
@@ -73,7 +73,7 @@ impl IndexGeometry {
         2 * self.subspaces
     }
 
-    /// Index bytes per token per KV head in the placement (112 at D = 128).
+    /// Index bytes per token per KV head in the placement (112 at D = 128, and at 80 and 96).
     pub fn bytes_per_token(&self) -> usize {
         self.id_bytes() + self.code_bytes() + self.weight_bytes()
     }
@@ -199,11 +199,17 @@ mod tests {
         assert_eq!(g.hist_bytes(), 16 * 256 * 4);
         assert_eq!(IndexGeometry::new(64).unwrap().bytes_per_token(), 56);
         assert_eq!(IndexGeometry::new(256).unwrap().bytes_per_token(), 224);
-        for d in [8, 96, 120, 512] {
+        // Padded to 128 and 256: the ids, codes and weights of the padded transform.
+        assert_eq!(IndexGeometry::new(80).unwrap().bytes_per_token(), 112);
+        assert_eq!(IndexGeometry::new(96).unwrap().bytes_per_token(), 112);
+        assert_eq!(IndexGeometry::new(192).unwrap().bytes_per_token(), 224);
+        assert_eq!(IndexGeometry::new(96).unwrap().hist_bytes(), 16 * 256 * 4);
+        for d in [8, 100, 120, 512] {
             match IndexGeometry::new(d) {
-                Err(StoreError::Config { reason }) => {
-                    assert!(reason.contains("64, 128 or 256") && reason.contains(&d.to_string()))
-                }
+                Err(StoreError::Config { reason }) => assert!(
+                    reason.contains("64, 80, 96, 128, 192 or 256")
+                        && reason.contains(&d.to_string())
+                ),
                 other => panic!("{d}: {other:?}"),
             }
         }
@@ -243,7 +249,7 @@ mod tests {
     fn code_and_weight_tables_are_16_byte_aligned() {
         use codegen::spec::pariskv::VECTOR_ALIGN;
         let align = VECTOR_ALIGN as usize;
-        for d in [64, 128, 256] {
+        for d in codegen::spec::pariskv::head_dims() {
             let g = IndexGeometry::new(d).unwrap();
             assert_eq!(g.code_bytes() % align, 0, "D = {d}");
             assert_eq!(g.weight_bytes() % align, 0, "D = {d}");

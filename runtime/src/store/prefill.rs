@@ -196,7 +196,7 @@ impl KeyStore {
             grid,
             block,
             shared,
-            &self.encode_args(t, layer, max_seg, heads, self.prefill_status.arg()),
+            &self.encode_args(t, layer, max_seg, heads, self.prefill_status.addr()),
         )?;
         if let Some(build) = &self.functions.landmark_build {
             // Means of the groups entering the store: range (old_stored, new_stored).

@@ -108,7 +108,7 @@ fn configs_are_checked_with_reasons() {
     }
     .validate()
     .is_ok());
-    // Every head dimension a model may have (64, 128, 256) can keep the ParisKV index; the
+    // Every head dimension a model may have (SPEC §1) can keep the ParisKV index; the
     // rule itself is `IndexGeometry::new`'s (tested in `pariskv`).
     assert!(StoreConfig {
         pariskv_index: true,

@@ -133,6 +133,9 @@ pub struct Tiles {
     pub scan_hbm: (usize, usize),
     /// `(tile_words, threads)` of the fused scan reading mapped host memory.
     pub scan_host: (usize, usize),
+    /// `(tile_words, threads)` of the fused scan for query groups of more than 8 heads, whose
+    /// accumulators need more registers than a thread of `scan_host`'s block has.
+    pub scan_host_large_group: (usize, usize),
     pub row_threads: u32,
     /// `(threads, items_per_thread)`.
     pub select: (u32, u32),
@@ -156,6 +159,7 @@ impl Default for Tiles {
             gather: (4, 256),
             scan_hbm: (16, 256),
             scan_host: (64, 1024),
+            scan_host_large_group: (32, 512),
             row_threads: 256,
             select: (256, 16),
             // Until the compacting variant is measured on a GPU.
@@ -164,6 +168,18 @@ impl Default for Tiles {
             pariskv_threads: crate::pariskv::THREADS,
             // Until the whole-row `_score` is measured on a GPU.
             rerank_vector_loads: false,
+        }
+    }
+}
+
+impl Tiles {
+    /// The scan tile of `placement` for query groups of `group` heads (as
+    /// `codegen::spec::ScanSpec::new` picks it).
+    pub fn scan(&self, placement: Placement, group: usize) -> (usize, usize) {
+        match placement {
+            Placement::Hbm => self.scan_hbm,
+            Placement::Host if group > 8 => self.scan_host_large_group,
+            Placement::Host => self.scan_host,
         }
     }
 }

@@ -98,6 +98,57 @@ fn rotation_preserves_inner_products() {
     assert!((na * nb * dot(&ra, &rb) - dot(&a, &b)).abs() < 1e-9);
 }
 
+/// §12: a head dimension that is not a power of two is zero-padded to one before the transform.
+/// The rotation of a `D`-channel vector is the rotation of its zero-padded copy, still
+/// orthonormal, and the index has the padded dimension's subspaces and codes.
+#[test]
+fn head_dims_off_a_power_of_two_are_zero_padded() {
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    for (d, padded) in [(80, 128), (96, 128), (192, 256)] {
+        assert_eq!(padded_dim(d), padded);
+        let s = signs(padded);
+        let (a, b) = (gaussian(&mut rng, d), gaussian(&mut rng, d));
+        let mut a_padded = a.clone();
+        a_padded.resize(padded, 0.0);
+        let (ra, na) = rotate(&a, &s);
+        assert_eq!((ra.clone(), na), rotate(&a_padded, &s), "D = {d}");
+        assert_eq!(ra.len(), padded);
+        let (rb, nb) = rotate(&b, &s);
+        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+        assert!((dot(&ra, &ra) - 1.0).abs() < 1e-12, "D = {d}");
+        assert!(
+            (na * nb * dot(&ra, &rb) - dot(&a, &b)).abs() < 1e-9,
+            "D = {d}"
+        );
+
+        let keys = to_bf16(&gaussian(&mut rng, 3 * d));
+        let index = PariskvIndex::build(&keys, d).unwrap();
+        assert_eq!((index.head_dim(), index.padded_dim()), (d, padded));
+        assert_eq!(index.subspaces(), padded / 8);
+        assert_eq!(index.signs(), &s[..]);
+        assert_eq!(index.codes(2).len(), padded / 2);
+        assert_eq!(index.ids(2).len(), padded / 8);
+        assert_eq!(index.weights(2).len(), padded / 8);
+        assert_eq!(index_bytes_per_token(d), index_bytes_per_token(padded));
+        // The padded index is the index of the zero-padded keys, row for row.
+        let padded_keys: Vec<bf16> = keys
+            .chunks(d)
+            .flat_map(|k| {
+                k.iter()
+                    .copied()
+                    .chain(std::iter::repeat(bf16::ZERO))
+                    .take(padded)
+            })
+            .collect();
+        let wide = PariskvIndex::build(&padded_keys, padded).unwrap();
+        for t in 0..3 {
+            assert_eq!(index.ids(t), wide.ids(t));
+            assert_eq!(index.codes(t), wide.codes(t));
+            assert_eq!(index.weights(t), wide.weights(t));
+        }
+    }
+}
+
 #[test]
 fn subspace_codes_by_hand() {
     // ±0.5 alternating: r = sqrt 2, |u| = 0.35355 → level 4; positive at even j.
@@ -155,6 +206,10 @@ fn index_rows_by_hand() {
     assert_eq!(index_bytes_per_token(128), 112);
     assert_eq!(index_bytes_per_token(64), 56);
     assert_eq!(index_bytes_per_token(256), 224);
+    // 80 and 96 pad to 128, 192 to 256.
+    assert_eq!(index_bytes_per_token(80), 112);
+    assert_eq!(index_bytes_per_token(96), 112);
+    assert_eq!(index_bytes_per_token(192), 224);
 }
 
 #[test]
@@ -191,12 +246,18 @@ fn direction_code_beats_centroid_and_estimator_tracks_inner_product() {
     assert!(cos_code > 0.97, "code cosine {cos_code}");
     assert!(cos_centroid < 0.85, "centroid cosine {cos_centroid}");
 
-    // ŝ against q̄ · k on random keys: high correlation, small relative error.
-    let d = 128;
+    // ŝ against q̄ · k on random keys: high correlation, small relative error, also where the
+    // transform pads the keys (D = 96).
+    for d in [128, 96] {
+        estimator_tracks_inner_product(&mut rng, d);
+    }
+}
+
+fn estimator_tracks_inner_product(rng: &mut ChaCha8Rng, d: usize) {
     let n = 2000;
-    let keys = to_bf16(&gaussian(&mut rng, n * d));
+    let keys = to_bf16(&gaussian(rng, n * d));
     let index = PariskvIndex::build(&keys, d).unwrap();
-    let q = gaussian(&mut rng, d);
+    let q = gaussian(rng, d);
     let (q_tilde, q_norm) = rotate(&q, index.signs());
     let truth: Vec<f64> = (0..n).map(|t| exact(&keys, d, &q, t)).collect();
     let est: Vec<f64> = (0..n)
@@ -211,11 +272,11 @@ fn direction_code_beats_centroid_and_estimator_tracks_inner_product() {
         .sum();
     let var = |v: &[f64], m: f64| v.iter().map(|a| (a - m).powi(2)).sum::<f64>();
     let corr = cov / (var(&truth, mt) * var(&est, me)).sqrt();
-    assert!(corr > 0.97, "correlation {corr}");
+    assert!(corr > 0.97, "D = {d}: correlation {corr}");
     let err: f64 = truth.iter().zip(&est).map(|(a, b)| (a - b).powi(2)).sum();
     assert!(
         err / var(&truth, mt) < 0.06,
-        "relative error {}",
+        "D = {d}: relative error {}",
         err / var(&truth, mt)
     );
 }
@@ -327,7 +388,7 @@ fn votes_tiers_and_recall_on_synthetic_keys() {
 
 #[test]
 fn other_head_dims_retrieve_too() {
-    for d in [64, 256] {
+    for d in [64, 80, 96, 192, 256] {
         let n = 3000;
         let head = synthetic(n, d, 12);
         let index = PariskvIndex::build(&head.keys, d).unwrap();
@@ -402,14 +463,14 @@ fn step_selects_attends_and_counts_bytes() {
 
 #[test]
 fn bad_input_is_refused() {
-    for d in [0, 8, 12, 96, 100, 512] {
+    for d in [0, 8, 12, 72, 100, 512] {
         assert_eq!(
             PariskvIndex::new(d).unwrap_err(),
             PariskvError::HeadDim { head_dim: d }
         );
     }
     let msg = PariskvIndex::new(100).unwrap_err().to_string();
-    assert!(msg.contains("64, 128 or 256"), "{msg}");
+    assert!(msg.contains("64, 80, 96, 128, 192 or 256"), "{msg}");
     assert!(matches!(
         PariskvIndex::build(&to_bf16(&[1.0; 65]), 64),
         Err(PariskvError::KeyShape { values: 65, .. })

@@ -163,9 +163,14 @@ fn bad_input_is_refused_with_what_was_wrong() {
         Err(PlanError::GroupSize { got: 0 })
     );
     assert_eq!(
-        water_fill(&vec![vec![1.0; 4]; 9], &s, 8.0, B64),
-        Err(PlanError::GroupSize { got: 9 })
+        water_fill(&vec![vec![1.0; 4]; 17], &s, 8.0, B64),
+        Err(PlanError::GroupSize { got: 17 })
     );
+    assert!(water_fill(&vec![vec![1.0; 4]; 16], &s, 8.0, B64).is_ok());
+    let message = water_fill(&vec![vec![1.0; 4]; 17], &s, 8.0, B64)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("1 to 16"), "{message}");
     assert_eq!(
         water_fill(&[vec![1.0; 4], vec![1.0; 3]], &s, 8.0, B64),
         Err(PlanError::QueryShape {

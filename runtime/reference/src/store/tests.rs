@@ -391,8 +391,8 @@ fn shapes_and_layouts_are_checked() {
         Err(EncodeError::Shape { .. })
     ));
     assert_eq!(
-        StoreLayout::new(96, BlockSize::B64, 1),
-        Err(LayoutError::HeadDim { got: 96 })
+        StoreLayout::new(100, BlockSize::B64, 1),
+        Err(LayoutError::HeadDim { got: 100 })
     );
     assert_eq!(
         StoreLayout::new(64, BlockSize::B128, 1),

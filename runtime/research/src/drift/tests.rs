@@ -108,5 +108,5 @@ fn bad_configs_are_refused() {
     })
     .contains("finite"));
     assert!(err(|c| c.drift.steps = 0).contains("decode steps"));
-    assert!(err(|c| c.drift.prefill.head_dim = 96).contains("96"));
+    assert!(err(|c| c.drift.prefill.head_dim = 100).contains("100"));
 }

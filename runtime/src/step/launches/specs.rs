@@ -227,10 +227,7 @@ fn scan(
     } else {
         Placement::Hbm
     };
-    let default = match placement {
-        Placement::Hbm => tiles.scan_hbm,
-        Placement::Host => tiles.scan_host,
-    };
+    let default = tiles.scan(placement, shape.group);
     let (tile_words, threads) = match chooser.lookup(TunedFamily::Scan, placement) {
         None => fit_scan_tile(default, shape.segment_words),
         Some(Tile::Scan {

@@ -1,6 +1,8 @@
 //! Reads the parameter list of an `extern "C" __global__` entry point out of a rendered source,
-//! so that the launchers follow the templates (the single source of truth) without a second
-//! copy of every signature.
+//! so that the launchers and argument structs (`fathom_macros::kernels!`, `fathom_macros::abi!`)
+//! follow the templates (the single source of truth) without a second copy of every signature,
+//! and so that a test can check a rendered kernel against the structs generated at build time
+//! ([`Param::canonical`]).
 
 use std::fmt;
 
@@ -18,9 +20,32 @@ pub enum Scalar {
     U64,
     F32,
     F64,
+    /// CUDA's `uint2` (`{x, y}` of `unsigned int`), as pointees only.
+    U32x2,
+    /// CUDA's `uint4`, as pointees only.
+    U32x4,
 }
 
 impl Scalar {
+    /// The C spelling the canonical form uses.
+    fn c_name(self) -> &'static str {
+        match self {
+            Scalar::Void => "void",
+            Scalar::I8 => "signed char",
+            Scalar::U8 => "unsigned char",
+            Scalar::I16 => "short",
+            Scalar::U16 => "unsigned short",
+            Scalar::I32 => "int",
+            Scalar::U32 => "unsigned int",
+            Scalar::I64 => "long long",
+            Scalar::U64 => "unsigned long long",
+            Scalar::F32 => "float",
+            Scalar::F64 => "double",
+            Scalar::U32x2 => "uint2",
+            Scalar::U32x4 => "uint4",
+        }
+    }
+
     /// The scalar named by the type words of a declaration (`const` already removed), in any
     /// order (`unsigned long long`, `long long unsigned int` ...).
     fn from_words(words: &[&str]) -> Option<Scalar> {
@@ -38,6 +63,8 @@ impl Scalar {
             "long long unsigned" | "int long long unsigned" | "uint64_t" | "size_t" => Scalar::U64,
             "float" => Scalar::F32,
             "double" => Scalar::F64,
+            "uint2" => Scalar::U32x2,
+            "uint4" => Scalar::U32x4,
             _ => return None,
         };
         Some(scalar)
@@ -61,6 +88,32 @@ pub struct Param {
     pub name: String,
     pub ty: CType,
     pub declaration: String,
+}
+
+impl CType {
+    /// The type in one spelling, without qualifiers that do not change the ABI
+    /// (`__restrict__`, a `const` on the pointer itself): `const unsigned short* const*`.
+    pub fn canonical(&self) -> String {
+        match self {
+            CType::Scalar(s) => s.c_name().to_string(),
+            CType::Ptr {
+                pointee,
+                pointee_const,
+            } => match (pointee.as_ref(), pointee_const) {
+                (CType::Scalar(s), true) => format!("const {}*", s.c_name()),
+                (CType::Scalar(s), false) => format!("{}*", s.c_name()),
+                (inner, true) => format!("{} const*", inner.canonical()),
+                (inner, false) => format!("{}*", inner.canonical()),
+            },
+        }
+    }
+}
+
+impl Param {
+    /// `<canonical type> <name>`: what two renderings of one ABI have in common.
+    pub fn canonical(&self) -> String {
+        format!("{} {}", self.ty.canonical(), self.name)
+    }
 }
 
 /// Why a signature could not be read: a template the macro does not understand.
@@ -284,6 +337,10 @@ extern "C" __global__ void __launch_bounds__(256) k(
             params[0].declaration,
             "const unsigned short* const* __restrict__ rows"
         );
+        assert_eq!(params[0].canonical(), "const unsigned short* const* rows");
+        assert_eq!(params[1].canonical(), "unsigned long long* const* words");
+        assert_eq!(params[3].canonical(), "int* status");
+        assert_eq!(params[5].canonical(), "unsigned long long addr");
     }
 
     #[test]
@@ -298,9 +355,9 @@ extern "C" __global__ void __launch_bounds__(256) k(
 
     #[test]
     fn every_entry_point_of_a_default_kernel_set_is_read() {
-        let shape = codegen::model::preset("qwen2.5-7b").unwrap();
-        for spec in codegen::kernels_for(&shape, &Default::default()) {
-            let source = codegen::render_any(&spec).unwrap();
+        let shape = crate::model::preset("qwen2.5-7b").unwrap();
+        for spec in crate::kernels_for(&shape, &Default::default()) {
+            let source = crate::render_any(&spec).unwrap();
             for entry in spec.entry_points() {
                 let params = entry_params(&source, &entry)
                     .unwrap_or_else(|e| panic!("{}: {e}", spec.kernel_name()));

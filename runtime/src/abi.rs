@@ -1,0 +1,47 @@
+//! Every kernel's argument list, once: one struct per entry point, generated at build time by
+//! `fathom_macros::abi!` from the template's rendered signature (`templates/ABI.md`). A template
+//! whose parameters change changes its struct, so every stale call site stops compiling; the
+//! test `every_spec_has_a_generated_signature` renders the specs of every family and fails,
+//! naming the family, on a signature no struct here covers (a variant to add below).
+//!
+//! One line per distinct signature of a family: the kernels of one family differ in sizes,
+//! placements and methods, which the template bakes in, but not in their parameters, except
+//! the compacting select (`select_compact`), whose chunked stages also take the candidates.
+
+fathom_macros::abi! {
+    #[fathom(runtime = crate)]
+    pub mod kernels {
+        encode = encode(head_dim = 128, block = 64, segment_words = 512, mode = bulk,
+                        rotate = false, threads = 256);
+        plan = plan(head_dim = 128, group = 4, block = 64, segment_words = 512,
+                    method = fathom, rotate = false, threads = 256);
+        gather = gather(head_dim = 128, block = 64, segment_words = 512, loads_in_flight = 4,
+                        threads = 256);
+        scan = scan(head_dim = 128, group = 4, block = 64, segment_words = 512,
+                    tile_words = 16, threads = 256, placement = hbm);
+        oracle = oracle(head_dim = 128, group = 4, threads = 256, placement = hbm);
+        landmark = landmark(head_dim = 128, group = 4, threads = 256, placement = hbm);
+        select = select(group = 4, k_max = 2048, threads = 256, items_per_thread = 16,
+                        compact = false);
+        select_compact = select(group = 4, k_max = 2048, threads = 256, items_per_thread = 16,
+                                compact = true);
+        fetch = fetch(head_dim = 128, group = 4, threads = 256, placement = hbm);
+        attention = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4);
+        pariskv_index = pariskv_index(head_dim = 128, threads = 256, placement = hbm);
+        pariskv_query = pariskv_query(head_dim = 128, group = 4);
+        pariskv_vote = pariskv_vote(head_dim = 128, threads = 256, placement = hbm);
+        pariskv_topc = pariskv_topc(head_dim = 128, threads = 256);
+        pariskv_rerank = pariskv_rerank(head_dim = 128, group = 4, k_max = 2048, threads = 256,
+                                        placement = hbm);
+        mapped_read = mapped_read(loads_in_flight = 4, threads = 256);
+        append_rows = append_rows(threads = 128);
+    }
+}
+
+mod select_stages;
+
+pub use kernels::*;
+pub use select_stages::{select_args, SelectBuffers};
+
+#[cfg(test)]
+mod tests;

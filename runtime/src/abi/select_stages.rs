@@ -1,0 +1,226 @@
+//! The select family's launches from one set of buffers: its stages take overlapping subsets
+//! of them, and the compacting variant's chunked stages also the candidates, so the step, the
+//! kernel tests and the autotuner name the buffers once and take each stage's argument struct
+//! from here.
+
+use codegen::spec::select::SelectStage;
+
+use super::kernels::{select, select_compact};
+use crate::gpu::Arg;
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
+
+/// Everything a selection reads and writes (`templates/ABI.md`, "The selection pipeline").
+#[derive(Clone, Copy, Debug)]
+pub struct SelectBuffers {
+    /// `[B][H][G][ld_scores]` fp32.
+    pub scores: DevicePtr<f32>,
+    /// Row stride of `scores`, in floats.
+    pub ld_scores: i32,
+    /// `[B]` tokens per sequence.
+    pub n_total: DevicePtr<i32>,
+    /// The run-time k.
+    pub k: i32,
+    /// `H`.
+    pub num_kv_heads: i32,
+    /// The radix state workspace.
+    pub state: DevicePtrMut<u32>,
+    /// The per-chunk counts workspace.
+    pub chunk_counts: DevicePtrMut<u32>,
+    /// The candidates (compacting variant; unread by the plain one).
+    pub candidates: DevicePtrMut<[u32; 2]>,
+    /// Each chunk's run of candidates (compacting variant).
+    pub candidate_runs: DevicePtrMut<u32>,
+    /// The union's workspace.
+    pub scratch: DevicePtrMut<i32>,
+    /// `[B*H*G][k+36]`.
+    pub sel: DevicePtrMut<i32>,
+    /// `[B*H*G][k+36]`.
+    pub sel_pos: DevicePtrMut<i32>,
+    /// `[B*H*G]`.
+    pub sel_count: DevicePtrMut<i32>,
+    /// `[B*H][G*k+36]`.
+    pub uni: DevicePtrMut<i32>,
+    /// `[B*H]`.
+    pub uni_count: DevicePtrMut<i32>,
+}
+
+/// The arguments of `stage` of the plain (`compact = false`) or the compacting select.
+pub fn select_args(compact: bool, stage: SelectStage, b: &SelectBuffers) -> Vec<Arg> {
+    let pass = i32::from(stage.pass().unwrap_or(0));
+    // `_init`, `_pick` and `_union` have one signature in both variants (`runtime::abi`'s test
+    // checks it), so both take them from the plain variant's structs.
+    match (stage, compact) {
+        (SelectStage::Init, _) => select::InitArgs {
+            n_total: b.n_total,
+            k: b.k,
+            state: b.state,
+            sel_count: b.sel_count,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Pick(_), _) => select::PickArgs {
+            state: b.state,
+            pass,
+        }
+        .args(),
+        (SelectStage::Union, _) => select::UnionArgs {
+            sel: b.sel.as_const(),
+            sel_count: b.sel_count.as_const(),
+            sel_pos: b.sel_pos,
+            uni: b.uni,
+            uni_count: b.uni_count,
+            scratch: b.scratch,
+            k: b.k,
+        }
+        .args(),
+        // The plain variant has no `_filter` stage (`SelectStage::order(false)`).
+        (SelectStage::Hist(_) | SelectStage::Filter(_), false) => select::HistArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state,
+            pass,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Count, false) => select::CountArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state.as_const(),
+            chunk_counts: b.chunk_counts,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Write, false) => select::WriteArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state.as_const(),
+            chunk_counts: b.chunk_counts.as_const(),
+            sel: b.sel,
+            k: b.k,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Hist(_), true) => select_compact::HistArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state,
+            candidates: b.candidates.as_const(),
+            candidate_runs: b.candidate_runs.as_const(),
+            pass,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Filter(_), true) => select_compact::FilterArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state,
+            candidates: b.candidates,
+            candidate_runs: b.candidate_runs,
+            pass,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Count, true) => select_compact::CountArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state.as_const(),
+            candidates: b.candidates.as_const(),
+            candidate_runs: b.candidate_runs.as_const(),
+            chunk_counts: b.chunk_counts,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Write, true) => select_compact::WriteArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            state: b.state.as_const(),
+            candidates: b.candidates.as_const(),
+            candidate_runs: b.candidate_runs.as_const(),
+            chunk_counts: b.chunk_counts.as_const(),
+            sel: b.sel,
+            k: b.k,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codegen::spec::SelectSpec;
+
+    /// The argument lists equal `SelectSpec::params`, codegen's description of each stage's
+    /// list, position by position, in both variants.
+    #[test]
+    fn every_stage_matches_the_spec_s_parameter_list() {
+        use codegen::spec::select::SelectParam as P;
+        let b = SelectBuffers {
+            scores: DevicePtr::from_addr(1),
+            ld_scores: 2,
+            n_total: DevicePtr::from_addr(3),
+            k: 4,
+            num_kv_heads: 6,
+            state: DevicePtrMut::from_addr(7),
+            chunk_counts: DevicePtrMut::from_addr(8),
+            candidates: DevicePtrMut::from_addr(9),
+            candidate_runs: DevicePtrMut::from_addr(10),
+            scratch: DevicePtrMut::from_addr(11),
+            sel: DevicePtrMut::from_addr(12),
+            sel_pos: DevicePtrMut::from_addr(13),
+            sel_count: DevicePtrMut::from_addr(14),
+            uni: DevicePtrMut::from_addr(15),
+            uni_count: DevicePtrMut::from_addr(16),
+        };
+        for compact in [false, true] {
+            let spec = SelectSpec {
+                group: 4,
+                k_max: 2048,
+                threads: 256,
+                items_per_thread: 16,
+                compact,
+            };
+            for &stage in spec.stages() {
+                let pass = u64::from(stage.pass().unwrap_or(0));
+                let want: Vec<u64> = spec
+                    .params(stage)
+                    .iter()
+                    .map(|p| match p {
+                        P::Scores => 1,
+                        P::LdScores => 2,
+                        P::NTotal => 3,
+                        P::K => 4,
+                        P::Pass => pass,
+                        P::NumKvHeads => 6,
+                        P::State => 7,
+                        P::ChunkCounts => 8,
+                        P::Candidates => 9,
+                        P::CandidateRuns => 10,
+                        P::Scratch => 11,
+                        P::Sel => 12,
+                        P::SelPos => 13,
+                        P::SelCount => 14,
+                        P::Uni => 15,
+                        P::UniCount => 16,
+                    })
+                    .collect();
+                let got: Vec<u64> = select_args(compact, stage, &b)
+                    .into_iter()
+                    .map(|a| match a {
+                        Arg::Ptr(v) | Arg::U64(v) => v,
+                        Arg::I32(v) => v as u64,
+                        other => panic!("{stage:?}: unexpected {other:?}"),
+                    })
+                    .collect();
+                assert_eq!(got, want, "compact = {compact}, {stage:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+use std::collections::BTreeSet;
+
+use codegen::model::presets;
+use codegen::signature::entry_params;
+use codegen::spec::{AppendRowsSpec, MappedReadSpec};
+use codegen::{kernels_for, KernelSetOptions, KernelSpec};
+use serde_json::Value;
+
+use super::SIGNATURES;
+
+/// The enum fields that choose a template's code paths (and so could change its signature);
+/// every value of each, and of the flags `rotate` and `compact`, is tried on every spec of the
+/// presets' kernel sets.
+const FLIPS: [(&str, &[&str]); 2] = [
+    ("placement", &["hbm", "host"]),
+    ("mode", &["bulk", "append"]),
+];
+
+/// The kernel sets of every preset, block and segment size, with every placement, mode,
+/// `rotate` and `compact` value on each spec (those that validate), once per kernel name.
+fn spec_grid() -> Vec<KernelSpec> {
+    let mut names = BTreeSet::new();
+    let mut grid = Vec::new();
+    let mut push = |spec: KernelSpec| {
+        if spec.validate().is_ok() && names.insert(spec.kernel_name()) {
+            grid.push(spec);
+        }
+    };
+    for loads_in_flight in [1, 4, 8] {
+        for threads in [128, 256] {
+            push(KernelSpec::MappedRead(MappedReadSpec {
+                loads_in_flight,
+                threads,
+            }));
+        }
+    }
+    for threads in [32, 128, 1024] {
+        push(KernelSpec::AppendRows(AppendRowsSpec { threads }));
+    }
+    for preset in presets() {
+        for block in [32, 64, 128] {
+            for segment_words in [256, 512] {
+                let options = KernelSetOptions {
+                    block,
+                    segment_words,
+                };
+                for spec in kernels_for(&preset.shape(), &options) {
+                    for variant in variants(&spec) {
+                        push(variant);
+                    }
+                }
+            }
+        }
+    }
+    grid
+}
+
+/// `spec` and the specs one flipped field away from it.
+fn variants(spec: &KernelSpec) -> Vec<KernelSpec> {
+    let tagged = serde_json::to_value(spec).expect("specs serialise");
+    let mut out = vec![*spec];
+    let mut flip = |field: &str, value: Value| {
+        let mut other = tagged.clone();
+        if let Some(slot) = other.get_mut(field) {
+            *slot = value;
+            if let Ok(spec) = serde_json::from_value::<KernelSpec>(other) {
+                out.push(spec);
+            }
+        }
+    };
+    for (field, values) in FLIPS {
+        for value in values {
+            flip(field, Value::from(*value));
+        }
+    }
+    for field in ["rotate", "compact"] {
+        flip(field, Value::Bool(true));
+        flip(field, Value::Bool(false));
+    }
+    out
+}
+
+#[test]
+fn every_spec_has_a_generated_signature() {
+    let grid = spec_grid();
+    let families: BTreeSet<&str> = grid.iter().map(KernelSpec::family).collect();
+    assert!(
+        families.len() >= 16,
+        "the grid misses families: {families:?}"
+    );
+    let mut stale = Vec::new();
+    for spec in &grid {
+        let name = spec.kernel_name();
+        let source = spec.render().unwrap_or_else(|e| panic!("{name}: {e}"));
+        for entry in spec.entry_points() {
+            let params: Vec<String> = entry_params(&source, &entry)
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .iter()
+                .map(|p| p.canonical())
+                .collect();
+            let stage = entry[name.len()..].trim_start_matches('_');
+            let covered = SIGNATURES.iter().any(|abi| {
+                abi.family == spec.family() && abi.stage == stage && abi.params == params
+            });
+            if !covered {
+                stale.push(format!(
+                    "family `{}`, entry `{entry}`: ({})",
+                    spec.family(),
+                    params.join(", ")
+                ));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "signatures no struct of runtime::abi covers (add a variant to runtime/src/abi.rs, or \
+         fix the template):\n{}",
+        stale.join("\n")
+    );
+}
+
+#[test]
+fn every_struct_is_some_spec_s_signature() {
+    // A variant line whose structs no spec of the grid has would be dead weight.
+    let grid = spec_grid();
+    for abi in SIGNATURES {
+        let used = grid.iter().any(|spec| {
+            spec.family() == abi.family && {
+                let name = spec.kernel_name();
+                let source = spec.render().expect("renders");
+                spec.entry_points().iter().any(|entry| {
+                    entry[name.len()..].trim_start_matches('_') == abi.stage
+                        && entry_params(&source, entry).is_ok_and(|p| {
+                            p.iter().map(|p| p.canonical()).collect::<Vec<_>>() == abi.params
+                        })
+                })
+            }
+        });
+        assert!(used, "{abi:?} is no spec's signature");
+    }
+}
+
+#[test]
+fn the_compact_select_differs_only_in_its_chunked_stages() {
+    let by = |variant: &str, stage: &str| {
+        SIGNATURES
+            .iter()
+            .find(|a| a.variant == variant && a.stage == stage)
+            .map(|a| a.params)
+    };
+    for stage in ["init", "pick", "union"] {
+        assert_eq!(by("select", stage), by("select_compact", stage), "{stage}");
+    }
+    for stage in ["hist", "count", "write"] {
+        assert_ne!(by("select", stage), by("select_compact", stage), "{stage}");
+    }
+    assert!(by("select", "filter").is_none() && by("select_compact", "filter").is_some());
+}
