@@ -26,7 +26,9 @@
 //! - ParisKV (`pariskv_vote`, `pariskv_topc`, `pariskv_rerank`): threads 64..1024 in powers of
 //!   two, as the row families (the vote and the top-C have large grids; the rerank's `_score`
 //!   too, and its `_select` is one block per KV head, where more threads only help, so 1,024
-//!   is in). `pariskv_query` has no tile (one thread per centroid) and `pariskv_index` runs
+//!   is in). The rerank's every thread count is tried with the plain `_score` and the
+//!   whole-row one ([`RERANK_VECTOR_LOADS`], `PariskvRerankSpec::vector_loads`), the plain
+//!   one winning ties. `pariskv_query` has no tile (one thread per centroid) and `pariskv_index` runs
 //!   when keys enter the store, not in a step: neither is tuned.
 
 use codegen::spec::{
@@ -119,6 +121,9 @@ pub const ATTENTION_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 pub const ATTENTION_ROWS: [u32; 4] = [1, 2, 4, 8];
 /// Threads per block tried for the ParisKV vote, top-C and rerank.
 pub const PARISKV_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// The rerank `_score` variants tried for every thread count: one thread a candidate, or whole
+/// rows in 16-byte loads (`PariskvRerankSpec::vector_loads`).
+pub const RERANK_VECTOR_LOADS: [bool; 2] = [false, true];
 
 /// The context lengths tuned by default: 32k, 128k and 1M tokens.
 pub const CONTEXTS: [usize; 3] = [1 << 15, 1 << 17, 1 << 20];
@@ -248,9 +253,20 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
         Subject::Kernel(TunedFamily::Oracle | TunedFamily::Landmark | TunedFamily::Fetch) => {
             threads(&ROW_THREADS)
         }
-        Subject::Kernel(
-            TunedFamily::PariskvVote | TunedFamily::PariskvTopc | TunedFamily::PariskvRerank,
-        ) => threads(&PARISKV_THREADS),
+        Subject::Kernel(TunedFamily::PariskvVote | TunedFamily::PariskvTopc) => {
+            threads(&PARISKV_THREADS)
+        }
+        Subject::Kernel(TunedFamily::PariskvRerank) => PARISKV_THREADS
+            .iter()
+            .flat_map(|&threads| {
+                RERANK_VECTOR_LOADS.iter().map(move |&vector_loads| {
+                    Variant::Tile(Tile::Rerank {
+                        threads,
+                        vector_loads,
+                    })
+                })
+            })
+            .collect(),
         Subject::Kernel(TunedFamily::Select) => SELECT_THREADS
             .iter()
             .flat_map(|&threads| {
@@ -361,14 +377,16 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             threads,
         }
         .into(),
-        (TunedFamily::PariskvRerank, Tile::Threads(threads)) => PariskvRerankSpec {
-            head_dim: d32,
-            group: g32,
-            k_max: bench_k_max() as u32,
-            threads,
-            placement: case.placement,
+        (TunedFamily::PariskvRerank, Tile::Threads(threads)) => {
+            rerank_spec(case, threads, false).into()
         }
-        .into(),
+        (
+            TunedFamily::PariskvRerank,
+            Tile::Rerank {
+                threads,
+                vector_loads,
+            },
+        ) => rerank_spec(case, threads, vector_loads).into(),
         (
             TunedFamily::Select,
             tile @ Tile::Select {
@@ -420,6 +438,18 @@ pub fn gather_spec(case: &Case, loads_in_flight: usize, threads: usize) -> Gathe
         loads_in_flight,
         threads,
         ..GatherSpec::new(case.head_dim)
+    }
+}
+
+/// The rerank spec of a case, its threads and `_score` variant, at the decoder's `k_max`.
+pub fn rerank_spec(case: &Case, threads: u32, vector_loads: bool) -> PariskvRerankSpec {
+    PariskvRerankSpec {
+        head_dim: case.head_dim as u32,
+        group: case.group as u32,
+        k_max: bench_k_max() as u32,
+        threads,
+        placement: case.placement,
+        vector_loads,
     }
 }
 
@@ -595,7 +625,17 @@ mod tests {
                 | TunedFamily::PariskvRerank),
             ) = subject
             {
-                assert_eq!(size(f, placement), PARISKV_THREADS.len(), "{f:?}");
+                // The rerank's two `_score` variants at every thread count.
+                let variants = if f == TunedFamily::PariskvRerank {
+                    2
+                } else {
+                    1
+                };
+                assert_eq!(
+                    size(f, placement),
+                    variants * PARISKV_THREADS.len(),
+                    "{f:?}"
+                );
             }
         }
     }
@@ -622,10 +662,15 @@ mod tests {
                 (TunedFamily::PariskvRerank, Placement::Host),
             ]
         );
-        let default = Variant::Tile(Tile::Threads(
-            runtime::tuning::Tiles::default().pariskv_threads,
-        ));
+        let defaults = runtime::tuning::Tiles::default();
         for (family, placement) in pariskv {
+            let default = Variant::Tile(match family {
+                TunedFamily::PariskvRerank => Tile::Rerank {
+                    threads: defaults.pariskv_threads,
+                    vector_loads: defaults.rerank_vector_loads,
+                },
+                _ => Tile::Threads(defaults.pariskv_threads),
+            });
             let c = case(Subject::Kernel(family), placement, 7);
             assert!(enumerate(&c).contains(&default), "{family:?}");
             let spec = tile_spec(&c, &Variant::Tile(Tile::Threads(512))).unwrap();
@@ -638,6 +683,18 @@ mod tests {
                 KernelSpec::PariskvRerank(s) => {
                     assert_eq!((s.threads, s.placement, s.group), (512, placement, 7));
                     assert_eq!(s.k_max as usize, bench_k_max());
+                    assert!(!s.vector_loads);
+                    let wide = Tile::Rerank {
+                        threads: 256,
+                        vector_loads: true,
+                    };
+                    assert!(enumerate(&c).contains(&Variant::Tile(wide)));
+                    match tile_spec(&c, &Variant::Tile(wide)).unwrap() {
+                        KernelSpec::PariskvRerank(s) => {
+                            assert_eq!((s.threads, s.vector_loads), (256, true))
+                        }
+                        other => panic!("{other:?}"),
+                    }
                 }
                 other => panic!("{other:?}"),
             }

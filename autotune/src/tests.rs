@@ -476,33 +476,61 @@ fn the_pariskv_subjects_are_verified_timed_and_disqualified_like_the_others() {
         (TunedFamily::PariskvRerank, Placement::Hbm),
     ] {
         let c = case(Subject::Kernel(family), placement, 1 << 20);
+        // The rerank's tiles carry their `_score` variant too: twice the candidates.
+        let (kind, variants) = match family {
+            TunedFamily::PariskvRerank => ("rerank", 2),
+            _ => ("threads", 1),
+        };
+        let name = |t: u32| format!("{kind} t{t}");
         // A wrong candidate that would be fastest does not win; one whose launch fails is
         // reported, not fatal; the rest are timed once each.
         let mut bench = FakeBench::new(2.0)
-            .with("threads t1024", Fake::Wrong)
-            .with("threads t64", Fake::TimeFails)
-            .with("threads t512", Fake::Times(vec![1.0]))
-            .with("threads t256", Fake::Times(vec![1.01]));
+            .with(&name(1024), Fake::Wrong)
+            .with(&name(64), Fake::TimeFails)
+            .with(&name(512), Fake::Times(vec![1.0]))
+            .with(&name(256), Fake::Times(vec![1.01]));
         let entry = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent);
-        assert_eq!(entry.candidates.len(), 5, "{family:?}");
-        assert_eq!(bench.timed.len(), 4, "the wrong one is not timed");
+        assert_eq!(entry.candidates.len(), 5 * variants, "{family:?}");
+        assert_eq!(
+            bench.timed.len(),
+            5 * variants - 1,
+            "the wrong one is not timed"
+        );
         assert!(matches!(
-            outcome(&entry.candidates, "threads t1024"),
+            outcome(&entry.candidates, &name(1024)),
             Outcome::Disqualified { reason } if reason.starts_with("verify:")
         ));
         assert!(matches!(
-            outcome(&entry.candidates, "threads t64"),
+            outcome(&entry.candidates, &name(64)),
             Outcome::Disqualified { reason } if reason.contains("too many resources")
         ));
         let w = entry.winner.unwrap();
         // 1% slower is within the 2% floor, and 256 threads is simpler than 512.
         assert_eq!(
             (w.fastest.as_str(), w.name.as_str()),
-            ("threads t512", "threads t256")
+            (name(512).as_str(), name(256).as_str())
         );
         assert_eq!(entry.key.subject, Subject::Kernel(family));
         assert_eq!(entry.key.placement, placement);
         assert_eq!(entry.key.context_bucket, 20);
+    }
+}
+
+/// A whole-row rerank `_score` that is not faster beyond noise loses to the plain one of its
+/// threads; one that is faster wins.
+#[test]
+fn the_whole_row_rerank_wins_only_beyond_noise() {
+    let c = case(
+        Subject::Kernel(TunedFamily::PariskvRerank),
+        Placement::Host,
+        1 << 20,
+    );
+    for (wide_ms, winner) in [(0.99, "rerank t256"), (0.5, "rerank t256 v16")] {
+        let mut bench = FakeBench::new(2.0)
+            .with("rerank t256", Fake::Times(vec![1.0]))
+            .with("rerank t256 v16", Fake::Times(vec![wide_ms]));
+        let entry = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent);
+        assert_eq!(entry.winner.unwrap().name, winner, "v16 at {wide_ms} ms");
     }
 }
 
@@ -555,7 +583,10 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
         (Subject::Kernel(TunedFamily::Gather), "gather l2 t128"),
         (Subject::Kernel(TunedFamily::PariskvVote), "threads t512"),
         (Subject::Kernel(TunedFamily::PariskvTopc), "threads t1024"),
-        (Subject::Kernel(TunedFamily::PariskvRerank), "threads t64"),
+        (
+            Subject::Kernel(TunedFamily::PariskvRerank),
+            "rerank t64 v16",
+        ),
     ];
     let mut bench = fastest_per_subject(&fast);
     let record = tune(
@@ -618,6 +649,9 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
             (pk.vote.threads, pk.topc.threads, pk.rerank.threads),
             (512, 1024, 64)
         );
+        // The whole-row `_score` won, and its name says so.
+        assert!(pk.rerank.vector_loads);
+        assert!(pk.rerank.score_entry().ends_with("_v16_score"));
         for op in &pariskv.operations {
             let Some(kernel) = &op.kernel else { continue };
             let want = match op.role {

@@ -269,6 +269,11 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     threads,
                     rows_per_warp,
                 } => (0, threads as usize, rows_per_warp as usize),
+                // Likewise the plain `_score` before the whole-row one.
+                Tile::Rerank {
+                    threads,
+                    vector_loads,
+                } => (u8::from(vector_loads), threads as usize, 0),
             };
             (kind, threads, size)
         }

@@ -85,6 +85,7 @@ fn pariskv_specs(d: u32, g: u32) -> Vec<KernelSpec> {
                 k_max: K_MAX,
                 threads: THREADS,
                 placement,
+                vector_loads: false,
             }
             .into(),
         );

@@ -56,6 +56,7 @@ fn rerank() -> PariskvRerankSpec {
         k_max: 2048,
         threads: 256,
         placement: Placement::Hbm,
+        vector_loads: false,
     }
 }
 
@@ -83,6 +84,7 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
                     k_max: [1, 4096][i],
                     threads,
                     placement,
+                    vector_loads: false,
                 };
                 specs.push((s.into(), vec![s.score_entry(), s.select_entry()]));
             }
@@ -162,6 +164,7 @@ mod rerank_family {
                 k_max,
                 threads: 256,
                 placement,
+                vector_loads: false,
             },
         ),
         alternatives: [
@@ -170,6 +173,7 @@ mod rerank_family {
             ("k_max", json!(128)),
             ("threads", json!(512)),
             ("placement", json!("host")),
+            ("vector_loads", json!(true)),
         ],
         bad_fields: [
             ("head_dim", json!(136)),
@@ -191,6 +195,94 @@ fn the_names_spell_the_fields() {
         rerank().select_entry(),
         "fathom_pariskv_rerank_d128_g4_k2048_t256_hbm_select"
     );
+    assert_eq!(
+        whole_rows(rerank()).score_entry(),
+        "fathom_pariskv_rerank_d128_g4_k2048_t256_hbm_v16_score"
+    );
+}
+
+fn whole_rows(spec: PariskvRerankSpec) -> PariskvRerankSpec {
+    PariskvRerankSpec {
+        vector_loads: true,
+        ..spec
+    }
+}
+
+/// The whole-row variant reads the code and weight rows as `uint4`s, `D/32` lanes a candidate,
+/// and leaves `_select` as it was; the plain one has no 16-byte loads of the index.
+#[test]
+fn the_whole_row_variant_loads_16_bytes_and_keeps_the_select() {
+    for head_dim in head_dims() {
+        for placement in [Placement::Hbm, Placement::Host] {
+            let plain = PariskvRerankSpec {
+                head_dim,
+                placement,
+                ..rerank()
+            };
+            let wide = whole_rows(plain);
+            let (a, b) = (render(&plain).unwrap(), render(&wide).unwrap());
+            assert!(!a.contains("uint4"), "{}", plain.kernel_name());
+            assert!(b.contains("load_index(code_rows + (size_t)t * LANES + part)"));
+            assert!(b.contains(&format!(
+                "constexpr int LANES = {};",
+                head_dim.next_power_of_two() / 32
+            )));
+            let select = |s: &str| s[s.find("_select(").unwrap()..].to_string();
+            assert_eq!(
+                select(&a).replace(&plain.kernel_name(), "K"),
+                select(&b).replace(&wide.kernel_name(), "K")
+            );
+        }
+    }
+}
+
+/// Four candidates per lane group instead of per thread; any grid still covers the candidates.
+#[test]
+fn the_whole_row_score_launch_counts_lane_groups() {
+    let wide = whole_rows(rerank());
+    // 256 threads at D = 128: 64 groups of 4 lanes, 256 candidates a block per pass.
+    assert_eq!(wide.launch_score(1, 8, 1000).unwrap().grid, [4, 8, 1]);
+    assert_eq!(rerank().launch_score(1, 8, 1000).unwrap().grid, [1, 8, 1]);
+    assert_eq!(wide.launch_score(1, 8, 1000).unwrap().block, [256, 1, 1]);
+}
+
+/// Every head dimension, both placements, the smallest and largest block: compiles quietly for
+/// sm_90 with no register spills in either entry point.
+#[test]
+fn the_whole_row_variant_compiles_without_spills() {
+    for head_dim in head_dims() {
+        for (placement, threads) in [(Placement::Hbm, 32), (Placement::Host, 1024)] {
+            let spec = whole_rows(PariskvRerankSpec {
+                head_dim,
+                threads,
+                placement,
+                ..rerank()
+            });
+            let entries = vec![spec.score_entry(), spec.select_entry()];
+            assert_compiles(&spec, &entries);
+            let source = render(&spec).unwrap();
+            let used = codegen::resources::measure(
+                &source,
+                &format!("{}.cu", spec.kernel_name()),
+                "sm_90",
+                &[],
+                &entries,
+            )
+            .unwrap();
+            for (entry, r) in entries.iter().zip(&used) {
+                assert!(!r.spills(), "{entry}: {r:?}");
+            }
+            // The rows are read as 16-byte vectors, past the caches from host memory.
+            let ptx = codegen::nvrtc::compile(&source, "v16.cu", "sm_90", &[])
+                .unwrap()
+                .ptx;
+            let load = match placement {
+                Placement::Host => "ld.global.cs.v4.u32",
+                Placement::Hbm => "ld.global.nc.v4.u32",
+            };
+            assert!(ptx.contains(load), "{}: no {load}", spec.kernel_name());
+        }
+    }
 }
 
 #[test]

@@ -199,13 +199,27 @@ pub struct RetrievalHost {
 }
 
 impl PariskvKernels {
-    /// Renders and compiles the five families for `head_dim`, `group`, `k_max` and `placement`.
+    /// Renders and compiles the five families for `head_dim`, `group`, `k_max` and `placement`
+    /// (the default kernel set's rerank).
     pub fn load(
         gpu: &Gpu,
         head_dim: u32,
         group: u32,
         k_max: u32,
         placement: Placement,
+    ) -> Result<Self, KernelError> {
+        Self::load_variant(gpu, head_dim, group, k_max, placement, false)
+    }
+
+    /// As [`PariskvKernels::load`], with the rerank's `_score` reading whole rows in 16-byte
+    /// loads when `vector_loads` ([`PariskvRerankSpec::vector_loads`]).
+    pub fn load_variant(
+        gpu: &Gpu,
+        head_dim: u32,
+        group: u32,
+        k_max: u32,
+        placement: Placement,
+        vector_loads: bool,
     ) -> Result<Self, KernelError> {
         let index = PariskvIndexSpec {
             head_dim,
@@ -228,6 +242,7 @@ impl PariskvKernels {
             k_max,
             threads: THREADS,
             placement,
+            vector_loads,
         };
         let modules = [
             compile(gpu, &index)?,

@@ -17,11 +17,14 @@
 //! centroids tie); grids of one block; an append after a prefill; a non-finite key and a weight
 //! overflow reported through `status` with nothing written for that token. Every output buffer
 //! is poisoned first, so an element that should not be written and is, or should be and is not,
-//! is caught.
+//! is caught. The retrieval cases run twice: with the default rerank and with its whole-row
+//! `_score` (`PariskvRerankSpec::vector_loads`, 16-byte loads of the code and weight rows).
 
 use codegen::spec::launch::Launch;
-use codegen::spec::pariskv::{candidate_count, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS};
-use codegen::spec::Placement;
+use codegen::spec::pariskv::{
+    candidate_count, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS, VECTOR_ALIGN,
+};
+use codegen::spec::{Family, Placement};
 use fathom_tests::pariskv_kernels::{
     device_signs, DeviceIndex, HostIndex, PariskvKernels, RetrievalArgs,
 };
@@ -312,11 +315,22 @@ struct Case {
     lengths: Vec<usize>,
     k: usize,
     one_block_grids: bool,
+    /// The rerank's whole-row `_score` (`PariskvRerankSpec::vector_loads`).
+    vector_loads: bool,
 }
 
 fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
     let (d, g) = (case.d as usize, case.g as usize);
-    let kernels = PariskvKernels::load(gpu, case.d, case.g, K_MAX, case.placement).unwrap();
+    let kernels = PariskvKernels::load_variant(
+        gpu,
+        case.d,
+        case.g,
+        K_MAX,
+        case.placement,
+        case.vector_loads,
+    )
+    .unwrap();
+    assert_eq!(kernels.rerank.vector_loads, case.vector_loads);
     let batch = case.lengths.len();
     let capacity = case.lengths.iter().copied().max().unwrap_or(0).max(1);
     let keys = head_keys(rng, &case.lengths, d);
@@ -330,11 +344,20 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
         None,
     );
     let what = format!(
-        "retrieval d{d} g{g} {:?} lengths {:?} k {}",
-        case.placement, case.lengths, case.k
+        "retrieval {} lengths {:?} k {}",
+        kernels.rerank.kernel_name(),
+        case.lengths,
+        case.k
     );
     let mut m = Mismatches::new(what.clone(), seed);
     m.check(status == [0; 4], || format!("status {status:?}"));
+    // The whole-row loads need 16-byte aligned code and weight tables.
+    let tables = index.codes.heads.iter().map(|t| t.addr());
+    for addr in tables.chain(index.weights.heads.iter().map(|t| t.addr())) {
+        m.check(addr % VECTOR_ALIGN == 0, || {
+            format!("an index table at {addr:#x} is not 16-byte aligned")
+        });
+    }
     let references: Vec<PariskvIndex> = keys
         .iter()
         .map(|k| PariskvIndex::build(k, d).unwrap())
@@ -484,8 +507,20 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn retrieval_matches_the_reference() {
+    retrieval_cases("retrieval_matches_the_reference", false);
+}
+
+/// The same cases with the rerank's whole-row `_score`: every `ŝ` bit-equal to the reference,
+/// and the same selection.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn retrieval_with_whole_row_loads_matches_the_reference() {
+    retrieval_cases("retrieval_with_whole_row_loads_matches_the_reference", true);
+}
+
+fn retrieval_cases(name: &str, vector_loads: bool) {
     let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("retrieval_matches_the_reference");
+    let (mut rng, seed) = inputs::rng_and_seed(name);
     let ks = [16usize, 100, 512, 0];
     let mut i = 0;
     for placement in [Placement::Hbm, Placement::Host] {
@@ -517,6 +552,7 @@ fn retrieval_matches_the_reference() {
                     lengths,
                     k,
                     one_block_grids: i % 3 == 1,
+                    vector_loads,
                 };
                 retrieval_case(&gpu, &mut rng, seed, &case);
                 i += 1;

@@ -439,6 +439,9 @@ impl Family for PariskvTopcSpec {
 /// `UC = G*k + 36`): when `n_total <= 36 + k` every token; else, for every query head of the
 /// group, the sink, the top `min(k, C)` candidates by `ŝ` (ties by the lower index) and the local
 /// window, ascending; `sel_pos[j] = j` and `uni` is the same set. Block `threads` for both.
+///
+/// With [`PariskvRerankSpec::vector_loads`] the parameters and outputs are the same; `_score`
+/// then needs every `codes[h]` and `weights[h]` table [`VECTOR_ALIGN`]-byte aligned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvRerankSpec {
@@ -452,7 +455,24 @@ pub struct PariskvRerankSpec {
     pub threads: u32,
     /// Where the index rows live.
     pub placement: Placement,
+    /// `_score` reads each candidate's code row and weight row whole, in 16-byte loads, with
+    /// [`rerank_lanes`] lanes of a warp per candidate (name suffix `_v16`); the code and weight
+    /// tables must then be 16-byte aligned (see `templates/ABI.md`). `false` when absent from a
+    /// serialised spec.
+    #[serde(default)]
+    pub vector_loads: bool,
 }
+
+/// Lanes of a warp that score one candidate in the `vector_loads` variant of `_score`: one
+/// 16-byte load of the code row each (`D/2` bytes), so `D/32` (2, 4 or 8).
+pub fn rerank_lanes(head_dim: u32) -> u32 {
+    // The code rows hold the padded dimension's nibbles.
+    padded_dim(head_dim) / 32
+}
+
+/// The alignment in bytes the `vector_loads` rerank needs of every code and weight table (and so
+/// of every row: `D_pad/2` and `D_pad/4` bytes are multiples of 16 at every supported `D`).
+pub const VECTOR_ALIGN: u64 = 16;
 
 impl PariskvRerankSpec {
     /// Name of the entry point that scores the candidates.
@@ -472,12 +492,18 @@ impl PariskvRerankSpec {
         kv_heads: u64,
         max_cand: u64,
     ) -> Result<Launch, SizeError> {
+        // About four candidates per thread, or per lane group when `D/32` lanes share one.
+        let per_block = if self.vector_loads {
+            4 * u64::from(self.threads / rerank_lanes(self.head_dim))
+        } else {
+            4 * u64::from(self.threads)
+        };
         rows_grid(
             Self::FAMILY,
             batch,
             kv_heads,
             max_cand,
-            4 * u64::from(self.threads),
+            per_block,
             self.threads,
         )
     }
@@ -502,12 +528,13 @@ impl Family for PariskvRerankSpec {
 
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}",
+            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}{}",
             self.head_dim,
             self.group,
             self.k_max,
             self.threads,
-            self.placement.as_str()
+            self.placement.as_str(),
+            if self.vector_loads { "_v16" } else { "" }
         )
     }
 
@@ -516,6 +543,8 @@ impl Family for PariskvRerankSpec {
         context.insert("group", &self.group);
         context.insert("k_max", &self.k_max);
         context.insert("placement", self.placement.as_str());
+        context.insert("vector_loads", &self.vector_loads);
+        context.insert("lanes", &rerank_lanes(self.head_dim));
         context
     }
 }

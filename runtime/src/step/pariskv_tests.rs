@@ -377,6 +377,74 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
     }
 }
 
+/// A `Rerank` tile sets the rerank's threads and `_score` variant; the `Threads` tile of an
+/// older record is the plain `_score`; a rerank tile on another family is refused.
+#[test]
+fn rerank_tiles_choose_the_whole_row_score() {
+    use crate::tuning::{Tile, TuneKey, TunedFamily, Tuning};
+    struct One(TunedFamily, Tile);
+    impl Tuning for One {
+        fn tile(&self, key: &TuneKey) -> Option<Tile> {
+            (key.family == self.0).then_some(self.1)
+        }
+        fn transfer(&self, _: usize, _: usize, _: u32) -> Option<super::request::Transfer> {
+            None
+        }
+    }
+    let s = shape(1, 4, 200_000, Placement::Host);
+    let scoring = Scoring::of(Method::Pariskv { k: 100 }, 128, 64, Basis::Raw).unwrap();
+    let plan = |tuning: &dyn Tuning| {
+        launch_plan(&PlanInputs {
+            shape: s,
+            scoring,
+            transfer: None,
+            k: 7,
+            k_max: K_MAX,
+            tiles: &Tiles::default(),
+            tuning: Some(tuning),
+        })
+    };
+    let rerank = |threads, vector_loads| {
+        One(
+            TunedFamily::PariskvRerank,
+            Tile::Rerank {
+                threads,
+                vector_loads,
+            },
+        )
+    };
+    for (record, want) in [
+        (rerank(512, true), (512, true)),
+        (rerank(64, false), (64, false)),
+        (
+            One(TunedFamily::PariskvRerank, Tile::Threads(128)),
+            (128, false),
+        ),
+    ] {
+        let tuned = plan(&record).unwrap();
+        let r = tuned.specs.pariskv.unwrap().rerank;
+        assert_eq!((r.threads, r.vector_loads), want);
+        let score = tuned
+            .operations
+            .iter()
+            .find(|op| op.role == Role::Pariskv(Stage::RerankScore))
+            .and_then(|op| op.kernel.as_ref())
+            .unwrap();
+        assert_eq!(score.entry, r.score_entry());
+        assert_eq!(score.entry.contains("_v16_"), want.1);
+        let ld_cand = tuned.sizes.pariskv.ld_cand as u64;
+        assert_eq!(score.launch, r.launch_score(1, 3, ld_cand).unwrap());
+    }
+    assert!(!Tiles::default().rerank_vector_loads);
+    assert!(matches!(
+        plan(&One(TunedFamily::PariskvVote, rerank(256, true).1)),
+        Err(StepError::Tuning {
+            family: "pariskv_vote",
+            ..
+        })
+    ));
+}
+
 #[test]
 fn pariskv_families_have_the_spec_names() {
     use crate::tuning::TunedFamily;

@@ -240,6 +240,34 @@ mod tests {
         assert_eq!(end, heads * tokens * g.bytes_per_token());
     }
 
+    /// The whole-row rerank (`PariskvRerankSpec::vector_loads`) reads code and weight rows in
+    /// 16-byte loads: at every head dimension and every size class (`ROW_CHUNK << class`
+    /// tokens) each head's tables start 16-byte aligned within a region whose K/V rows and
+    /// means are multiples of 16 bytes, and the regions themselves are whole allocations
+    /// (`cuMemAlloc`, or a page-aligned host allocation of any `HostMemory` kind).
+    #[test]
+    fn code_and_weight_tables_are_16_byte_aligned() {
+        use codegen::spec::pariskv::VECTOR_ALIGN;
+        let align = VECTOR_ALIGN as usize;
+        for d in codegen::spec::pariskv::head_dims() {
+            let g = IndexGeometry::new(d).unwrap();
+            assert_eq!(g.code_bytes() % align, 0, "D = {d}");
+            assert_eq!(g.weight_bytes() % align, 0, "D = {d}");
+            for class in 0..12 {
+                let tokens = super::super::ROW_CHUNK << class;
+                // K and V rows (bf16) and the landmark means (an eighth of them).
+                assert_eq!((tokens * d * 2 / 8) % align, 0);
+                for heads in [1, 2, 7, 8] {
+                    for h in 0..heads {
+                        let (_, codes, weights) = g.offsets(tokens, heads, h);
+                        assert_eq!(codes % align, 0, "D {d} class {class} head {h}/{heads}");
+                        assert_eq!(weights % align, 0, "D {d} class {class} head {h}/{heads}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn index_status_names_the_sequence() {
         let mut reg = Registry::default();

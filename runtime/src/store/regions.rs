@@ -2,6 +2,7 @@
 //! before anything changes, and how the allocation is attached to the sequences.
 
 use super::*;
+use codegen::spec::pariskv::VECTOR_ALIGN;
 
 impl KeyStore {
     /// Bytes of one head's K (or V) rows in a region of `class`.
@@ -40,11 +41,14 @@ impl KeyStore {
             index
                 .geometry
                 .offsets(self.geometry.class_tokens(class), heads, h);
-        (
-            base + ids as u64,
-            base + codes as u64,
-            base + weights as u64,
-        )
+        let (codes, weights) = (base + codes as u64, base + weights as u64);
+        // The whole-row rerank reads these tables in 16-byte loads (`store::pariskv` tests why
+        // every size class keeps them aligned).
+        debug_assert!(
+            codes % VECTOR_ALIGN == 0 && weights % VECTOR_ALIGN == 0,
+            "ParisKV tables at {codes:#x} and {weights:#x} are not 16-byte aligned"
+        );
+        (base + ids as u64, codes, weights)
     }
 
     /// Addresses of head `h`'s K rows, V rows and means in `region`.

@@ -100,8 +100,8 @@ pub enum Variant {
 
 impl Variant {
     /// A short name carrying every parameter (`scan w16 t256`, `gather l4 t256`,
-    /// `select t256 i16 compact`, `select t512 i8 onepass`, `transfer fused`); candidates of one
-    /// entry have distinct names.
+    /// `select t256 i16 compact`, `select t512 i8 onepass`, `rerank t256 v16`, `transfer fused`);
+    /// candidates of one entry have distinct names.
     pub fn name(&self) -> String {
         match *self {
             Variant::Tile(Tile::Scan {
@@ -132,6 +132,13 @@ impl Variant {
                 threads,
                 rows_per_warp,
             }) => format!("attention t{threads} r{rows_per_warp}"),
+            Variant::Tile(Tile::Rerank {
+                threads,
+                vector_loads,
+            }) => format!(
+                "rerank t{threads}{}",
+                if vector_loads { " v16" } else { "" }
+            ),
             Variant::Transfer(t) => format!("transfer {}", t.as_str()),
         }
     }

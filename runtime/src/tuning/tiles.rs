@@ -87,8 +87,8 @@ pub struct TuneKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tile {
-    /// Threads per block (plan, oracle, landmark, fetch, and the ParisKV vote, top-C and
-    /// rerank).
+    /// Threads per block (plan, oracle, landmark, fetch, and the ParisKV vote and top-C; the
+    /// ParisKV rerank in records written before [`Tile::Rerank`], meaning its plain `_score`).
     Threads(u32),
     /// Words per tile and threads (scan).
     Scan { tile_words: usize, threads: usize },
@@ -111,6 +111,13 @@ pub enum Tile {
     },
     /// Threads and rows each warp loads before computing (attention).
     Attention { threads: u32, rows_per_warp: u32 },
+    /// Threads and whether `_score` reads whole rows in 16-byte loads (the ParisKV rerank,
+    /// `PariskvRerankSpec::vector_loads`).
+    Rerank {
+        threads: u32,
+        #[serde(default)]
+        vector_loads: bool,
+    },
 }
 
 fn is_false(b: &bool) -> bool {
@@ -182,6 +189,8 @@ pub struct Tiles {
     /// Threads of the ParisKV retrieval kernels with a tile (vote, top-C, rerank); the query
     /// kernel's block is fixed (one thread per centroid).
     pub pariskv_threads: u32,
+    /// Whether the ParisKV rerank's `_score` reads whole rows in 16-byte loads.
+    pub rerank_vector_loads: bool,
 }
 
 impl Default for Tiles {
@@ -201,6 +210,8 @@ impl Default for Tiles {
             select_algorithm: SelectAlgorithm::Radix,
             attention: (256, 4),
             pariskv_threads: crate::pariskv::THREADS,
+            // Until the whole-row `_score` is measured on a GPU.
+            rerank_vector_loads: false,
         }
     }
 }

@@ -64,6 +64,25 @@ impl TileChooser<'_> {
             Some(tile) => Err(Self::mismatch(family, tile)),
         }
     }
+
+    /// The rerank's threads and whether its `_score` reads whole rows: a `Rerank` tile, or the
+    /// `Threads` tile of a record written before it (the plain `_score`).
+    fn rerank(
+        &mut self,
+        placement: Placement,
+        default: (u32, bool),
+    ) -> Result<(u32, bool), StepError> {
+        let family = TunedFamily::PariskvRerank;
+        match self.lookup(family, placement) {
+            None => Ok(default),
+            Some(Tile::Threads(t)) => Ok((t, false)),
+            Some(Tile::Rerank {
+                threads,
+                vector_loads,
+            }) => Ok((threads, vector_loads)),
+            Some(tile) => Err(Self::mismatch(family, tile)),
+        }
+    }
 }
 
 /// The transfer in effect: for a plane method over a host store, the request's, else the
@@ -252,6 +271,8 @@ fn pariskv_specs(
     let (head_dim, group) = (shape.head_dim as u32, shape.group as u32);
     let placement = shape.placement;
     let default = inputs.tiles.pariskv_threads;
+    let (rerank_threads, vector_loads) =
+        chooser.rerank(placement, (default, inputs.tiles.rerank_vector_loads))?;
     Ok(PariskvSpecs {
         query: PariskvQuerySpec { head_dim, group },
         vote: PariskvVoteSpec {
@@ -267,8 +288,9 @@ fn pariskv_specs(
             head_dim,
             group,
             k_max: inputs.k_max as u32,
-            threads: chooser.threads(TunedFamily::PariskvRerank, placement, default)?,
+            threads: rerank_threads,
             placement,
+            vector_loads,
         },
     })
 }
