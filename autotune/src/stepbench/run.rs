@@ -591,6 +591,34 @@ fn time_cell<'a>(
 }
 
 impl Bench {
+    /// [`Bench::cell`] with the progress bar's message before it and a line for a cell that did
+    /// not run; `tag` follows the cell's name in the message (e.g. `" (standing)"`).
+    fn reported_cell(
+        &mut self,
+        (method, placement, n, batch): (Method, Placement, usize, usize),
+        inputs: &Inputs,
+        progress: &ProgressBar,
+        tag: &str,
+    ) -> Row {
+        progress.set_message(format!(
+            "{method} {} {} b{batch}{tag}",
+            placement.as_str(),
+            context_label(n)
+        ));
+        let row = self.cell(method, placement, n, batch, inputs);
+        if !row.ok() {
+            progress.println(format!(
+                "  {} {} {} b{batch}: {}",
+                row.method,
+                row.placement,
+                context_label(n),
+                row.status
+            ));
+        }
+        progress.inc(1);
+        row
+    }
+
     fn cell(
         &mut self,
         method: Method,
@@ -737,23 +765,8 @@ pub fn run(
             for &batch in &options.batches {
                 let inputs = bench.inputs(placement, n, batch)?;
                 for &method in &options.methods {
-                    progress.set_message(format!(
-                        "{method} {} {} b{batch}",
-                        placement.as_str(),
-                        context_label(n)
-                    ));
-                    let row = bench.cell(method, placement, n, batch, &inputs);
-                    if !row.ok() {
-                        progress.println(format!(
-                            "  {} {} {} b{batch}: {}",
-                            row.method,
-                            row.placement,
-                            context_label(n),
-                            row.status
-                        ));
-                    }
-                    rows.push(row);
-                    progress.inc(1);
+                    let cell = (method, placement, n, batch);
+                    rows.push(bench.reported_cell(cell, &inputs, &progress, ""));
                 }
             }
             write(&header, &rows);
@@ -763,23 +776,8 @@ pub fn run(
         let (placement, n, batch) = (*placement, *n, *batch);
         let inputs = bench.inputs(placement, n, batch)?;
         for &method in methods {
-            progress.set_message(format!(
-                "{method} {} {} b{batch} (standing)",
-                placement.as_str(),
-                context_label(n)
-            ));
-            let row = bench.cell(method, placement, n, batch, &inputs);
-            if !row.ok() {
-                progress.println(format!(
-                    "  {} {} {} b{batch}: {}",
-                    row.method,
-                    row.placement,
-                    context_label(n),
-                    row.status
-                ));
-            }
-            rows.push(row);
-            progress.inc(1);
+            let cell = (method, placement, n, batch);
+            rows.push(bench.reported_cell(cell, &inputs, &progress, " (standing)"));
         }
         write(&header, &rows);
     }
