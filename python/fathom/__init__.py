@@ -262,10 +262,12 @@ class Decoder:
         placement_transfer: Optional[str] = None,
         return_selection: bool = False,
         stream: Any = None,
+        _repeat: int = 1,
     ) -> Optional[Selection]:
         """queries/out ``[B, H_q, D]`` f32 or bf16; ``out`` is written in place, queued on the
         current torch stream (or ``stream``). ``k`` defaults to the paper's k for the longest
-        sequence. With ``return_selection`` the selected tokens come back (a host read-back)."""
+        sequence. With ``return_selection`` the selected tokens come back (a host read-back).
+        ``_repeat`` (for benchmarks) queues the same step that many times from one call."""
         q, o = describe(queries), describe(out)
         return _rewrap(
             self._native.step,
@@ -280,6 +282,7 @@ class Decoder:
             placement_transfer,
             return_selection,
             _stream_for(self.device, stream),
+            _repeat,
         )
 
 

@@ -103,4 +103,5 @@ class Decoder:
         placement_transfer: Optional[str] = ...,
         return_selection: bool = ...,
         stream: Any = ...,
+        _repeat: int = ...,
     ) -> Optional[Selection]: ...

@@ -626,7 +626,9 @@ impl PyDecoder {
         })
     }
 
-    #[pyo3(signature = (store, seqs, layer, queries, out, method, k, scale, transfer, return_selection, stream))]
+    /// `repeat` queues the same step that many times in one call (for timing what the Python
+    /// call itself costs against the same work queued from Rust; the selection is the last's).
+    #[pyo3(signature = (store, seqs, layer, queries, out, method, k, scale, transfer, return_selection, stream, repeat=1))]
     #[allow(clippy::too_many_arguments)]
     fn step(
         &self,
@@ -642,8 +644,16 @@ impl PyDecoder {
         transfer: Option<&str>,
         return_selection: bool,
         stream: u64,
+        repeat: usize,
     ) -> PyResult<Option<PySelection>> {
         let heads = run(py, || {
+            if repeat == 0 {
+                return Err(Failure::new(
+                    Kind::InvalidInput,
+                    "repeat must be at least 1 (the number of times the step is queued)"
+                        .to_string(),
+                ));
+            }
             let method: Method =
                 method
                     .parse()
@@ -670,7 +680,10 @@ impl PyDecoder {
             let mut db = lock(&self.backend);
             match (&mut *db, &mut *sb) {
                 (DecoderBackend::Cpu(d), StoreBackend::Cpu(s)) => {
-                    let sel = unsafe { d.step(s, &batch, layer, &q, &o, method, k, scale)? };
+                    let mut sel = unsafe { d.step(s, &batch, layer, &q, &o, method, k, scale)? };
+                    for _ in 1..repeat {
+                        sel = unsafe { d.step(s, &batch, layer, &q, &o, method, k, scale)? };
+                    }
                     Ok(return_selection.then(|| {
                         sel.heads.iter().map(|b| b.iter().map(|h| h.iter().map(|&t| t as i64).collect()).collect()).collect()
                     }))
@@ -692,7 +705,9 @@ impl PyDecoder {
                         ..StepRequest::new(method, k)
                     };
                     // SAFETY: the tensors are the caller's, alive until the stream runs the step.
-                    unsafe { d.step_tensors(scratch, &view, &q, &o, request)? };
+                    for _ in 0..repeat {
+                        unsafe { d.step_tensors(scratch, &view, &q, &o, request)? };
+                    }
                     if !return_selection {
                         return Ok(None);
                     }

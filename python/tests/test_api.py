@@ -305,8 +305,15 @@ def test_bad_step_inputs_raise_typed_errors_and_the_next_step_works():
         dec.step(store, [seq + 1], 0, q, out, method="oracle")
     with pytest.raises(fathom.InvalidInputError):
         dec.step(store, [], 0, q[:0], out[:0], method="oracle")
+    with pytest.raises(fathom.InvalidInputError, match="repeat"):
+        dec.step(store, [seq], 0, q, out, method="oracle", _repeat=0)
     dec.step(store, [seq], 0, q, out, method="sparq(16)", k=8)
     assert np.isfinite(out).all()
+    # The benchmark's repeated step writes what one step writes.
+    once = out.copy()
+    out[:] = np.nan
+    dec.step(store, [seq], 0, q, out, method="sparq(16)", k=8, _repeat=3)
+    assert np.array_equal(out, once)
 
 
 def test_calibration_round_trips_through_a_file(tmp_path):

@@ -139,13 +139,26 @@ fn borrowed_streams_and_memory_give_the_device_buffer_path_s_results_bit_for_bit
 fn a_capture_on_a_borrowed_stream_is_never_queried_and_refuses_allocations() {
     let raw = Arc::new(unsafe { Gpu::borrow_stream(0, StreamHandle::PerThread) }.unwrap());
     let side = raw.with_new_stream().unwrap();
+    let target: DeviceBuffer<u32> = side.filled(4, 0).unwrap();
+    side.synchronize().unwrap();
     side.begin_capture().unwrap();
     // During a capture an allocation is refused before the driver is asked, so the capture
-    // stays valid.
+    // stays valid: work queued after the refusal is recorded, and the graph replays it.
     let Err(e) = side.upload(&[1.0f32]) else {
         panic!("an allocation during a capture was allowed");
     };
     assert!(e.to_string().contains("captured"), "{e}");
     assert!(side.is_capturing().unwrap());
-    assert!(side.end_capture().is_err(), "nothing recorded, no graph");
+    side.fill(&target, 0x5a).unwrap();
+    let graph = side
+        .end_capture()
+        .expect("the capture survives the refused allocation");
+    assert!(!side.is_capturing().unwrap());
+    assert_eq!(
+        side.download(&target, 4).unwrap(),
+        [0; 4],
+        "captured, not run"
+    );
+    graph.launch().unwrap();
+    assert_eq!(side.download(&target, 4).unwrap(), [0x5a5a_5a5a; 4]);
 }

@@ -22,6 +22,7 @@ import fathom  # noqa: E402
 import fathom.hf  # noqa: E402
 from fathom.eval.haystack import python_reference  # noqa: E402
 from fathom.hf import Engine, FathomCache, greedy, record_prompt  # noqa: E402
+from fathom.hf.decode import teacher_forced  # noqa: E402
 
 MODEL_DIR = os.environ.get("FATHOM_SMOLLM2_DIR", "/tmp/fathom-models")
 GGUF = "smollm2.gguf"
@@ -70,16 +71,71 @@ def sdpa(model, ids, n):
         model.set_attn_implementation("fathom")
 
 
+def _logps(logits):
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
 @pytest.mark.parametrize("placement", ["hbm", "host"])
 def test_dense_through_fathom_is_sdpa_for_256_tokens(smollm2, placement):
+    """The same 256 greedy tokens as transformers' sdpa; where two exact attentions may part (a
+    near-tie of the next token's logits), the test says so with figures instead of failing.
+
+    Exactly: fathom's dense step computes softmax(q·K/√D)·V in fp32 over the bf16 rows, sdpa's
+    kernel in bf16 tiles, so the two outputs differ in the last bf16 bit now and then and a
+    greedy decode may take the other branch of a near-tie. Then the test measures, along sdpa's
+    own tokens (teacher-forced): `spread`, how far sdpa's decode-step log-probabilities are from
+    sdpa's own one-pass forward over the same tokens (two computations of exact attention by
+    torch), and `dev`, how far fathom's dense decode is from sdpa's decode. It passes only if
+    fathom is no further from sdpa than torch is from itself (dev <= 2 * spread) and the first
+    divergence is a tie within that (sdpa's log-probability gap there <= 2 * dev)."""
     model, tok = smollm2
     ids = long_prompt(tok, 900)
-    want = sdpa(model, ids, 256)
+    n = ids.shape[1]
+    model.set_attn_implementation("sdpa")
+    try:
+        ref = model.generate(
+            ids,
+            past_key_values=DynamicCache(config=model.config),
+            max_new_tokens=256,
+            min_new_tokens=256,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        with torch.inference_mode():
+            one_pass = model(input_ids=ref.sequences[:, :-1]).logits[0, n - 1 :]
+    finally:
+        model.set_attn_implementation("fathom")
+    want = ref.sequences
     cache = FathomCache(model, "dense", placement=placement)
     got = model.generate(
         ids, past_key_values=cache, max_new_tokens=256, do_sample=False, min_new_tokens=256
     )
-    assert got.tolist() == want.tolist()
+    cache.release()
+    if got.tolist() == want.tolist():
+        return
+    first = next(i for i in range(256) if int(got[0, n + i]) != int(want[0, n + i]))
+    engine = Engine(model)
+    prompt = record_prompt(model, ids, engine)
+    forced = FathomCache(None, "dense", placement=placement, engine=engine, prompt=prompt)
+    # Step t of teacher_forced predicts the token after want[n + t]; the prefill predicted the
+    # first generated token, as sdpa's prefill did (the prefill is sdpa's in both).
+    fathom_lp = teacher_forced(model, forced, want[:, n : n + 255])[0]
+    forced.release()
+    sdpa_lp = _logps(torch.cat([x[:1] for x in ref.logits[1:]], dim=0))
+    torch_lp = _logps(one_pass[1:])
+    spread = float((sdpa_lp - torch_lp).abs().max())
+    dev = float((fathom_lp - sdpa_lp).abs().max())
+    step_lp = _logps(ref.logits[first][0])
+    gap = float(step_lp[int(want[0, n + first])] - step_lp[int(got[0, n + first])])
+    facts = (
+        f"{placement}: tokens part at generated token {first}; sdpa's log-probability gap "
+        f"there {gap:.4f}; max |fathom dense - sdpa| {dev:.4f}, max |sdpa decode - sdpa one "
+        f"pass| {spread:.4f} over 255 teacher-forced steps"
+    )
+    print(facts)
+    assert dev <= 2 * spread + 1e-3, "fathom's dense is further from sdpa than torch is: " + facts
+    assert gap <= 2 * dev + 1e-3, "the tokens part where sdpa's choice is not a tie: " + facts
 
 
 def test_oracle_with_k_at_least_n_is_dense(smollm2):
