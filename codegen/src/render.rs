@@ -92,6 +92,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/mapped_read.cu.tera"),
     ),
     (
+        "convert.cu.tera",
+        include_str!("../../templates/convert.cu.tera"),
+    ),
+    (
         "append_rows.cu.tera",
         include_str!("../../templates/append_rows.cu.tera"),
     ),

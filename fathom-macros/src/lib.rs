@@ -30,13 +30,21 @@
 //!     }
 //! }
 //!
-//! use runtime::gpu::{Gpu, GpuError};
+//! use codegen::spec::{Placement, ScanSpec};
+//! use runtime::jit::Jit;
 //! use runtime::launch::{DevicePtr, Launch};
 //!
-//! fn scores(gpu: &Gpu) -> Result<(), GpuError> {
+//! fn scores(jit: Jit) -> Result<(), Box<dyn std::error::Error>> {
 //!     use qwen3_kernels as k;
-//!     let module = gpu.load(k::FATHOM_SCAN_D128_G7_B64_S512_W16_HBM_T256_SOURCE, "scan.cu")?;
-//!     let scan = module.function(k::FATHOM_SCAN_D128_G7_B64_S512_W16_HBM_T256_ENTRY)?;
+//!     // The one road to a module: the JIT, which finds the embedded source of a spec in the
+//!     // module's `SOURCES` before it would render it, and compiles it once for the device.
+//!     let jit = jit.with_sources(k::SOURCES);
+//!     let gpu = jit.gpu().clone();
+//!     let spec = ScanSpec { head_dim: 128, group: 7, block: 64, segment_words: 512,
+//!                           tile_words: 16, threads: 256, placement: Placement::Hbm };
+//!     let kernel = jit.kernel(&spec.into())?;
+//!     let scan = kernel.function(k::FATHOM_SCAN_D128_G7_B64_S512_W16_HBM_T256_ENTRY)?;
+//!     let gpu = &*gpu;
 //!     let (batch, heads, max_seg, ld) = (1usize, 8usize, 1usize, 32_768usize);
 //!     let runs = gpu.filled::<u64>(batch * heads * max_seg * 128 * 4, 0)?;
 //!     let class_count = gpu.filled::<u32>(batch * heads * 4, 0)?;
@@ -55,7 +63,7 @@
 //!         &mut scores,    // float* scores: outputs need `&mut` (or a `DevicePtrMut<f32>`)
 //!         ld as i32,      // int ld_scores
 //!     )?;
-//!     gpu.synchronize()
+//!     Ok(gpu.synchronize()?)
 //! }
 //! ```
 //!

@@ -8,9 +8,9 @@
 
 use codegen::model::{self, ModelShape};
 use codegen::spec::{
-    AppendRowsSpec, AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec,
-    MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
-    PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec,
+    AppendRowsSpec, AttentionSpec, ConvertSpec, EncodeSpec, Family, FetchSpec, GatherSpec,
+    LandmarkSpec, MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec,
+    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use quote::ToTokens;
@@ -290,6 +290,7 @@ const FAMILIES: &[(&str, FieldList)] = &[
     (PariskvRerankSpec::FAMILY, field_names::<PariskvRerankSpec>),
     (MappedReadSpec::FAMILY, field_names::<MappedReadSpec>),
     (AppendRowsSpec::FAMILY, field_names::<AppendRowsSpec>),
+    (ConvertSpec::FAMILY, field_names::<ConvertSpec>),
 ];
 
 fn fields_of(family: &str) -> Option<&'static [&'static str]> {

@@ -212,15 +212,15 @@ fn launchers_have_the_kernels_signatures() {
     ) -> Done = small::fathom_plan_d64_g2_b32_s256_fathom_rot_t128;
 }
 
-/// Launches with buffers as the arguments: compiled, never run (there may be no GPU).
+/// Launches with buffers as the arguments (`pick` and `build` are the entry points
+/// `small::FATHOM_SELECT_G7_K1024_T256_I8_PICK_ENTRY` and
+/// `small::FATHOM_LANDMARK_D128_G7_T256_HOST_BUILD_ENTRY` of their kernels, loaded through the
+/// runtime's JIT): compiled, never run (there may be no GPU).
 #[allow(dead_code)]
-fn launch_with_buffers(gpu: &Gpu, module_source: &str) -> Done {
-    let module = gpu.load(module_source, "small.cu")?;
-    let pick = module.function(small::FATHOM_SELECT_G7_K1024_T256_I8_PICK_ENTRY)?;
-    let build = module.function(small::FATHOM_LANDMARK_D128_G7_T256_HOST_BUILD_ENTRY)?;
+fn launch_with_buffers(gpu: &Gpu, pick: &CudaFunction, build: &CudaFunction) -> Done {
     let launch = Launch::new([1, 1, 1], 256);
     let mut state = gpu.filled::<u32>(2052, 0)?;
-    small::fathom_select_g7_k1024_t256_i8_pick(gpu, &pick, launch, &mut state, 0)?;
+    small::fathom_select_g7_k1024_t256_i8_pick(gpu, pick, launch, &mut state, 0)?;
     let keys = gpu.filled::<u16>(128 * 64, 0)?;
     let mut means = gpu.mapped::<u16>(128 * 8, 0)?;
     let k_rows = gpu.upload(&[keys.ptr()])?;
@@ -228,7 +228,7 @@ fn launch_with_buffers(gpu: &Gpu, module_source: &str) -> Done {
     let range_end = gpu.upload(&[64i32])?;
     small::fathom_landmark_d128_g7_t256_host_build(
         gpu,
-        &build,
+        build,
         launch,
         &k_rows,
         &mean_rows,

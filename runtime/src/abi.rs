@@ -38,6 +38,7 @@ fathom_macros::abi! {
                                         placement = hbm);
         mapped_read = mapped_read(loads_in_flight = 4, threads = 256);
         append_rows = append_rows(threads = 128);
+        convert = convert(threads = 256);
     }
 }
 

@@ -345,13 +345,9 @@ impl Gpu {
         &self.stream
     }
 
-    /// Compiles `source` with NVRTC for this device's own architecture and loads it.
-    pub fn load(&self, source: &str, file_name: &str) -> Result<Module, GpuError> {
-        let compiled = codegen::nvrtc::compile(source, file_name, &self.info.arch(), &[])?;
-        self.load_ptx(&compiled.ptx)
-    }
-
-    /// Loads PTX text already compiled.
+    /// Loads PTX text already compiled. The one road to PTX is the JIT ([`crate::jit::Jit`]:
+    /// a template family's spec, rendered or embedded, compiled by NVRTC with the project's
+    /// options and cached by content); this loads what it (or a test's copy of its cache) made.
     pub fn load_ptx(&self, ptx: &str) -> Result<Module, GpuError> {
         self.refuse_while_capturing("loading a module")?;
         let module = check(

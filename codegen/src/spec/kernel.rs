@@ -1,9 +1,9 @@
 //! [`KernelSpec`]: any family's spec as one value, for kernel sets, manifests and the CLI.
 
 use super::{
-    AppendRowsSpec, AttentionSpec, EncodeSpec, Family, FetchSpec, GatherSpec, LandmarkSpec,
-    MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
-    PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec, SpecError,
+    AppendRowsSpec, AttentionSpec, ConvertSpec, EncodeSpec, Family, FetchSpec, GatherSpec,
+    LandmarkSpec, MappedReadSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec,
+    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, PlanSpec, ScanSpec, SelectSpec, SpecError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +82,7 @@ kernel_specs!(
     PariskvRerank(PariskvRerankSpec),
     MappedRead(MappedReadSpec),
     AppendRows(AppendRowsSpec),
+    Convert(ConvertSpec),
 );
 
 impl KernelSpec {
@@ -92,6 +93,7 @@ impl KernelSpec {
             KernelSpec::Landmark(s) => vec![s.build_entry(), s.scan_entry()],
             KernelSpec::PariskvTopc(s) => vec![s.count_entry(), s.write_entry()],
             KernelSpec::PariskvRerank(s) => vec![s.score_entry(), s.select_entry()],
+            KernelSpec::Convert(s) => vec![s.to_f32_entry(), s.to_bf16_entry()],
             KernelSpec::Select(s) => {
                 let mut entries: Vec<String> = Vec::new();
                 for &stage in s.stages() {

@@ -8,6 +8,7 @@
 pub mod append_rows;
 pub mod attention;
 mod checks;
+pub mod convert;
 pub mod fetch;
 pub mod landmark;
 pub mod launch;
@@ -32,6 +33,7 @@ pub mod shape;
 
 pub use append_rows::AppendRowsSpec;
 pub use attention::AttentionSpec;
+pub use convert::ConvertSpec;
 pub use encode::{EncodeMode, EncodeSpec};
 pub use fetch::FetchSpec;
 pub use gather::GatherSpec;

@@ -2,7 +2,7 @@ use std::collections::BTreeSet;
 
 use codegen::model::presets;
 use codegen::signature::entry_params;
-use codegen::spec::{AppendRowsSpec, MappedReadSpec};
+use codegen::spec::{AppendRowsSpec, ConvertSpec, MappedReadSpec};
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use serde_json::Value;
 
@@ -37,6 +37,7 @@ fn spec_grid() -> Vec<KernelSpec> {
     }
     for threads in [32, 128, 1024] {
         push(KernelSpec::AppendRows(AppendRowsSpec { threads }));
+        push(KernelSpec::Convert(ConvertSpec { threads }));
     }
     for preset in presets() {
         for block in [32, 64, 128] {
@@ -84,7 +85,7 @@ fn every_spec_has_a_generated_signature() {
     let grid = spec_grid();
     let families: BTreeSet<&str> = grid.iter().map(KernelSpec::family).collect();
     assert!(
-        families.len() >= 16,
+        families.len() >= 17,
         "the grid misses families: {families:?}"
     );
     let mut stale = Vec::new();

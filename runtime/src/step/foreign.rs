@@ -9,50 +9,27 @@
 
 use std::sync::Arc;
 
+use codegen::spec::{ConvertSpec, KernelSpec};
 use cudarc::driver::CudaFunction;
 
 use super::output::OutputBuffers;
 use super::{execute, Decoder, OutputLayout, StepError, StepRequest};
+use crate::abi;
 use crate::foreign::{Device, Dim, Dtype, Expect, TensorDesc};
-use crate::gpu::{Arg, DeviceBuffer, Gpu, Module};
+use crate::gpu::{DeviceBuffer, Gpu};
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs, Launch};
 use crate::view::LayerView;
 
-/// bf16 ↔ f32 over a contiguous array, round to nearest even (non-finite values keep their
-/// class); one element per thread, grid-stride. A copy with a type change, not a kernel
-/// family: nothing about it is specialised.
-const CONVERT_SOURCE: &str = r#"
-extern "C" __global__ void fathom_convert_bf16_to_f32(
-    const unsigned short* src, float* dst, unsigned long long n)
-{
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
-        dst[i] = __uint_as_float(((unsigned int)src[i]) << 16);
-    }
-}
-
-extern "C" __global__ void fathom_convert_f32_to_bf16(
-    const float* src, unsigned short* dst, unsigned long long n)
-{
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned int b = __float_as_uint(src[i]);
-        if ((b & 0x7f800000u) == 0x7f800000u) {
-            // Inf stays Inf; NaN stays a (quiet) NaN.
-            dst[i] = (unsigned short)((b >> 16) | ((b & 0x007fffffu) ? 0x40u : 0u));
-        } else {
-            dst[i] = (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-        }
-    }
-}
-"#;
+/// The conversion kernels' spec: the `convert` family (`templates/convert.cu.tera`), compiled
+/// and cached by the JIT like every kernel.
+const CONVERT: ConvertSpec = ConvertSpec { threads: 256 };
 
 struct Convert {
-    _module: Module,
     to_f32: CudaFunction,
     to_bf16: CudaFunction,
 }
 
-/// What a decoder keeps for foreign steps: the conversion kernels (compiled on the first bf16
+/// What a decoder keeps for foreign steps: the conversion kernels (loaded on the first bf16
 /// step) and the f32 copy of bf16 queries.
 #[derive(Default)]
 pub struct ForeignStep {
@@ -82,8 +59,10 @@ impl HostSelections {
     }
 }
 
-fn grid(n: usize) -> (u32, u32, u32) {
-    ((n.div_ceil(256)).clamp(1, 65_535) as u32, 1, 1)
+/// One thread an element, at most 65,535 blocks (the threads stride over the rest).
+fn convert_launch(n: usize) -> Launch {
+    let blocks = n.div_ceil(CONVERT.threads as usize).clamp(1, 65_535) as u32;
+    Launch::new([blocks, 1, 1], CONVERT.threads)
 }
 
 impl Decoder {
@@ -103,11 +82,10 @@ impl Decoder {
 
     fn convert(&self, scratch: &mut ForeignStep) -> Result<(), StepError> {
         if scratch.convert.is_none() {
-            let module = self.gpu.load(CONVERT_SOURCE, "fathom_convert.cu")?;
+            let spec = KernelSpec::Convert(CONVERT);
             scratch.convert = Some(Convert {
-                to_f32: module.function("fathom_convert_bf16_to_f32")?,
-                to_bf16: module.function("fathom_convert_f32_to_bf16")?,
-                _module: module,
+                to_f32: self.kernels.function(&spec, &CONVERT.to_f32_entry())?,
+                to_bf16: self.kernels.function(&spec, &CONVERT.to_bf16_entry())?,
             });
         }
         Ok(())
@@ -160,17 +138,12 @@ impl Decoder {
             }
             let f32_queries = scratch.queries.as_ref().expect("allocated above");
             let c = scratch.convert.as_ref().expect("loaded above");
-            self.gpu.launch(
-                &c.to_f32,
-                grid(n),
-                (256, 1, 1),
-                0,
-                &[
-                    Arg::Ptr(queries.addr),
-                    f32_queries.arg(),
-                    Arg::U64(n as u64),
-                ],
-            )?;
+            abi::convert::Bf16ToF32Args {
+                src: DevicePtr::from_addr(queries.addr),
+                dst: DevicePtrMut::from_addr(f32_queries.addr()),
+                n: n as u64,
+            }
+            .launch(&self.gpu, &c.to_f32, convert_launch(n))?;
             unsafe { self.gpu.borrowed_buffer::<f32>(f32_queries.addr(), n) }
         } else {
             unsafe { self.gpu.borrowed_buffer::<f32>(queries.addr, n) }
@@ -191,13 +164,12 @@ impl Decoder {
         scratch.last = Some((buffers.clone(), layout));
         if bf16.1 {
             let c = scratch.convert.as_ref().expect("loaded above");
-            self.gpu.launch(
-                &c.to_bf16,
-                grid(n),
-                (256, 1, 1),
-                0,
-                &[buffers.out.arg(), Arg::Ptr(out.addr), Arg::U64(n as u64)],
-            )?;
+            abi::convert::F32ToBf16Args {
+                src: DevicePtr::from_addr(buffers.out.addr()),
+                dst: DevicePtrMut::from_addr(out.addr),
+                n: n as u64,
+            }
+            .launch(&self.gpu, &c.to_bf16, convert_launch(n))?;
         }
         Ok(layout)
     }
