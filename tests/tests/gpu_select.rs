@@ -41,15 +41,15 @@
 
 use codegen::spec::select::COMPACT_SOURCE_WORD;
 use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
+use fathom_tests::select_case::{boundary_lengths, SelectCase};
 use fathom_tests::select_kernels::{
     check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
 };
-use fathom_tests::select_scores::{scores, Scores, FAMILIES, WIDE_TIES};
+use fathom_tests::select_scores::{Scores, FAMILIES, WIDE_TIES};
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
-use reference::select::Selection;
 use runtime::gpu::Gpu;
 
 /// H in the launches of these tests (the million-token test uses 1).
@@ -79,32 +79,12 @@ fn select_case(
 ) -> CaseResult {
     let g = variants[0].spec.group as usize;
     let batch = lengths.len();
-    let max_n = lengths.iter().copied().max().unwrap_or(0);
-    let ld = max_n + 7;
     let query_heads = batch * kv_heads * g;
-    // Unused score elements hold NaN bits: the kernels must never read past n_total.
-    let mut all = vec![f32::from_bits(0xffff_ffff); query_heads * ld];
-    let mut per_head: Vec<Vec<f64>> = Vec::with_capacity(query_heads);
-    let mut used = Vec::with_capacity(query_heads);
-    // Consecutive query heads get consecutive families, from a random first one, so that every
-    // family appears once there are as many heads as families.
-    let first_family = rng.gen_range(0..families.len());
-    for qh in 0..query_heads {
-        let n = lengths[qh / (kv_heads * g)];
-        let family = families[(qh + first_family) % families.len()];
-        used.push(family);
-        let s = scores(rng, family, n, k);
-        all[qh * ld..qh * ld + n].copy_from_slice(&s);
-        per_head.push(s.iter().map(|&x| f64::from(x)).collect());
-    }
-    let reference: Vec<Selection> = per_head
-        .chunks(g)
-        .map(|heads| Selection::from_scores(heads, k))
-        .collect();
+    let c = SelectCase::draw(rng, lengths, kv_heads, g, k, families);
+    let (ld, max_n, used) = (c.ld, c.max_n, c.families);
 
-    let scores = gpu.upload(&all).expect("upload scores");
-    let totals: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
-    let n_total = gpu.upload(&totals).expect("upload n_total");
+    let scores = gpu.upload(&c.scores).expect("upload scores");
+    let n_total = gpu.upload(&c.n_total).expect("upload n_total");
     let mut sources = Vec::new();
     for kernels in variants {
         assert_eq!(kernels.spec.group as usize, g, "the variants share a group");
@@ -131,7 +111,7 @@ fn select_case(
         ),
         seed,
     );
-        check_selection(&got, &reference, &mut m);
+        check_selection(&got, &c.reference, &mut m);
         m.finish();
         if kernels.spec.compact() {
             let state = out.state.download().expect("download state");
@@ -249,20 +229,7 @@ fn gpu_select_short_and_boundary_lengths() {
             if k > kernels[0].spec.k_max as usize {
                 continue;
             }
-            let mut lengths = vec![
-                0,
-                1,
-                4,
-                5,
-                35,
-                36,
-                37,
-                ALWAYS + k - k.min(1),
-                ALWAYS + k,
-                ALWAYS + k + 1,
-                ALWAYS + k + 2,
-                2 * (ALWAYS + k),
-            ];
+            let mut lengths = boundary_lengths(k);
             lengths.shuffle(&mut rng);
             for triple in lengths.chunks(3) {
                 select_case(
