@@ -1,6 +1,6 @@
 //! The GPU test kit: what every GPU test starts from, so that a test states only what it checks.
 //!
-//! ```ignore
+//! ```text
 //! use fathom_tests::gpu_test;
 //!
 //! gpu_test!(gpu_encode_one_block, |t| {
