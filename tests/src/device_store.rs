@@ -2,8 +2,43 @@
 //! `templates/ABI.md`: per-segment buffers and the segment tables that point at them.
 
 use codegen::spec::Placement;
-use reference::store::HeadStore;
+use rand::Rng;
+use reference::store::{HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError, MappedBuffer};
+
+use crate::inputs;
+use crate::store_kernels::TableShape;
+
+/// Segments per `(b, h)` for a batch of `lengths`: every one the longest reaches into, and one
+/// more that stays empty, so that a kernel reading past the last segment shows.
+pub fn max_seg(layout: StoreLayout, lengths: &[usize]) -> usize {
+    let longest = lengths.iter().copied().max().unwrap_or(0);
+    longest.div_ceil(layout.segment_tokens()) + 1
+}
+
+/// Reference stores of random keys ([`inputs::head_stores`]) for `heads` KV heads of every
+/// sequence of `lengths`, laid out in `placement` with [`max_seg`] segments per head, and the
+/// shape of their tables.
+pub fn random_device_stores(
+    gpu: &Gpu,
+    rng: &mut impl Rng,
+    layout: StoreLayout,
+    placement: Placement,
+    lengths: &[usize],
+    heads: usize,
+) -> (Vec<Vec<HeadStore>>, DeviceStore, TableShape) {
+    let stores = inputs::head_stores(rng, layout, lengths, heads);
+    let max_seg = max_seg(layout, lengths);
+    let store = DeviceStore::new(gpu, placement, &stores, max_seg)
+        .unwrap_or_else(|e| panic!("stores in {placement:?}: {e}"));
+    let shape = TableShape {
+        batch: lengths.len(),
+        heads,
+        max_seg,
+        layout,
+    };
+    (stores, store, shape)
+}
 
 /// A segment's memory, on the device or mapped from the host.
 enum Memory<T> {

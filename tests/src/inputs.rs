@@ -1,9 +1,10 @@
-//! Fresh random inputs. Each test run draws a new seed (printed, so a failure can be replayed
-//! with `FATHOM_TEST_SEED`).
+//! Fresh random inputs, and the queries as the reference reads them. Each test run draws a new
+//! seed (printed, so a failure can be replayed with `FATHOM_TEST_SEED`).
 
 use half::bf16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use reference::store::{HeadId, HeadStore, StoreLayout};
 
 /// A generator seeded from `FATHOM_TEST_SEED`, or from the clock; the seed is printed.
 pub fn rng(test: &str) -> ChaCha8Rng {
@@ -42,7 +43,69 @@ pub fn keys(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
         .collect()
 }
 
+/// Correlated calibration rows of `d` channels: a few shared factors plus noise, so that the
+/// KLT is far from the identity.
+pub fn calibration_rows(rng: &mut impl Rng, rows: usize, d: usize) -> Vec<Vec<f64>> {
+    let mixing: Vec<f64> = (0..d * 4).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    (0..rows)
+        .map(|_| {
+            let z: Vec<f64> = (0..4).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            (0..d)
+                .map(|c| {
+                    let shared: f64 = (0..4).map(|k| mixing[c * 4 + k] * z[k]).sum();
+                    shared + 0.1 * rng.gen_range(-1.0..1.0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// `rows` fp32 vectors of `d` values in [-1, 1).
 pub fn vectors(rng: &mut impl Rng, rows: usize, d: usize) -> Vec<f32> {
     (0..rows * d).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+/// `n` bf16 values of `d` channels in [-1, 1), token-major.
+pub fn values(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
+    (0..n * d)
+        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+        .collect()
+}
+
+/// The `group` queries `[G][D]` of KV head `bh` (`b·H + h`) of a `[B][H][G][D]` array, widened
+/// to f64 as the reference reads them.
+pub fn group_queries(queries: &[f32], bh: usize, group: usize, d: usize) -> Vec<Vec<f64>> {
+    (0..group)
+        .map(|g| {
+            queries[(bh * group + g) * d..(bh * group + g + 1) * d]
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect()
+        })
+        .collect()
+}
+
+/// Reference stores of layer 0 of `n_stored[b]` random [`keys`] for every `(b, h)` of `heads`
+/// KV heads, `[b][h]`.
+pub fn head_stores(
+    rng: &mut impl Rng,
+    layout: StoreLayout,
+    n_stored: &[usize],
+    heads: usize,
+) -> Vec<Vec<HeadStore>> {
+    n_stored
+        .iter()
+        .map(|&n| {
+            (0..heads)
+                .map(|h| {
+                    let id = HeadId {
+                        layer: 0,
+                        kv_head: h,
+                    };
+                    let keys = keys(rng, n, layout.head_dim());
+                    HeadStore::from_keys(layout, id, &keys).expect("random keys encode")
+                })
+                .collect()
+        })
+        .collect()
 }

@@ -1,17 +1,21 @@
 //! Cross-crate integration tests of fathom: the generated kernels and the step against the f64
-//! reference. The tests live in `tests/tests/`; this library holds what they share: opening the
-//! GPU, fresh random inputs, and the key store laid out on the device as `templates/ABI.md` says.
+//! reference. The tests live in `tests/tests/`; this library holds what they share: the GPU test
+//! kit (`gpu_test!`, `kit`), fresh random inputs, and the key store laid out on the device as
+//! `templates/ABI.md` says.
 
 pub mod cpu_cuda;
 pub mod device_store;
 pub mod inputs;
 pub mod kernel_check;
+pub mod kit;
 pub mod pariskv_kernels;
+pub mod select_case;
 pub mod select_cpu;
 pub mod select_kernels;
 pub mod select_scores;
 pub mod shapes;
 pub mod step_check;
+pub mod step_setup;
 pub mod store_check;
 pub mod store_kernels;
 

@@ -23,9 +23,12 @@ use reference::plans::DoubleSparsityCalibration;
 use reference::select::{LOCAL, SINK};
 use reference::step::{step_group, GroupInput, GroupStep, StepConfig};
 use reference::store::HeadStore;
-use runtime::gpu::Gpu;
-use runtime::step::{HostStepOutput, Method, StepOutput, Transfer};
+use runtime::gpu::{DeviceBuffer, Gpu};
+use runtime::step::{
+    Decoder, HostStepOutput, Method, StepGraph, StepOutput, StepRequest, Transfer,
+};
 use runtime::tuning::{Tile, TuneKey, TunedFamily, Tuning};
+use runtime::view::LayerView;
 
 use crate::select_kernels::{relative_error, Mismatches};
 
@@ -272,6 +275,30 @@ pub fn poison(gpu: &Gpu, out: &StepOutput<'_>, dense: bool) {
     gpu.fill(out.out(), 0xff).expect("poison");
 }
 
+/// One step run eagerly: queued, its outputs checked finite and read back; an error panics,
+/// naming `what`.
+pub fn eager_step(
+    decoder: &mut Decoder,
+    view: &LayerView<'_>,
+    queries: &DeviceBuffer<f32>,
+    request: StepRequest<'_>,
+    what: &str,
+) -> HostStepOutput {
+    let out = decoder
+        .step(view, queries, request)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    out.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+    out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// What a replay of `graph` writes, its outputs poisoned first (`dense`: the step of `dense`,
+/// see [`poison`]) so that nothing left by an earlier step passes for it.
+pub fn replayed(gpu: &Gpu, graph: &StepGraph, dense: bool) -> HostStepOutput {
+    poison(gpu, &graph.output(gpu), dense);
+    graph.replay(gpu).expect("replay");
+    graph.output(gpu).download().expect("download replay")
+}
+
 /// The first place where a replayed step differs from the eager one. Only what the step wrote
 /// is compared: rows past a head's count are not part of the output.
 pub fn replay_difference(eager: &HostStepOutput, replayed: &HostStepOutput) -> Option<String> {
@@ -326,23 +353,6 @@ pub fn methods(rotated: bool) -> Vec<Method> {
 /// Whether `method` scores bit planes (and so has a host-placement transfer).
 pub fn is_plane_method(method: Method) -> bool {
     !matches!(method, Method::Landmark | Method::Oracle | Method::Dense)
-}
-
-/// Correlated calibration rows of `d` channels: a few shared factors plus noise, so that the
-/// KLT is far from the identity.
-pub fn calibration_rows(rng: &mut impl rand::Rng, rows: usize, d: usize) -> Vec<Vec<f64>> {
-    let mixing: Vec<f64> = (0..d * 4).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    (0..rows)
-        .map(|_| {
-            let z: Vec<f64> = (0..4).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            (0..d)
-                .map(|c| {
-                    let shared: f64 = (0..4).map(|k| mixing[c * 4 + k] * z[k]).sum();
-                    shared + 0.1 * rng.gen_range(-1.0..1.0)
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// A tuning record whose only entry is a select tile: every step that selects runs it, every

@@ -18,6 +18,7 @@ use runtime::gpu::{Arg, DeviceBuffer, Gpu, Module};
 use runtime::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 
 use crate::device_store::DeviceStore;
+use crate::inputs;
 
 /// The byte every output buffer is filled with before a kernel runs.
 pub const POISON: u8 = 0xff;
@@ -144,18 +145,7 @@ impl Mismatches {
 pub fn rotations(rng: &mut impl Rng, heads: usize, d: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(heads * d * d);
     for _ in 0..heads {
-        let mixing: Vec<f64> = (0..d * 4).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        let keys: Vec<Vec<f64>> = (0..2 * d)
-            .map(|_| {
-                let z: Vec<f64> = (0..4).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                (0..d)
-                    .map(|c| {
-                        let shared: f64 = (0..4).map(|k| mixing[c * 4 + k] * z[k]).sum();
-                        shared + 0.1 * rng.gen_range(-1.0..1.0)
-                    })
-                    .collect()
-            })
-            .collect();
+        let keys = inputs::calibration_rows(rng, 2 * d, d);
         let queries: Vec<Vec<f64>> = (0..8)
             .map(|_| (0..d).map(|_| rng.gen_range(-1.0..1.0)).collect())
             .collect();

@@ -14,12 +14,12 @@
 
 use codegen::spec::{SelectAlgorithm, SelectSpec};
 use fathom_tests::inputs;
+use fathom_tests::select_case::{boundary_lengths, SelectCase};
 use fathom_tests::select_cpu::{CpuSelect, CpuSelectArgs};
 use fathom_tests::select_kernels::{check_selection, Mismatches, ALWAYS};
-use fathom_tests::select_scores::{scores, Scores, FAMILIES};
+use fathom_tests::select_scores::{Scores, FAMILIES};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use reference::select::Selection;
 
 fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> SelectSpec {
     SelectSpec {
@@ -43,40 +43,21 @@ fn case(
     families: &[Scores],
 ) -> Option<String> {
     let g = select.spec.group as usize;
-    let max_n = lengths.iter().copied().max().unwrap_or(0);
-    let ld = max_n + 7;
-    let query_heads = lengths.len() * kv_heads * g;
-    // Unused elements hold NaN bits: the kernels must never use a score past n_total.
-    let mut all = vec![f32::from_bits(0xffff_ffff); query_heads * ld];
-    let mut per_head: Vec<Vec<f64>> = Vec::with_capacity(query_heads);
-    let first = rng.gen_range(0..families.len());
-    let mut used = Vec::new();
-    for qh in 0..query_heads {
-        let n = lengths[qh / (kv_heads * g)];
-        let family = families[(qh + first) % families.len()];
-        used.push(family);
-        let s = scores(rng, family, n, k);
-        all[qh * ld..qh * ld + n].copy_from_slice(&s);
-        per_head.push(s.iter().map(|&x| f64::from(x)).collect());
-    }
-    let reference: Vec<Selection> = per_head
-        .chunks(g)
-        .map(|heads| Selection::from_scores(heads, k))
-        .collect();
-    let n_total: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
+    let c = SelectCase::draw(rng, lengths, kv_heads, g, k, families);
     let what = format!(
         "{} on the CPU: k={k} H={kv_heads} chunks {chunks:?} lengths {lengths:?}, families \
-         {used:?}",
-        select.name()
+         {:?}",
+        select.name(),
+        c.families
     );
     let got = match select.run(
         &CpuSelectArgs {
-            scores: &all,
-            ld_scores: ld,
-            n_total: &n_total,
+            scores: &c.scores,
+            ld_scores: c.ld,
+            n_total: &c.n_total,
             k,
             kv_heads,
-            max_tokens: max_n,
+            max_tokens: c.max_n,
             chunks,
         },
         seed,
@@ -85,7 +66,7 @@ fn case(
         Err(e) => return Some(format!("{what}: {e}")),
     };
     let mut m = Mismatches::new(what, seed);
-    check_selection(&got, &reference, &mut m);
+    check_selection(&got, &c.reference, &mut m);
     m.report()
 }
 
@@ -95,22 +76,8 @@ fn cases(select: &CpuSelect, rng: &mut impl Rng, seed: u64, families: &[Scores])
     let k_max = select.spec.k_max as usize;
     let mut failures = Vec::new();
     for k in [0, 1, rng.gen_range(2..k_max.max(3)), k_max] {
-        let mut lengths = vec![
-            0,
-            1,
-            4,
-            5,
-            35,
-            36,
-            37,
-            ALWAYS + k - k.min(1),
-            ALWAYS + k,
-            ALWAYS + k + 1,
-            ALWAYS + k + 2,
-            2 * (ALWAYS + k),
-            rng.gen_range(2_000..6_000),
-            rng.gen_range(6_000..12_000),
-        ];
+        let mut lengths = boundary_lengths(k);
+        lengths.extend([rng.gen_range(2_000..6_000), rng.gen_range(6_000..12_000)]);
         lengths.shuffle(rng);
         for (part, chunks) in lengths
             .chunks(3)

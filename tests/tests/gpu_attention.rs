@@ -21,12 +21,14 @@
 //!   `attend_group` over the original K/V rows within 1e-3.
 
 use codegen::spec::{AttentionSpec, FetchSpec, OracleSpec, Placement, SelectSpec};
+use fathom_tests::gpu_test;
+use fathom_tests::inputs;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{
     check_selection, dot_tolerance, relative_error, AttentionArgs, AttentionKernel, FetchArgs,
     FetchKernel, HeadTable, Mismatches, OracleArgs, OracleKernel, SelectArgs, SelectKernels,
     ALWAYS, POISON,
 };
-use fathom_tests::{gpu, inputs};
 use half::bf16;
 use rand::seq::index::sample;
 use rand::seq::SliceRandom;
@@ -165,11 +167,7 @@ fn attention_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, spec: AttentionSpec,
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_attention_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_attention_matches_reference");
+gpu_test!(gpu_attention_matches_reference, |t| {
     // (D, G, threads, rows per warp, k); `None` for k draws one.
     let configs: [(u32, u32, u32, u32, Option<usize>); 15] = [
         (64, 7, 256, 4, None),
@@ -197,18 +195,16 @@ fn gpu_attention_matches_reference() {
             threads,
             rows_per_warp,
         };
-        let k = k.unwrap_or_else(|| rng.gen_range(1..=2048));
-        attention_case(&gpu, &mut rng, seed, spec, k);
+        let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
+        attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
     }
-}
+});
 
 /// oracle → select → fetch → attention on the GPU against the reference on the same scores, at
 /// G = 7 (D = 128) and at D = 96 with G = 16.
-fn chain(placement: Placement, test: &str) {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed(test);
+fn chain(t: &mut GpuTest, placement: Placement) {
     for (d, g) in [(128, 7), (96, 16)] {
-        chain_case(&gpu, &mut rng, seed, placement, d, g);
+        chain_case(&t.gpu, &mut t.rng, t.seed, placement, d, g);
     }
 }
 
@@ -320,7 +316,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
     let mut per_kv: Vec<Vec<Vec<f64>>> = Vec::with_capacity(kv);
     for kh in 0..kv {
         let n = lengths[kh / KV_HEADS];
-        let qs: Vec<Vec<f64>> = (0..g).map(|h| query(&queries, kh, h, g, d)).collect();
+        let qs = inputs::group_queries(&queries, kh, g, d);
         let exact = score_exact(&keys[kh], d, 0..n, &qs);
         let mut gpu_heads = Vec::with_capacity(g);
         for (h, q) in qs.iter().enumerate() {
@@ -433,7 +429,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
     let mut m = Mismatches::new(format!("{what}: attention"), seed);
     let mut worst = 0.0f64;
     for (kh, selection) in reference.iter().enumerate() {
-        let qs: Vec<Vec<f64>> = (0..g).map(|h| query(&queries, kh, h, g, d)).collect();
+        let qs = inputs::group_queries(&queries, kh, g, d);
         let want = attend_group(&qs, &keys[kh], &vals[kh], d, selection, scale);
         for (h, w) in want.iter().enumerate() {
             let qh = kh * g + h;
@@ -448,20 +444,13 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
     m.finish();
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_attention_chain_oracle_select_fetch_attention_hbm() {
-    chain(
-        Placement::Hbm,
-        "gpu_attention_chain_oracle_select_fetch_attention_hbm",
-    );
-}
+gpu_test!(gpu_attention_chain_oracle_select_fetch_attention_hbm, |t| {
+    chain(&mut t, Placement::Hbm);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_attention_chain_oracle_select_fetch_attention_host() {
-    chain(
-        Placement::Host,
-        "gpu_attention_chain_oracle_select_fetch_attention_host",
-    );
-}
+gpu_test!(
+    gpu_attention_chain_oracle_select_fetch_attention_host,
+    |t| {
+        chain(&mut t, Placement::Host);
+    }
+);

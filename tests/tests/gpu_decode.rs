@@ -43,44 +43,39 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use codegen::model::{Basis, ModelShape};
+use codegen::model::Basis;
 use codegen::spec::{Placement, SelectAlgorithm};
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::Mismatches;
 use fathom_tests::step_check::{
-    calibration_rows, check_step, is_plane_method, methods, poison, reference_steps,
-    replay_difference, GroupData, SelectRecord, StepCheck,
+    check_step, eager_step, methods, reference_steps, replay_difference, replayed, GroupData,
+    SelectRecord, StepCheck,
 };
+use fathom_tests::step_setup::{
+    decoder_config, model, short_lengths, transfers, HeadCalibration, BLOCK, KV_HEADS, LAYER,
+    LAYERS, MAX_RELATIVE_ERROR, SEGMENT_WORDS,
+};
+use fathom_tests::store_check::bits;
 use fathom_tests::store_kernels::rotate_keys;
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use reference::klt::Klt;
-use reference::plans::DoubleSparsityCalibration;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::jit::Jit;
 use runtime::step::launches::token_capacity;
-use runtime::step::{
-    Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Transfer,
-};
+use runtime::step::{Calibration, Decoder, Method, StepGraph, StepRequest, Transfer};
 use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig};
 use runtime::tuning::Tile;
 
 const BATCH: usize = 3;
-const KV_HEADS: usize = 2;
 /// The head dimension of every case but the D = 96 one.
 const D: usize = 128;
-const BLOCK: usize = 64;
-const SEGMENT_WORDS: usize = 128;
 /// Tokens per segment: `S · 64`.
 const SEGMENT_TOKENS: usize = SEGMENT_WORDS * 64;
-const LAYERS: usize = 2;
-/// The layer the steps are of.
-const LAYER: usize = 1;
 const K: usize = 96;
-const K_MAX: usize = 512;
-const MAX_RELATIVE_ERROR: f64 = 1e-3;
 /// Tokens appended before each checkpoint: one, then a whole block.
 const APPENDS: [usize; 3] = [0, 1, BLOCK];
 /// The stores of a case: HBM, and host memory of every allocation mode (`HostMemory`, each
@@ -107,11 +102,8 @@ struct Case {
     d: usize,
     group: usize,
     basis: Basis,
-    /// `[h]` the KLT of `LAYER`, rotated stores only.
-    klts: Vec<Klt>,
-    /// `[h]` f32 rotations of `LAYER` as the store and the decoder read them.
-    rotations: Vec<Vec<f32>>,
-    double_sparsity: Vec<DoubleSparsityCalibration>,
+    /// What is fitted for every KV head of `LAYER`.
+    fitted: HeadCalibration,
     /// The calibrated `σ²` of `LAYER` `[H][D]` (rotated stores), else none: the stand-in is
     /// passed with the request.
     calibrated_sigma2: Option<Vec<f32>>,
@@ -119,28 +111,6 @@ struct Case {
     sequences: Vec<Sequence>,
     /// Raw queries of the current checkpoint `[B][H][G][D]`.
     queries: Vec<f32>,
-}
-
-fn model(d: usize, group: usize, basis: Basis) -> ModelShape {
-    ModelShape {
-        name: format!("decode-d{d}-g{group}"),
-        layers: LAYERS,
-        query_heads: KV_HEADS * group,
-        kv_heads: KV_HEADS,
-        head_dim: d,
-        qk_norm: basis == Basis::Raw,
-        basis,
-    }
-}
-
-fn bits(x: &[bf16]) -> Vec<u16> {
-    x.iter().map(|v| v.to_bits()).collect()
-}
-
-fn values(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
-    (0..n * d)
-        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
-        .collect()
 }
 
 /// The lengths of the batch: short, one with a tail, and a long one drawn from `long` so that
@@ -156,16 +126,8 @@ fn lengths(rng: &mut impl Rng, long: std::ops::Range<usize>) -> Vec<usize> {
             break n;
         }
     };
-    let mut lengths = vec![
-        rng.gen_range(40..100),
-        loop {
-            let n = rng.gen_range(3_000..9_000);
-            if n % BLOCK != 0 {
-                break n;
-            }
-        },
-        long,
-    ];
+    let mut lengths = short_lengths(rng);
+    lengths.push(long);
     lengths.shuffle(rng);
     lengths
 }
@@ -173,66 +135,15 @@ fn lengths(rng: &mut impl Rng, long: std::ops::Range<usize>) -> Vec<usize> {
 impl Case {
     fn new(rng: &mut impl Rng, d: usize, group: usize, basis: Basis, lengths: &[usize]) -> Case {
         let rotated = basis == Basis::Klt;
-        let mut klts = Vec::new();
-        let mut double_sparsity = Vec::new();
-        for _ in 0..KV_HEADS {
-            let cal_keys = calibration_rows(rng, 2 * d, d);
-            let cal_queries = calibration_rows(rng, 8 * group, d);
-            if rotated {
-                klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
-            }
-            double_sparsity.push(
-                DoubleSparsityCalibration::fit(&cal_queries, &cal_keys, 32)
-                    .expect("calibration rows are valid"),
-            );
-        }
-        let rotations: Vec<Vec<f32>> = klts
-            .iter()
-            .map(|k| k.basis_row_major().iter().map(|&x| x as f32).collect())
-            .collect();
-
-        // The decoder's calibration of every layer: layer LAYER holds the fitted data, layer 0
-        // other data that would show if the wrong layer were read.
-        let per_layer = KV_HEADS * d;
-        let mut masks = vec![0u8; LAYERS * per_layer];
-        let mut rotation = vec![0f32; LAYERS * KV_HEADS * d * d];
-        let sigma2: Vec<f32> = (0..LAYERS * per_layer)
-            .map(|_| rng.gen_range(0.01f32..4.0))
-            .collect();
-        for l in 0..LAYERS {
-            for h in 0..KV_HEADS {
-                let mask = if l == LAYER {
-                    double_sparsity[h].mask()
-                } else {
-                    let mut m = vec![0u8; d];
-                    m[d - 32..].iter_mut().for_each(|x| *x = 1);
-                    m
-                };
-                masks[(l * KV_HEADS + h) * d..][..d].copy_from_slice(&mask);
-                if rotated && l == LAYER {
-                    rotation[(l * KV_HEADS + h) * d * d..][..d * d].copy_from_slice(&rotations[h]);
-                }
-            }
-        }
-        let mut calibration = Calibration::new(LAYERS, KV_HEADS, d)
-            .with_double_sparsity(32, masks)
-            .expect("fitted masks select 32 channels");
-        let mut calibrated_sigma2 = None;
-        if rotated {
-            calibration = calibration
-                .with_sigma2(sigma2.clone())
-                .expect("random variances are valid")
-                .with_rotation(rotation)
-                .expect("fitted bases are finite");
-            calibrated_sigma2 = Some(sigma2[LAYER * per_layer..][..per_layer].to_vec());
-        }
+        let fitted = HeadCalibration::fit(rng, d, group, rotated);
+        let (calibration, calibrated_sigma2) = fitted.decoder_calibration(rng, d, rotated);
 
         let layout = StoreLayout::new(d, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
         let sequences = lengths
             .iter()
             .map(|&n| {
                 let keys: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, n, d)).collect();
-                let values = (0..KV_HEADS).map(|_| values(rng, n, d)).collect();
+                let values = (0..KV_HEADS).map(|_| inputs::values(rng, n, d)).collect();
                 let stores = keys
                     .iter()
                     .enumerate()
@@ -241,7 +152,7 @@ impl Case {
                             layer: LAYER,
                             kv_head: h,
                         };
-                        let stored = match rotations.get(h) {
+                        let stored = match fitted.rotations.get(h) {
                             Some(rot) => rotate_keys(rot, d, k),
                             None => k.clone(),
                         };
@@ -259,9 +170,7 @@ impl Case {
             d,
             group,
             basis,
-            klts,
-            rotations,
-            double_sparsity,
+            fitted,
             calibrated_sigma2,
             calibration,
             sequences,
@@ -278,11 +187,11 @@ impl Case {
         for l in 0..LAYERS {
             for h in 0..KV_HEADS {
                 if l == LAYER {
-                    all.extend(&self.rotations[h]);
+                    all.extend(&self.fitted.rotations[h]);
                 } else {
                     let klt = Klt::fit(
-                        &calibration_rows(rng, 2 * self.d, self.d),
-                        &calibration_rows(rng, 8, self.d),
+                        &inputs::calibration_rows(rng, 2 * self.d, self.d),
+                        &inputs::calibration_rows(rng, 8, self.d),
                     )
                     .expect("calibration rows are valid");
                     all.extend(klt.basis_row_major().iter().map(|&x| x as f32));
@@ -296,13 +205,13 @@ impl Case {
     /// `[B][H][self.d]`.
     fn append(&mut self, rng: &mut impl Rng) -> (Vec<bf16>, Vec<bf16>) {
         let keys = inputs::keys(rng, BATCH * KV_HEADS, self.d);
-        let vals = values(rng, BATCH * KV_HEADS, self.d);
+        let vals = inputs::values(rng, BATCH * KV_HEADS, self.d);
         for (b, sequence) in self.sequences.iter_mut().enumerate() {
             for h in 0..KV_HEADS {
                 let row = (b * KV_HEADS + h) * self.d..(b * KV_HEADS + h + 1) * self.d;
                 sequence.keys[h].extend(&keys[row.clone()]);
                 sequence.values[h].extend(&vals[row.clone()]);
-                let stored = match self.rotations.get(h) {
+                let stored = match self.fitted.rotations.get(h) {
                     Some(rot) => rotate_keys(rot, self.d, &keys[row]),
                     None => keys[row].to_vec(),
                 };
@@ -333,26 +242,18 @@ impl Case {
         let mut out = Vec::new();
         for (b, s) in self.sequences.iter().enumerate() {
             for h in 0..KV_HEADS {
-                let queries = (0..self.group)
-                    .map(|g| {
-                        let qh = (b * KV_HEADS + h) * self.group + g;
-                        self.queries[qh * self.d..(qh + 1) * self.d]
-                            .iter()
-                            .map(|&x| f64::from(x))
-                            .collect()
-                    })
-                    .collect();
+                let bh = b * KV_HEADS + h;
                 out.push(GroupData {
                     store: &s.stores[h],
                     keys: &s.keys[h],
                     values: &s.values[h],
-                    queries,
-                    klt: self.klts.get(h),
-                    sigma2: sigma2[(b * KV_HEADS + h) * self.d..][..self.d]
+                    queries: inputs::group_queries(&self.queries, bh, self.group, self.d),
+                    klt: self.fitted.klts.get(h),
+                    sigma2: sigma2[bh * self.d..][..self.d]
                         .iter()
                         .map(|&x| f64::from(x))
                         .collect(),
-                    double_sparsity: Some(&self.double_sparsity[h]),
+                    double_sparsity: Some(&self.fitted.double_sparsity[h]),
                 });
             }
         }
@@ -408,40 +309,26 @@ fn prefill(gpu: &Gpu, store: &mut KeyStore, case: &Case, rng: &mut impl Rng) -> 
     ids
 }
 
-/// The transfers a step of `method` runs with in `placement`.
-fn transfers(placement: Placement, method: Method) -> Vec<Option<Transfer>> {
-    if placement == Placement::Host && is_plane_method(method) {
-        vec![
-            Some(Transfer::Fused),
-            Some(Transfer::CopyKernel),
-            Some(Transfer::Memcpy),
-        ]
-    } else {
-        vec![None]
-    }
-}
-
-fn run_case(test: &str, d: usize, group: usize, basis: Basis, long: std::ops::Range<usize>) {
-    run_case_with(test, d, group, basis, long, None);
+fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis, long: std::ops::Range<usize>) {
+    run_case_with(t, d, group, basis, long, None);
 }
 
 /// A case; with `select`, every step runs that select tile (a record whose only entry it is).
 fn run_case_with(
-    test: &str,
+    t: &mut GpuTest,
     d: usize,
     group: usize,
     basis: Basis,
     long: std::ops::Range<usize>,
     select: Option<Tile>,
 ) {
-    let gpu = Arc::new(gpu());
-    let (mut rng, seed) = inputs::rng_and_seed(test);
-    let lengths = lengths(&mut rng, long);
+    let (gpu, test, seed, rng) = (t.gpu.clone(), t.name, t.seed, &mut t.rng);
+    let lengths = lengths(rng, long);
     eprintln!("{test}: lengths {lengths:?}");
-    let mut case = Case::new(&mut rng, d, group, basis, &lengths);
-    let model = model(d, group, basis);
+    let mut case = Case::new(rng, d, group, basis, &lengths);
+    let model = model(format!("decode-d{d}-g{group}"), d, group, basis);
 
-    let rotations = case.store_rotations(&mut rng);
+    let rotations = case.store_rotations(rng);
     let capacity = lengths.iter().sum::<usize>() + BATCH * APPENDS.iter().sum::<usize>();
     let mut stores: Vec<KeyStore> = PLACEMENTS
         .iter()
@@ -462,18 +349,12 @@ fn run_case_with(
     let baselines: Vec<_> = stores.iter().map(KeyStore::memory).collect();
     let ids: Vec<Vec<SequenceId>> = stores
         .iter_mut()
-        .map(|store| prefill(&gpu, store, &case, &mut rng))
+        .map(|store| prefill(&gpu, store, &case, rng))
         .collect();
 
     // The decoder's kernels through one JIT (the disk cache), as a serving stack shares it.
     let jit = Arc::new(Jit::with_default_cache(gpu.clone()).expect("NVRTC"));
-    let config = DecoderConfig {
-        block: BLOCK,
-        segment_words: SEGMENT_WORDS,
-        k_max: K_MAX,
-        ..DecoderConfig::default()
-    };
-    let mut decoder = Decoder::with_kernels(gpu.clone(), model, config, jit.clone())
+    let mut decoder = Decoder::with_kernels(gpu.clone(), model, decoder_config(), jit.clone())
         .expect("a valid decoder")
         .with_calibration(case.calibration.clone())
         .expect("calibration of the model");
@@ -498,14 +379,14 @@ fn run_case_with(
 
     for (checkpoint, &appends) in APPENDS.iter().enumerate() {
         for _ in 0..appends {
-            let (keys, vals) = case.append(&mut rng);
+            let (keys, vals) = case.append(rng);
             let (k, v) = (
                 upload(&gpu, &bits(&keys), "append keys"),
                 upload(&gpu, &bits(&vals), "append values"),
             );
             let other = upload(
                 &gpu,
-                &bits(&inputs::keys(&mut rng, BATCH * KV_HEADS, d)),
+                &bits(&inputs::keys(rng, BATCH * KV_HEADS, d)),
                 "layer 0 keys",
             );
             for (store, ids) in stores.iter_mut().zip(&ids) {
@@ -532,7 +413,7 @@ fn run_case_with(
         }
 
         // New queries (and σ²) in place: the graphs read these buffers.
-        case.queries = inputs::vectors(&mut rng, BATCH * KV_HEADS * group, d);
+        case.queries = inputs::vectors(rng, BATCH * KV_HEADS * group, d);
         gpu.write(&queries, &case.queries).expect("queries");
         gpu.write(&sigma2, &case.sigma2()).expect("σ²");
         let groups = case.groups();
@@ -559,13 +440,7 @@ fn run_case_with(
                         scale: None,
                         sigma2: case.calibrated_sigma2.is_none().then_some(&sigma2),
                     };
-                    let eager = {
-                        let out = decoder
-                            .step(&view, &queries, request)
-                            .unwrap_or_else(|e| panic!("{what}: {e}"));
-                        out.check().unwrap_or_else(|e| panic!("{what}: {e}"));
-                        out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
-                    };
+                    let eager = eager_step(&mut decoder, &view, &queries, request, &what);
                     let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
                     check_step(&check, method, &eager, &groups, want, &mut cm);
                     cm.finish();
@@ -601,9 +476,7 @@ fn run_case_with(
                     graph
                         .serves(&view)
                         .unwrap_or_else(|e| panic!("{what}: the graph must serve: {e}"));
-                    poison(&gpu, &graph.output(&gpu), method == Method::Dense);
-                    graph.replay(&gpu).expect("replay");
-                    let replayed = graph.output(&gpu).download().expect("download replay");
+                    let replayed = replayed(&gpu, graph, method == Method::Dense);
                     let differs = replay_difference(&eager, &replayed);
                     m.check(differs.is_none(), || {
                         format!(
@@ -645,49 +518,25 @@ fn run_case_with(
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_decode_raw_g4() {
-    run_case("gpu_decode_raw_g4", D, 4, Basis::Raw, 280_000..320_000);
-}
+gpu_test!(gpu_decode_raw_g4, |t| {
+    run_case(&mut t, D, 4, Basis::Raw, 280_000..320_000);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_decode_klt_g7() {
-    run_case("gpu_decode_klt_g7", D, 7, Basis::Klt, 20_000..50_000);
-}
+gpu_test!(gpu_decode_klt_g7, |t| {
+    run_case(&mut t, D, 7, Basis::Klt, 20_000..50_000);
+});
 
-/// Phi-3's head dimension with GLM-4's group (both KLT models).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_decode_klt_d96_g16() {
-    run_case("gpu_decode_klt_d96_g16", 96, 16, Basis::Klt, 20_000..50_000);
-}
+// Phi-3's head dimension with GLM-4's group (both KLT models).
+gpu_test!(gpu_decode_klt_d96_g16, |t| {
+    run_case(&mut t, 96, 16, Basis::Klt, 20_000..50_000);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_decode_onepass_raw_g4() {
+gpu_test!(gpu_decode_onepass_raw_g4, |t| {
     let tile = Tile::select(512, 8, SelectAlgorithm::Onepass);
-    run_case_with(
-        "gpu_decode_onepass_raw_g4",
-        D,
-        4,
-        Basis::Raw,
-        280_000..320_000,
-        Some(tile),
-    );
-}
+    run_case_with(&mut t, D, 4, Basis::Raw, 280_000..320_000, Some(tile));
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_decode_onepass_klt_g7() {
+gpu_test!(gpu_decode_onepass_klt_g7, |t| {
     let tile = Tile::select(1024, 4, SelectAlgorithm::Onepass);
-    run_case_with(
-        "gpu_decode_onepass_klt_g7",
-        D,
-        7,
-        Basis::Klt,
-        20_000..50_000,
-        Some(tile),
-    );
-}
+    run_case_with(&mut t, D, 7, Basis::Klt, 20_000..50_000, Some(tile));
+});

@@ -25,10 +25,11 @@
 
 use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{EncodeMode, EncodeSpec};
+use fathom_tests::device_store::max_seg;
 use fathom_tests::store_kernels::{
     rotate_keys, rotations, run_encode, upload, DeviceKeys, EncodeTarget, Kernel, Mismatches,
 };
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use half::bf16;
 use rand::Rng;
 use reference::store::{BlockSize, EncodeError, HeadId, HeadStore, StoreLayout, WORD_TOKENS};
@@ -179,6 +180,50 @@ fn assert_ok(status: [i32; 5], label: &str, seed: u64) {
     );
 }
 
+/// A launch that must have succeeded: status 0, and the target holds `expected` (nothing where
+/// no token is stored).
+fn assert_encoded(
+    target: &EncodeTarget,
+    status: [i32; 5],
+    expected: &[Vec<HeadStore>],
+    label: &str,
+    seed: u64,
+) {
+    assert_ok(status, label, seed);
+    compare(target, expected, &no_tokens, label, seed);
+}
+
+/// One bulk launch of `spec` over every token of `raw` (`[b][h]` keys, `n[b]` tokens from
+/// token 0), rotated by `rot` when given, into a new target of `max_seg` segments: the kernel,
+/// the target and the launch's status.
+fn bulk_encode(
+    gpu: &Gpu,
+    spec: EncodeSpec,
+    layout: StoreLayout,
+    raw: &[Vec<Vec<bf16>>],
+    rot: Option<&[f32]>,
+    n: &[usize],
+    max_seg: usize,
+) -> (Kernel, EncodeTarget, [i32; 5]) {
+    let (batch, heads) = (raw.len(), raw[0].len());
+    let kernel = Kernel::compile(gpu, spec);
+    let keys = DeviceKeys::new(gpu, raw);
+    let rot_buffer = rot.map(|r| upload(gpu, r, "rotation"));
+    let target = EncodeTarget::new(gpu, layout, batch, heads, max_seg);
+    let counts: Vec<i32> = n.iter().map(|&x| x as i32).collect();
+    let status = run_encode(
+        gpu,
+        &kernel,
+        &spec,
+        &keys,
+        rot_buffer.as_ref(),
+        &target,
+        &vec![0; batch],
+        &counts,
+    );
+    (kernel, target, status)
+}
+
 /// One bulk launch over a batch of three sequences of different lengths (several segments, a
 /// partial last segment, and one shorter than a block).
 fn bulk_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, d: usize, blk: usize, rotate: bool) {
@@ -190,97 +235,54 @@ fn bulk_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, d: usize, blk: usize, rot
         rng.gen_range(blk..2 * seg_tokens),
         rng.gen_range(1..blk),
     ];
-    let max_seg = n.iter().max().unwrap().div_ceil(seg_tokens) + 1;
+    let max_seg = max_seg(layout, &n);
     let raw = random_keys(rng, batch, heads, &n, d);
     let rot = rotate.then(|| rotations(rng, heads, d));
     let expected = reference(&store_basis(&raw, rot.as_deref(), d), &n, layout);
 
     let spec = spec(d, blk, s, EncodeMode::Bulk, rotate);
-    let kernel = Kernel::compile(gpu, spec);
-    let keys = DeviceKeys::new(gpu, &raw);
-    let rot_buffer = rot.as_ref().map(|r| upload(gpu, r, "rotation"));
-    let target = EncodeTarget::new(gpu, layout, batch, heads, max_seg);
-    let counts: Vec<i32> = n.iter().map(|&x| x as i32).collect();
-    let status = run_encode(
-        gpu,
-        &kernel,
-        &spec,
-        &keys,
-        rot_buffer.as_ref(),
-        &target,
-        &[0; 3],
-        &counts,
-    );
+    let (kernel, target, status) =
+        bulk_encode(gpu, spec, layout, &raw, rot.as_deref(), &n, max_seg);
     let label = format!("{} n={n:?}", kernel.name());
-    assert_ok(status, &label, seed);
-    compare(&target, &expected, &no_tokens, &label, seed);
+    assert_encoded(&target, status, &expected, &label, seed);
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_bulk_raw_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_bulk_raw_matches_reference");
+gpu_test!(gpu_encode_bulk_raw_matches_reference, |t| {
     for d in HEAD_DIMS {
         for blk in BLOCKS {
-            bulk_case(&gpu, &mut rng, seed, d, blk, false);
+            bulk_case(&t.gpu, &mut t.rng, t.seed, d, blk, false);
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_bulk_rotated_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_bulk_rotated_matches_reference");
+gpu_test!(gpu_encode_bulk_rotated_matches_reference, |t| {
     for d in HEAD_DIMS {
         for blk in BLOCKS {
-            bulk_case(&gpu, &mut rng, seed, d, blk, true);
+            bulk_case(&t.gpu, &mut t.rng, t.seed, d, blk, true);
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_one_block() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_one_block");
+gpu_test!(gpu_encode_one_block, |t| {
     for blk in BLOCKS {
         for rotate in [false, true] {
             let d = 128;
             let s = if blk == 128 { 2 } else { 1 };
             let layout = layout(d, blk, s);
-            let raw = random_keys(&mut rng, 1, 1, &[blk], d);
-            let rot = rotate.then(|| rotations(&mut rng, 1, d));
+            let raw = random_keys(&mut t.rng, 1, 1, &[blk], d);
+            let rot = rotate.then(|| rotations(&mut t.rng, 1, d));
             let expected = reference(&store_basis(&raw, rot.as_deref(), d), &[blk], layout);
             let spec = spec(d, blk, s, EncodeMode::Bulk, rotate);
-            let kernel = Kernel::compile(&gpu, spec);
-            let keys = DeviceKeys::new(&gpu, &raw);
-            let rot_buffer = rot.as_ref().map(|r| upload(&gpu, r, "rotation"));
-            let target = EncodeTarget::new(&gpu, layout, 1, 1, 2);
-            let status = run_encode(
-                &gpu,
-                &kernel,
-                &spec,
-                &keys,
-                rot_buffer.as_ref(),
-                &target,
-                &[0],
-                &[blk as i32],
-            );
-            assert_ok(status, kernel.name(), seed);
-            compare(&target, &expected, &no_tokens, kernel.name(), seed);
+            let (kernel, target, status) =
+                bulk_encode(&t.gpu, spec, layout, &raw, rot.as_deref(), &[blk], 2);
+            assert_encoded(&target, status, &expected, kernel.name(), t.seed);
         }
     }
-}
+});
 
-/// Two bulk launches, `[0, a)` then `[a, n)`: the second must keep what the first wrote, also in
-/// a word the two share (BLK = 32, `a` an odd number of blocks).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_bulk_in_two_ranges_joins_words() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_bulk_in_two_ranges_joins_words");
+// Two bulk launches, `[0, a)` then `[a, n)`: the second must keep what the first wrote, also in
+// a word the two share (BLK = 32, `a` an odd number of blocks).
+gpu_test!(gpu_encode_bulk_in_two_ranges_joins_words, |t| {
     for blk in BLOCKS {
         for rotate in [false, true] {
             let (d, s, batch, heads) = (64, 4, 2, 2);
@@ -288,25 +290,25 @@ fn gpu_encode_bulk_in_two_ranges_joins_words() {
             let seg_tokens = layout.segment_tokens();
             // An odd number of blocks: for BLK = 32 the split falls mid-word.
             let a: Vec<usize> = (0..batch)
-                .map(|_| (2 * rng.gen_range(0..seg_tokens / blk) + 1) * blk)
+                .map(|_| (2 * t.rng.gen_range(0..seg_tokens / blk) + 1) * blk)
                 .collect();
             let n: Vec<usize> = a
                 .iter()
-                .map(|&a| a + rng.gen_range(blk..2 * seg_tokens))
+                .map(|&a| a + t.rng.gen_range(blk..2 * seg_tokens))
                 .collect();
-            let max_seg = n.iter().max().unwrap().div_ceil(seg_tokens) + 1;
-            let raw = random_keys(&mut rng, batch, heads, &n, d);
-            let rot = rotate.then(|| rotations(&mut rng, heads, d));
+            let max_seg = max_seg(layout, &n);
+            let raw = random_keys(&mut t.rng, batch, heads, &n, d);
+            let rot = rotate.then(|| rotations(&mut t.rng, heads, d));
             let basis = store_basis(&raw, rot.as_deref(), d);
             let spec = spec(d, blk, s, EncodeMode::Bulk, rotate);
-            let kernel = Kernel::compile(&gpu, spec);
-            let keys = DeviceKeys::new(&gpu, &raw);
-            let rot_buffer = rot.as_ref().map(|r| upload(&gpu, r, "rotation"));
-            let target = EncodeTarget::new(&gpu, layout, batch, heads, max_seg);
+            let kernel = Kernel::compile(&t.gpu, spec);
+            let keys = DeviceKeys::new(&t.gpu, &raw);
+            let rot_buffer = rot.as_ref().map(|r| upload(&t.gpu, r, "rotation"));
+            let target = EncodeTarget::new(&t.gpu, layout, batch, heads, max_seg);
             let to_i32 = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
 
             let status = run_encode(
-                &gpu,
+                &t.gpu,
                 &kernel,
                 &spec,
                 &keys,
@@ -316,18 +318,17 @@ fn gpu_encode_bulk_in_two_ranges_joins_words() {
                 &to_i32(&a),
             );
             let label = format!("{} first range a={a:?}", kernel.name());
-            assert_ok(status, &label, seed);
-            compare(
+            assert_encoded(
                 &target,
+                status,
                 &reference(&basis, &a, layout),
-                &no_tokens,
                 &label,
-                seed,
+                t.seed,
             );
 
             let rest: Vec<usize> = n.iter().zip(&a).map(|(n, a)| n - a).collect();
             let status = run_encode(
-                &gpu,
+                &t.gpu,
                 &kernel,
                 &spec,
                 &keys,
@@ -337,17 +338,16 @@ fn gpu_encode_bulk_in_two_ranges_joins_words() {
                 &to_i32(&rest),
             );
             let label = format!("{} second range a={a:?} n={n:?}", kernel.name());
-            assert_ok(status, &label, seed);
-            compare(
+            assert_encoded(
                 &target,
+                status,
                 &reference(&basis, &n, layout),
-                &no_tokens,
                 &label,
-                seed,
+                t.seed,
             );
         }
     }
-}
+});
 
 /// A bulk prefill, then append launches of one block per sequence over several decode steps.
 fn append_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, d: usize, blk: usize, rotate: bool) {
@@ -368,7 +368,7 @@ fn append_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, d: usize, blk: usize, r
         .iter()
         .map(|p| p + steps * (blk * 3 / 2) + 1)
         .collect();
-    let max_seg = capacity.iter().max().unwrap().div_ceil(seg_tokens) + 1;
+    let max_seg = max_seg(layout, &capacity);
     let raw = random_keys(rng, batch, heads, &capacity, d);
     let rot = rotate.then(|| rotations(rng, heads, d));
     let basis = store_basis(&raw, rot.as_deref(), d);
@@ -437,25 +437,17 @@ fn append_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, d: usize, blk: usize, r
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_append_raw_after_bulk_prefill() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_append_raw_after_bulk_prefill");
+gpu_test!(gpu_encode_append_raw_after_bulk_prefill, |t| {
     for (d, blk) in [(64, 32), (128, 64), (256, 128), (128, 32), (64, 128)] {
-        append_case(&gpu, &mut rng, seed, d, blk, false);
+        append_case(&t.gpu, &mut t.rng, t.seed, d, blk, false);
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_append_rotated_after_bulk_prefill() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_append_rotated_after_bulk_prefill");
+gpu_test!(gpu_encode_append_rotated_after_bulk_prefill, |t| {
     for (d, blk) in [(64, 128), (128, 64), (256, 32)] {
-        append_case(&gpu, &mut rng, seed, d, blk, true);
+        append_case(&t.gpu, &mut t.rng, t.seed, d, blk, true);
     }
-}
+});
 
 /// A bad value planted at `(b, h, token, channel)` of the raw keys.
 struct Planted {
@@ -485,7 +477,7 @@ fn failure_case(
     let n: Vec<usize> = (0..batch)
         .map(|_| rng.gen_range(2 * seg_tokens..4 * seg_tokens))
         .collect();
-    let max_seg = n.iter().max().unwrap().div_ceil(seg_tokens) + 1;
+    let max_seg = max_seg(layout, &n);
     let mut raw = random_keys(rng, batch, heads, &n, d);
     let rot = rotate.then(|| rotations(rng, heads, d));
     let b = rng.gen_range(0..batch);
@@ -534,21 +526,8 @@ fn failure_case(
     ];
 
     let spec = spec(d, blk, s, EncodeMode::Bulk, rotate);
-    let kernel = Kernel::compile(gpu, spec);
-    let keys = DeviceKeys::new(gpu, &raw);
-    let rot_buffer = rot.as_ref().map(|r| upload(gpu, r, "rotation"));
-    let target = EncodeTarget::new(gpu, layout, batch, heads, max_seg);
-    let counts: Vec<i32> = n.iter().map(|&x| x as i32).collect();
-    let status = run_encode(
-        gpu,
-        &kernel,
-        &spec,
-        &keys,
-        rot_buffer.as_ref(),
-        &target,
-        &vec![0; batch],
-        &counts,
-    );
+    let (kernel, target, status) =
+        bulk_encode(gpu, spec, layout, &raw, rot.as_deref(), &n, max_seg);
     let label = format!(
         "{} value {value} at b {b} h {} token {} channel {}",
         kernel.name(),
@@ -571,31 +550,23 @@ fn failure_case(
     compare(&target, &expected, &unwritten, &label, seed);
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_status_non_finite_key() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_status_non_finite_key");
+gpu_test!(gpu_encode_status_non_finite_key, |t| {
     for (d, blk) in [(64, 32), (128, 64), (256, 128)] {
         for rotate in [false, true] {
             for value in [bf16::INFINITY, bf16::NEG_INFINITY, bf16::NAN] {
-                failure_case(&gpu, &mut rng, seed, d, blk, rotate, value, 1);
+                failure_case(&t.gpu, &mut t.rng, t.seed, d, blk, rotate, value, 1);
             }
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_status_scale_overflow() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_status_scale_overflow");
+gpu_test!(gpu_encode_status_scale_overflow, |t| {
     for (d, blk) in [(64, 32), (128, 64), (256, 128)] {
         // Raw: max|x| / 8 above fp16's largest finite value (max|x| >= 524160).
         failure_case(
-            &gpu,
-            &mut rng,
-            seed,
+            &t.gpu,
+            &mut t.rng,
+            t.seed,
             d,
             blk,
             false,
@@ -604,16 +575,21 @@ fn gpu_encode_status_scale_overflow() {
         );
         // Rotated: one raw channel of 1e7 spreads over the store channels; any coordinate
         // above 524160 overflows (|R[i][j]| > 0.053, which some j of a unit row has for D <= 256).
-        failure_case(&gpu, &mut rng, seed, d, blk, true, bf16::from_f32(1.0e7), 2);
+        failure_case(
+            &t.gpu,
+            &mut t.rng,
+            t.seed,
+            d,
+            blk,
+            true,
+            bf16::from_f32(1.0e7),
+            2,
+        );
     }
-}
+});
 
-/// A chunk beyond `max_seg` (status 3) and a range that does not start on a block (status 4).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_encode_status_no_segment_and_misaligned_range() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_encode_status_no_segment_and_misaligned_range");
+// A chunk beyond `max_seg` (status 3) and a range that does not start on a block (status 4).
+gpu_test!(gpu_encode_status_no_segment_and_misaligned_range, |t| {
     for blk in BLOCKS {
         let (d, s) = (64, 2);
         let layout = layout(d, blk, s);
@@ -621,15 +597,15 @@ fn gpu_encode_status_no_segment_and_misaligned_range() {
         let spec = spec(d, blk, s, EncodeMode::Bulk, false);
         let chunk = spec.chunk_tokens();
         let n = seg_tokens + chunk;
-        let raw = random_keys(&mut rng, 1, 1, &[n], d);
-        let kernel = Kernel::compile(&gpu, spec);
-        let keys = DeviceKeys::new(&gpu, &raw);
+        let raw = random_keys(&mut t.rng, 1, 1, &[n], d);
+        let kernel = Kernel::compile(&t.gpu, spec);
+        let keys = DeviceKeys::new(&t.gpu, &raw);
 
         // One segment for two segments' worth of tokens: the chunk past it reports, the rest
         // is written.
-        let target = EncodeTarget::new(&gpu, layout, 1, 1, 1);
+        let target = EncodeTarget::new(&t.gpu, layout, 1, 1, 1);
         let status = run_encode(
-            &gpu,
+            &t.gpu,
             &kernel,
             &spec,
             &keys,
@@ -642,21 +618,22 @@ fn gpu_encode_status_no_segment_and_misaligned_range() {
         assert_eq!(
             status,
             [3, 0, 0, seg_tokens as i32, 0],
-            "{label} (FATHOM_TEST_SEED={seed})"
+            "{label} (FATHOM_TEST_SEED={})",
+            t.seed
         );
         compare(
             &target,
             &reference(&raw, &[seg_tokens], layout),
             &no_tokens,
             &label,
-            seed,
+            t.seed,
         );
 
         // A range starting half a block in: reported, nothing written.
-        let target = EncodeTarget::new(&gpu, layout, 1, 1, 2);
+        let target = EncodeTarget::new(&t.gpu, layout, 1, 1, 2);
         let first = blk / 2;
         let status = run_encode(
-            &gpu,
+            &t.gpu,
             &kernel,
             &spec,
             &keys,
@@ -669,14 +646,15 @@ fn gpu_encode_status_no_segment_and_misaligned_range() {
         assert_eq!(
             status,
             [4, 0, 0, first as i32, 0],
-            "{label} (FATHOM_TEST_SEED={seed})"
+            "{label} (FATHOM_TEST_SEED={})",
+            t.seed
         );
         compare(
             &target,
             &reference(&raw, &[0], layout),
             &no_tokens,
             &label,
-            seed,
+            t.seed,
         );
     }
-}
+});

@@ -35,18 +35,20 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 
-use codegen::model::{preset, ModelShape};
+use codegen::model::ModelShape;
 use codegen::spec::Placement;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::Mismatches;
 use fathom_tests::step_check::replay_difference;
+use fathom_tests::step_setup::{qwen3_8b, sigma2_decoder};
 use fathom_tests::store_check::{bits, check_contents, Chunk, Contents};
-use fathom_tests::{gpu, inputs, under_sanitizer};
+use fathom_tests::{gpu, gpu_test, inputs, under_sanitizer};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::JitCache;
-use runtime::step::{Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest};
+use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepRequest};
 use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::tuning::locate::EMBEDDED_RECORDS;
 use runtime::tuning::{context_bucket, fit_scan_tile};
@@ -56,14 +58,6 @@ use runtime::tuning::{
 };
 use runtime::tuning::{Tile, TunedFamily};
 use runtime::tuning::{TuneKey, Tuning};
-
-/// qwen3-8b's attention shape (8 KV heads, G = 4, D = 128) with `layers` layers.
-fn model(layers: usize) -> ModelShape {
-    ModelShape {
-        layers,
-        ..preset("qwen3-8b").expect("a preset of SPEC §10")
-    }
-}
 
 fn store(gpu: &Arc<Gpu>, config: StoreConfig) -> KeyStore {
     KeyStore::new(gpu.clone(), config).unwrap_or_else(|e| panic!("building the store: {e}"))
@@ -106,27 +100,26 @@ fn config_with(
     }
 }
 
-fn growth_runs_out(placement: Placement, host: HostMemory) {
+fn growth_runs_out(t: &mut GpuTest, placement: Placement, host: HostMemory) {
     let label = format!("out of memory, {} {host}", placement.as_str());
-    let (mut rng, seed) = inputs::rng_and_seed(&label);
-    let gpu = Arc::new(gpu());
-    let model = model(1);
+    let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
+    let model = qwen3_8b(1);
     let (heads, d) = (model.kv_heads, model.head_dim);
     let mut store = store(&gpu, config_with(model, placement, host, 1 << 20));
     assert_eq!(store.host_memory(), host, "{label}");
     let (a, b) = (store.create_sequence(), store.create_sequence());
     let (mut ca, mut cb) = (Contents::new(1, heads), Contents::new(1, heads));
     // 4096 tokens fill a row region exactly: the next append must grow it.
-    let first = Chunk::new(&gpu, &mut rng, heads, 4096, d);
+    let first = Chunk::new(&gpu, rng, heads, 4096, d);
     store
         .prefill(a, 0, &first.device_keys, &first.device_values)
         .unwrap_or_else(|e| panic!("{label}: prefill: {e}"));
     first.record(&mut ca, 0);
     // Everything the test uploads is uploaded before memory runs out.
     let tokens: Vec<Chunk> = (0..130)
-        .map(|_| Chunk::new(&gpu, &mut rng, heads, 1, d))
+        .map(|_| Chunk::new(&gpu, rng, heads, 1, d))
         .collect();
-    let second = Chunk::new(&gpu, &mut rng, heads, 1000, d);
+    let second = Chunk::new(&gpu, rng, heads, 1000, d);
     store.check().expect("valid keys");
     let in_use = store.memory().pool_bytes_in_use;
 
@@ -203,40 +196,34 @@ fn growth_runs_out(placement: Placement, host: HostMemory) {
     m.finish();
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn device_memory_runs_out_while_growing_an_hbm_store() {
-    growth_runs_out(Placement::Hbm, HostMemory::Pinned);
-}
+gpu_test!(device_memory_runs_out_while_growing_an_hbm_store, |t| {
+    growth_runs_out(&mut t, Placement::Hbm, HostMemory::Pinned);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn pinned_memory_runs_out_while_growing_a_host_store() {
-    growth_runs_out(Placement::Host, HostMemory::Pinned);
-}
+gpu_test!(pinned_memory_runs_out_while_growing_a_host_store, |t| {
+    growth_runs_out(&mut t, Placement::Host, HostMemory::Pinned);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn pinned_memory_runs_out_while_growing_a_registered_host_store() {
-    growth_runs_out(Placement::Host, HostMemory::Registered);
-}
+gpu_test!(
+    pinned_memory_runs_out_while_growing_a_registered_host_store,
+    |t| {
+        growth_runs_out(&mut t, Placement::Host, HostMemory::Registered);
+    }
+);
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn pinned_memory_runs_out_while_growing_a_vmm_host_store() {
-    growth_runs_out(Placement::Host, HostMemory::Vmm2M);
-}
+gpu_test!(pinned_memory_runs_out_while_growing_a_vmm_host_store, |t| {
+    growth_runs_out(&mut t, Placement::Host, HostMemory::Vmm2M);
+});
 
 /// Rounds of random operations, each ending with every sequence freed (see the module docs).
-fn random_frees(placement: Placement, host: HostMemory) {
+fn random_frees(t: &mut GpuTest, placement: Placement, host: HostMemory) {
     const LAYERS: usize = 2;
     const ROUNDS: usize = 6;
     const OPS: usize = 60;
     const MAX_BATCH: usize = 16;
     let label = format!("random frees, {} {host}", placement.as_str());
-    let (mut rng, seed) = inputs::rng_and_seed(&label);
-    let gpu = Arc::new(gpu());
-    let model = model(LAYERS);
+    let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
+    let model = qwen3_8b(LAYERS);
     let (heads, d) = (model.kv_heads, model.head_dim);
     let config = StoreConfig {
         // 512-token segments: sequences span many, slabs fill and empty.
@@ -258,7 +245,7 @@ fn random_frees(placement: Placement, host: HostMemory) {
                 let mut c = Contents::new(LAYERS, heads);
                 for layer in 0..LAYERS {
                     let n = rng.gen_range(1..2500);
-                    let chunk = Chunk::new(&gpu, &mut rng, heads, n, d);
+                    let chunk = Chunk::new(&gpu, rng, heads, n, d);
                     store
                         .prefill(id, layer, &chunk.device_keys, &chunk.device_values)
                         .unwrap_or_else(|e| panic!("{label}: prefill: {e}"));
@@ -267,10 +254,10 @@ fn random_frees(placement: Placement, host: HostMemory) {
                 live.push((id, c));
                 created += 1;
             } else if op < 6 {
-                live.shuffle(&mut rng);
+                live.shuffle(rng);
                 let batch = rng.gen_range(1..=live.len().min(MAX_BATCH));
                 let layer = rng.gen_range(0..LAYERS);
-                let chunk = Chunk::new(&gpu, &mut rng, batch * heads, 1, d);
+                let chunk = Chunk::new(&gpu, rng, batch * heads, 1, d);
                 let ids: Vec<SequenceId> = live[..batch].iter().map(|(id, _)| *id).collect();
                 store
                     .append(&ids, layer, &chunk.device_keys, &chunk.device_values)
@@ -282,7 +269,7 @@ fn random_frees(placement: Placement, host: HostMemory) {
                 let at = rng.gen_range(0..live.len());
                 let layer = rng.gen_range(0..LAYERS);
                 let n = rng.gen_range(1..700);
-                let chunk = Chunk::new(&gpu, &mut rng, heads, n, d);
+                let chunk = Chunk::new(&gpu, rng, heads, n, d);
                 let (id, c) = &mut live[at];
                 store
                     .prefill(*id, layer, &chunk.device_keys, &chunk.device_values)
@@ -307,7 +294,7 @@ fn random_frees(placement: Placement, host: HostMemory) {
         }
         m.finish();
         let used = store.memory();
-        live.shuffle(&mut rng);
+        live.shuffle(rng);
         for (id, _) in live.drain(..) {
             store.free_sequence(id).expect("a live sequence");
         }
@@ -352,29 +339,27 @@ fn random_frees(placement: Placement, host: HostMemory) {
     eprintln!("{label}: largest device free-memory drift {max_drift} bytes");
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn sequences_freed_in_random_order_return_memory_hbm() {
-    random_frees(Placement::Hbm, HostMemory::Pinned);
-}
+gpu_test!(sequences_freed_in_random_order_return_memory_hbm, |t| {
+    random_frees(&mut t, Placement::Hbm, HostMemory::Pinned);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn sequences_freed_in_random_order_return_memory_host() {
-    random_frees(Placement::Host, HostMemory::Pinned);
-}
+gpu_test!(sequences_freed_in_random_order_return_memory_host, |t| {
+    random_frees(&mut t, Placement::Host, HostMemory::Pinned);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn sequences_freed_in_random_order_return_memory_host_registered() {
-    random_frees(Placement::Host, HostMemory::Registered);
-}
+gpu_test!(
+    sequences_freed_in_random_order_return_memory_host_registered,
+    |t| {
+        random_frees(&mut t, Placement::Host, HostMemory::Registered);
+    }
+);
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn sequences_freed_in_random_order_return_memory_host_vmm() {
-    random_frees(Placement::Host, HostMemory::Vmm2M);
-}
+gpu_test!(
+    sequences_freed_in_random_order_return_memory_host_vmm,
+    |t| {
+        random_frees(&mut t, Placement::Host, HostMemory::Vmm2M);
+    }
+);
 
 /// One sequence decoded step by step: everything on the host, so that it can go to a thread.
 struct Job {
@@ -395,7 +380,7 @@ const K: usize = 256;
 
 impl Job {
     fn new(rng: &mut impl Rng, placement: Placement, n: usize) -> Job {
-        let m = model(1);
+        let m = qwen3_8b(1);
         let (heads, d, g) = (m.kv_heads, m.head_dim, m.group_size());
         Job {
             placement,
@@ -417,8 +402,7 @@ impl Job {
 /// Runs `job` on `gpu`'s stream with its own store and decoder; waits at `start` (if any) once
 /// everything is built and the first step has run, so that two jobs step at the same time.
 fn run_job(gpu: &Arc<Gpu>, job: &Job, start: Option<&Barrier>) -> Vec<HostStepOutput> {
-    let model = model(1);
-    let (heads, d) = (model.kv_heads, model.head_dim);
+    let model = qwen3_8b(1);
     let mut store = store(gpu, StoreConfig::new(model.clone(), job.placement, 1 << 18));
     let id = store.create_sequence();
     let upload = |x: &[bf16]| gpu.upload(&bits(x)).expect("upload");
@@ -429,13 +413,8 @@ fn run_job(gpu: &Arc<Gpu>, job: &Job, start: Option<&Barrier>) -> Vec<HostStepOu
         .iter()
         .map(|(k, v)| (upload(k), upload(v)))
         .collect();
-    let calibration = Calibration::new(1, heads, d)
-        .with_sigma2(job.sigma2.clone())
-        .expect("positive variances");
-    let mut decoder = Decoder::new(gpu.clone(), model, DecoderConfig::default())
-        .expect("a decoder")
-        .with_calibration(calibration)
-        .expect("calibration of the model");
+    let mut decoder =
+        sigma2_decoder(gpu.clone(), model, job.sigma2.clone()).expect("a calibrated decoder");
     let request = StepRequest::new(Method::Fathom { bits: 48.0 }, K);
     let mut step = |store: &KeyStore, i: usize| -> HostStepOutput {
         let view = store.layer_view(&[id], 0).expect("a view");
@@ -457,20 +436,17 @@ fn run_job(gpu: &Arc<Gpu>, job: &Job, start: Option<&Barrier>) -> Vec<HostStepOu
     outputs
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn two_streams_step_concurrently_as_one_after_another() {
-    let (mut rng, seed) = inputs::rng_and_seed("two streams");
-    let first = Arc::new(gpu());
+gpu_test!(two_streams_step_concurrently_as_one_after_another, |t| {
+    let first = t.gpu.clone();
     let second = Arc::new(first.with_new_stream().expect("a second stream"));
     assert!(!Arc::ptr_eq(first.stream(), second.stream()));
     let (short, long) = (
-        rng.gen_range(40_000..60_000),
-        rng.gen_range(80_000..100_000),
+        t.rng.gen_range(40_000..60_000),
+        t.rng.gen_range(80_000..100_000),
     );
     let jobs = [
-        Job::new(&mut rng, Placement::Host, short),
-        Job::new(&mut rng, Placement::Hbm, long),
+        Job::new(&mut t.rng, Placement::Host, short),
+        Job::new(&mut t.rng, Placement::Hbm, long),
     ];
     let serial: Vec<Vec<HostStepOutput>> = jobs.iter().map(|j| run_job(&first, j, None)).collect();
     for (j, outputs) in serial.iter().enumerate() {
@@ -505,14 +481,15 @@ fn two_streams_step_concurrently_as_one_after_another() {
                 if let Some(difference) = replay_difference(a, b) {
                     panic!(
                         "attempt {attempt}, job {j} ({}), step {i}: concurrent differs from \
-                         serial: {difference} (FATHOM_TEST_SEED={seed})",
-                        jobs[j].placement.as_str()
+                         serial: {difference} (FATHOM_TEST_SEED={})",
+                        jobs[j].placement.as_str(),
+                        t.seed
                     );
                 }
             }
         }
     }
-}
+});
 
 /// Set in a child of the tuning test: the scratch directory.
 const TUNING_CHILD_DIR: &str = "FATHOM_FAULT_TUNING_DIR";
@@ -571,7 +548,7 @@ fn tuning_child() {
         return;
     }
     let gpu = Arc::new(gpu());
-    let model = model(1);
+    let model = qwen3_8b(1);
     let (heads, d) = (model.kv_heads, model.head_dim);
     let mut store = store(
         &gpu,
@@ -629,78 +606,78 @@ fn scan_tile(text: &str) -> (usize, usize) {
     (w.parse().expect("words"), t.parse().expect("threads"))
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_mismatched_tuning_record_is_refused_and_the_next_place_used() {
-    let gpu = gpu();
-    let nvrtc = codegen::nvrtc::load().expect("NVRTC").path.clone();
-    let (major, minor) = codegen::nvrtc::version().expect("NVRTC's version");
-    let current = RecordMeta::current(gpu.info(), format!("{major}.{minor}"), String::new());
-    drop(gpu);
-    let file = record_file_name(&current.gpu);
-    let root = tempfile::tempdir().unwrap();
-    let (fits, mismatched, cache) = (
-        root.path().join("fits"),
-        root.path().join("mismatched"),
-        root.path().join("cache"),
-    );
-    let other_driver = RecordMeta {
-        driver: "1.0".into(),
-        ..current.clone()
-    };
-    scan_record(other_driver)
-        .write(&mismatched.join(&file))
-        .unwrap();
-    scan_record(current.clone())
-        .write(&fits.join(&file))
-        .unwrap();
-
-    let text = tuning_child_run(&fits, &cache, &nvrtc);
-    assert_eq!(
-        scan_tile(&text),
-        RECORDED_SCAN,
-        "a record with this process's header sets the scan tile:\n{text}"
-    );
-
-    let text = tuning_child_run(&mismatched, &cache, &nvrtc);
-    // The next place: the record compiled into the binary, where one of this GPU fits.
-    let next = find_record(&[], EMBEDDED_RECORDS, &current).record;
-    let key = TuneKey {
-        family: TunedFamily::Scan,
-        head_dim: 128,
-        group: 4,
-        placement: Placement::Hbm,
-        context_bucket: context_bucket(CHILD_TOKENS),
-    };
-    let segment_words = DecoderConfig::default().segment_words;
-    let want = match next.as_ref().and_then(|(_, r)| r.tile(&key)) {
-        Some(Tile::Scan {
-            tile_words,
-            threads,
-        }) => fit_scan_tile((tile_words, threads), segment_words),
-        _ => fit_scan_tile(runtime::tuning::Tiles::default().scan_hbm, segment_words),
-    };
-    assert_ne!(
-        want, RECORDED_SCAN,
-        "the next place's tile equals the refused one: pick another RECORDED_SCAN"
-    );
-    assert_eq!(
-        scan_tile(&text),
-        want,
-        "after the refusal the next place's tile (else the default) is used:\n{text}"
-    );
-    if next.is_none() {
-        assert!(text.contains("tuned=false"), "{text}");
-    }
-    let path = mismatched.join(&file).display().to_string();
-    for want in [
-        format!("the tuning record {path} is refused"),
-        "the record was measured with driver CUDA 1.0".to_string(),
-        "using defaults".to_string(),
-    ] {
-        assert!(
-            text.contains(&want),
-            "the refusal says {want:?}; the child printed:\n{text}"
+gpu_test!(
+    a_mismatched_tuning_record_is_refused_and_the_next_place_used,
+    |t| {
+        let nvrtc = codegen::nvrtc::load().expect("NVRTC").path.clone();
+        let (major, minor) = codegen::nvrtc::version().expect("NVRTC's version");
+        let current = RecordMeta::current(t.gpu.info(), format!("{major}.{minor}"), String::new());
+        drop(t.gpu);
+        let file = record_file_name(&current.gpu);
+        let root = tempfile::tempdir().unwrap();
+        let (fits, mismatched, cache) = (
+            root.path().join("fits"),
+            root.path().join("mismatched"),
+            root.path().join("cache"),
         );
+        let other_driver = RecordMeta {
+            driver: "1.0".into(),
+            ..current.clone()
+        };
+        scan_record(other_driver)
+            .write(&mismatched.join(&file))
+            .unwrap();
+        scan_record(current.clone())
+            .write(&fits.join(&file))
+            .unwrap();
+
+        let text = tuning_child_run(&fits, &cache, &nvrtc);
+        assert_eq!(
+            scan_tile(&text),
+            RECORDED_SCAN,
+            "a record with this process's header sets the scan tile:\n{text}"
+        );
+
+        let text = tuning_child_run(&mismatched, &cache, &nvrtc);
+        // The next place: the record compiled into the binary, where one of this GPU fits.
+        let next = find_record(&[], EMBEDDED_RECORDS, &current).record;
+        let key = TuneKey {
+            family: TunedFamily::Scan,
+            head_dim: 128,
+            group: 4,
+            placement: Placement::Hbm,
+            context_bucket: context_bucket(CHILD_TOKENS),
+        };
+        let segment_words = DecoderConfig::default().segment_words;
+        let want = match next.as_ref().and_then(|(_, r)| r.tile(&key)) {
+            Some(Tile::Scan {
+                tile_words,
+                threads,
+            }) => fit_scan_tile((tile_words, threads), segment_words),
+            _ => fit_scan_tile(runtime::tuning::Tiles::default().scan_hbm, segment_words),
+        };
+        assert_ne!(
+            want, RECORDED_SCAN,
+            "the next place's tile equals the refused one: pick another RECORDED_SCAN"
+        );
+        assert_eq!(
+            scan_tile(&text),
+            want,
+            "after the refusal the next place's tile (else the default) is used:\n{text}"
+        );
+        if next.is_none() {
+            assert!(text.contains("tuned=false"), "{text}");
+        }
+        let path = mismatched.join(&file).display().to_string();
+        for want in [
+            format!("the tuning record {path} is refused"),
+            "the record was measured with driver CUDA 1.0".to_string(),
+            "using defaults".to_string(),
+        ] {
+            assert!(
+                text.contains(&want),
+                "the refusal says {want:?}; the child printed:\n{text}"
+            );
+        }
     }
-}
+);

@@ -14,13 +14,13 @@
 //! - each case is launched twice: with the spec's grid and with one block per (head, sequence),
 //!   which must stride over the whole union.
 
-use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{FetchSpec, Placement};
+use fathom_tests::gpu_test;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{
     with_grid_x, FetchArgs, FetchKernel, HeadTable, Mismatches, ALWAYS, POISON, POISON_U16,
 };
-use fathom_tests::shapes::GROUPS;
-use fathom_tests::{gpu, inputs};
+use fathom_tests::shapes::head_dims_and_groups;
 use rand::seq::index::sample;
 use rand::Rng;
 use runtime::gpu::Gpu;
@@ -157,27 +157,19 @@ fn fetch_case(
     }
 }
 
-fn fetch_all_shapes(placement: Placement, test: &str) {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed(test);
+fn fetch_all_shapes(t: &mut GpuTest, placement: Placement) {
     let mut first = true;
-    for d in HEAD_DIMS.map(|d| d as u32) {
-        for g in GROUPS {
-            let k = if first { 0 } else { rng.gen_range(1..=2048) };
-            first = false;
-            fetch_case(&gpu, &mut rng, seed, placement, d as usize, g as usize, k);
-        }
+    for (d, g) in head_dims_and_groups() {
+        let k = if first { 0 } else { t.rng.gen_range(1..=2048) };
+        first = false;
+        fetch_case(&t.gpu, &mut t.rng, t.seed, placement, d, g, k);
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_fetch_union_rows_hbm() {
-    fetch_all_shapes(Placement::Hbm, "gpu_fetch_union_rows_hbm");
-}
+gpu_test!(gpu_fetch_union_rows_hbm, |t| {
+    fetch_all_shapes(&mut t, Placement::Hbm);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_fetch_union_rows_host() {
-    fetch_all_shapes(Placement::Host, "gpu_fetch_union_rows_host");
-}
+gpu_test!(gpu_fetch_union_rows_host, |t| {
+    fetch_all_shapes(&mut t, Placement::Host);
+});

@@ -11,7 +11,7 @@ use codegen::kernels::{kernels_for, KernelSetOptions};
 use codegen::model::{preset, Basis, ModelShape};
 use codegen::spec::{KernelSpec, OracleSpec, Placement};
 use fathom_tests::select_kernels::{dot_tolerance, HeadTable, POISON};
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use half::bf16;
 use rand::Rng;
 use reference::score::score_exact;
@@ -28,15 +28,12 @@ fn jit(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Jit {
     Jit::new(gpu.clone(), JitCache::new(dir.to_path_buf())).expect("NVRTC loads")
 }
 
-/// Every kernel of the shapes beyond the presets compiles for this GPU's own architecture and
-/// loads with every entry point: Phi-3-mini (D = 96, G = 1), GLM-4-9B (G = 16), and D = 80
-/// and 192 (ParisKV zero-pads all three).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn the_sets_of_every_gqa_shape_load() {
-    let gpu = Arc::new(gpu());
+// Every kernel of the shapes beyond the presets compiles for this GPU's own architecture and
+// loads with every entry point: Phi-3-mini (D = 96, G = 1), GLM-4-9B (G = 16), and D = 80
+// and 192 (ParisKV zero-pads all three).
+gpu_test!(the_sets_of_every_gqa_shape_load, |t| {
     let dir = tempfile::tempdir().unwrap();
-    let jit = jit(&gpu, dir.path());
+    let jit = jit(&t.gpu, dir.path());
     for (head_dim, query_heads, kv_heads) in [(96, 32, 32), (128, 32, 2), (80, 10, 2), (192, 32, 2)]
     {
         let shape = ModelShape {
@@ -60,16 +57,13 @@ fn the_sets_of_every_gqa_shape_load() {
             }
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn the_qwen3_8b_set_loads_cold_then_warm_from_the_cache() {
-    let gpu = Arc::new(gpu());
+gpu_test!(the_qwen3_8b_set_loads_cold_then_warm_from_the_cache, |t| {
     let dir = tempfile::tempdir().unwrap();
     let specs = qwen3_8b_set();
 
-    let cold_jit = jit(&gpu, dir.path());
+    let cold_jit = jit(&t.gpu, dir.path());
     let cold = cold_jit.load_set(&specs).unwrap();
     eprintln!("cold:\n{}", cold.table());
     assert_eq!(cold.compiled, specs.len());
@@ -93,7 +87,7 @@ fn the_qwen3_8b_set_loads_cold_then_warm_from_the_cache() {
     let again = cold_jit.load_set(&specs).unwrap();
     assert!(again.kernels.iter().all(|k| k.reused));
 
-    let warm_jit = jit(&gpu, dir.path());
+    let warm_jit = jit(&t.gpu, dir.path());
     let warm = warm_jit.load_set(&specs).unwrap();
     eprintln!("warm:\n{}", warm.table());
     assert_eq!(warm.cache_hits, specs.len());
@@ -111,7 +105,7 @@ fn the_qwen3_8b_set_loads_cold_then_warm_from_the_cache() {
             warm_k.function(&entry).unwrap();
         }
     }
-}
+});
 
 fathom_macros::kernels! {
     /// What a user's crate embeds for its own model: here the oracle kernel of `oracle_spec()`.
@@ -120,41 +114,40 @@ fathom_macros::kernels! {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_user_crate_s_embedded_kernels_load_through_the_jit_and_compute_the_same_scores() {
-    let gpu = Arc::new(gpu());
-    let dir = tempfile::tempdir().unwrap();
-    let spec: KernelSpec = oracle_spec().into();
-    let name = spec.kernel_name();
-    let embedded = jit(&gpu, dir.path()).with_sources(user_kernels::SOURCES);
-    let kernel = embedded.kernel(&spec).unwrap();
-    assert_eq!(
-        kernel.source_sha256,
-        codegen::emit::sha256_hex(user_kernels::FATHOM_ORACLE_D128_G4_T256_HBM_SOURCE)
-    );
-    assert_eq!(kernel.from, Origin::Compiled, "a fresh cache compiles");
+gpu_test!(
+    a_user_crate_s_embedded_kernels_load_through_the_jit_and_compute_the_same_scores,
+    |t| {
+        let dir = tempfile::tempdir().unwrap();
+        let spec: KernelSpec = oracle_spec().into();
+        let name = spec.kernel_name();
+        let embedded = jit(&t.gpu, dir.path()).with_sources(user_kernels::SOURCES);
+        let kernel = embedded.kernel(&spec).unwrap();
+        assert_eq!(
+            kernel.source_sha256,
+            codegen::emit::sha256_hex(user_kernels::FATHOM_ORACLE_D128_G4_T256_HBM_SOURCE)
+        );
+        assert_eq!(kernel.from, Origin::Compiled, "a fresh cache compiles");
 
-    let mut rng = inputs::rng("a_user_crate_s_embedded_kernels_load_through_the_jit");
-    let (d, heads) = (128, 3);
-    let n = rng.gen_range(1..2000);
-    let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
-    let queries = inputs::vectors(&mut rng, heads * 4, d);
-    let got = run_oracle(
-        &gpu,
-        kernel.function(&name).unwrap(),
-        &keys,
-        &queries,
-        n,
-        n + 3,
-    );
-    let want = direct_scores(&gpu, &keys, &queries, n, n + 3);
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&got), bits(&want));
-    assert!(got
-        .iter()
-        .any(|x| x.to_bits() != u32::from_ne_bytes([POISON; 4])));
-}
+        let (d, heads) = (128, 3);
+        let n = t.rng.gen_range(1..2000);
+        let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut t.rng, n, d)).collect();
+        let queries = inputs::vectors(&mut t.rng, heads * 4, d);
+        let got = run_oracle(
+            &t.gpu,
+            kernel.function(&name).unwrap(),
+            &keys,
+            &queries,
+            n,
+            n + 3,
+        );
+        let want = direct_scores(&t.gpu, &keys, &queries, n, n + 3);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want));
+        assert!(got
+            .iter()
+            .any(|x| x.to_bits() != u32::from_ne_bytes([POISON; 4])));
+    }
+);
 
 fn oracle_spec() -> OracleSpec {
     OracleSpec {
@@ -165,19 +158,16 @@ fn oracle_spec() -> OracleSpec {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_truncated_entry_is_rebuilt_and_loads() {
-    let gpu = Arc::new(gpu());
+gpu_test!(a_truncated_entry_is_rebuilt_and_loads, |t| {
     let dir = tempfile::tempdir().unwrap();
     let spec: KernelSpec = oracle_spec().into();
-    let first = jit(&gpu, dir.path()).kernel(&spec).unwrap();
+    let first = jit(&t.gpu, dir.path()).kernel(&spec).unwrap();
     assert_eq!(first.from, Origin::Compiled);
     let path = dir.path().join(format!("{}.ptx", first.key));
     let good = fs::read(&path).unwrap();
     fs::write(&path, &good[..good.len() / 2]).unwrap();
 
-    let second_jit = jit(&gpu, dir.path());
+    let second_jit = jit(&t.gpu, dir.path());
     let second = second_jit.kernel(&spec).unwrap();
     assert_eq!(second.from, Origin::Compiled);
     assert!(
@@ -189,10 +179,10 @@ fn a_truncated_entry_is_rebuilt_and_loads() {
     assert_eq!(second_jit.cache().stats().corrupt_rebuilt, 1);
     assert_eq!(fs::read(&path).unwrap(), good);
     assert_eq!(
-        jit(&gpu, dir.path()).kernel(&spec).unwrap().from,
+        jit(&t.gpu, dir.path()).kernel(&spec).unwrap().from,
         Origin::CacheHit
     );
-}
+});
 
 /// Scores of the oracle kernel `function` (of `oracle_spec()`) on the given keys and queries.
 fn run_oracle(
@@ -239,61 +229,54 @@ fn direct_scores(gpu: &Gpu, keys: &[Vec<bf16>], queries: &[f32], n: usize, ld: u
     run_oracle(gpu, &function, keys, queries, n, ld)
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_kernel_through_the_cache_computes_what_a_direct_build_computes() {
-    let gpu = Arc::new(gpu());
-    let dir = tempfile::tempdir().unwrap();
-    let spec = oracle_spec();
-    let kernel_spec: KernelSpec = spec.into();
-    let name = kernel_spec.kernel_name();
-    let (d, g, heads) = (spec.head_dim as usize, spec.group as usize, 2);
-    let mut rng = inputs::rng("a_kernel_through_the_cache_computes_what_a_direct_build_computes");
-    let n = rng.gen_range(500..3000);
-    let ld = n + 5;
-    let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut rng, n, d)).collect();
-    let queries = inputs::vectors(&mut rng, heads * g, d);
+gpu_test!(
+    a_kernel_through_the_cache_computes_what_a_direct_build_computes,
+    |t| {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = oracle_spec();
+        let kernel_spec: KernelSpec = spec.into();
+        let name = kernel_spec.kernel_name();
+        let (d, g, heads) = (spec.head_dim as usize, spec.group as usize, 2);
 
-    let want = direct_scores(&gpu, &keys, &queries, n, ld);
+        let n = t.rng.gen_range(500..3000);
+        let ld = n + 5;
+        let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut t.rng, n, d)).collect();
+        let queries = inputs::vectors(&mut t.rng, heads * g, d);
 
-    // Compiled into the cache by one JIT, then read from it by another.
-    jit(&gpu, dir.path()).kernel(&kernel_spec).unwrap();
-    let cached_jit = jit(&gpu, dir.path());
-    let cached = cached_jit.kernel(&kernel_spec).unwrap();
-    assert_eq!(cached.from, Origin::CacheHit);
-    let got = run_oracle(
-        &gpu,
-        cached.function(&name).unwrap(),
-        &keys,
-        &queries,
-        n,
-        ld,
-    );
+        let want = direct_scores(&t.gpu, &keys, &queries, n, ld);
 
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&got), bits(&want), "the cached kernel's scores differ");
-    // And both are the oracle's scores, so the comparison is not of two failures.
-    for (kh, k) in keys.iter().enumerate() {
-        let qs: Vec<Vec<f64>> = (0..g)
-            .map(|h| {
-                queries[(kh * g + h) * d..(kh * g + h + 1) * d]
-                    .iter()
-                    .map(|&x| f64::from(x))
-                    .collect()
-            })
-            .collect();
-        let exact = score_exact(k, d, 0..n, &qs);
-        for (h, q) in qs.iter().enumerate() {
-            for i in 0..n {
-                let s = f64::from(got[(kh * g + h) * ld + i]);
-                let key = k[i * d..(i + 1) * d].iter().map(|x| x.to_f64());
-                let tol = dot_tolerance(q, key);
-                assert!(
-                    (s - exact[h][i]).abs() <= tol,
-                    "head {kh} g {h} token {i}: {s} vs {}",
-                    exact[h][i]
-                );
+        // Compiled into the cache by one JIT, then read from it by another.
+        jit(&t.gpu, dir.path()).kernel(&kernel_spec).unwrap();
+        let cached_jit = jit(&t.gpu, dir.path());
+        let cached = cached_jit.kernel(&kernel_spec).unwrap();
+        assert_eq!(cached.from, Origin::CacheHit);
+        let got = run_oracle(
+            &t.gpu,
+            cached.function(&name).unwrap(),
+            &keys,
+            &queries,
+            n,
+            ld,
+        );
+
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "the cached kernel's scores differ");
+        // And both are the oracle's scores, so the comparison is not of two failures.
+        for (kh, k) in keys.iter().enumerate() {
+            let qs = inputs::group_queries(&queries, kh, g, d);
+            let exact = score_exact(k, d, 0..n, &qs);
+            for (h, q) in qs.iter().enumerate() {
+                for i in 0..n {
+                    let s = f64::from(got[(kh * g + h) * ld + i]);
+                    let key = k[i * d..(i + 1) * d].iter().map(|x| x.to_f64());
+                    let tol = dot_tolerance(q, key);
+                    assert!(
+                        (s - exact[h][i]).abs() <= tol,
+                        "head {kh} g {h} token {i}: {s} vs {}",
+                        exact[h][i]
+                    );
+                }
             }
         }
     }
-}
+);

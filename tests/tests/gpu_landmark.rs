@@ -20,14 +20,15 @@
 //!   downloaded means, which is `score::score_landmark` wherever the means agree) within fp32
 //!   rounding ([`dot_tolerance`]); every other element stays poisoned.
 
-use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{LandmarkSpec, Placement};
+use fathom_tests::gpu_test;
+use fathom_tests::inputs;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, LandmarkBuildArgs, LandmarkKernels, LandmarkScanArgs,
     Mismatches, POISON, POISON_F32_BITS, POISON_U16,
 };
-use fathom_tests::shapes::GROUPS;
-use fathom_tests::{gpu, inputs};
+use fathom_tests::shapes::head_dims_and_groups;
 use half::{bf16, f16};
 use rand::Rng;
 use reference::score::{landmark_means, LANDMARK_TOKENS};
@@ -301,24 +302,16 @@ fn landmark_case(
     m.finish();
 }
 
-fn landmark_all_shapes(placement: Placement, test: &str) {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed(test);
-    for d in HEAD_DIMS.map(|d| d as u32) {
-        for g in GROUPS {
-            landmark_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);
-        }
+fn landmark_all_shapes(t: &mut GpuTest, placement: Placement) {
+    for (d, g) in head_dims_and_groups() {
+        landmark_case(&t.gpu, &mut t.rng, t.seed, placement, d, g);
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_landmark_build_and_scan_hbm() {
-    landmark_all_shapes(Placement::Hbm, "gpu_landmark_build_and_scan_hbm");
-}
+gpu_test!(gpu_landmark_build_and_scan_hbm, |t| {
+    landmark_all_shapes(&mut t, Placement::Hbm);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_landmark_build_and_scan_host() {
-    landmark_all_shapes(Placement::Host, "gpu_landmark_build_and_scan_host");
-}
+gpu_test!(gpu_landmark_build_and_scan_host, |t| {
+    landmark_all_shapes(&mut t, Placement::Host);
+});

@@ -12,14 +12,15 @@
 //!   D products of exact fp32 × bf16 inputs, derived there), and every element outside the ranges
 //!   (other tokens, the padding of `ld_scores`) still poisoned.
 
-use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{OracleSpec, Placement};
+use fathom_tests::gpu_test;
+use fathom_tests::inputs;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{
     dot_tolerance, with_grid_x, HeadTable, Mismatches, OracleArgs, OracleKernel, POISON,
     POISON_F32_BITS,
 };
-use fathom_tests::shapes::GROUPS;
-use fathom_tests::{gpu, inputs};
+use fathom_tests::shapes::head_dims_and_groups;
 use half::bf16;
 use rand::Rng;
 use reference::score::score_exact;
@@ -147,14 +148,7 @@ fn oracle_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d
         for kh in 0..BATCH * KV_HEADS {
             let b = kh / KV_HEADS;
             let r = ranges[b];
-            let heads: Vec<Vec<f64>> = (0..g)
-                .map(|h| {
-                    queries[(kh * g + h) * d..(kh * g + h + 1) * d]
-                        .iter()
-                        .map(|&x| f64::from(x))
-                        .collect()
-                })
-                .collect();
+            let heads = inputs::group_queries(&queries, kh, g, d);
             let scored = r.start..r.end.max(r.start);
             let want = score_exact(&keys[kh], d, scored.clone(), &heads);
             for (h, query) in heads.iter().enumerate() {
@@ -189,24 +183,16 @@ fn oracle_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d
     }
 }
 
-fn oracle_all_shapes(placement: Placement, test: &str) {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed(test);
-    for d in HEAD_DIMS.map(|d| d as u32) {
-        for g in GROUPS {
-            oracle_case(&gpu, &mut rng, seed, placement, d as usize, g as usize);
-        }
+fn oracle_all_shapes(t: &mut GpuTest, placement: Placement) {
+    for (d, g) in head_dims_and_groups() {
+        oracle_case(&t.gpu, &mut t.rng, t.seed, placement, d, g);
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_oracle_exact_scores_hbm() {
-    oracle_all_shapes(Placement::Hbm, "gpu_oracle_exact_scores_hbm");
-}
+gpu_test!(gpu_oracle_exact_scores_hbm, |t| {
+    oracle_all_shapes(&mut t, Placement::Hbm);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_oracle_exact_scores_host() {
-    oracle_all_shapes(Placement::Host, "gpu_oracle_exact_scores_host");
-}
+gpu_test!(gpu_oracle_exact_scores_host, |t| {
+    oracle_all_shapes(&mut t, Placement::Host);
+});

@@ -25,13 +25,14 @@ use codegen::spec::pariskv::{
     candidate_count, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS, VECTOR_ALIGN,
 };
 use codegen::spec::{Family, Placement};
+use fathom_tests::kit::GpuTest;
 use fathom_tests::pariskv_kernels::{
     device_signs, DeviceIndex, HostIndex, PariskvKernels, RetrievalArgs,
 };
 use fathom_tests::select_kernels::{
     check_selection, with_grid_x, HeadTable, Mismatches, POISON_I32, POISON_U16,
 };
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -154,25 +155,22 @@ fn gpu_build(
     (index, status.download().unwrap())
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn index_build_matches_the_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("index_build_matches_the_reference");
+gpu_test!(index_build_matches_the_reference, |t| {
     for placement in [Placement::Hbm, Placement::Host] {
         for d in pariskv_head_dims() {
-            let kernels = PariskvKernels::load(&gpu, d, 4, K_MAX, placement).unwrap();
+            let kernels = PariskvKernels::load(&t.gpu, d, 4, K_MAX, placement).unwrap();
             // n = 0, 1, one block of the build grid (4 tokens per warp), a long partial one.
             let one_block = (kernels.index.threads / 32 * 4) as usize;
-            let mut lengths = vec![0, 1, one_block, rng.gen_range(500..3000)];
-            lengths.shuffle(&mut rng);
+            let mut lengths = vec![0, 1, one_block, t.rng.gen_range(500..3000)];
+            lengths.shuffle(&mut t.rng);
             let capacity = lengths.iter().max().unwrap() + 3;
-            let keys = head_keys(&mut rng, &lengths, d as usize);
+            let keys = head_keys(&mut t.rng, &lengths, d as usize);
             for grid_x in [None, Some(1)] {
-                let (index, status) =
-                    gpu_build(&gpu, &kernels, placement, &keys, &lengths, capacity, grid_x);
+                let (index, status) = gpu_build(
+                    &t.gpu, &kernels, placement, &keys, &lengths, capacity, grid_x,
+                );
                 let mut m =
-                    Mismatches::new(format!("index d{d} {placement:?} grid {grid_x:?}"), seed);
+                    Mismatches::new(format!("index d{d} {placement:?} grid {grid_x:?}"), t.seed);
                 m.check(status == [0; 4], || format!("status {status:?}"));
                 for (kh, k) in keys.iter().enumerate() {
                     let want =
@@ -188,28 +186,24 @@ fn index_build_matches_the_reference() {
             }
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn append_after_prefill_equals_the_build_of_all() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("append_after_prefill_equals_the_build_of_all");
+gpu_test!(append_after_prefill_equals_the_build_of_all, |t| {
     for placement in [Placement::Hbm, Placement::Host] {
         for d in pariskv_head_dims() {
             let du = d as usize;
-            let kernels = PariskvKernels::load(&gpu, d, 1, K_MAX, placement).unwrap();
-            let lengths = [rng.gen_range(200..1500), 64, 7];
+            let kernels = PariskvKernels::load(&t.gpu, d, 1, K_MAX, placement).unwrap();
+            let lengths = [t.rng.gen_range(200..1500), 64, 7];
             // Prefill ends: mid-sequence, the whole sequence (empty append), 0 (all appended).
-            let firsts = [rng.gen_range(1..lengths[0]), 64, 0];
+            let firsts = [t.rng.gen_range(1..lengths[0]), 64, 0];
             let capacity = lengths[0] + 1;
-            let keys = head_keys(&mut rng, &lengths, du);
-            let k_rows = upload_keys(&gpu, placement, &keys, du, capacity);
-            let index = DeviceIndex::empty(&gpu, placement, du, keys.len(), capacity).unwrap();
-            let signs = device_signs(&gpu, du).unwrap();
-            let status = gpu.upload(&[0i32; 4]).unwrap();
-            let prefill = gpu.upload(&firsts.map(|n| n as i32)).unwrap();
-            let end = gpu.upload(&lengths.map(|n| n as i32)).unwrap();
+            let keys = head_keys(&mut t.rng, &lengths, du);
+            let k_rows = upload_keys(&t.gpu, placement, &keys, du, capacity);
+            let index = DeviceIndex::empty(&t.gpu, placement, du, keys.len(), capacity).unwrap();
+            let signs = device_signs(&t.gpu, du).unwrap();
+            let status = t.gpu.upload(&[0i32; 4]).unwrap();
+            let prefill = t.gpu.upload(&firsts.map(|n| n as i32)).unwrap();
+            let end = t.gpu.upload(&lengths.map(|n| n as i32)).unwrap();
             let grid: Launch = kernels
                 .index
                 .launch(3, KV_HEADS as u64, capacity as u64)
@@ -217,7 +211,7 @@ fn append_after_prefill_equals_the_build_of_all() {
             let build = |start: Option<u64>, end: u64| {
                 kernels
                     .build(
-                        &gpu,
+                        &t.gpu,
                         grid,
                         &index,
                         k_rows.addr(),
@@ -231,8 +225,8 @@ fn append_after_prefill_equals_the_build_of_all() {
             };
             build(None, prefill.addr());
             build(Some(prefill.addr()), end.addr());
-            gpu.synchronize().unwrap();
-            let mut m = Mismatches::new(format!("append d{d} {placement:?}"), seed);
+            t.gpu.synchronize().unwrap();
+            let mut m = Mismatches::new(format!("append d{d} {placement:?}"), t.seed);
             let status = status.download().unwrap();
             m.check(status == [0; 4], || format!("status {status:?}"));
             for (kh, k) in keys.iter().enumerate() {
@@ -251,13 +245,9 @@ fn append_after_prefill_equals_the_build_of_all() {
             m.finish();
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn bad_keys_are_reported_and_not_written() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("bad_keys_are_reported_and_not_written");
+gpu_test!(bad_keys_are_reported_and_not_written, |t| {
     // D = 96 pads its keys for the transform: the faults are still the key's.
     for (d, (kind, value)) in [
         (128usize, (1, f32::NAN)),
@@ -265,13 +255,13 @@ fn bad_keys_are_reported_and_not_written() {
         (96, (1, f32::INFINITY)),
         (96, (2, 3.0e38f32)),
     ] {
-        let kernels = PariskvKernels::load(&gpu, d as u32, 1, K_MAX, Placement::Hbm).unwrap();
+        let kernels = PariskvKernels::load(&t.gpu, d as u32, 1, K_MAX, Placement::Hbm).unwrap();
         let lengths = [300usize];
-        let mut keys = head_keys(&mut rng, &lengths, d);
-        let (bad_head, bad_token) = (1usize, rng.gen_range(3..300usize));
+        let mut keys = head_keys(&mut t.rng, &lengths, d);
+        let (bad_head, bad_token) = (1usize, t.rng.gen_range(3..300usize));
         let row = &mut keys[bad_head][bad_token * d..(bad_token + 1) * d];
         if kind == 1 {
-            row[rng.gen_range(0..d)] = bf16::from_f32(value);
+            row[t.rng.gen_range(0..d)] = bf16::from_f32(value);
         } else {
             row.fill(bf16::from_f32(value));
         }
@@ -281,8 +271,9 @@ fn bad_keys_are_reported_and_not_written() {
             | (2, PariskvError::WeightOverflow { token, .. }) => assert_eq!(*token, bad_token),
             _ => panic!("the reference refuses the bad key otherwise: {want_error}"),
         }
-        let (index, status) = gpu_build(&gpu, &kernels, Placement::Hbm, &keys, &lengths, 300, None);
-        let mut m = Mismatches::new(format!("bad key kind {kind} d{d}"), seed);
+        let (index, status) =
+            gpu_build(&t.gpu, &kernels, Placement::Hbm, &keys, &lengths, 300, None);
+        let mut m = Mismatches::new(format!("bad key kind {kind} d{d}"), t.seed);
         m.check(
             status == [kind, 0, bad_head as i32, bad_token as i32],
             || format!("status {status:?}, want [{kind}, 0, {bad_head}, {bad_token}]"),
@@ -305,7 +296,7 @@ fn bad_keys_are_reported_and_not_written() {
         check_index(&index.read(bad_head).unwrap(), &want, "bad head", &mut m);
         m.finish();
     }
-}
+});
 
 /// One retrieval case: shape, placement, lengths, k.
 struct Case {
@@ -504,23 +495,17 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
     m.finish();
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn retrieval_matches_the_reference() {
-    retrieval_cases("retrieval_matches_the_reference", false);
-}
+gpu_test!(retrieval_matches_the_reference, |t| {
+    retrieval_cases(&mut t, false);
+});
 
-/// The same cases with the rerank's whole-row `_score`: every `ŝ` bit-equal to the reference,
-/// and the same selection.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn retrieval_with_whole_row_loads_matches_the_reference() {
-    retrieval_cases("retrieval_with_whole_row_loads_matches_the_reference", true);
-}
+// The same cases with the rerank's whole-row `_score`: every `ŝ` bit-equal to the reference,
+// and the same selection.
+gpu_test!(retrieval_with_whole_row_loads_matches_the_reference, |t| {
+    retrieval_cases(&mut t, true);
+});
 
-fn retrieval_cases(name: &str, vector_loads: bool) {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed(name);
+fn retrieval_cases(t: &mut GpuTest, vector_loads: bool) {
     let ks = [16usize, 100, 512, 0];
     let mut i = 0;
     for placement in [Placement::Hbm, Placement::Host] {
@@ -535,10 +520,10 @@ fn retrieval_cases(name: &str, vector_loads: bool) {
                     20,
                     36 + k,
                     37 + k,
-                    rng.gen_range(300..1200),
-                    rng.gen_range(5_036..6_000),
-                    rng.gen_range(10_036..11_000),
-                    30_036 + rng.gen_range(0..500),
+                    t.rng.gen_range(300..1200),
+                    t.rng.gen_range(5_036..6_000),
+                    t.rng.gen_range(10_036..11_000),
+                    30_036 + t.rng.gen_range(0..500),
                 ];
                 let lengths = vec![
                     pool[i % pool.len()],
@@ -554,7 +539,7 @@ fn retrieval_cases(name: &str, vector_loads: bool) {
                     one_block_grids: i % 3 == 1,
                     vector_loads,
                 };
-                retrieval_case(&gpu, &mut rng, seed, &case);
+                retrieval_case(&t.gpu, &mut t.rng, t.seed, &case);
                 i += 1;
             }
         }

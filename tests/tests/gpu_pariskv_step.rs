@@ -26,54 +26,29 @@
 
 use std::sync::Arc;
 
-use codegen::model::{Basis, ModelShape};
+use codegen::model::Basis;
 use codegen::spec::Placement;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{relative_error, Mismatches};
-use fathom_tests::{gpu, inputs};
+use fathom_tests::step_setup::{
+    decoder_config, model, BLOCK, KV_HEADS, K_MAX, LAYER, LAYERS, MAX_RELATIVE_ERROR, SEGMENT_WORDS,
+};
+use fathom_tests::store_check::bits;
+use fathom_tests::{gpu_test, inputs};
 use half::bf16;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
 use runtime::gpu::Gpu;
 use runtime::jit::Jit;
-use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepRequest};
+use runtime::step::{Decoder, HostStepOutput, Method, StepError, StepRequest};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
 use runtime::view::LayerView;
 
-const KV_HEADS: usize = 2;
-const BLOCK: usize = 64;
-const SEGMENT_WORDS: usize = 128;
-const LAYERS: usize = 2;
-/// The layer the steps are of.
-const LAYER: usize = 1;
 const K: usize = 100;
-const K_MAX: usize = 512;
-const MAX_RELATIVE_ERROR: f64 = 1e-3;
 /// Tokens appended before each checkpoint.
 const APPENDS: [usize; 3] = [0, 1, BLOCK];
 const PLACEMENTS: [Placement; 2] = [Placement::Hbm, Placement::Host];
-
-fn model(d: usize, group: usize) -> ModelShape {
-    ModelShape {
-        name: format!("pariskv-d{d}-g{group}"),
-        layers: LAYERS,
-        query_heads: KV_HEADS * group,
-        kv_heads: KV_HEADS,
-        head_dim: d,
-        qk_norm: true,
-        basis: Basis::Raw,
-    }
-}
-
-fn bits(x: &[bf16]) -> Vec<u16> {
-    x.iter().map(|v| v.to_bits()).collect()
-}
-
-fn values(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
-    (0..n * d)
-        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
-        .collect()
-}
 
 /// `[h]` rows `[n][D]` as the store's `[H][n][D]` upload.
 fn heads_rows(gpu: &Gpu, rows: &[Vec<bf16>]) -> runtime::gpu::DeviceBuffer<u16> {
@@ -102,12 +77,7 @@ fn check(
         for h in 0..KV_HEADS {
             let n_total = s.keys[h].len() / d;
             let index = PariskvIndex::build(&s.keys[h], d).expect("finite keys index");
-            let group_queries: Vec<Vec<f64>> = (0..group)
-                .map(|g| {
-                    let at = ((b * KV_HEADS + h) * group + g) * d;
-                    queries[at..at + d].iter().map(|&x| f64::from(x)).collect()
-                })
-                .collect();
+            let group_queries = inputs::group_queries(queries, b * KV_HEADS + h, group, d);
             let want = pariskv_step(
                 &PariskvInput {
                     index: &index,
@@ -171,13 +141,13 @@ fn lengths(rng: &mut impl Rng) -> Vec<usize> {
     lengths
 }
 
-fn run_case(test: &str, d: usize, group: usize) {
-    let gpu = Arc::new(gpu());
-    let (mut rng, seed) = inputs::rng_and_seed(test);
-    let mut m = Mismatches::new(test, seed);
-    let model = model(d, group);
+fn run_case(t: &mut GpuTest, d: usize, group: usize) {
+    let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
+    // A test may run several cases: the label says which.
+    let mut m = Mismatches::new(format!("{}: D = {d}, G = {group}", t.name), seed);
+    let model = model(format!("pariskv-d{d}-g{group}"), d, group, Basis::Raw);
     let jit = Arc::new(Jit::with_default_cache(gpu.clone()).expect("NVRTC"));
-    let lengths = lengths(&mut rng);
+    let lengths = lengths(rng);
     for placement in PLACEMENTS {
         let config = StoreConfig {
             block: BLOCK,
@@ -189,14 +159,8 @@ fn run_case(test: &str, d: usize, group: usize) {
         let mut store = KeyStore::with_kernels(gpu.clone(), config, jit.as_ref())
             .unwrap_or_else(|e| panic!("building the store: {e}"));
         let baseline = store.memory();
-        let decoder_config = DecoderConfig {
-            block: BLOCK,
-            segment_words: SEGMENT_WORDS,
-            k_max: K_MAX,
-            ..DecoderConfig::default()
-        };
         let mut decoder =
-            Decoder::with_kernels(gpu.clone(), model.clone(), decoder_config, jit.clone())
+            Decoder::with_kernels(gpu.clone(), model.clone(), decoder_config(), jit.clone())
                 .expect("decoder");
         let p = placement.as_str();
 
@@ -205,13 +169,9 @@ fn run_case(test: &str, d: usize, group: usize) {
         let mut ids: Vec<SequenceId> = Vec::new();
         for &n in &lengths {
             let id = store.create_sequence();
-            let keys: Vec<Vec<bf16>> = (0..KV_HEADS)
-                .map(|_| inputs::keys(&mut rng, n, d))
-                .collect();
-            let vals: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| values(&mut rng, n, d)).collect();
-            let other: Vec<Vec<bf16>> = (0..KV_HEADS)
-                .map(|_| inputs::keys(&mut rng, n, d))
-                .collect();
+            let keys: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, n, d)).collect();
+            let vals: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::values(rng, n, d)).collect();
+            let other: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, n, d)).collect();
             let rows = heads_rows(&gpu, &other);
             store.prefill(id, 0, &rows, &rows).expect("layer 0 prefill");
             let cut = if n > 5_000 { rng.gen_range(1..n) } else { n };
@@ -244,9 +204,7 @@ fn run_case(test: &str, d: usize, group: usize) {
                 .position(|&n| n < 100)
                 .expect("a short sequence");
             let before = store.lengths(ids[b], LAYER).unwrap();
-            let mut bad: Vec<Vec<bf16>> = (0..KV_HEADS)
-                .map(|_| inputs::keys(&mut rng, 5, d))
-                .collect();
+            let mut bad: Vec<Vec<bf16>> = (0..KV_HEADS).map(|_| inputs::keys(rng, 5, d)).collect();
             bad[1][2 * d + 3] = bf16::NAN;
             let rows = heads_rows(&gpu, &bad);
             match store.prefill(ids[b], LAYER, &rows, &rows) {
@@ -276,9 +234,9 @@ fn run_case(test: &str, d: usize, group: usize) {
             for _ in 0..appends {
                 for layer in 0..LAYERS {
                     let keys: Vec<bf16> = (0..ids.len() * KV_HEADS)
-                        .flat_map(|_| inputs::keys(&mut rng, 1, d))
+                        .flat_map(|_| inputs::keys(rng, 1, d))
                         .collect();
-                    let vals = values(&mut rng, ids.len() * KV_HEADS, d);
+                    let vals = inputs::values(rng, ids.len() * KV_HEADS, d);
                     store
                         .append(
                             &ids,
@@ -309,7 +267,7 @@ fn run_case(test: &str, d: usize, group: usize) {
                     "{p}: host length of sequence {b}"
                 );
             }
-            let q = inputs::vectors(&mut rng, ids.len() * KV_HEADS * group, d);
+            let q = inputs::vectors(rng, ids.len() * KV_HEADS * group, d);
             gpu.write(&queries, &q).expect("queries");
             let view = store.layer_view(&ids, LAYER).expect("view");
             let request = StepRequest::new(Method::Pariskv { k: K }, 7);
@@ -363,29 +321,21 @@ fn run_case(test: &str, d: usize, group: usize) {
     m.finish();
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_pariskv_step_d64_g4() {
-    run_case("gpu_pariskv_step_d64_g4", 64, 4);
-}
+gpu_test!(gpu_pariskv_step_d64_g4, |t| {
+    run_case(&mut t, 64, 4);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_pariskv_step_d128_g7() {
-    run_case("gpu_pariskv_step_d128_g7", 128, 7);
-}
+gpu_test!(gpu_pariskv_step_d128_g7, |t| {
+    run_case(&mut t, 128, 7);
+});
 
-/// D = 96 (zero-padded to 128 for the transform) with G = 16.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_pariskv_step_d96_g16() {
-    run_case("gpu_pariskv_step_d96_g16", 96, 16);
-}
+// D = 96 (zero-padded to 128 for the transform) with G = 16.
+gpu_test!(gpu_pariskv_step_d96_g16, |t| {
+    run_case(&mut t, 96, 16);
+});
 
-/// D = 80 (padded to 128) and D = 192 (padded to 256).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_pariskv_step_d80_g5_and_d192_g2() {
-    run_case("gpu_pariskv_step_d80_g5", 80, 5);
-    run_case("gpu_pariskv_step_d192_g2", 192, 2);
-}
+// D = 80 (padded to 128) and D = 192 (padded to 256).
+gpu_test!(gpu_pariskv_step_d80_g5_and_d192_g2, |t| {
+    run_case(&mut t, 80, 5);
+    run_case(&mut t, 192, 2);
+});

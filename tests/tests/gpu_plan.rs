@@ -28,17 +28,17 @@
 use codegen::model::Basis;
 use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{Placement, PlanMethod, PlanSpec};
-use fathom_tests::device_store::DeviceStore;
+use fathom_tests::device_store::random_device_stores;
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     class_count, download, rotate_f32, rotations, run_plan, run_tables, Kernel, Mismatches,
-    PlanInputs, Staging, TableShape,
+    PlanInputs, Staging,
 };
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use rand::Rng;
 use reference::planner::min_budget;
 use reference::plans::{depth_plan, DepthPlan, DoubleSparsityCalibration, Method, PlanContext};
-use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use reference::store::{BlockSize, StoreLayout};
 use runtime::gpu::Gpu;
 
 /// One plan launch to check.
@@ -102,36 +102,8 @@ fn check(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) -> Vec<Vec<Vec<u
     let (batch, heads) = (case.n_stored.len(), case.heads);
     let block = BlockSize::from_tokens(blk).unwrap();
     let layout = StoreLayout::new(d, block, SEGMENT_WORDS).unwrap();
-    let stores: Vec<Vec<HeadStore>> = case
-        .n_stored
-        .iter()
-        .map(|&n| {
-            (0..heads)
-                .map(|h| {
-                    let id = HeadId {
-                        layer: 0,
-                        kv_head: h,
-                    };
-                    HeadStore::from_keys(layout, id, &inputs::keys(rng, n, d)).unwrap()
-                })
-                .collect()
-        })
-        .collect();
-    let max_seg = case
-        .n_stored
-        .iter()
-        .max()
-        .unwrap()
-        .div_ceil(layout.segment_tokens())
-        + 1;
-    let store = DeviceStore::new(gpu, Placement::Hbm, &stores, max_seg)
-        .unwrap_or_else(|e| panic!("store on the device: {e}"));
-    let shape = TableShape {
-        batch,
-        heads,
-        max_seg,
-        layout,
-    };
+    let (_, store, shape) =
+        random_device_stores(gpu, rng, layout, Placement::Hbm, &case.n_stored, heads);
 
     // Queries with per-channel scales, so that importances spread; some heads all zero.
     let channel_scale: Vec<f32> = (0..d)
@@ -317,8 +289,8 @@ fn check(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) -> Vec<Vec<Vec<u
             let entry = i / 4;
             bad.check(got == want, || {
                 let slot = entry % d;
-                let s = entry / d % max_seg;
-                let bh = entry / d / max_seg;
+                let s = entry / d % shape.max_seg;
+                let bh = entry / d / shape.max_seg;
                 let field = ["words", "scales", "channel", "depth"][i % 4];
                 format!("(b, h) {bh} segment {s} slot {slot} {field}: {got:#x}, want {want:#x}")
             });
@@ -368,29 +340,21 @@ const FEW_SHAPES: [(usize, usize, usize); 7] = [
     (16, 192, 32),
 ];
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_fathom_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_fathom_matches_reference");
+gpu_test!(gpu_plan_fathom_matches_reference, |t| {
     for (g, d, blk) in all_shapes() {
         let block = BlockSize::from_tokens(blk).unwrap();
         let most = d as f64 * (4.0 + block.scale_bits_per_token());
-        for budget in [48.0, rng.gen_range(min_budget(block)..most).ceil()] {
+        for budget in [48.0, t.rng.gen_range(min_budget(block)..most).ceil()] {
             let case = Case {
                 budget: budget as f32,
                 ..Case::new(d, g, blk, PlanMethod::Fathom)
             };
-            check(&gpu, &mut rng, seed, &case);
+            check(&t.gpu, &mut t.rng, t.seed, &case);
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_fathom_rotated_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_fathom_rotated_matches_reference");
+gpu_test!(gpu_plan_fathom_rotated_matches_reference, |t| {
     for (g, d, blk) in FEW_SHAPES {
         for budget in [24.0, 92.0] {
             let case = Case {
@@ -398,16 +362,12 @@ fn gpu_plan_fathom_rotated_matches_reference() {
                 budget,
                 ..Case::new(d, g, blk, PlanMethod::Fathom)
             };
-            check(&gpu, &mut rng, seed, &case);
+            check(&t.gpu, &mut t.rng, t.seed, &case);
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_fathom_edges() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_fathom_edges");
+gpu_test!(gpu_plan_fathom_edges, |t| {
     for (g, d, blk) in FEW_SHAPES {
         let block = BlockSize::from_tokens(blk).unwrap();
         // All-zero queries in two heads; the rest at a normal budget.
@@ -415,11 +375,12 @@ fn gpu_plan_fathom_edges() {
             zero_queries: vec![(0, 1), (2, 0)],
             ..Case::new(d, g, blk, PlanMethod::Fathom)
         };
-        let depths = check(&gpu, &mut rng, seed, &case);
+        let depths = check(&t.gpu, &mut t.rng, t.seed, &case);
         for (b, h) in [(0, 1), (2, 0)] {
             assert!(
                 depths[b][h].iter().all(|&t| t == 0),
-                "zero queries must read nothing (FATHOM_TEST_SEED={seed})"
+                "zero queries must read nothing (FATHOM_TEST_SEED={})",
+                t.seed
             );
         }
         // A huge budget: every channel with w_c > 0 at depth 4.
@@ -427,22 +388,24 @@ fn gpu_plan_fathom_edges() {
             budget: 1.0e6,
             ..Case::new(d, g, blk, PlanMethod::Fathom)
         };
-        let depths = check(&gpu, &mut rng, seed, &case);
+        let depths = check(&t.gpu, &mut t.rng, t.seed, &case);
         assert!(
             depths.iter().flatten().flatten().any(|&t| t == 4)
                 && depths.iter().flatten().flatten().all(|&t| t == 0 || t == 4),
-            "a huge budget reads whole channels (FATHOM_TEST_SEED={seed})"
+            "a huge budget reads whole channels (FATHOM_TEST_SEED={})",
+            t.seed
         );
         // The minimum budget: one channel at depth 1 and its scale.
         let case = Case {
             budget: min_budget(block) as f32,
             ..Case::new(d, g, blk, PlanMethod::Fathom)
         };
-        let depths = check(&gpu, &mut rng, seed, &case);
+        let depths = check(&t.gpu, &mut t.rng, t.seed, &case);
         for head in depths.iter().flatten() {
             assert!(
                 class_count(head) == [0, 0, 0, 1] || head.iter().all(|&t| t == 0),
-                "the minimum budget reads at most one plane: {head:?} (FATHOM_TEST_SEED={seed})"
+                "the minimum budget reads at most one plane: {head:?} (FATHOM_TEST_SEED={})",
+                t.seed
             );
         }
         // Three sequences, one without stored tokens, one with a single block.
@@ -451,15 +414,11 @@ fn gpu_plan_fathom_edges() {
             budget: 92.0,
             ..Case::new(d, g, blk, PlanMethod::Fathom)
         };
-        check(&gpu, &mut rng, seed, &case);
+        check(&t.gpu, &mut t.rng, t.seed, &case);
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_sparq_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_sparq_matches_reference");
+gpu_test!(gpu_plan_sparq_matches_reference, |t| {
     for (g, d, blk) in FEW_SHAPES {
         for r in [16, 32] {
             for rotate in [false, true] {
@@ -467,42 +426,30 @@ fn gpu_plan_sparq_matches_reference() {
                     rotate,
                     ..Case::new(d, g, blk, PlanMethod::Sparq { r })
                 };
-                check(&gpu, &mut rng, seed, &case);
+                check(&t.gpu, &mut t.rng, t.seed, &case);
             }
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_double_sparsity_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_double_sparsity_matches_reference");
+gpu_test!(gpu_plan_double_sparsity_matches_reference, |t| {
     for (g, d, blk) in FEW_SHAPES {
         let case = Case::new(d, g, blk, PlanMethod::DoubleSparsity);
-        check(&gpu, &mut rng, seed, &case);
+        check(&t.gpu, &mut t.rng, t.seed, &case);
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_loki_rotated_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_loki_rotated_matches_reference");
+gpu_test!(gpu_plan_loki_rotated_matches_reference, |t| {
     for (g, d, blk) in FEW_SHAPES {
         let case = Case {
             rotate: true,
             ..Case::new(d, g, blk, PlanMethod::Loki { r: 32 })
         };
-        check(&gpu, &mut rng, seed, &case);
+        check(&t.gpu, &mut t.rng, t.seed, &case);
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_thumbnail_and_uniform_match_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_thumbnail_and_uniform_match_reference");
+gpu_test!(gpu_plan_thumbnail_and_uniform_match_reference, |t| {
     let methods = [
         PlanMethod::Thumbnail,
         PlanMethod::Uniform { t: 1 },
@@ -512,27 +459,23 @@ fn gpu_plan_thumbnail_and_uniform_match_reference() {
     ];
     for (i, method) in methods.into_iter().enumerate() {
         let (g, d, blk) = FEW_SHAPES[i % FEW_SHAPES.len()];
-        check(&gpu, &mut rng, seed, &Case::new(d, g, blk, method));
+        check(&t.gpu, &mut t.rng, t.seed, &Case::new(d, g, blk, method));
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_plan_staging_overflow_is_reported() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_plan_staging_overflow_is_reported");
+gpu_test!(gpu_plan_staging_overflow_is_reported, |t| {
     for (g, d, blk) in FEW_SHAPES {
         // uniform(4) needs 4·D planes; one fewer does not fit (status, staged depths 0).
         let case = Case {
             stage_planes: 4 * d - 1,
             ..Case::new(d, g, blk, PlanMethod::Uniform { t: 4 })
         };
-        check(&gpu, &mut rng, seed, &case);
+        check(&t.gpu, &mut t.rng, t.seed, &case);
         // uniform(2) fits exactly.
         let case = Case {
             stage_planes: 2 * d,
             ..Case::new(d, g, blk, PlanMethod::Uniform { t: 2 })
         };
-        check(&gpu, &mut rng, seed, &case);
+        check(&t.gpu, &mut t.rng, t.seed, &case);
     }
-}
+});

@@ -37,19 +37,19 @@
 
 use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
-use fathom_tests::device_store::DeviceStore;
+use fathom_tests::device_store::{random_device_stores, DeviceStore};
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     download, run_gather, run_plan, run_scan, run_tables, slot_order, upload, Kernel, Mismatches,
     PlanInputs, Staging, TableShape,
 };
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use reference::model::Basis;
 use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
 use reference::score::score_stored;
-use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
+use reference::store::{BlockSize, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
 
 /// The plans of §6's check: which one a `(b, h)` gets cycles through this list.
@@ -92,18 +92,6 @@ fn reference_depths(kind: PlanKind, store: &HeadStore, queries: &[Vec<f64>]) -> 
         Ok(DepthPlan::Depths(plan)) => plan.depths,
         other => panic!("the reference plan of {method} is {other:?}"),
     }
-}
-
-/// Rows `[G][D]` of `(b, h)` from a `[B][H][G][D]` f32 array, widened to f64.
-fn group_rows(q: &[f32], bh: usize, g: usize, d: usize) -> Vec<Vec<f64>> {
-    (0..g)
-        .map(|gi| {
-            q[(bh * g + gi) * d..(bh * g + gi + 1) * d]
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect()
-        })
-        .collect()
 }
 
 /// `Σ_c |q_c · x̂_c|` and the tolerance of one score (see the module docs).
@@ -155,7 +143,7 @@ fn compare_scores(
         for (h, store) in sequence.iter().enumerate() {
             let d = store.layout().head_dim();
             let bh = b * heads + h;
-            let rows = group_rows(queries, bh, g, d);
+            let rows = inputs::group_queries(queries, bh, g, d);
             let want = score_stored(store, &depths[b][h], &rows);
             for gi in 0..g {
                 let row = &scores[(bh * g + gi) * ld_scores..(bh * g + gi + 1) * ld_scores];
@@ -182,30 +170,6 @@ fn compare_scores(
     bad.assert_none();
 }
 
-/// Reference stores of `n_stored[b]` random tokens for every `(b, h)`.
-fn random_stores(
-    rng: &mut impl Rng,
-    layout: StoreLayout,
-    n_stored: &[usize],
-    heads: usize,
-) -> Vec<Vec<HeadStore>> {
-    n_stored
-        .iter()
-        .map(|&n| {
-            (0..heads)
-                .map(|h| {
-                    let id = HeadId {
-                        layer: 0,
-                        kv_head: h,
-                    };
-                    let keys = inputs::keys(rng, n, layout.head_dim());
-                    HeadStore::from_keys(layout, id, &keys).unwrap()
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// A scan check: shape, tiling, placement and the batch's stored lengths.
 struct ScanCase {
     d: usize,
@@ -225,22 +189,8 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
     let (batch, heads) = (case.n_stored.len(), case.heads);
     let layout =
         StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), case.segment_words).unwrap();
-    let stores = random_stores(rng, layout, &case.n_stored, heads);
-    let max_seg = case
-        .n_stored
-        .iter()
-        .max()
-        .unwrap()
-        .div_ceil(layout.segment_tokens())
-        + 1;
-    let store = DeviceStore::new(gpu, case.placement, &stores, max_seg)
-        .unwrap_or_else(|e| panic!("store in {:?}: {e}", case.placement));
-    let shape = TableShape {
-        batch,
-        heads,
-        max_seg,
-        layout,
-    };
+    let (stores, store, shape) =
+        random_device_stores(gpu, rng, layout, case.placement, &case.n_stored, heads);
     let queries = inputs::vectors(rng, batch * heads * g, d);
     let offset = rng.gen_range(0..PLANS.len());
     let depths: Vec<Vec<Vec<u8>>> = (0..batch)
@@ -248,7 +198,7 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
             (0..heads)
                 .map(|h| {
                     let kind = PLANS[(offset + b * heads + h) % PLANS.len()];
-                    let rows = group_rows(&queries, b * heads + h, g, d);
+                    let rows = inputs::group_queries(&queries, b * heads + h, g, d);
                     reference_depths(kind, &stores[b][h], &rows)
                 })
                 .collect()
@@ -316,23 +266,15 @@ fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
     cases
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_scan_hbm_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_hbm_matches_reference");
-    for case in shapes_cases(&mut rng, Placement::Hbm) {
-        scan_case(&gpu, &mut rng, seed, &case);
+gpu_test!(gpu_scan_hbm_matches_reference, |t| {
+    for case in shapes_cases(&mut t.rng, Placement::Hbm) {
+        scan_case(&t.gpu, &mut t.rng, t.seed, &case);
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_scan_host_fused_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_host_fused_matches_reference");
-    for case in shapes_cases(&mut rng, Placement::Host) {
-        scan_case(&gpu, &mut rng, seed, &case);
+gpu_test!(gpu_scan_host_fused_matches_reference, |t| {
+    for case in shapes_cases(&mut t.rng, Placement::Host) {
+        scan_case(&t.gpu, &mut t.rng, t.seed, &case);
     }
     // The host default tilings: 64-word tiles of 1024 threads, and for G > 8 32-word tiles of 512.
     let defaults = [
@@ -352,18 +294,14 @@ fn gpu_scan_host_fused_matches_reference() {
             tile_words: tile.tile_words,
             threads: tile.threads,
             placement: Placement::Host,
-            n_stored: vec![blk * rng.gen_range(64..160), 0, 2 * blk],
+            n_stored: vec![blk * t.rng.gen_range(64..160), 0, 2 * blk],
             heads: 2,
         };
-        scan_case(&gpu, &mut rng, seed, &case);
+        scan_case(&t.gpu, &mut t.rng, t.seed, &case);
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_scan_one_block() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_one_block");
+gpu_test!(gpu_scan_one_block, |t| {
     for placement in [Placement::Hbm, Placement::Host] {
         for blk in [32, 64, 128] {
             let case = ScanCase {
@@ -379,11 +317,11 @@ fn gpu_scan_one_block() {
             };
             // Every plan on the one head.
             for _ in 0..PLANS.len() {
-                scan_case(&gpu, &mut rng, seed, &case);
+                scan_case(&t.gpu, &mut t.rng, t.seed, &case);
             }
         }
     }
-}
+});
 
 /// Checks the staging after gather: for each stored segment of each head, the active runs in
 /// slot order (`depths`, from the plan kernel) equal the source segment's runs; every other
@@ -475,16 +413,8 @@ fn staged_pipeline(
         blk,
     ];
     let batch = n_stored.len();
-    let stores = random_stores(rng, layout, &n_stored, heads);
-    let max_seg = n_stored.iter().max().unwrap().div_ceil(seg_tokens) + 1;
-    let store = DeviceStore::new(gpu, placement, &stores, max_seg)
-        .unwrap_or_else(|e| panic!("store in {placement:?}: {e}"));
-    let shape = TableShape {
-        batch,
-        heads,
-        max_seg,
-        layout,
-    };
+    let (stores, store, shape) =
+        random_device_stores(gpu, rng, layout, placement, &n_stored, heads);
     let queries = inputs::vectors(rng, batch * heads * g, d);
     let sigma2: Vec<f32> = stores
         .iter()
@@ -586,24 +516,15 @@ fn staged_pipeline(
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_gather_staging_equals_source_runs_hbm() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_gather_staging_equals_source_runs_hbm");
+gpu_test!(gpu_gather_staging_equals_source_runs_hbm, |t| {
     for shape in [(1, 64, 32), (4, 128, 64), (8, 256, 128), (16, 96, 64)] {
         for method in [PlanMethod::Fathom, PlanMethod::Sparq { r: 32 }] {
-            staged_pipeline(&gpu, &mut rng, seed, Placement::Hbm, method, shape);
+            staged_pipeline(&t.gpu, &mut t.rng, t.seed, Placement::Hbm, method, shape);
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_scan_host_staged_after_gather_matches_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) =
-        inputs::rng_and_seed("gpu_scan_host_staged_after_gather_matches_reference");
+gpu_test!(gpu_scan_host_staged_after_gather_matches_reference, |t| {
     for shape in [
         (7, 128, 32),
         (4, 64, 128),
@@ -612,23 +533,19 @@ fn gpu_scan_host_staged_after_gather_matches_reference() {
         (5, 192, 64),
     ] {
         for method in [PlanMethod::Fathom, PlanMethod::Sparq { r: 32 }] {
-            staged_pipeline(&gpu, &mut rng, seed, Placement::Host, method, shape);
+            staged_pipeline(&t.gpu, &mut t.rng, t.seed, Placement::Host, method, shape);
         }
     }
-}
+});
 
-/// A plan that exceeds the staging: staged depths are 0, so gather copies nothing.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_gather_plan_over_staging_copies_nothing() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_gather_plan_over_staging_copies_nothing");
+// A plan that exceeds the staging: staged depths are 0, so gather copies nothing.
+gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
     let (g, d, blk, segment_words, heads) = (4, 128, 64, 4, 2);
     let layout = StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), segment_words).unwrap();
     let n_stored = vec![5 * blk, 11 * blk];
-    let stores = random_stores(&mut rng, layout, &n_stored, heads);
+    let stores = inputs::head_stores(&mut t.rng, layout, &n_stored, heads);
     let max_seg = 4;
-    let store = DeviceStore::new(&gpu, Placement::Host, &stores, max_seg).unwrap();
+    let store = DeviceStore::new(&t.gpu, Placement::Host, &stores, max_seg).unwrap();
     let shape = TableShape {
         batch: 2,
         heads,
@@ -644,11 +561,11 @@ fn gpu_gather_plan_over_staging_copies_nothing() {
         rotate: false,
         threads: 256,
     };
-    let plan_kernel = Kernel::compile(&gpu, plan_spec);
-    let staging = Staging::new(&gpu, &shape, 4 * d - 1);
-    let queries = inputs::vectors(&mut rng, 2 * heads * g, d);
+    let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
+    let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);
+    let queries = inputs::vectors(&mut t.rng, 2 * heads * g, d);
     let plan = run_plan(
-        &gpu,
+        &t.gpu,
         &plan_kernel,
         &plan_spec,
         &shape,
@@ -665,7 +582,8 @@ fn gpu_gather_plan_over_staging_copies_nothing() {
     let status = download(&plan.status, "plan status");
     assert_eq!(
         status[0], 1,
-        "plan status {status:?} (FATHOM_TEST_SEED={seed})"
+        "plan status {status:?} (FATHOM_TEST_SEED={})",
+        t.seed
     );
     let gather_spec = GatherSpec {
         head_dim: d,
@@ -674,9 +592,9 @@ fn gpu_gather_plan_over_staging_copies_nothing() {
         loads_in_flight: 2,
         threads: 128,
     };
-    let gather = Kernel::compile(&gpu, gather_spec);
+    let gather = Kernel::compile(&t.gpu, gather_spec);
     run_gather(
-        &gpu,
+        &t.gpu,
         &gather,
         &gather_spec,
         &shape,
@@ -686,21 +604,17 @@ fn gpu_gather_plan_over_staging_copies_nothing() {
         &store.n_stored,
     );
     let depths = vec![vec![vec![4u8; d]; heads]; 2];
-    check_staging(&staging, &shape, &stores, &depths, gather.name(), seed);
-}
+    check_staging(&staging, &shape, &stores, &depths, gather.name(), t.seed);
+});
 
-/// One head of 1M tokens (D = 128, G = 4): HBM, host fused, and host staged through gather.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_scan_1m_tokens_hbm_host_and_staged() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_scan_1m_tokens_hbm_host_and_staged");
+// One head of 1M tokens (D = 128, G = 4): HBM, host fused, and host staged through gather.
+gpu_test!(gpu_scan_1m_tokens_hbm_host_and_staged, |t| {
     let (d, g, blk, segment_words) = (128, 4, 64, 512);
     let layout = StoreLayout::new(d, BlockSize::B64, segment_words).unwrap();
     let seg_tokens = layout.segment_tokens();
     // A partial last segment.
-    let n = (1 << 20) - blk * rng.gen_range(1..seg_tokens / blk);
-    let stores = random_stores(&mut rng, layout, &[n], 1);
+    let n = (1 << 20) - blk * t.rng.gen_range(1..seg_tokens / blk);
+    let stores = inputs::head_stores(&mut t.rng, layout, &[n], 1);
     let head = &stores[0][0];
     let max_seg = n.div_ceil(seg_tokens);
     let shape = TableShape {
@@ -709,18 +623,18 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
         max_seg,
         layout,
     };
-    let queries = inputs::vectors(&mut rng, g, d);
-    let rows = group_rows(&queries, 0, g, d);
-    let q_store = upload(&gpu, &queries, "q_store");
+    let queries = inputs::vectors(&mut t.rng, g, d);
+    let rows = inputs::group_queries(&queries, 0, g, d);
+    let q_store = upload(&t.gpu, &queries, "q_store");
     let ld_scores = n + 64;
 
     // Sampled positions: random, plus every segment's first and last token.
-    let mut sample: Vec<usize> = (0..20_000).map(|_| rng.gen_range(0..n)).collect();
+    let mut sample: Vec<usize> = (0..20_000).map(|_| t.rng.gen_range(0..n)).collect();
     for s in 0..max_seg {
         sample.push(s * seg_tokens);
         sample.push(((s + 1) * seg_tokens).min(n) - 1);
     }
-    sample.shuffle(&mut rng);
+    sample.shuffle(&mut t.rng);
 
     for kind in [PlanKind::Fathom(48.0), PlanKind::Sparq(32)] {
         let depths = vec![vec![reference_depths(kind, head, &rows)]];
@@ -731,17 +645,18 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
             .map(|(c, &t)| (c, t))
             .collect();
         for placement in [Placement::Hbm, Placement::Host] {
-            let store = DeviceStore::new(&gpu, placement, &stores, max_seg)
+            let store = DeviceStore::new(&t.gpu, placement, &stores, max_seg)
                 .unwrap_or_else(|e| panic!("1M-token store in {placement:?}: {e}"));
-            let staging = (placement == Placement::Host).then(|| Staging::new(&gpu, &shape, 4 * d));
+            let staging =
+                (placement == Placement::Host).then(|| Staging::new(&t.gpu, &shape, 4 * d));
             let (runs, staged, counts) =
                 run_tables(&shape, &store, &[n], &depths, staging.as_ref());
-            let runs = upload(&gpu, &runs, "runs");
-            let counts = upload(&gpu, &counts, "class_count");
+            let runs = upload(&t.gpu, &runs, "runs");
+            let counts = upload(&t.gpu, &counts, "class_count");
             let mut tables = vec![(runs, placement, "source")];
             // `staging` lives to the end of this placement's scans: the staged table points into it.
             if let Some(staged) = staged {
-                let staged = upload(&gpu, &staged, "staged runs");
+                let staged = upload(&t.gpu, &staged, "staged runs");
                 let gather_spec = GatherSpec {
                     head_dim: d,
                     block: blk,
@@ -749,9 +664,9 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
                     loads_in_flight: 4,
                     threads: 256,
                 };
-                let gather = Kernel::compile(&gpu, gather_spec);
+                let gather = Kernel::compile(&t.gpu, gather_spec);
                 run_gather(
-                    &gpu,
+                    &t.gpu,
                     &gather,
                     &gather_spec,
                     &shape,
@@ -764,9 +679,9 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
             }
             for (table, scan_placement, what) in &tables {
                 let spec = ScanSpec::new(d, g, *scan_placement);
-                let kernel = Kernel::compile(&gpu, spec);
+                let kernel = Kernel::compile(&t.gpu, spec);
                 let scores = run_scan(
-                    &gpu,
+                    &t.gpu,
                     &kernel,
                     &spec,
                     &shape,
@@ -780,7 +695,7 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
                     "{} {kind:?} n {n} {placement:?} store, {what} table",
                     kernel.name()
                 );
-                let mut bad = Mismatches::new(format!("{label}: scores"), seed);
+                let mut bad = Mismatches::new(format!("{label}: scores"), t.seed);
                 for gi in 0..g {
                     let row = &scores[gi * ld_scores..(gi + 1) * ld_scores];
                     for (i, &got) in row.iter().enumerate() {
@@ -815,4 +730,4 @@ fn gpu_scan_1m_tokens_hbm_host_and_staged() {
             }
         }
     }
-}
+});

@@ -41,15 +41,15 @@
 
 use codegen::spec::select::COMPACT_SOURCE_WORD;
 use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
+use fathom_tests::gpu_test;
+use fathom_tests::select_case::{boundary_lengths, SelectCase};
 use fathom_tests::select_kernels::{
     check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
 };
-use fathom_tests::select_scores::{scores, Scores, FAMILIES, WIDE_TIES};
+use fathom_tests::select_scores::{Scores, FAMILIES, WIDE_TIES};
 use fathom_tests::shapes::GROUPS;
-use fathom_tests::{gpu, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
-use reference::select::Selection;
 use runtime::gpu::Gpu;
 
 /// H in the launches of these tests (the million-token test uses 1).
@@ -79,32 +79,12 @@ fn select_case(
 ) -> CaseResult {
     let g = variants[0].spec.group as usize;
     let batch = lengths.len();
-    let max_n = lengths.iter().copied().max().unwrap_or(0);
-    let ld = max_n + 7;
     let query_heads = batch * kv_heads * g;
-    // Unused score elements hold NaN bits: the kernels must never read past n_total.
-    let mut all = vec![f32::from_bits(0xffff_ffff); query_heads * ld];
-    let mut per_head: Vec<Vec<f64>> = Vec::with_capacity(query_heads);
-    let mut used = Vec::with_capacity(query_heads);
-    // Consecutive query heads get consecutive families, from a random first one, so that every
-    // family appears once there are as many heads as families.
-    let first_family = rng.gen_range(0..families.len());
-    for qh in 0..query_heads {
-        let n = lengths[qh / (kv_heads * g)];
-        let family = families[(qh + first_family) % families.len()];
-        used.push(family);
-        let s = scores(rng, family, n, k);
-        all[qh * ld..qh * ld + n].copy_from_slice(&s);
-        per_head.push(s.iter().map(|&x| f64::from(x)).collect());
-    }
-    let reference: Vec<Selection> = per_head
-        .chunks(g)
-        .map(|heads| Selection::from_scores(heads, k))
-        .collect();
+    let c = SelectCase::draw(rng, lengths, kv_heads, g, k, families);
+    let (ld, max_n, used) = (c.ld, c.max_n, c.families);
 
-    let scores = gpu.upload(&all).expect("upload scores");
-    let totals: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
-    let n_total = gpu.upload(&totals).expect("upload n_total");
+    let scores = gpu.upload(&c.scores).expect("upload scores");
+    let n_total = gpu.upload(&c.n_total).expect("upload n_total");
     let mut sources = Vec::new();
     for kernels in variants {
         assert_eq!(kernels.spec.group as usize, g, "the variants share a group");
@@ -131,7 +111,7 @@ fn select_case(
         ),
         seed,
     );
-        check_selection(&got, &reference, &mut m);
+        check_selection(&got, &c.reference, &mut m);
         m.finish();
         if kernels.spec.compact() {
             let state = out.state.download().expect("download state");
@@ -164,25 +144,21 @@ fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<Sele
         .collect()
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_select_random_scores_match_reference() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_random_scores_match_reference");
+gpu_test!(gpu_select_random_scores_match_reference, |t| {
     for g in GROUPS {
-        let kernels = load(&gpu, g, 2048, 256, 16);
-        for k in [rng.gen_range(1..64), rng.gen_range(64..=2048), 2048] {
+        let kernels = load(&t.gpu, g, 2048, 256, 16);
+        for k in [t.rng.gen_range(1..64), t.rng.gen_range(64..=2048), 2048] {
             let mut lengths = vec![
-                ALWAYS + k + rng.gen_range(1..60_000),
-                rng.gen_range(37..ALWAYS + k + 3),
-                ALWAYS + k + rng.gen_range(1..3),
+                ALWAYS + k + t.rng.gen_range(1..60_000),
+                t.rng.gen_range(37..ALWAYS + k + 3),
+                ALWAYS + k + t.rng.gen_range(1..3),
             ];
-            lengths.shuffle(&mut rng);
+            lengths.shuffle(&mut t.rng);
             select_case(
-                &gpu,
+                &t.gpu,
                 &kernels,
-                &mut rng,
-                seed,
+                &mut t.rng,
+                t.seed,
                 (&lengths, KV_HEADS),
                 k,
                 &FAMILIES,
@@ -190,13 +166,9 @@ fn gpu_select_random_scores_match_reference() {
             );
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_select_ties_and_signed_zeros() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_ties_and_signed_zeros");
+gpu_test!(gpu_select_ties_and_signed_zeros, |t| {
     let tie_families = [
         Scores::Straddle,
         Scores::SmallIntegers,
@@ -208,19 +180,19 @@ fn gpu_select_ties_and_signed_zeros() {
     let configs = [(64, 1), (256, 16), (32, 3)];
     for (i, g) in GROUPS.into_iter().enumerate() {
         let (threads, items) = configs[i % configs.len()];
-        let kernels = load(&gpu, g, 1024, threads, items);
-        for k in [rng.gen_range(1..40), rng.gen_range(200..=1024)] {
+        let kernels = load(&t.gpu, g, 1024, threads, items);
+        for k in [t.rng.gen_range(1..40), t.rng.gen_range(200..=1024)] {
             let mut lengths = vec![
-                rng.gen_range(20_000..40_000),
-                ALWAYS + k + rng.gen_range(1..5_000),
-                rng.gen_range(5_000..10_000).max(ALWAYS + k + 1),
+                t.rng.gen_range(20_000..40_000),
+                ALWAYS + k + t.rng.gen_range(1..5_000),
+                t.rng.gen_range(5_000..10_000).max(ALWAYS + k + 1),
             ];
-            lengths.shuffle(&mut rng);
+            lengths.shuffle(&mut t.rng);
             select_case(
-                &gpu,
+                &t.gpu,
                 &kernels,
-                &mut rng,
-                seed,
+                &mut t.rng,
+                t.seed,
                 (&lengths, KV_HEADS),
                 k,
                 &tie_families,
@@ -228,17 +200,13 @@ fn gpu_select_ties_and_signed_zeros() {
             );
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_select_short_and_boundary_lengths() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_short_and_boundary_lengths");
+gpu_test!(gpu_select_short_and_boundary_lengths, |t| {
     let k_max = 300u32;
     for (i, g) in GROUPS.into_iter().enumerate() {
-        let kernels = load(&gpu, g, k_max, 128, 4);
-        let big = (i == 0).then(|| load(&gpu, g, 2048, 256, 16));
+        let kernels = load(&t.gpu, g, k_max, 128, 4);
+        let big = (i == 0).then(|| load(&t.gpu, g, 2048, 256, 16));
         for (k, kernels) in [
             (0, &kernels),
             (1, &kernels),
@@ -249,27 +217,14 @@ fn gpu_select_short_and_boundary_lengths() {
             if k > kernels[0].spec.k_max as usize {
                 continue;
             }
-            let mut lengths = vec![
-                0,
-                1,
-                4,
-                5,
-                35,
-                36,
-                37,
-                ALWAYS + k - k.min(1),
-                ALWAYS + k,
-                ALWAYS + k + 1,
-                ALWAYS + k + 2,
-                2 * (ALWAYS + k),
-            ];
-            lengths.shuffle(&mut rng);
+            let mut lengths = boundary_lengths(k);
+            lengths.shuffle(&mut t.rng);
             for triple in lengths.chunks(3) {
                 select_case(
-                    &gpu,
+                    &t.gpu,
                     kernels,
-                    &mut rng,
-                    seed,
+                    &mut t.rng,
+                    t.seed,
                     (triple, KV_HEADS),
                     k,
                     &FAMILIES,
@@ -278,13 +233,9 @@ fn gpu_select_short_and_boundary_lengths() {
             }
         }
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_select_million_token_contexts() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_million_token_contexts");
+gpu_test!(gpu_select_million_token_contexts, |t| {
     let families = [
         Scores::Uniform,
         Scores::Cluster,
@@ -292,27 +243,23 @@ fn gpu_select_million_token_contexts() {
         Scores::Straddle,
     ];
     for (k, threads, items) in [(2048, 256, 16), (512, 512, 2)] {
-        let kernels = load(&gpu, 4, 2048, threads, items);
-        let mut lengths = vec![(1 << 20) + 1000, 1 << 20, rng.gen_range(600_000..800_000)];
-        lengths.shuffle(&mut rng);
+        let kernels = load(&t.gpu, 4, 2048, threads, items);
+        let mut lengths = vec![(1 << 20) + 1000, 1 << 20, t.rng.gen_range(600_000..800_000)];
+        lengths.shuffle(&mut t.rng);
         select_case(
-            &gpu,
+            &t.gpu,
             &kernels,
-            &mut rng,
-            seed,
+            &mut t.rng,
+            t.seed,
             (&lengths, 1),
             k,
             &families,
             "long contexts",
         );
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_select_compact_sources_and_fallbacks() {
-    let gpu = gpu();
-    let (mut rng, seed) = inputs::rng_and_seed("gpu_select_compact_sources_and_fallbacks");
+gpu_test!(gpu_select_compact_sources_and_fallbacks, |t| {
     let families = [
         Scores::Gaussian,
         Scores::Offset,
@@ -322,24 +269,24 @@ fn gpu_select_compact_sources_and_fallbacks() {
         Scores::SmallIntegers,
     ];
     for (g, threads, items) in [(4, 256, 16), (7, 1024, 1)] {
-        let variants = load(&gpu, g, 1024, threads, items);
+        let variants = load(&t.gpu, g, 1024, threads, items);
         let candidates = variants[1].spec.candidates() as usize;
         assert!(
             WIDE_TIES > candidates,
             "the wide ties overflow the candidates"
         );
-        for k in [512, rng.gen_range(1..64)] {
+        for k in [512, t.rng.gen_range(1..64)] {
             let mut lengths = vec![
                 100_000,
-                rng.gen_range(100_000..200_000),
-                200_000 - rng.gen_range(0..100),
+                t.rng.gen_range(100_000..200_000),
+                200_000 - t.rng.gen_range(0..100),
             ];
-            lengths.shuffle(&mut rng);
+            lengths.shuffle(&mut t.rng);
             let result = select_case(
-                &gpu,
+                &t.gpu,
                 &variants,
-                &mut rng,
-                seed,
+                &mut t.rng,
+                t.seed,
                 (&lengths, 1),
                 k,
                 &families,
@@ -358,11 +305,12 @@ fn gpu_select_compact_sources_and_fallbacks() {
                 if let Some(want) = want {
                     assert_eq!(
                         source, want,
-                        "seed {seed}: query head {qh} ({family:?}, G={g} k={k} lengths \
-                         {lengths:?}) read source {source}, expected {want}"
+                        "seed {}: query head {qh} ({family:?}, G={g} k={k} lengths \
+                         {lengths:?}) read source {source}, expected {want}",
+                        t.seed
                     );
                 }
             }
         }
     }
-}
+});

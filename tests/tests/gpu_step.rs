@@ -32,45 +32,36 @@
 //! for bit with the eager step. The memcpy transfer must refuse capture.
 //! `gpu_step_refuses_bad_input`: the typed errors of bad queries, k, layer and calibration.
 
-use std::sync::Arc;
-
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::{Placement, SelectAlgorithm};
 use fathom_tests::device_store::DeviceStore;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
-    calibration_rows, check_step, is_plane_method, methods, poison, reference_steps,
-    replay_difference, GroupData, SelectRecord, StepCheck,
+    check_step, eager_step, methods, reference_steps, replay_difference, replayed, GroupData,
+    SelectRecord, StepCheck,
+};
+use fathom_tests::step_setup::{
+    decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
+    LAYERS, MAX_RELATIVE_ERROR, SEGMENT_WORDS,
 };
 use fathom_tests::store_kernels::rotate_keys;
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use half::{bf16, f16};
 use rand::seq::SliceRandom;
 use rand::Rng;
-use reference::klt::Klt;
-use reference::plans::DoubleSparsityCalibration;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::step::{
-    Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
-    StepRequest, Transfer,
+    Calibration, Decoder, HostStepOutput, Method, StepError, StepOutput, StepRequest, Transfer,
 };
 use runtime::tuning::Tile;
 use runtime::view::LayerView;
 
 const BATCH: usize = 3;
-const KV_HEADS: usize = 2;
 /// The head dimension of every case but the D = 96 one.
 const D: usize = 128;
-const BLOCK: usize = 64;
-const SEGMENT_WORDS: usize = 128;
-const LAYERS: usize = 2;
-/// The layer every view is of (calibration of the other layers differs, so a wrong slice
-/// shows).
-const LAYER: usize = 1;
 const K: usize = 96;
-const K_MAX: usize = 512;
-const MAX_RELATIVE_ERROR: f64 = 1e-3;
 
 /// Keys, values, queries and the reference stores of one batch, with the calibration the
 /// methods need.
@@ -85,10 +76,8 @@ struct Fixture {
     /// `[B][H][G][d]`.
     queries: Vec<f32>,
     stores: Vec<Vec<HeadStore>>,
-    /// Per KV head (of layer `LAYER`), rotated stores only.
-    klts: Vec<Klt>,
-    /// Per KV head.
-    double_sparsity: Vec<DoubleSparsityCalibration>,
+    /// What is fitted for every KV head of `LAYER`.
+    fitted: HeadCalibration,
     /// `σ²` `[B][H][d]` as the GPU reads it (f64 of these floats for the reference).
     sigma2: Vec<f32>,
     /// Whether `σ²` comes from the calibration (else passed with the request).
@@ -96,44 +85,14 @@ struct Fixture {
     calibration: Calibration,
 }
 
-fn values(rng: &mut impl Rng, n: usize, d: usize) -> Vec<bf16> {
-    (0..n * d)
-        .map(|_| bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
-        .collect()
-}
-
 impl Fixture {
     fn new(rng: &mut impl Rng, d: usize, group: usize, basis: Basis) -> Fixture {
-        let mut lengths = vec![
-            rng.gen_range(40..100),
-            loop {
-                let n = rng.gen_range(3_000..9_000);
-                if n % BLOCK != 0 {
-                    break n;
-                }
-            },
-            rng.gen_range(20_000..50_000),
-        ];
+        let mut lengths = short_lengths(rng);
+        lengths.push(rng.gen_range(20_000..50_000));
         lengths.shuffle(rng);
         let layout = StoreLayout::new(d, BlockSize::B64, SEGMENT_WORDS).expect("valid layout");
         let rotated = basis == Basis::Klt;
-        let mut klts = Vec::new();
-        let mut double_sparsity = Vec::new();
-        for _ in 0..KV_HEADS {
-            let cal_keys = calibration_rows(rng, 2 * d, d);
-            let cal_queries = calibration_rows(rng, 8 * group, d);
-            if rotated {
-                klts.push(Klt::fit(&cal_keys, &cal_queries).expect("calibration rows are valid"));
-            }
-            double_sparsity.push(
-                DoubleSparsityCalibration::fit(&cal_queries, &cal_keys, 32)
-                    .expect("calibration rows are valid"),
-            );
-        }
-        let rot_f32: Vec<Vec<f32>> = klts
-            .iter()
-            .map(|k| k.basis_row_major().iter().map(|&x| x as f32).collect())
-            .collect();
+        let fitted = HeadCalibration::fit(rng, d, group, rotated);
         let mut keys = Vec::new();
         let mut vals = Vec::new();
         let mut stores = Vec::new();
@@ -141,7 +100,7 @@ impl Fixture {
             let (mut ks, mut vs, mut ss) = (Vec::new(), Vec::new(), Vec::new());
             for h in 0..KV_HEADS {
                 let k = inputs::keys(rng, n, d);
-                let stored = match rot_f32.get(h) {
+                let stored = match fitted.rotations.get(h) {
                     Some(rot) => rotate_keys(rot, d, &k),
                     None => k.clone(),
                 };
@@ -151,63 +110,24 @@ impl Fixture {
                 };
                 ss.push(HeadStore::from_keys(layout, id, &stored).expect("random keys encode"));
                 ks.push(k);
-                vs.push(values(rng, n, d));
+                vs.push(inputs::values(rng, n, d));
             }
             keys.push(ks);
             vals.push(vs);
             stores.push(ss);
         }
         let queries = inputs::vectors(rng, BATCH * KV_HEADS * group, d);
-
-        // Calibration of every layer; layer LAYER holds the fitted data, the other layer
-        // garbage that would show if the wrong layer were read.
-        let per_layer = KV_HEADS * d;
-        let mut masks = vec![0u8; LAYERS * per_layer];
-        let mut rotation = vec![0f32; LAYERS * KV_HEADS * d * d];
-        let cal_sigma2: Vec<f32> = (0..LAYERS * per_layer)
-            .map(|_| rng.gen_range(0.01f32..4.0))
-            .collect();
-        for l in 0..LAYERS {
-            for h in 0..KV_HEADS {
-                let mask = if l == LAYER {
-                    double_sparsity[h].mask()
-                } else {
-                    let mut m = vec![0u8; d];
-                    m[d - 32..].iter_mut().for_each(|x| *x = 1);
-                    m
-                };
-                masks[(l * KV_HEADS + h) * d..][..d].copy_from_slice(&mask);
-                if rotated && l == LAYER {
-                    rotation[(l * KV_HEADS + h) * d * d..][..d * d].copy_from_slice(&rot_f32[h]);
-                }
-            }
-        }
-        let calibrated_sigma2 = rotated;
-        let sigma2: Vec<f32> = if calibrated_sigma2 {
-            (0..BATCH)
-                .flat_map(|_| cal_sigma2[LAYER * per_layer..][..per_layer].to_vec())
-                .collect()
-        } else {
+        let (calibration, layer_sigma2) = fitted.decoder_calibration(rng, d, rotated);
+        let calibrated_sigma2 = layer_sigma2.is_some();
+        let sigma2: Vec<f32> = match layer_sigma2 {
+            Some(s) => (0..BATCH).flat_map(|_| s.clone()).collect(),
             // The uncalibrated stand-in of every (sequence, head).
-            stores
+            None => stores
                 .iter()
                 .flatten()
                 .flat_map(|s| s.mean_square_scale().into_iter().map(|x| x as f32))
-                .collect()
+                .collect(),
         };
-        let mut calibration = Calibration::new(LAYERS, KV_HEADS, d)
-            .with_double_sparsity(32, masks)
-            .expect("fitted masks select 32 channels");
-        if calibrated_sigma2 {
-            calibration = calibration
-                .with_sigma2(cal_sigma2)
-                .expect("random variances are valid");
-        }
-        if rotated {
-            calibration = calibration
-                .with_rotation(rotation)
-                .expect("fitted bases are finite");
-        }
         Fixture {
             d,
             group,
@@ -217,8 +137,7 @@ impl Fixture {
             values: vals,
             queries,
             stores,
-            klts,
-            double_sparsity,
+            fitted,
             sigma2,
             calibrated_sigma2,
             calibration,
@@ -226,23 +145,12 @@ impl Fixture {
     }
 
     fn model(&self) -> ModelShape {
-        ModelShape {
-            name: format!("test-g{}", self.group),
-            layers: LAYERS,
-            query_heads: KV_HEADS * self.group,
-            kv_heads: KV_HEADS,
-            head_dim: self.d,
-            qk_norm: self.basis == Basis::Raw,
-            basis: self.basis,
-        }
-    }
-
-    fn query(&self, b: usize, h: usize, g: usize) -> Vec<f64> {
-        let qh = (b * KV_HEADS + h) * self.group + g;
-        self.queries[qh * self.d..(qh + 1) * self.d]
-            .iter()
-            .map(|&x| f64::from(x))
-            .collect()
+        model(
+            format!("test-g{}", self.group),
+            self.d,
+            self.group,
+            self.basis,
+        )
     }
 
     /// Every (sequence, head) as the reference sees it, `[b*H + h]`.
@@ -250,17 +158,18 @@ impl Fixture {
         let mut out = Vec::new();
         for b in 0..BATCH {
             for h in 0..KV_HEADS {
+                let bh = b * KV_HEADS + h;
                 out.push(GroupData {
                     store: &self.stores[b][h],
                     keys: &self.keys[b][h],
                     values: &self.values[b][h],
-                    queries: (0..self.group).map(|g| self.query(b, h, g)).collect(),
-                    klt: self.klts.get(h),
-                    sigma2: self.sigma2[(b * KV_HEADS + h) * self.d..][..self.d]
+                    queries: inputs::group_queries(&self.queries, bh, self.group, self.d),
+                    klt: self.fitted.klts.get(h),
+                    sigma2: self.sigma2[bh * self.d..][..self.d]
                         .iter()
                         .map(|&x| f64::from(x))
                         .collect(),
-                    double_sparsity: Some(&self.double_sparsity[h]),
+                    double_sparsity: Some(&self.fitted.double_sparsity[h]),
                 });
             }
         }
@@ -375,22 +284,15 @@ enum SelectVariant {
     Only(SelectAlgorithm),
 }
 
-fn run_case(test: &str, d: usize, group: usize, basis: Basis) {
-    run_case_with(test, d, group, basis, SelectVariant::Default);
+fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis) {
+    run_case_with(t, d, group, basis, SelectVariant::Default);
 }
 
-fn run_case_with(test: &str, d: usize, group: usize, basis: Basis, select: SelectVariant) {
-    let gpu = Arc::new(gpu());
-    let (mut rng, seed) = inputs::rng_and_seed(test);
-    let f = Fixture::new(&mut rng, d, group, basis);
+fn run_case_with(t: &mut GpuTest, d: usize, group: usize, basis: Basis, select: SelectVariant) {
+    let (gpu, test, seed) = (t.gpu.clone(), t.name, t.seed);
+    let f = Fixture::new(&mut t.rng, d, group, basis);
     eprintln!("{test}: lengths {:?}", f.lengths);
-    let config = DecoderConfig {
-        block: BLOCK,
-        segment_words: SEGMENT_WORDS,
-        k_max: K_MAX,
-        ..DecoderConfig::default()
-    };
-    let mut decoder = Decoder::new(gpu.clone(), f.model(), config)
+    let mut decoder = Decoder::new(gpu.clone(), f.model(), decoder_config())
         .expect("a valid decoder")
         .with_calibration(f.calibration.clone())
         .expect("calibration of the model");
@@ -409,17 +311,7 @@ fn run_case_with(test: &str, d: usize, group: usize, basis: Basis, select: Selec
     let references = reference_steps(&groups, &methods, &check);
     for (&method, want) in methods.iter().zip(&references) {
         for batch in &batches {
-            let transfers: Vec<Option<Transfer>> =
-                if batch.placement == Placement::Host && is_plane_method(method) {
-                    vec![
-                        Some(Transfer::Fused),
-                        Some(Transfer::CopyKernel),
-                        Some(Transfer::Memcpy),
-                    ]
-                } else {
-                    vec![None]
-                };
-            for transfer in transfers {
+            for transfer in transfers(batch.placement, method) {
                 let what = format!(
                     "{method} {} {}",
                     batch.placement.as_str(),
@@ -444,13 +336,7 @@ fn run_case_with(test: &str, d: usize, group: usize, basis: Basis, select: Selec
                         );
                     }
                 }
-                let eager = {
-                    let out = decoder
-                        .step(&view, &batch.queries, request)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    out.check().unwrap_or_else(|e| panic!("{what}: {e}"));
-                    out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
-                };
+                let eager = eager_step(&mut decoder, &view, &batch.queries, request, &what);
                 let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
                 check_step(&check, method, &eager, &groups, want, &mut cm);
                 cm.finish();
@@ -469,9 +355,7 @@ fn run_case_with(test: &str, d: usize, group: usize, basis: Basis, select: Selec
                     .capture(&view, &batch.queries, request)
                     .unwrap_or_else(|e| panic!("{what}: capture: {e}"));
                 graph.serves(&view).expect("the captured view");
-                poison(&gpu, &graph.output(&gpu), method == Method::Dense);
-                graph.replay(&gpu).expect("replay");
-                let replayed = graph.output(&gpu).download().expect("download replay");
+                let replayed = replayed(&gpu, &graph, method == Method::Dense);
                 let differs = replay_difference(&eager, &replayed);
                 m.check(differs.is_none(), || {
                     format!(
@@ -485,76 +369,54 @@ fn run_case_with(test: &str, d: usize, group: usize, basis: Basis, select: Selec
     m.finish();
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_raw_store_g4() {
-    run_case("gpu_step_raw_store_g4", D, 4, Basis::Raw);
-}
+gpu_test!(gpu_step_raw_store_g4, |t| {
+    run_case(&mut t, D, 4, Basis::Raw);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_compact_select_g4() {
+gpu_test!(gpu_step_compact_select_g4, |t| {
     run_case_with(
-        "gpu_step_compact_select_g4",
+        &mut t,
         D,
         4,
         Basis::Raw,
         SelectVariant::Only(SelectAlgorithm::Compact),
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_onepass_select_g4() {
+gpu_test!(gpu_step_onepass_select_g4, |t| {
     run_case_with(
-        "gpu_step_onepass_select_g4",
+        &mut t,
         D,
         4,
         Basis::Raw,
         SelectVariant::Only(SelectAlgorithm::Onepass),
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_onepass_select_g7() {
+gpu_test!(gpu_step_onepass_select_g7, |t| {
     run_case_with(
-        "gpu_step_onepass_select_g7",
+        &mut t,
         D,
         7,
         Basis::Klt,
         SelectVariant::Only(SelectAlgorithm::Onepass),
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_rotated_store_g7() {
-    run_case("gpu_step_rotated_store_g7", D, 7, Basis::Klt);
-}
+gpu_test!(gpu_step_rotated_store_g7, |t| {
+    run_case(&mut t, D, 7, Basis::Klt);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_rotated_store_d96_g16() {
-    run_case("gpu_step_rotated_store_d96_g16", 96, 16, Basis::Klt);
-}
+gpu_test!(gpu_step_rotated_store_d96_g16, |t| {
+    run_case(&mut t, 96, 16, Basis::Klt);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_step_refuses_bad_input() {
-    let test = "gpu_step_refuses_bad_input";
-    let gpu = Arc::new(gpu());
-    let (mut rng, _) = inputs::rng_and_seed(test);
-    let f = Fixture::new(&mut rng, D, 4, Basis::Raw);
-    let batch = DeviceBatch::new(&gpu, &f, Placement::Hbm);
-    let config = DecoderConfig {
-        block: BLOCK,
-        segment_words: SEGMENT_WORDS,
-        k_max: K_MAX,
-        ..DecoderConfig::default()
-    };
+gpu_test!(gpu_step_refuses_bad_input, |t| {
+    let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
+    let batch = DeviceBatch::new(&t.gpu, &f, Placement::Hbm);
     // No calibration: double_sparsity cannot run, nor fathom without σ².
-    let mut decoder = Decoder::new(gpu.clone(), f.model(), config).expect("a valid decoder");
+    let mut decoder =
+        Decoder::new(t.gpu.clone(), f.model(), decoder_config()).expect("a valid decoder");
     let view = batch.view();
     let request = |method| StepRequest::new(method, K);
     let err = |r: Result<StepOutput<'_>, StepError>| r.err().expect("an error");
@@ -594,7 +456,7 @@ fn gpu_step_refuses_bad_input() {
         )),
         StepError::K { .. }
     ));
-    let short = gpu.upload(&f.queries[1..]).expect("upload");
+    let short = t.gpu.upload(&f.queries[1..]).expect("upload");
     assert!(matches!(
         err(decoder.step(&view, &short, request(Method::Oracle))),
         StepError::QueryShape { .. }
@@ -639,4 +501,4 @@ fn gpu_step_refuses_bad_input() {
         .expect("download");
     assert_eq!(from_host.sel, from_device.sel);
     assert_eq!(bits(&from_host), bits(&from_device));
-}
+});

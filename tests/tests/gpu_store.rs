@@ -26,8 +26,9 @@ use std::sync::Arc;
 
 use codegen::model::{from_config_json, preset, ModelShape};
 use codegen::spec::Placement;
+use fathom_tests::kit::GpuTest;
 use fathom_tests::store_kernels::{self, rotate_keys, rotations, Mismatches};
-use fathom_tests::{gpu, inputs};
+use fathom_tests::{gpu_test, inputs};
 use half::{bf16, f16};
 use rand::Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
@@ -325,14 +326,19 @@ fn build(
     (ids, expected)
 }
 
-fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool, host: HostMemory) {
+fn prefill_append_case(
+    t: &mut GpuTest,
+    model: ModelShape,
+    placement: Placement,
+    rotate: bool,
+    host: HostMemory,
+) {
     let label = format!("{} {placement:?} {host}", model.name);
-    let (mut rng, seed) = inputs::rng_and_seed(&label);
-    let gpu = Arc::new(gpu());
+    let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
     let (heads, d) = (model.kv_heads, model.head_dim);
     let rot = rotate.then(|| {
         (0..LAYERS)
-            .flat_map(|_| rotations(&mut rng, heads, d))
+            .flat_map(|_| rotations(rng, heads, d))
             .collect::<Vec<f32>>()
     });
     let mut store = store(
@@ -354,7 +360,7 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool, ho
         rng.gen_range(600..1100),
     ];
     let appends = 150;
-    let (ids, expected) = build(&gpu, &mut store, &mut rng, &lengths, appends);
+    let (ids, expected) = build(&gpu, &mut store, rng, &lengths, appends);
     let refs: Vec<&Expected> = expected.iter().collect();
     verify(&gpu, &store, &ids, &refs, rot.as_deref(), &label, seed);
     // A batch in another order, and one sequence alone.
@@ -399,7 +405,7 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool, ho
     ));
 
     // The same lengths again: everything comes from the pools, and reused segments are clean.
-    let (ids, expected) = build(&gpu, &mut store, &mut rng, &lengths, appends);
+    let (ids, expected) = build(&gpu, &mut store, rng, &lengths, appends);
     assert_eq!(
         store.memory(),
         full,
@@ -431,72 +437,75 @@ fn prefill_append_case(model: ModelShape, placement: Placement, rotate: bool, ho
     );
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_raw_hbm() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Hbm, false, HostMemory::Pinned);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_raw_host() {
+gpu_test!(prefill_and_append_raw_hbm, |t| {
     prefill_append_case(
+        &mut t,
+        shape("qwen3-8b"),
+        Placement::Hbm,
+        false,
+        HostMemory::Pinned,
+    );
+});
+
+gpu_test!(prefill_and_append_raw_host, |t| {
+    prefill_append_case(
+        &mut t,
         shape("qwen3-8b"),
         Placement::Host,
         false,
         HostMemory::Pinned,
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_raw_host_registered() {
+gpu_test!(prefill_and_append_raw_host_registered, |t| {
     prefill_append_case(
+        &mut t,
         shape("qwen3-8b"),
         Placement::Host,
         false,
         HostMemory::Registered,
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_raw_host_vmm() {
-    prefill_append_case(shape("qwen3-8b"), Placement::Host, false, HostMemory::Vmm2M);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_rotated_host_vmm() {
+gpu_test!(prefill_and_append_raw_host_vmm, |t| {
     prefill_append_case(
+        &mut t,
+        shape("qwen3-8b"),
+        Placement::Host,
+        false,
+        HostMemory::Vmm2M,
+    );
+});
+
+gpu_test!(prefill_and_append_rotated_host_vmm, |t| {
+    prefill_append_case(
+        &mut t,
         shape("qwen2.5-7b"),
         Placement::Host,
         true,
         HostMemory::Vmm2M,
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_rotated_hbm() {
+gpu_test!(prefill_and_append_rotated_hbm, |t| {
     prefill_append_case(
+        &mut t,
         shape("qwen2.5-7b"),
         Placement::Hbm,
         true,
         HostMemory::Pinned,
     );
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_rotated_host() {
+gpu_test!(prefill_and_append_rotated_host, |t| {
     prefill_append_case(
+        &mut t,
         shape("qwen2.5-7b"),
         Placement::Host,
         true,
         HostMemory::Pinned,
     );
-}
+});
 
 /// The real `config.json` of Phi-3-mini (D = 96, 32 KV heads, G = 1) and of GLM-4-9B (D = 128,
 /// G = 16, ChatGLM's field names), compiled in so the packed test needs no source tree.
@@ -512,49 +521,43 @@ fn config_shape(config: &str) -> ModelShape {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_d96_and_g16_hbm() {
+gpu_test!(prefill_and_append_d96_and_g16_hbm, |t| {
     for config in NEW_SHAPES {
         prefill_append_case(
+            &mut t,
             config_shape(config),
             Placement::Hbm,
             true,
             HostMemory::Pinned,
         );
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn prefill_and_append_d96_and_g16_host() {
+gpu_test!(prefill_and_append_d96_and_g16_host, |t| {
     for config in NEW_SHAPES {
         prefill_append_case(
+            &mut t,
             config_shape(config),
             Placement::Host,
             true,
             HostMemory::Pinned,
         );
     }
-}
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn capacity_and_bad_input_leave_the_store_usable() {
-    let (mut rng, seed) = inputs::rng_and_seed("capacity");
-    let gpu = Arc::new(gpu());
+gpu_test!(capacity_and_bad_input_leave_the_store_usable, |t| {
     let model = shape("qwen3-8b");
     let (heads, d) = (model.kv_heads, model.head_dim);
-    let mut store = store(&gpu, config(model, Placement::Hbm, 300));
+    let mut store = store(&t.gpu, config(model, Placement::Hbm, 300));
     let (a, b) = (store.create_sequence(), store.create_sequence());
     let mut ea = Expected::new(heads);
     let mut eb = Expected::new(heads);
-    prefill(&gpu, &mut store, &mut rng, (a, &mut ea), 0, 200).unwrap();
-    prefill(&gpu, &mut store, &mut rng, (a, &mut ea), 1, 190).unwrap();
+    prefill(&t.gpu, &mut store, &mut t.rng, (a, &mut ea), 0, 200).unwrap();
+    prefill(&t.gpu, &mut store, &mut t.rng, (a, &mut ea), 1, 190).unwrap();
     // 200 + 150 > 300: refused, nothing written.
     let mut scratch = eb.clone();
     assert!(matches!(
-        prefill(&gpu, &mut store, &mut rng, (b, &mut scratch), 0, 150),
+        prefill(&t.gpu, &mut store, &mut t.rng, (b, &mut scratch), 0, 150),
         Err(StoreError::CapacityExceeded {
             requested: 150,
             used: 200,
@@ -566,9 +569,9 @@ fn capacity_and_bad_input_leave_the_store_usable() {
     // Appends to both until the store is full: 200 + 2k <= 300.
     for _ in 0..50 {
         append(
-            &gpu,
+            &t.gpu,
             &mut store,
-            &mut rng,
+            &mut t.rng,
             &mut [(a, &mut ea), (b, &mut eb)],
             0,
         )
@@ -577,9 +580,9 @@ fn capacity_and_bad_input_leave_the_store_usable() {
     let mut scratch = (ea.clone(), eb.clone());
     assert!(matches!(
         append(
-            &gpu,
+            &t.gpu,
             &mut store,
-            &mut rng,
+            &mut t.rng,
             &mut [(a, &mut scratch.0), (b, &mut scratch.1)],
             0
         ),
@@ -589,13 +592,20 @@ fn capacity_and_bad_input_leave_the_store_usable() {
     assert_eq!(store.lengths(b, 0).unwrap(), (0, 50));
     // Layer 1 of `a` may still grow up to its layer 0.
     for _ in 0..60 {
-        append(&gpu, &mut store, &mut rng, &mut [(a, &mut ea)], 1).unwrap();
+        append(&t.gpu, &mut store, &mut t.rng, &mut [(a, &mut ea)], 1).unwrap();
     }
-    assert!(append(&gpu, &mut store, &mut rng, &mut [(a, &mut scratch.0)], 1).is_err());
+    assert!(append(
+        &t.gpu,
+        &mut store,
+        &mut t.rng,
+        &mut [(a, &mut scratch.0)],
+        1
+    )
+    .is_err());
 
     // Bad input, each refused with what is wrong.
-    let one = upload(&gpu, &vec![0u16; heads * d], "one token");
-    let odd = upload(&gpu, &vec![0u16; heads * d + 1], "odd");
+    let one = upload(&t.gpu, &vec![0u16; heads * d], "one token");
+    let odd = upload(&t.gpu, &vec![0u16; heads * d + 1], "odd");
     assert!(matches!(
         store.append(&[a], LAYERS, &one, &one),
         Err(StoreError::LayerOutOfRange {
@@ -631,21 +641,17 @@ fn capacity_and_bad_input_leave_the_store_usable() {
         Err(StoreError::FreedSequence { .. })
     ));
     for _ in 0..40 {
-        append(&gpu, &mut store, &mut rng, &mut [(a, &mut ea)], 0).unwrap();
-        append(&gpu, &mut store, &mut rng, &mut [(a, &mut ea)], 1).unwrap();
+        append(&t.gpu, &mut store, &mut t.rng, &mut [(a, &mut ea)], 0).unwrap();
+        append(&t.gpu, &mut store, &mut t.rng, &mut [(a, &mut ea)], 1).unwrap();
     }
     store.check().unwrap();
-    verify(&gpu, &store, &[a], &[&ea], None, "capacity", seed);
-}
+    verify(&t.gpu, &store, &[a], &[&ea], None, "capacity", t.seed);
+});
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn non_finite_keys_are_reported_with_their_location() {
-    let (mut rng, seed) = inputs::rng_and_seed("non-finite");
-    let gpu = Arc::new(gpu());
+gpu_test!(non_finite_keys_are_reported_with_their_location, |t| {
     let model = shape("qwen3-8b");
     let (heads, d) = (model.kv_heads, model.head_dim);
-    let mut store = store(&gpu, config(model, Placement::Host, 1 << 14));
+    let mut store = store(&t.gpu, config(model, Placement::Host, 1 << 14));
     let a = store.create_sequence();
     let mut ea = Expected::new(heads);
 
@@ -653,43 +659,47 @@ fn non_finite_keys_are_reported_with_their_location() {
     let n = 200;
     let mut keys = vec![bf16::from_f32(0.5); heads * n * d];
     let (h, token, channel) = (
-        rng.gen_range(0..heads),
-        rng.gen_range(0..192),
-        rng.gen_range(0..d),
+        t.rng.gen_range(0..heads),
+        t.rng.gen_range(0..192),
+        t.rng.gen_range(0..d),
     );
     keys[(h * n + token) * d + channel] = bf16::NAN;
-    let k = upload(&gpu, &bits(&keys), "keys");
+    let k = upload(&t.gpu, &bits(&keys), "keys");
     match store.prefill(a, 1, &k, &k) {
         Err(StoreError::NonFiniteKey {
             sequence,
             layer: 1,
             head,
-            token: t,
+            token: at,
             channel: c,
         }) => assert_eq!(
-            (sequence, head, t, c),
+            (sequence, head, at, c),
             (a, h, token, channel),
-            "FATHOM_TEST_SEED={seed}"
+            "FATHOM_TEST_SEED={}",
+            t.seed
         ),
-        other => panic!("prefill of a NaN key: {other:?} (FATHOM_TEST_SEED={seed})"),
+        other => panic!(
+            "prefill of a NaN key: {other:?} (FATHOM_TEST_SEED={})",
+            t.seed
+        ),
     }
     assert_eq!(store.lengths(a, 1).unwrap(), (0, 0));
     assert_eq!(store.tokens_in_use(), 0);
 
     // The store still works for the same sequence.
-    prefill(&gpu, &mut store, &mut rng, (a, &mut ea), 0, 60).unwrap();
-    prefill(&gpu, &mut store, &mut rng, (a, &mut ea), 1, 60).unwrap();
+    prefill(&t.gpu, &mut store, &mut t.rng, (a, &mut ea), 0, 60).unwrap();
+    prefill(&t.gpu, &mut store, &mut t.rng, (a, &mut ea), 1, 60).unwrap();
     store.check().unwrap();
 
     // Append: token 62 of head `h` has an infinite channel; its block fills at token 63 and the
     // next check reports it.
-    let (h, channel) = (rng.gen_range(0..heads), rng.gen_range(0..d));
-    for t in 60..64 {
-        let mut keys = inputs::keys(&mut rng, heads, d);
-        if t == 62 {
+    let (h, channel) = (t.rng.gen_range(0..heads), t.rng.gen_range(0..d));
+    for i in 60..64 {
+        let mut keys = inputs::keys(&mut t.rng, heads, d);
+        if i == 62 {
             keys[h * d + channel] = bf16::INFINITY;
         }
-        let k = upload(&gpu, &bits(&keys), "append keys");
+        let k = upload(&t.gpu, &bits(&keys), "append keys");
         store.append(&[a], 0, &k, &k).unwrap();
     }
     match store.check() {
@@ -700,18 +710,20 @@ fn non_finite_keys_are_reported_with_their_location() {
             token: 62,
             channel: c,
         }) => assert_eq!((sequence, head, c), (a, h, channel)),
-        other => panic!("check after an infinite key: {other:?} (FATHOM_TEST_SEED={seed})"),
+        other => panic!(
+            "check after an infinite key: {other:?} (FATHOM_TEST_SEED={})",
+            t.seed
+        ),
     }
     // Reported once.
     store.check().unwrap();
-}
+});
 
 /// `resident_footprint` is what one sequence takes from the pools, to the byte, in HBM; from
 /// host memory its pool part is 0 while the sequence still uses as many (host) pool bytes.
-fn footprint_case(placement: Placement) {
+fn footprint_case(t: &mut GpuTest, placement: Placement) {
     let label = format!("footprint {placement:?}");
-    let (mut rng, _seed) = inputs::rng_and_seed(&label);
-    let gpu = Arc::new(gpu());
+    let (gpu, rng) = (t.gpu.clone(), &mut t.rng);
     let model = shape("qwen3-8b");
     let (heads, d) = (model.kv_heads, model.head_dim);
     let mut store = store(&gpu, config(model, placement, 1 << 16));
@@ -753,9 +765,10 @@ fn footprint_case(placement: Placement) {
     assert!(f.tables > 0 && f.bytes() == f.parts().iter().map(|p| p.1).sum::<usize>());
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn resident_footprint_is_what_a_sequence_takes_from_the_pools() {
-    footprint_case(Placement::Hbm);
-    footprint_case(Placement::Host);
-}
+gpu_test!(
+    resident_footprint_is_what_a_sequence_takes_from_the_pools,
+    |t| {
+        footprint_case(&mut t, Placement::Hbm);
+        footprint_case(&mut t, Placement::Host);
+    }
+);

@@ -3,12 +3,10 @@
 //! compiled into the binary, for its tiles and transfer; on a GPU without a committed record it
 //! uses the defaults. Either way the tuned step runs and its output is finite.
 
-use std::sync::Arc;
-
-use codegen::model::preset;
 use codegen::spec::Placement;
-use fathom_tests::{gpu, inputs};
-use runtime::step::{Decoder, DecoderConfig, Method, StepRequest, Transfer};
+use fathom_tests::step_setup::{qwen3_8b, sigma2_decoder};
+use fathom_tests::{gpu_test, inputs};
+use runtime::step::{DecoderConfig, Method, StepRequest, Transfer};
 use runtime::store::{KeyStore, StoreConfig};
 use runtime::tuning::{context_bucket, fit_scan_tile};
 use runtime::tuning::{record_file_name, record_for, EMBEDDED_DIR};
@@ -17,39 +15,34 @@ use runtime::tuning::{TuneKey, TunedFamily};
 
 const TOKENS: usize = 20_000;
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn gpu_decoder_uses_the_record_of_this_gpu() {
-    let gpu = Arc::new(gpu());
-    let mut model = preset("qwen3-8b").expect("a preset");
-    model.layers = 1;
+gpu_test!(gpu_decoder_uses_the_record_of_this_gpu, |t| {
+    let model = qwen3_8b(1);
     let (d, g) = (model.head_dim, model.group_size());
-    let mut rng = inputs::rng("gpu_decoder_uses_the_record_of_this_gpu");
 
     let config = StoreConfig::new(model.clone(), Placement::Host, 1 << 15);
-    let mut store = KeyStore::new(gpu.clone(), config).expect("a host store");
+    let mut store = KeyStore::new(t.gpu.clone(), config).expect("a host store");
     let seq = store.create_sequence();
     let bits = |x: Vec<half::bf16>| x.into_iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
-    let keys = bits(inputs::keys(&mut rng, model.kv_heads * TOKENS, d));
-    let values = bits(inputs::keys(&mut rng, model.kv_heads * TOKENS, d));
+    let keys = bits(inputs::keys(&mut t.rng, model.kv_heads * TOKENS, d));
+    let values = bits(inputs::keys(&mut t.rng, model.kv_heads * TOKENS, d));
     store
         .prefill(
             seq,
             0,
-            &gpu.upload(&keys).expect("upload keys"),
-            &gpu.upload(&values).expect("upload values"),
+            &t.gpu.upload(&keys).expect("upload keys"),
+            &t.gpu.upload(&values).expect("upload values"),
         )
         .expect("prefill");
     let view = store.layer_view(&[seq], 0).expect("a view");
 
-    let record = record_for(gpu.info());
-    let name = record_file_name(&gpu.info().name);
+    let record = record_for(t.gpu.info());
+    let name = record_file_name(&t.gpu.info().name);
     let committed = runtime::tuning::locate::EMBEDDED_RECORDS
         .iter()
         .any(|(file, _)| *file == name);
     eprintln!(
         "GPU {:?}: committed record {name}: {committed}; record in use: {}",
-        gpu.info().name,
+        t.gpu.info().name,
         record
             .as_ref()
             .map_or("none".into(), |r| r.meta.gpu.clone())
@@ -66,14 +59,8 @@ fn gpu_decoder_uses_the_record_of_this_gpu() {
         .iter_mut()
         .enumerate()
         .for_each(|(i, s)| *s += (i % 7) as f32);
-    let mut decoder = Decoder::new(gpu.clone(), model.clone(), DecoderConfig::default())
-        .expect("a decoder")
-        .with_calibration(
-            runtime::step::Calibration::new(1, model.kv_heads, d)
-                .with_sigma2(sigma2)
-                .expect("positive variances"),
-        )
-        .expect("calibration of the model");
+    let mut decoder =
+        sigma2_decoder(t.gpu.clone(), model.clone(), sigma2).expect("a calibrated decoder");
     let request = StepRequest::new(Method::Fathom { bits: 48.0 }, 256);
     let plan = decoder.launch_plan(&view, &request).expect("a launch plan");
     let scan = plan.specs.scan.expect("fathom scans");
@@ -112,7 +99,7 @@ fn gpu_decoder_uses_the_record_of_this_gpu() {
     );
     assert_eq!(plan.transfer, Some(want_transfer));
 
-    let queries = inputs::vectors(&mut rng, model.kv_heads * g, d);
+    let queries = inputs::vectors(&mut t.rng, model.kv_heads * g, d);
     let out = decoder
         .step_host(&view, &queries, request)
         .expect("the tuned step runs");
@@ -121,4 +108,4 @@ fn gpu_decoder_uses_the_record_of_this_gpu() {
     let picked = host.selected(0, 0, 0);
     assert!(picked.len() >= 256, "{} tokens selected", picked.len());
     assert!(picked.iter().all(|&t| (0..TOKENS as i32).contains(&t)));
-}
+});

@@ -13,7 +13,7 @@ use codegen::spec::{ConvertSpec, KernelSpec};
 use cudarc::driver::CudaFunction;
 
 use super::output::OutputBuffers;
-use super::{execute, Decoder, OutputLayout, StepError, StepRequest};
+use super::{Decoder, OutputLayout, StepError, StepRequest};
 use crate::abi;
 use crate::foreign::{Device, Dim, Dtype, Expect, TensorDesc};
 use crate::gpu::{DeviceBuffer, Gpu};
@@ -148,19 +148,9 @@ impl Decoder {
         } else {
             unsafe { self.gpu.borrowed_buffer::<f32>(queries.addr, n) }
         };
-        let mut prepared = self.prepare(view, &q, &request)?;
-        if !bf16.1 {
-            prepared.inputs.out = out.addr;
-        }
-        execute::record(
-            &self.gpu,
-            &prepared.plan,
-            &prepared.functions,
-            &self.workspace,
-            view,
-            &prepared.inputs,
-        )?;
-        let (buffers, layout) = self.outputs(&prepared.plan);
+        // An f32 output is written in place; a bf16 one is converted from the workspace's.
+        let in_place = (!bf16.1).then_some(out.addr);
+        let (buffers, layout) = self.queue(view, &q, &request, in_place)?;
         scratch.last = Some((buffers.clone(), layout));
         if bf16.1 {
             let c = scratch.convert.as_ref().expect("loaded above");

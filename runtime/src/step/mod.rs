@@ -469,6 +469,37 @@ impl Decoder {
         })
     }
 
+    /// Prepares one step over `view` and queues it: the one road of [`Decoder::step`],
+    /// [`Decoder::step_host`] and [`Decoder::step_tensors`]. With `out`, the attention kernel
+    /// writes its output there (a caller's f32 tensor) instead of into the workspace.
+    fn queue(
+        &mut self,
+        view: &LayerView<'_>,
+        queries: &DeviceBuffer<f32>,
+        request: &StepRequest<'_>,
+        out: Option<u64>,
+    ) -> Result<(OutputBuffers, OutputLayout), StepError> {
+        let mut prepared = self.prepare(view, queries, request)?;
+        if let Some(out) = out {
+            prepared.inputs.out = out;
+        }
+        self.record(&prepared, view)?;
+        Ok(self.outputs(&prepared.plan))
+    }
+
+    /// Queues the launches of `prepared` on the decoder's stream (or records them, during a
+    /// capture).
+    fn record(&self, prepared: &Prepared, view: &LayerView<'_>) -> Result<(), StepError> {
+        execute::record(
+            &self.gpu,
+            &prepared.plan,
+            &prepared.functions,
+            &self.workspace,
+            view,
+            &prepared.inputs,
+        )
+    }
+
     fn outputs(&self, plan: &LaunchPlan) -> (OutputBuffers, OutputLayout) {
         let ws = &self.workspace;
         let get = |b: &workspace::Buf<i32>| b.clone().expect("the launch plan sized every output");
@@ -506,16 +537,7 @@ impl Decoder {
         queries: &DeviceBuffer<f32>,
         request: StepRequest<'_>,
     ) -> Result<StepOutput<'_>, StepError> {
-        let prepared = self.prepare(view, queries, &request)?;
-        execute::record(
-            &self.gpu,
-            &prepared.plan,
-            &prepared.functions,
-            &self.workspace,
-            view,
-            &prepared.inputs,
-        )?;
-        let (buffers, layout) = self.outputs(&prepared.plan);
+        let (buffers, layout) = self.queue(view, queries, &request, None)?;
         Ok(StepOutput {
             buffers,
             layout,
@@ -545,21 +567,9 @@ impl Decoder {
             .gpu
             .write(&buffer, queries)
             .map_err(StepError::from)
-            .and_then(|()| {
-                let prepared = self.prepare(view, &buffer, &request)?;
-                execute::record(
-                    &self.gpu,
-                    &prepared.plan,
-                    &prepared.functions,
-                    &self.workspace,
-                    view,
-                    &prepared.inputs,
-                )?;
-                Ok(prepared.plan)
-            });
+            .and_then(|()| self.queue(view, &buffer, &request, None));
         self.host_queries = Some(buffer);
-        let plan = result?;
-        let (buffers, layout) = self.outputs(&plan);
+        let (buffers, layout) = result?;
         Ok(StepOutput {
             buffers,
             layout,
@@ -585,14 +595,7 @@ impl Decoder {
             return Err(StepError::NotCapturable);
         }
         self.gpu.begin_capture()?;
-        let recorded = execute::record(
-            &self.gpu,
-            &prepared.plan,
-            &prepared.functions,
-            &self.workspace,
-            view,
-            &prepared.inputs,
-        );
+        let recorded = self.record(&prepared, view);
         // End the capture whatever happened, so that the stream is usable again.
         let graph = self.gpu.end_capture();
         recorded?;

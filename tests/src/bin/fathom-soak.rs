@@ -30,18 +30,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use codegen::model::{preset, ModelShape};
 use codegen::spec::Placement;
 use fathom_tests::inputs;
 use fathom_tests::select_kernels::{relative_error, Mismatches};
 use fathom_tests::step_check::{check_step, reference_steps, GroupData, StepCheck};
+use fathom_tests::step_setup::{qwen3_8b, sigma2_decoder};
 use fathom_tests::store_check::bits;
 use half::bf16;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-use runtime::step::{Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepRequest};
+use runtime::step::{HostStepOutput, Method, StepRequest};
 use runtime::store::{KeyStore, StoreConfig};
 use serde_json::json;
 
@@ -129,13 +129,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn model() -> Result<ModelShape, Box<dyn std::error::Error>> {
-    Ok(ModelShape {
-        layers: 1,
-        ..preset("qwen3-8b")?
-    })
-}
-
 fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     let started = Instant::now();
     if args.steps == 0 || args.tokens <= args.steps || args.check_every == 0 {
@@ -156,7 +149,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         .clone()
         .or_else(|| std::env::var("FATHOM_COMMIT").ok())
         .unwrap_or_else(|| "unknown".into());
-    let model = model()?;
+    let model = qwen3_8b(1);
     let (heads, group) = (model.kv_heads, model.group_size());
     assert_eq!(model.head_dim, D, "qwen3-8b has D = 128");
     let prefill = args.tokens - args.steps;
@@ -233,9 +226,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         let v = gpu.upload(&bits(&reference.values.concat()))?;
         store.prefill(id, 0, &k, &v)?;
     }
-    let calibration = Calibration::new(1, heads, D).with_sigma2(sigma2.clone())?;
-    let mut decoder = Decoder::new(gpu.clone(), model, DecoderConfig::default())?
-        .with_calibration(calibration)?;
+    let mut decoder = sigma2_decoder(gpu.clone(), model, sigma2.clone())?;
     let request = StepRequest::new(Method::Fathom { bits: args.bits }, args.k);
     let check = StepCheck {
         k: args.k,
@@ -455,15 +446,7 @@ fn check_against_reference(
             store: &reference.stores[h],
             keys: &reference.keys[h],
             values: &reference.values[h],
-            queries: (0..group)
-                .map(|g| {
-                    let qh = h * group + g;
-                    queries[qh * D..(qh + 1) * D]
-                        .iter()
-                        .map(|&x| f64::from(x))
-                        .collect()
-                })
-                .collect(),
+            queries: inputs::group_queries(queries, h, group, D),
             klt: None,
             sigma2: sigma2[h * D..(h + 1) * D]
                 .iter()
