@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use codegen::model::{Basis, ModelShape};
+use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::Placement;
 use fathom_tests::select_kernels::{relative_error, Mismatches};
 use fathom_tests::{gpu, inputs};
@@ -38,6 +39,7 @@ use runtime::gpu::Gpu;
 use runtime::jit::Jit;
 use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepRequest};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::tuning::Tiles;
 use runtime::view::LayerView;
 
 const KV_HEADS: usize = 2;
@@ -172,6 +174,11 @@ fn lengths(rng: &mut impl Rng) -> Vec<usize> {
 }
 
 fn run_case(test: &str, d: usize, group: usize) {
+    run_case_with(test, d, group, Tiles::default());
+}
+
+/// The case with the decoder's default `tiles` replaced (a rerank variant).
+fn run_case_with(test: &str, d: usize, group: usize, tiles: Tiles) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let mut m = Mismatches::new(test, seed);
@@ -193,7 +200,7 @@ fn run_case(test: &str, d: usize, group: usize) {
             block: BLOCK,
             segment_words: SEGMENT_WORDS,
             k_max: K_MAX,
-            ..DecoderConfig::default()
+            tiles,
         };
         let mut decoder =
             Decoder::with_kernels(gpu.clone(), model.clone(), decoder_config, jit.clone())
@@ -388,4 +395,17 @@ fn gpu_pariskv_step_d96_g16() {
 fn gpu_pariskv_step_d80_g5_and_d192_g2() {
     run_case("gpu_pariskv_step_d80_g5", 80, 5);
     run_case("gpu_pariskv_step_d192_g2", 192, 2);
+}
+
+/// D = 128, G = 4 with the rerank's many-block top-k (`Tiles::rerank_select`): `_chunk` and
+/// `_write` (three chunks of 1,024 candidates at `k_max` = 512) in place of `_select`, the same
+/// selections, eager and in a captured graph.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pariskv_step_d128_g4_many_block_select() {
+    let tiles = Tiles {
+        rerank_select: RerankSelect::Multiblock,
+        ..Tiles::default()
+    };
+    run_case_with("gpu_pariskv_step_d128_g4_many_block_select", 128, 4, tiles);
 }
