@@ -7,6 +7,7 @@ pub mod device_store;
 pub mod inputs;
 pub mod kernel_check;
 pub mod pariskv_kernels;
+pub mod pariskv_select_cpu;
 pub mod select_cpu;
 pub mod select_kernels;
 pub mod select_scores;
