@@ -28,9 +28,13 @@
 //!   too, and its `_select` is one block per KV head, where more threads only help, so 1,024
 //!   is in). The rerank's every thread count is tried with the plain `_score` and the
 //!   whole-row one ([`RERANK_VECTOR_LOADS`], `PariskvRerankSpec::vector_loads`), the plain
-//!   one winning ties. `pariskv_query` has no tile (one thread per centroid) and `pariskv_index` runs
+//!   one winning ties. The many-block top-k (`PariskvRerankSpec::select`, `multiblock`) is tried
+//!   beside each only when asked for ([`OptIn::pariskv_select_multiblock`],
+//!   `--opt-in pariskv-select-multiblock`): its kernels have not yet run on a GPU.
+//!   `pariskv_query` has no tile (one thread per centroid) and `pariskv_index` runs
 //!   when keys enter the store, not in a step: neither is tuned.
 
+use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{
     AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
     PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm,
@@ -83,11 +87,13 @@ pub const SELECT_ALGORITHMS: [SelectAlgorithm; 2] =
 pub struct OptIn {
     /// `select-onepass`: every select tile also as the one-read variant.
     pub select_onepass: bool,
+    /// `pariskv-select-multiblock`: every rerank tile also with the many-block top-k.
+    pub pariskv_select_multiblock: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 1] = ["select-onepass"];
+    pub const NAMES: [&'static str; 2] = ["select-onepass", "pariskv-select-multiblock"];
 
     /// The opt-ins named by `names`; an unknown name is refused with the known ones.
     pub fn parse(names: &[String]) -> Result<OptIn, String> {
@@ -95,6 +101,7 @@ impl OptIn {
         for name in names {
             match name.as_str() {
                 "select-onepass" => opt_in.select_onepass = true,
+                "pariskv-select-multiblock" => opt_in.pariskv_select_multiblock = true,
                 other => {
                     return Err(format!(
                         "unknown --opt-in `{other}`; known: {}",
@@ -113,6 +120,15 @@ impl OptIn {
             all.push(SelectAlgorithm::Onepass);
         }
         all
+    }
+
+    /// The rerank top-k variants tried for every tile: one block per head, and many when asked.
+    pub fn rerank_multiblock(self) -> Vec<bool> {
+        if self.pariskv_select_multiblock {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
     }
 }
 /// Threads per block tried for attention.
@@ -256,17 +272,24 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
         Subject::Kernel(TunedFamily::PariskvVote | TunedFamily::PariskvTopc) => {
             threads(&PARISKV_THREADS)
         }
-        Subject::Kernel(TunedFamily::PariskvRerank) => PARISKV_THREADS
-            .iter()
-            .flat_map(|&threads| {
-                RERANK_VECTOR_LOADS.iter().map(move |&vector_loads| {
-                    Variant::Tile(Tile::Rerank {
-                        threads,
-                        vector_loads,
+        Subject::Kernel(TunedFamily::PariskvRerank) => {
+            let multiblock = opt_in.rerank_multiblock();
+            PARISKV_THREADS
+                .iter()
+                .flat_map(|&threads| {
+                    let multiblock = multiblock.clone();
+                    RERANK_VECTOR_LOADS.iter().flat_map(move |&vector_loads| {
+                        multiblock.clone().into_iter().map(move |multiblock| {
+                            Variant::Tile(Tile::Rerank {
+                                threads,
+                                vector_loads,
+                                multiblock,
+                            })
+                        })
                     })
                 })
-            })
-            .collect(),
+                .collect()
+        }
         Subject::Kernel(TunedFamily::Select) => SELECT_THREADS
             .iter()
             .flat_map(|&threads| {
@@ -378,15 +401,23 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
         }
         .into(),
         (TunedFamily::PariskvRerank, Tile::Threads(threads)) => {
-            rerank_spec(case, threads, false).into()
+            rerank_spec(case, threads, false, RerankSelect::Single).into()
         }
         (
             TunedFamily::PariskvRerank,
             Tile::Rerank {
                 threads,
                 vector_loads,
+                multiblock,
             },
-        ) => rerank_spec(case, threads, vector_loads).into(),
+        ) => {
+            let select = if multiblock {
+                RerankSelect::Multiblock
+            } else {
+                RerankSelect::Single
+            };
+            rerank_spec(case, threads, vector_loads, select).into()
+        }
         (
             TunedFamily::Select,
             tile @ Tile::Select {
@@ -441,8 +472,14 @@ pub fn gather_spec(case: &Case, loads_in_flight: usize, threads: usize) -> Gathe
     }
 }
 
-/// The rerank spec of a case, its threads and `_score` variant, at the decoder's `k_max`.
-pub fn rerank_spec(case: &Case, threads: u32, vector_loads: bool) -> PariskvRerankSpec {
+/// The rerank spec of a case, its threads, `_score` variant and top-k, at the decoder's
+/// `k_max`.
+pub fn rerank_spec(
+    case: &Case,
+    threads: u32,
+    vector_loads: bool,
+    select: RerankSelect,
+) -> PariskvRerankSpec {
     PariskvRerankSpec {
         head_dim: case.head_dim as u32,
         group: case.group as u32,
@@ -450,6 +487,7 @@ pub fn rerank_spec(case: &Case, threads: u32, vector_loads: bool) -> PariskvRera
         threads,
         placement: case.placement,
         vector_loads,
+        select,
     }
 }
 
@@ -668,6 +706,7 @@ mod tests {
                 TunedFamily::PariskvRerank => Tile::Rerank {
                     threads: defaults.pariskv_threads,
                     vector_loads: defaults.rerank_vector_loads,
+                    multiblock: false,
                 },
                 _ => Tile::Threads(defaults.pariskv_threads),
             });
@@ -687,6 +726,7 @@ mod tests {
                     let wide = Tile::Rerank {
                         threads: 256,
                         vector_loads: true,
+                        multiblock: false,
                     };
                     assert!(enumerate(&c).contains(&Variant::Tile(wide)));
                     match tile_spec(&c, &Variant::Tile(wide)).unwrap() {
@@ -707,6 +747,7 @@ mod tests {
             OptIn::default(),
             OptIn {
                 select_onepass: true,
+                ..OptIn::default()
             },
         ] {
             let c = Case {

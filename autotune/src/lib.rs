@@ -29,4 +29,6 @@ pub mod stepbench;
 pub mod tuner;
 
 #[cfg(test)]
+mod opt_in_tests;
+#[cfg(test)]
 mod tests;

@@ -657,7 +657,7 @@ fn a_record_of_every_subject_answers_every_lookup_of_the_step() {
             let want = match op.role {
                 Role::Pariskv(Stage::Vote) => 512,
                 Role::Pariskv(Stage::TopcCount | Stage::TopcWrite) => 1024,
-                Role::Pariskv(Stage::RerankScore | Stage::RerankSelect) => 64,
+                Role::Pariskv(Stage::RerankScore | Stage::RerankSelect(_)) => 64,
                 _ => continue,
             };
             assert_eq!(kernel.launch.block[0], want, "{:?}", op.role);

@@ -269,11 +269,17 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     threads,
                     rows_per_warp,
                 } => (0, threads as usize, rows_per_warp as usize),
-                // Likewise the plain `_score` before the whole-row one.
+                // Likewise the plain `_score` before the whole-row one, and the one-block top-k
+                // before the many-block one.
                 Tile::Rerank {
                     threads,
                     vector_loads,
-                } => (u8::from(vector_loads), threads as usize, 0),
+                    multiblock,
+                } => (
+                    u8::from(vector_loads) + 2 * u8::from(multiblock),
+                    threads as usize,
+                    0,
+                ),
             };
             (kind, threads, size)
         }

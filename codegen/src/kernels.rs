@@ -86,6 +86,7 @@ fn pariskv_specs(d: u32, g: u32) -> Vec<KernelSpec> {
                 threads: THREADS,
                 placement,
                 vector_loads: false,
+                select: Default::default(),
             }
             .into(),
         );

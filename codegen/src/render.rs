@@ -84,6 +84,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/pariskv_rerank_score_v16.cuh.tera"),
     ),
     (
+        "pariskv_rerank_select_mb.cuh.tera",
+        include_str!("../../templates/pariskv_rerank_select_mb.cuh.tera"),
+    ),
+    (
         "pariskv_rerank.cu.tera",
         include_str!("../../templates/pariskv_rerank.cu.tera"),
     ),

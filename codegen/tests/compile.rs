@@ -9,9 +9,10 @@ use codegen::emit::{build_kernel, COMPILE_OPTIONS};
 use codegen::model::{self, Basis, ModelShape};
 use codegen::nvrtc;
 use codegen::render::render_any;
+use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{
-    EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec,
-    ScanSpec, SelectAlgorithm, SelectSpec,
+    EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, PariskvRerankSpec, Placement,
+    PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm, SelectSpec,
 };
 use codegen::{kernels_for, KernelSetOptions};
 use scan_cells::scan_cells;
@@ -153,6 +154,37 @@ fn select_variant_snapshots() {
         }
         insta::assert_snapshot!(
             format!("ptx-sm_90-{preset}-{}", spec.kernel_name()),
+            compiled.ptx
+        );
+    }
+}
+
+/// The rerank's many-block top-k (`select: multiblock`, opt-in until measured on a GPU): the
+/// source and sm_90 PTX of qwen3-8b's rerank (both placements) with it.
+#[test]
+fn pariskv_select_variant_snapshots() {
+    let shape = model::preset("qwen3-8b").unwrap();
+    for spec in kernels_for(&shape, &KernelSetOptions::default()) {
+        let KernelSpec::PariskvRerank(plain) = spec else {
+            continue;
+        };
+        let spec: KernelSpec = PariskvRerankSpec {
+            select: RerankSelect::Multiblock,
+            ..plain
+        }
+        .into();
+        let source = render_any(&spec).unwrap();
+        insta::assert_snapshot!(format!("cuda-qwen3-8b-{}", spec.kernel_name()), source);
+        let compiled = compile(&spec, "sm_90");
+        assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+        for entry in spec.entry_points() {
+            assert!(
+                compiled.ptx.contains(&format!(".entry {entry}(")),
+                "{entry}"
+            );
+        }
+        insta::assert_snapshot!(
+            format!("ptx-sm_90-qwen3-8b-{}", spec.kernel_name()),
             compiled.ptx
         );
     }

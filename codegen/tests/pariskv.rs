@@ -4,7 +4,9 @@
 mod family_checks;
 
 use codegen::render::render;
-use codegen::spec::pariskv::{candidate_capacity, padded_dim, vote_bins, QUERY_THREADS};
+use codegen::spec::pariskv::{
+    candidate_capacity, padded_dim, vote_bins, RerankSelect, QUERY_THREADS,
+};
 use codegen::spec::{
     Family, KernelSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
     PariskvVoteSpec, Placement,
@@ -57,6 +59,7 @@ fn rerank() -> PariskvRerankSpec {
         threads: 256,
         placement: Placement::Hbm,
         vector_loads: false,
+        select: RerankSelect::Single,
     }
 }
 
@@ -85,8 +88,18 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
                     threads,
                     placement,
                     vector_loads: false,
+                    select: RerankSelect::Single,
                 };
                 specs.push((s.into(), vec![s.score_entry(), s.select_entry()]));
+                // The many-block top-k wherever a block holds two k_max.
+                let s = PariskvRerankSpec {
+                    select: RerankSelect::Multiblock,
+                    k_max: [1, 512][i],
+                    ..s
+                };
+                let mut entries = vec![s.score_entry()];
+                entries.extend(s.select_entries());
+                specs.push((s.into(), entries));
             }
         }
         for group in [1, 4, 7, 8, 16] {
@@ -165,6 +178,11 @@ mod rerank_family {
                 threads: 256,
                 placement,
                 vector_loads: false,
+                select: if k_max == 512 {
+                    RerankSelect::Multiblock
+                } else {
+                    RerankSelect::Single
+                },
             },
         ),
         alternatives: [
@@ -174,6 +192,7 @@ mod rerank_family {
             ("threads", json!(512)),
             ("placement", json!("host")),
             ("vector_loads", json!(true)),
+            ("select", json!("multiblock")),
         ],
         bad_fields: [
             ("head_dim", json!(136)),

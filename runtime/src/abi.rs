@@ -6,8 +6,9 @@
 //!
 //! One line per distinct signature of a family: the kernels of one family differ in sizes,
 //! placements and methods, which the template bakes in, but not in their parameters, except
-//! the compacting select (`select_compact`), whose chunked stages also take the candidates, and
-//! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own.
+//! the compacting select (`select_compact`), whose chunked stages also take the candidates,
+//! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, and the
+//! rerank's many-block top-k (`pariskv_rerank_mb`: `_chunk`, `_merge`, `_write`).
 
 fathom_macros::abi! {
     #[fathom(runtime = crate)]
@@ -36,6 +37,9 @@ fathom_macros::abi! {
         pariskv_topc = pariskv_topc(head_dim = 128, threads = 256);
         pariskv_rerank = pariskv_rerank(head_dim = 128, group = 4, k_max = 2048, threads = 256,
                                         placement = hbm);
+        pariskv_rerank_mb = pariskv_rerank(head_dim = 128, group = 4, k_max = 2048,
+                                           threads = 256, placement = hbm,
+                                           select = multiblock);
         mapped_read = mapped_read(loads_in_flight = 4, threads = 256);
         append_rows = append_rows(threads = 128);
         convert = convert(threads = 256);

@@ -1,12 +1,14 @@
 //! The ParisKV kernels' launch ABI on the host (SPEC §12, `templates/ABI.md` "ParisKV"): the
-//! sign vector on the device, the argument lists of the index build and of the six retrieval
-//! launches, and the sizes of the retrieval's buffers. The key store ([`crate::store`]) builds
+//! sign vector on the device, the argument lists of the index build and of the retrieval
+//! launches (six; more with the rerank's many-block top-k), and the sizes of the retrieval's
+//! buffers. The key store ([`crate::store`]) builds
 //! its index with [`build_args`]; the decoder ([`crate::step`]) and the kernel tests launch the
 //! retrieval with [`retrieval_args`], so every caller passes the same arguments in the same
 //! order.
 
 use codegen::spec::pariskv::{
-    candidate_capacity, padded_dim, signs, subspaces, vote_bins, CENTROIDS, TIERS,
+    candidate_capacity, padded_dim, signs, subspaces, vote_bins, RerankSelectPlan,
+    RerankSelectStep, CENTROIDS, TIERS,
 };
 
 use crate::abi;
@@ -99,20 +101,21 @@ pub enum Stage {
     TopcWrite,
     /// `pariskv_rerank` `_score`: `ŝ` of every candidate.
     RerankScore,
-    /// `pariskv_rerank` `_select`: the group's top-k with the sink and window, in the `select`
-    /// family's layout.
-    RerankSelect,
+    /// `pariskv_rerank`'s top-k with the sink and window, in the `select` family's layout:
+    /// `_select` ([`RerankSelectStep::Select`]), or one launch of the many-block variant
+    /// (`PariskvRerankSpec::select_plan`).
+    RerankSelect(RerankSelectStep),
 }
 
 impl Stage {
-    /// Every stage, in launch order.
+    /// Every stage of the default kernels (the one-block top-k), in launch order.
     pub const ALL: [Stage; 6] = [
         Stage::Query,
         Stage::Vote,
         Stage::TopcCount,
         Stage::TopcWrite,
         Stage::RerankScore,
-        Stage::RerankSelect,
+        Stage::RerankSelect(RerankSelectStep::Select),
     ];
 }
 
@@ -144,6 +147,10 @@ pub struct RetrievalSizes {
     pub cand_score: usize,
     /// Row stride of `cand` and `cand_score`: at least [`candidate_capacity`].
     pub ld_cand: usize,
+    /// u64 words of each of the two slot buffers of the many-block top-k (0 without it).
+    pub select_slots: usize,
+    /// u32 words of each of the two slot-count buffers of the many-block top-k.
+    pub select_counts: usize,
 }
 
 impl RetrievalSizes {
@@ -165,6 +172,18 @@ impl RetrievalSizes {
             cand_count: rows,
             cand_score: rows * ld_cand,
             ld_cand,
+            select_slots: 0,
+            select_counts: 0,
+        }
+    }
+
+    /// The sizes with the slot buffers that `plan`, the rerank's top-k, needs.
+    pub fn with_select(self, plan: &RerankSelectPlan) -> Self {
+        let words = |w: u64| usize::try_from(w).expect("workspace sizes fit usize");
+        RetrievalSizes {
+            select_slots: words(plan.slot_words),
+            select_counts: words(plan.count_words),
+            ..self
         }
     }
 
@@ -174,6 +193,15 @@ impl RetrievalSizes {
             + self.tiers
             + 4 * (self.tier_len + self.vote_hist + self.cand + self.cand_count)
             + 2 * self.votes
+            + 2 * (8 * self.select_slots + 4 * self.select_counts)
+    }
+
+    /// The two slot buffers and the two count buffers of the many-block top-k, when one
+    /// allocation of `2 * select_slots` u64 words starts at `slots` and one of
+    /// `2 * select_counts` u32 words at `counts`.
+    pub fn select_halves(&self, slots: u64, counts: u64) -> ([u64; 2], [u64; 2]) {
+        let (s, c) = (8 * self.select_slots as u64, 4 * self.select_counts as u64);
+        ([slots, slots + s], [counts, counts + c])
     }
 }
 
@@ -202,6 +230,10 @@ pub struct RetrievalBuffers {
     pub uni: u64,
     /// `[B*H]`.
     pub uni_count: u64,
+    /// The many-block top-k's two slot buffers (u64 words) and two slot-count buffers (u32),
+    /// as [`RetrievalSizes::select_halves`] lays them out; unread by the one-block top-k.
+    pub select_slots: [u64; 2],
+    pub select_counts: [u64; 2],
 }
 
 /// What one retrieval reads.
@@ -283,13 +315,63 @@ pub fn retrieval_args(stage: Stage, a: &RetrievalInputs, w: &RetrievalBuffers) -
             num_kv_heads,
         }
         .args(),
-        Stage::RerankSelect => abi::pariskv_rerank::SelectArgs {
+        Stage::RerankSelect(step) => select_args(step, a, w),
+    }
+}
+
+/// The arguments of one launch of the rerank's top-k.
+fn select_args(step: RerankSelectStep, a: &RetrievalInputs, w: &RetrievalBuffers) -> Vec<Arg> {
+    let (num_kv_heads, ld_cand, k) = (int(a.kv_heads), int(w.ld_cand), int(a.k));
+    let chunks = step.chunks_read() as i32;
+    let slots = |buffer: Option<usize>| buffer.map_or(0, |i| w.select_slots[i]);
+    let counts = |buffer: Option<usize>| buffer.map_or(0, |i| w.select_counts[i]);
+    match step {
+        RerankSelectStep::Select => abi::pariskv_rerank::SelectArgs {
             cand_score: input(w.cand_score),
             cand: input(w.cand),
             cand_count: input(w.cand_count),
             ld_cand,
             n_total: input(a.n_total),
-            k: int(a.k),
+            k,
+            sel: output(w.sel),
+            sel_pos: output(w.sel_pos),
+            sel_count: output(w.sel_count),
+            uni: output(w.uni),
+            uni_count: output(w.uni_count),
+            num_kv_heads,
+        }
+        .args(),
+        RerankSelectStep::Chunk => abi::pariskv_rerank_mb::ChunkArgs {
+            cand_score: input(w.cand_score),
+            cand_count: input(w.cand_count),
+            ld_cand,
+            n_total: input(a.n_total),
+            k,
+            slots: output(slots(step.writes())),
+            slot_counts: output(counts(step.writes())),
+            num_kv_heads,
+        }
+        .args(),
+        RerankSelectStep::Merge { .. } => abi::pariskv_rerank_mb::MergeArgs {
+            slots_in: input(slots(step.reads())),
+            counts_in: input(counts(step.reads())),
+            chunks_in: chunks,
+            n_total: input(a.n_total),
+            k,
+            slots_out: output(slots(step.writes())),
+            counts_out: output(counts(step.writes())),
+            num_kv_heads,
+        }
+        .args(),
+        RerankSelectStep::Write { .. } => abi::pariskv_rerank_mb::WriteArgs {
+            slots: input(slots(step.reads())),
+            slot_counts: input(counts(step.reads())),
+            chunks,
+            cand: input(w.cand),
+            cand_count: input(w.cand_count),
+            ld_cand,
+            n_total: input(a.n_total),
+            k,
             sel: output(w.sel),
             sel_pos: output(w.sel_pos),
             sel_count: output(w.sel_count),
@@ -324,6 +406,16 @@ mod tests {
                 + 4 * (768 + 776 + 20_000 + 8)
                 + 2 * 40_288
         );
+        // The many-block top-k's two slot and two count buffers.
+        let plan = RerankSelectPlan {
+            launches: Vec::new(),
+            slot_words: 100,
+            count_words: 10,
+        };
+        let wide = s.with_select(&plan);
+        assert_eq!((wide.select_slots, wide.select_counts), (100, 10));
+        assert_eq!(wide.bytes(), s.bytes() + 2 * (800 + 40));
+        assert_eq!(wide.select_halves(1000, 5000), ([1000, 1800], [5000, 5040]));
         // An empty context still has one-element rows, so no buffer is empty.
         let empty = RetrievalSizes::new(1, 64, 0, 1);
         assert_eq!((empty.ld_votes, empty.ld_cand), (1, 1));
@@ -362,6 +454,8 @@ mod tests {
             sel_count: 24,
             uni: 25,
             uni_count: 26,
+            select_slots: [27, 28],
+            select_counts: [29, 30],
         };
         let flat = |args: Vec<Arg>| -> Vec<u64> {
             args.into_iter()
@@ -379,8 +473,34 @@ mod tests {
         assert_eq!(args(Stage::TopcWrite), [15, 16, 14, 7, 17, 18, 19, 21, 8]);
         assert_eq!(args(Stage::RerankScore), [2, 3, 10, 11, 18, 19, 20, 21, 8]);
         assert_eq!(
-            args(Stage::RerankSelect),
+            args(Stage::RerankSelect(RerankSelectStep::Select)),
             [20, 18, 19, 21, 7, 100, 22, 23, 24, 25, 26, 8]
+        );
+        // The many-block top-k: `_chunk` writes buffer 0, merges alternate, `_write` reads the
+        // last one written.
+        assert_eq!(
+            args(Stage::RerankSelect(RerankSelectStep::Chunk)),
+            [20, 19, 21, 7, 100, 27, 29, 8]
+        );
+        let merge = |level| RerankSelectStep::Merge {
+            level,
+            chunks_in: 40,
+        };
+        assert_eq!(
+            args(Stage::RerankSelect(merge(1))),
+            [27, 29, 40, 7, 100, 28, 30, 8]
+        );
+        assert_eq!(
+            args(Stage::RerankSelect(merge(2))),
+            [28, 30, 40, 7, 100, 27, 29, 8]
+        );
+        let write = RerankSelectStep::Write {
+            level: 1,
+            chunks: 3,
+        };
+        assert_eq!(
+            args(Stage::RerankSelect(write)),
+            [28, 30, 3, 18, 19, 21, 7, 100, 22, 23, 24, 25, 26, 8]
         );
         let build = flat(build_args(30, 6, a.index, 0, 31, 8, 32));
         assert_eq!(build, [30, 6, 1, 2, 3, 4, 0, 31, 8, 32]);

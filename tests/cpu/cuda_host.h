@@ -309,6 +309,19 @@ inline T __ldg(const T* p) {
     if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) fathom_cpu::fail("misaligned load", 0);
     return *p;
 }
+template <class T>
+inline T __ldcs(const T* p) {
+    return __ldg(p);
+}
+inline long long __double_as_longlong(double d) {
+    long long v;
+    std::memcpy(&v, &d, 8);
+    return v;
+}
+// The f64 operations of the ParisKV kernels, each rounded once (x86-64 has no fused
+// multiply-add in its baseline, so nothing is contracted).
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
     const unsigned int old = *p;
     *p = old + v;

@@ -9,6 +9,7 @@ pub mod inputs;
 pub mod kernel_check;
 pub mod kit;
 pub mod pariskv_kernels;
+pub mod pariskv_select_cpu;
 pub mod select_case;
 pub mod select_cpu;
 pub mod select_kernels;

@@ -1,12 +1,13 @@
 //! Launch helpers for the ParisKV kernels (SPEC §12, `templates/ABI.md`): the index on the
-//! device in either placement, the build, and the six launches of one retrieval (query, vote,
-//! top-C count and write, rerank score and select), with every output poisoned first. The
+//! device in either placement, the build, and the launches of one retrieval (query, vote,
+//! top-C count and write, rerank score and its top-k: `_select`, or the many-block launches),
+//! with every output poisoned first. The
 //! argument lists and the sign vector are the runtime's ([`runtime::pariskv`]), which the key
 //! store and the decoder launch with too.
 
 use codegen::spec::launch::Launch;
 use codegen::spec::pariskv::{
-    candidate_capacity, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS,
+    candidate_capacity, padded_dim, subspaces, vote_bins, RerankSelect, CENTROIDS, TIERS,
 };
 use codegen::spec::{
     Family, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
@@ -16,7 +17,8 @@ use reference::pariskv::PariskvIndex;
 use runtime::gpu::{Gpu, GpuError, Module};
 pub use runtime::pariskv::device_signs;
 use runtime::pariskv::{
-    build_args, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs, Stage,
+    build_args, retrieval_args, IndexTables, RetrievalBuffers, RetrievalInputs, RetrievalSizes,
+    Stage,
 };
 
 use crate::select_kernels::{compile, i32_of, launch, HeadTable, KernelError, SelectHost, POISON};
@@ -208,11 +210,20 @@ impl PariskvKernels {
         k_max: u32,
         placement: Placement,
     ) -> Result<Self, KernelError> {
-        Self::load_variant(gpu, head_dim, group, k_max, placement, false)
+        Self::load_variant(
+            gpu,
+            head_dim,
+            group,
+            k_max,
+            placement,
+            false,
+            RerankSelect::Single,
+        )
     }
 
     /// As [`PariskvKernels::load`], with the rerank's `_score` reading whole rows in 16-byte
-    /// loads when `vector_loads` ([`PariskvRerankSpec::vector_loads`]).
+    /// loads when `vector_loads` ([`PariskvRerankSpec::vector_loads`]) and its top-k found as
+    /// `select` says ([`PariskvRerankSpec::select`]).
     pub fn load_variant(
         gpu: &Gpu,
         head_dim: u32,
@@ -220,6 +231,7 @@ impl PariskvKernels {
         k_max: u32,
         placement: Placement,
         vector_loads: bool,
+        select: RerankSelect,
     ) -> Result<Self, KernelError> {
         let index = PariskvIndexSpec {
             head_dim,
@@ -243,6 +255,7 @@ impl PariskvKernels {
             threads: THREADS,
             placement,
             vector_loads,
+            select,
         };
         let modules = [
             compile(gpu, &index)?,
@@ -295,8 +308,8 @@ impl PariskvKernels {
         )
     }
 
-    /// Queues the six launches of one retrieval into poisoned outputs, waits, and reads every
-    /// output back. `vote_grid_x` and `score_grid_x` replace the spec's grid x when given (the
+    /// Queues the launches of one retrieval (six, or more with the many-block top-k) into
+    /// poisoned outputs and workspaces, waits, and reads every output back. `vote_grid_x` and `score_grid_x` replace the spec's grid x when given (the
     /// kernels are correct for any x).
     pub fn retrieve(
         &self,
@@ -328,6 +341,14 @@ impl PariskvKernels {
         let cand = gpu.filled::<i32>(heads * ld_cand, POISON)?;
         let cand_count = gpu.filled::<i32>(heads, POISON)?;
         let cand_score = gpu.filled::<f64>(heads * ld_cand, POISON)?;
+        let select = self
+            .rerank
+            .select_plan(b64, h64, ld_cand as u64, a.k as u64)?;
+        let sizes = RetrievalSizes::new(heads, d as usize, a.max_tokens, 1).with_select(&select);
+        let select_slots = gpu.filled::<u64>((2 * sizes.select_slots).max(1), POISON)?;
+        let select_counts = gpu.filled::<u32>((2 * sizes.select_counts).max(1), POISON)?;
+        let (slot_halves, count_halves) =
+            sizes.select_halves(select_slots.addr(), select_counts.addr());
         let sel = gpu.filled::<i32>(heads * g * sc, POISON)?;
         let sel_pos = gpu.filled::<i32>(heads * g * sc, POISON)?;
         let sel_count = gpu.filled::<i32>(heads * g, POISON)?;
@@ -360,6 +381,8 @@ impl PariskvKernels {
             sel_count: sel_count.addr(),
             uni: uni.addr(),
             uni_count: uni_count.addr(),
+            select_slots: slot_halves,
+            select_counts: count_halves,
         };
         let mut vl = self.vote.launch(b64, h64, a.max_tokens as u64)?;
         if let Some(x) = vote_grid_x {
@@ -369,18 +392,27 @@ impl PariskvKernels {
         if let Some(x) = score_grid_x {
             sl.grid[0] = x;
         }
-        for stage in Stage::ALL {
+        let stages = Stage::ALL[..5].iter().copied().chain(
+            select
+                .launches
+                .iter()
+                .map(|&(step, _)| Stage::RerankSelect(step)),
+        );
+        for stage in stages {
             let (module, entry, grid) = match stage {
                 Stage::Query => (1, self.query.kernel_name(), self.query.launch(b64, h64)?),
                 Stage::Vote => (2, self.vote.kernel_name(), vl),
                 Stage::TopcCount => (3, self.topc.count_entry(), topc_launch),
                 Stage::TopcWrite => (3, self.topc.write_entry(), topc_launch),
                 Stage::RerankScore => (4, self.rerank.score_entry(), sl),
-                Stage::RerankSelect => (
-                    4,
-                    self.rerank.select_entry(),
-                    self.rerank.launch_select(b64, h64)?,
-                ),
+                Stage::RerankSelect(step) => {
+                    let (_, grid) = select
+                        .launches
+                        .iter()
+                        .find(|&&(s, _)| s == step)
+                        .expect("a step of the plan");
+                    (4, self.rerank.select_step_entry(step), *grid)
+                }
             };
             let args = retrieval_args(stage, &inputs, &buffers);
             launch(gpu, &self.modules[module], &entry, grid, &args)?;

@@ -17,12 +17,14 @@
 //! centroids tie); grids of one block; an append after a prefill; a non-finite key and a weight
 //! overflow reported through `status` with nothing written for that token. Every output buffer
 //! is poisoned first, so an element that should not be written and is, or should be and is not,
-//! is caught. The retrieval cases run twice: with the default rerank and with its whole-row
-//! `_score` (`PariskvRerankSpec::vector_loads`, 16-byte loads of the code and weight rows).
+//! is caught. The retrieval cases run three times: with the default rerank, with its whole-row
+//! `_score` (`PariskvRerankSpec::vector_loads`, 16-byte loads of the code and weight rows), and
+//! with its many-block top-k (`PariskvRerankSpec::select`, `multiblock`, at `k_max` = 512 so
+//! that a 30k-token sequence spans several `_chunk` blocks and `k = 512` needs two `_merge`s).
 
 use codegen::spec::launch::Launch;
 use codegen::spec::pariskv::{
-    candidate_count, padded_dim, subspaces, vote_bins, CENTROIDS, TIERS, VECTOR_ALIGN,
+    candidate_count, padded_dim, subspaces, vote_bins, RerankSelect, CENTROIDS, TIERS, VECTOR_ALIGN,
 };
 use codegen::spec::{Family, Placement};
 use fathom_tests::kit::GpuTest;
@@ -41,6 +43,8 @@ use runtime::gpu::Gpu;
 
 const KV_HEADS: usize = 2;
 const K_MAX: u32 = 2048;
+/// The many-block top-k's `k_max` in these tests: 256 threads of 4 candidates, 1,024 a block.
+const MULTIBLOCK_K_MAX: u32 = 512;
 
 /// The head dimensions ParisKV serves, in the width of the kernel specs.
 fn pariskv_head_dims() -> impl Iterator<Item = u32> {
@@ -308,20 +312,28 @@ struct Case {
     one_block_grids: bool,
     /// The rerank's whole-row `_score` (`PariskvRerankSpec::vector_loads`).
     vector_loads: bool,
+    /// The rerank's top-k (`PariskvRerankSpec::select`).
+    select: RerankSelect,
 }
 
 fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
     let (d, g) = (case.d as usize, case.g as usize);
+    let k_max = match case.select {
+        RerankSelect::Single => K_MAX,
+        RerankSelect::Multiblock => MULTIBLOCK_K_MAX,
+    };
     let kernels = PariskvKernels::load_variant(
         gpu,
         case.d,
         case.g,
-        K_MAX,
+        k_max,
         case.placement,
         case.vector_loads,
+        case.select,
     )
     .unwrap();
     assert_eq!(kernels.rerank.vector_loads, case.vector_loads);
+    assert_eq!(kernels.rerank.select, case.select);
     let batch = case.lengths.len();
     let capacity = case.lengths.iter().copied().max().unwrap_or(0).max(1);
     let keys = head_keys(rng, &case.lengths, d);
@@ -496,16 +508,25 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
 }
 
 gpu_test!(retrieval_matches_the_reference, |t| {
-    retrieval_cases(&mut t, false);
+    retrieval_cases(&mut t, false, RerankSelect::Single);
 });
 
 // The same cases with the rerank's whole-row `_score`: every `ŝ` bit-equal to the reference,
 // and the same selection.
 gpu_test!(retrieval_with_whole_row_loads_matches_the_reference, |t| {
-    retrieval_cases(&mut t, true);
+    retrieval_cases(&mut t, true, RerankSelect::Single);
 });
 
-fn retrieval_cases(t: &mut GpuTest, vector_loads: bool) {
+// The same cases with the rerank's many-block top-k (`_chunk`, `_merge`, `_write` in place of
+// `_select`): the same selection as the reference, and so as the one-block `_select`.
+gpu_test!(
+    retrieval_with_many_block_select_matches_the_reference,
+    |t| {
+        retrieval_cases(&mut t, false, RerankSelect::Multiblock);
+    }
+);
+
+fn retrieval_cases(t: &mut GpuTest, vector_loads: bool, select: RerankSelect) {
     let ks = [16usize, 100, 512, 0];
     let mut i = 0;
     for placement in [Placement::Hbm, Placement::Host] {
@@ -538,6 +559,7 @@ fn retrieval_cases(t: &mut GpuTest, vector_loads: bool) {
                     k,
                     one_block_grids: i % 3 == 1,
                     vector_loads,
+                    select,
                 };
                 retrieval_case(&t.gpu, &mut t.rng, t.seed, &case);
                 i += 1;

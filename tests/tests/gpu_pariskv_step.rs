@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use codegen::model::Basis;
+use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::Placement;
 use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{relative_error, Mismatches};
@@ -41,8 +42,9 @@ use rand::Rng;
 use reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
 use runtime::gpu::Gpu;
 use runtime::jit::Jit;
-use runtime::step::{Decoder, HostStepOutput, Method, StepError, StepRequest};
+use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepRequest};
 use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::tuning::Tiles;
 use runtime::view::LayerView;
 
 const K: usize = 100;
@@ -142,6 +144,11 @@ fn lengths(rng: &mut impl Rng) -> Vec<usize> {
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize) {
+    run_case_with(t, d, group, Tiles::default());
+}
+
+/// The case with the decoder's default `tiles` replaced (a rerank variant).
+fn run_case_with(t: &mut GpuTest, d: usize, group: usize, tiles: Tiles) {
     let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
     // A test may run several cases: the label says which.
     let mut m = Mismatches::new(format!("{}: D = {d}, G = {group}", t.name), seed);
@@ -159,9 +166,16 @@ fn run_case(t: &mut GpuTest, d: usize, group: usize) {
         let mut store = KeyStore::with_kernels(gpu.clone(), config, jit.as_ref())
             .unwrap_or_else(|e| panic!("building the store: {e}"));
         let baseline = store.memory();
-        let mut decoder =
-            Decoder::with_kernels(gpu.clone(), model.clone(), decoder_config(), jit.clone())
-                .expect("decoder");
+        let mut decoder = Decoder::with_kernels(
+            gpu.clone(),
+            model.clone(),
+            DecoderConfig {
+                tiles,
+                ..decoder_config()
+            },
+            jit.clone(),
+        )
+        .expect("decoder");
         let p = placement.as_str();
 
         // Prefill: layer 0 other keys, LAYER the reference's; the long one in two chunks.
@@ -338,4 +352,15 @@ gpu_test!(gpu_pariskv_step_d96_g16, |t| {
 gpu_test!(gpu_pariskv_step_d80_g5_and_d192_g2, |t| {
     run_case(&mut t, 80, 5);
     run_case(&mut t, 192, 2);
+});
+
+// D = 128, G = 4 with the rerank's many-block top-k (`Tiles::rerank_select`): `_chunk` and
+// `_write` (three chunks of 1,024 candidates at `k_max` = 512) in place of `_select`, the same
+// selections, eager and in a captured graph.
+gpu_test!(gpu_pariskv_step_d128_g4_many_block_select, |t| {
+    let tiles = Tiles {
+        rerank_select: RerankSelect::Multiblock,
+        ..Tiles::default()
+    };
+    run_case_with(&mut t, 128, 4, tiles);
 });

@@ -242,6 +242,9 @@ pub enum Outputs {
         sel_count: DeviceBuffer<i32>,
         uni: DeviceBuffer<i32>,
         uni_count: DeviceBuffer<i32>,
+        /// The many-block top-k's slot and count buffers (one element each without it).
+        _select_slots: DeviceBuffer<u64>,
+        _select_counts: DeviceBuffer<u32>,
     },
 }
 
@@ -429,16 +432,25 @@ impl PariskvBench {
                 w.sel_count = sel_count.addr();
                 w.uni = uni.addr();
                 w.uni_count = uni_count.addr();
-                let score = s
-                    .launch_score(1, h64, p.chain.sizes.ld_cand as u64)
-                    .map_err(e)?;
+                let ld_cand = p.chain.sizes.ld_cand as u64;
+                let score = s.launch_score(1, h64, ld_cand).map_err(e)?;
                 add(Stage::RerankScore, s.score_entry(), score, &w)?;
-                add(
-                    Stage::RerankSelect,
-                    s.select_entry(),
-                    s.launch_select(1, h64).map_err(e)?,
-                    &w,
-                )?;
+                // The top-k: `_select`, or the many-block launches and their slot buffers.
+                let plan = s.select_plan(1, h64, ld_cand, p.k as u64).map_err(e)?;
+                let sizes = p.chain.sizes.with_select(&plan);
+                let slots = gpu.filled::<u64>((2 * sizes.select_slots).max(1), POISON);
+                let counts = gpu.filled::<u32>((2 * sizes.select_counts).max(1), POISON);
+                let (slots, counts) = (slots.map_err(gpu_err)?, counts.map_err(gpu_err)?);
+                (w.select_slots, w.select_counts) =
+                    sizes.select_halves(slots.addr(), counts.addr());
+                for (step, geometry) in plan.launches {
+                    add(
+                        Stage::RerankSelect(step),
+                        s.select_step_entry(step),
+                        geometry,
+                        &w,
+                    )?;
+                }
                 Outputs::Rerank {
                     cand_score,
                     sel,
@@ -446,6 +458,8 @@ impl PariskvBench {
                     sel_count,
                     uni,
                     uni_count,
+                    _select_slots: slots,
+                    _select_counts: counts,
                 }
             }
             other => return Err(format!("{} is not a ParisKV family", other.family())),
@@ -483,6 +497,7 @@ impl PariskvBench {
                 sel_count,
                 uni,
                 uni_count,
+                ..
             } => {
                 let cand = p.chain.cand.download().map_err(gpu_err)?;
                 check_scores(

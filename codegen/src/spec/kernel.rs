@@ -92,7 +92,11 @@ impl KernelSpec {
         match self {
             KernelSpec::Landmark(s) => vec![s.build_entry(), s.scan_entry()],
             KernelSpec::PariskvTopc(s) => vec![s.count_entry(), s.write_entry()],
-            KernelSpec::PariskvRerank(s) => vec![s.score_entry(), s.select_entry()],
+            KernelSpec::PariskvRerank(s) => {
+                let mut entries = vec![s.score_entry()];
+                entries.extend(s.select_entries());
+                entries
+            }
             KernelSpec::Convert(s) => vec![s.to_f32_entry(), s.to_bf16_entry()],
             KernelSpec::Select(s) => {
                 let mut entries: Vec<String> = Vec::new();

@@ -17,6 +17,7 @@ pub mod mapped_read;
 pub mod method;
 pub mod oracle;
 pub mod pariskv;
+mod pariskv_select;
 mod row;
 pub mod select;
 

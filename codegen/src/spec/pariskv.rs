@@ -25,6 +25,10 @@
 //! does not support over PCIe).
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
+pub use super::pariskv_select::{
+    select_chunk, select_fan_in, select_items, RerankSelect, RerankSelectPlan, RerankSelectStep,
+    MAX_SELECT_ITEMS, MIN_SELECT_ITEMS,
+};
 use super::select::{LOCAL, SINK};
 use super::shape::HEAD_DIMS;
 use super::{checks, Family, Placement, SpecError};
@@ -442,6 +446,22 @@ impl Family for PariskvTopcSpec {
 ///
 /// With [`PariskvRerankSpec::vector_loads`] the parameters and outputs are the same; `_score`
 /// then needs every `codes[h]` and `weights[h]` table [`VECTOR_ALIGN`]-byte aligned.
+///
+/// With [`PariskvRerankSpec::select`] = [`RerankSelect::Multiblock`] `_select` is replaced by
+/// the launches of [`PariskvRerankSpec::select_plan`] (`pariskv_select`), with the same outputs:
+///
+/// - `<name>_chunk(const double* cand_score, const int* cand_count, int ld_cand,
+///   const int* n_total, int k, unsigned long long* slots, unsigned int* slot_counts,
+///   int num_kv_heads)`: grid `(chunks, H, B)`.
+/// - `<name>_merge(const unsigned long long* slots_in, const unsigned int* counts_in,
+///   int chunks_in, const int* n_total, int k, unsigned long long* slots_out,
+///   unsigned int* counts_out, int num_kv_heads)`: grid `(x, H, B)`.
+/// - `<name>_write(const unsigned long long* slots, const unsigned int* slot_counts, int chunks,
+///   const int* cand, const int* cand_count, int ld_cand, const int* n_total, int k, int* sel,
+///   int* sel_pos, int* sel_count, int* uni, int* uni_count, int num_kv_heads)`: grid `(H, B)`.
+///
+/// Slot `x` of head `bh` in a buffer of `chunks` slots per head holds `{key, position}` pairs
+/// at `slots[((bh*chunks + x)*k + j)*2 ..]`, its count at `slot_counts[bh*chunks + x]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvRerankSpec {
@@ -461,6 +481,11 @@ pub struct PariskvRerankSpec {
     /// serialised spec.
     #[serde(default)]
     pub vector_loads: bool,
+    /// How the top-k is found: one block per (sequence, KV head), or many
+    /// ([`RerankSelect::Multiblock`], name suffix `_mb`; needs `threads * 32 >= 2 * k_max`).
+    /// [`RerankSelect::Single`] when absent from a serialised spec.
+    #[serde(default)]
+    pub select: RerankSelect,
 }
 
 /// Lanes of a warp that score one candidate in the `vector_loads` variant of `_score`: one
@@ -508,7 +533,8 @@ impl PariskvRerankSpec {
         )
     }
 
-    /// Launch of `_select`: one block per (sequence, KV head).
+    /// Launch of `_select` (and of the many-block variant's `_write`): one block per (sequence,
+    /// KV head).
     pub fn launch_select(&self, batch: u64, kv_heads: u64) -> Result<Launch, SizeError> {
         let y = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
         let x = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_X)?;
@@ -523,18 +549,35 @@ impl Family for PariskvRerankSpec {
         check_head_dim(Self::FAMILY, self.head_dim)?;
         checks::group(Self::FAMILY, self.group)?;
         checks::k_max(Self::FAMILY, self.k_max)?;
-        checks::threads(Self::FAMILY, self.threads)
+        checks::threads(Self::FAMILY, self.threads)?;
+        let items = (2 * self.k_max).div_ceil(self.threads);
+        if self.select == RerankSelect::Multiblock && items > MAX_SELECT_ITEMS {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "select",
+                format!(
+                    "multiblock with {} threads and k_max {}",
+                    self.threads, self.k_max
+                ),
+                format!(
+                    "single, or multiblock with threads * {MAX_SELECT_ITEMS} >= 2 * k_max (a \
+                     block holds two k_max candidates, at most {MAX_SELECT_ITEMS} a thread)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}{}",
+            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}{}{}",
             self.head_dim,
             self.group,
             self.k_max,
             self.threads,
             self.placement.as_str(),
-            if self.vector_loads { "_v16" } else { "" }
+            if self.vector_loads { "_v16" } else { "" },
+            self.select.name_suffix()
         )
     }
 
@@ -545,6 +588,8 @@ impl Family for PariskvRerankSpec {
         context.insert("placement", self.placement.as_str());
         context.insert("vector_loads", &self.vector_loads);
         context.insert("lanes", &rerank_lanes(self.head_dim));
+        context.insert("select", self.select.as_str());
+        context.insert("select_items", &select_items(self.threads, self.k_max));
         context
     }
 }

@@ -11,10 +11,11 @@ use super::SIGNATURES;
 /// The enum fields that choose a template's code paths (and so could change its signature);
 /// every value of each, and of the flags `rotate` and `compact`, is tried on every spec of the
 /// presets' kernel sets.
-const FLIPS: [(&str, &[&str]); 3] = [
+const FLIPS: [(&str, &[&str]); 4] = [
     ("placement", &["hbm", "host"]),
     ("mode", &["bulk", "append"]),
     ("algorithm", &["radix", "compact", "onepass"]),
+    ("select", &["single", "multiblock"]),
 ];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,

@@ -274,6 +274,8 @@ fn retrieval_parts(
         k: plan.k,
     };
     let sizes = &plan.sizes.pariskv;
+    let (select_slots, select_counts) =
+        sizes.select_halves(addr(&ws.pk_select_slots), addr(&ws.pk_select_counts));
     let w = RetrievalBuffers {
         q_tilde: addr(&ws.pk_q_tilde),
         q_norm: addr(&ws.pk_q_norm),
@@ -292,6 +294,8 @@ fn retrieval_parts(
         sel_count: addr(&ws.sel_count),
         uni: addr(&ws.uni),
         uni_count: addr(&ws.uni_count),
+        select_slots,
+        select_counts,
     };
     (a, w)
 }

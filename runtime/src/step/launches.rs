@@ -83,8 +83,8 @@ pub enum Role {
     /// One of the select launches (ten; twelve for the compacting variant, three for the
     /// one-read one).
     Select(SelectStage),
-    /// One of the six ParisKV retrieval launches (`pariskv`), which end in the select
-    /// family's outputs.
+    /// One of the ParisKV retrieval launches (`pariskv`: six, more with the many-block top-k),
+    /// which end in the select family's outputs.
     Pariskv(Stage),
     /// `dense`: the counts of every head set to `n_total` by device copies.
     DenseCounts,
@@ -401,6 +401,8 @@ mod footprint_tests {
                 cand_count: next(),
                 cand_score: next(),
                 ld_cand: next(),
+                select_slots: next(),
+                select_counts: next(),
             },
         };
         let parts = sizes.parts();

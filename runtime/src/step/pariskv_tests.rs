@@ -2,7 +2,7 @@
 //! views it accepts, and its launch plan (the GPU test is `tests/tests/gpu_pariskv_step.rs`).
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::pariskv::candidate_capacity;
+use codegen::spec::pariskv::{candidate_capacity, RerankSelect, RerankSelectStep};
 use codegen::spec::{Family, Placement};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
@@ -324,7 +324,7 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
         assert_eq!(block(Stage::TopcCount), (1024, specs.topc.count_entry()));
         assert_eq!(block(Stage::TopcWrite).0, 1024);
         assert_eq!(block(Stage::RerankScore), (128, specs.rerank.score_entry()));
-        assert_eq!(block(Stage::RerankSelect).0, 128);
+        assert_eq!(block(Stage::RerankSelect(RerankSelectStep::Select)).0, 128);
         assert_eq!(block(Stage::Query).0, codegen::spec::pariskv::QUERY_THREADS);
         // The topc chunk follows its threads: 1024 threads x 16 votes per block.
         let capacity = token_capacity(tokens) as u64;
@@ -377,8 +377,10 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
     }
 }
 
-/// A `Rerank` tile sets the rerank's threads and `_score` variant; the `Threads` tile of an
-/// older record is the plain `_score`; a rerank tile on another family is refused.
+/// A `Rerank` tile sets the rerank's threads, `_score` variant and top-k; the `Threads` tile of
+/// an older record is the plain `_score` and the one-block top-k; a many-block tile whose
+/// threads cannot hold two `k_max` a block falls back to the one-block top-k; a rerank tile on
+/// another family is refused.
 #[test]
 fn rerank_tiles_choose_the_whole_row_score() {
     use crate::tuning::{Tile, TuneKey, TunedFamily, Tuning};
@@ -404,26 +406,33 @@ fn rerank_tiles_choose_the_whole_row_score() {
             tuning: Some(tuning),
         })
     };
-    let rerank = |threads, vector_loads| {
+    let tile = |threads, vector_loads, multiblock| {
         One(
             TunedFamily::PariskvRerank,
             Tile::Rerank {
                 threads,
                 vector_loads,
+                multiblock,
             },
         )
     };
-    for (record, want) in [
-        (rerank(512, true), (512, true)),
-        (rerank(64, false), (64, false)),
+    let rerank = |threads, vector_loads| tile(threads, vector_loads, false);
+    use RerankSelect::{Multiblock, Single};
+    for (record, want, select) in [
+        (rerank(512, true), (512, true), Single),
+        (rerank(64, false), (64, false), Single),
         (
             One(TunedFamily::PariskvRerank, Tile::Threads(128)),
             (128, false),
+            Single,
         ),
+        (tile(256, true, true), (256, true), Multiblock),
+        (tile(32, false, true), (32, false), Multiblock),
     ] {
         let tuned = plan(&record).unwrap();
         let r = tuned.specs.pariskv.unwrap().rerank;
         assert_eq!((r.threads, r.vector_loads), want);
+        assert_eq!(r.select, select);
         let score = tuned
             .operations
             .iter()
@@ -436,6 +445,20 @@ fn rerank_tiles_choose_the_whole_row_score() {
         assert_eq!(score.launch, r.launch_score(1, 3, ld_cand).unwrap());
     }
     assert!(!Tiles::default().rerank_vector_loads);
+    assert_eq!(Tiles::default().rerank_select, Single);
+    // At k_max = 2048, 32 threads of at most 32 candidates cannot hold two k_max a block.
+    let fallback = launch_plan(&PlanInputs {
+        shape: s,
+        scoring,
+        transfer: None,
+        k: 7,
+        k_max: 2048,
+        tiles: &Tiles::default(),
+        tuning: Some(&tile(32, false, true)),
+    })
+    .unwrap();
+    let r = fallback.specs.pariskv.unwrap().rerank;
+    assert_eq!((r.threads, r.select), (32, Single));
     assert!(matches!(
         plan(&One(TunedFamily::PariskvVote, rerank(256, true).1)),
         Err(StepError::Tuning {
@@ -468,5 +491,65 @@ fn pariskv_families_have_the_spec_names() {
             serde_json::to_value(f).unwrap(),
             serde_json::Value::String(f.as_str().into())
         );
+    }
+}
+
+/// With the many-block top-k (`Tiles::rerank_select`), the rerank's `_select` becomes the launches
+/// of `PariskvRerankSpec::select_plan` (a `_chunk`, merges while one block cannot hold every
+/// slot, a `_write`), and the workspace holds their two slot buffers.
+#[test]
+fn the_many_block_top_k_replaces_the_select_launch() {
+    // k = 500 and 512 at 256 threads: 1,024 candidates a block, two slots a merge.
+    for (k, tokens, merges) in [(100, 9_000, 0), (500, 200_000, 4), (512, 2_000_000, 7)] {
+        let s = shape(1, 4, tokens, Placement::Hbm);
+        let scoring = Scoring::of(Method::Pariskv { k }, 128, 64, Basis::Raw).unwrap();
+        let tiles = Tiles {
+            rerank_select: RerankSelect::Multiblock,
+            ..Tiles::default()
+        };
+        let p = launch_plan(&PlanInputs {
+            shape: s,
+            scoring,
+            transfer: None,
+            k: 7,
+            k_max: K_MAX,
+            tiles: &tiles,
+            tuning: None,
+        })
+        .unwrap();
+        let rerank = p.specs.pariskv.unwrap().rerank;
+        assert_eq!(rerank.select, RerankSelect::Multiblock);
+        let ld_cand = p.sizes.pariskv.ld_cand as u64;
+        let select = rerank.select_plan(1, 3, ld_cand, k as u64).unwrap();
+        assert_eq!(select.launches.len(), 2 + merges, "k {k} at {tokens}");
+        let ops: Vec<_> = p
+            .operations
+            .iter()
+            .filter_map(|op| match op.role {
+                Role::Pariskv(Stage::RerankSelect(step)) => {
+                    Some((step, op.kernel.clone().unwrap()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ops.len(), select.launches.len());
+        for ((step, kernel), &(want, launch)) in ops.iter().zip(&select.launches) {
+            assert_eq!(*step, want);
+            assert_eq!(kernel.entry, rerank.select_step_entry(want));
+            assert!(kernel.entry.contains("_mb_"));
+            assert_eq!(kernel.launch, launch);
+        }
+        assert!(matches!(ops[0].0, RerankSelectStep::Chunk));
+        assert!(matches!(
+            ops.last().unwrap().0,
+            RerankSelectStep::Write { .. }
+        ));
+        // Fetch and attention follow the top-k.
+        let roles: Vec<Role> = p.operations.iter().map(|op| op.role).collect();
+        assert_eq!(roles[roles.len() - 2..], [Role::Fetch, Role::Attention]);
+        let sizes = p.sizes.pariskv;
+        assert_eq!(sizes.select_slots as u64, select.slot_words);
+        assert_eq!(sizes.select_counts as u64, select.count_words);
+        assert!(sizes.select_slots >= 3 * k * 2);
     }
 }

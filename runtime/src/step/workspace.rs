@@ -73,6 +73,9 @@ pub(crate) struct Workspace {
     pub pk_cand: Buf<i32>,
     pub pk_cand_count: Buf<i32>,
     pub pk_cand_score: Buf<f64>,
+    /// The many-block top-k's two slot buffers, then its two slot-count buffers.
+    pub pk_select_slots: Buf<u64>,
+    pub pk_select_counts: Buf<u32>,
 }
 
 impl Workspace {
@@ -123,6 +126,8 @@ impl Workspace {
         ensure(gpu, &mut self.pk_cand, pk.cand)?;
         ensure(gpu, &mut self.pk_cand_count, pk.cand_count)?;
         ensure(gpu, &mut self.pk_cand_score, pk.cand_score)?;
+        ensure(gpu, &mut self.pk_select_slots, 2 * pk.select_slots)?;
+        ensure(gpu, &mut self.pk_select_counts, 2 * pk.select_counts)?;
         if sizes.dense_uni > 0 {
             let layout = (kv_heads, group * k + ALWAYS, kv_heads * group, k + ALWAYS);
             let grown = [&self.dense_uni, &self.dense_sel]
@@ -182,6 +187,8 @@ impl Workspace {
             + b(&self.pk_cand)
             + b(&self.pk_cand_count)
             + b(&self.pk_cand_score)
+            + b(&self.pk_select_slots)
+            + b(&self.pk_select_counts)
     }
 
     /// Every buffer, type-erased, for a graph to keep alive.
@@ -226,6 +233,8 @@ impl Workspace {
         k(&self.pk_cand, &mut out);
         k(&self.pk_cand_count, &mut out);
         k(&self.pk_cand_score, &mut out);
+        k(&self.pk_select_slots, &mut out);
+        k(&self.pk_select_counts, &mut out);
         out
     }
 }

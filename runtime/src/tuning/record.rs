@@ -100,7 +100,7 @@ pub enum Variant {
 
 impl Variant {
     /// A short name carrying every parameter (`scan w16 t256`, `gather l4 t256`,
-    /// `select t256 i16 compact`, `select t512 i8 onepass`, `rerank t256 v16`, `transfer fused`);
+    /// `select t256 i16 compact`, `select t512 i8 onepass`, `rerank t256 v16`, `rerank t512 mb`, `transfer fused`);
     /// candidates of one entry have distinct names.
     pub fn name(&self) -> String {
         match *self {
@@ -135,9 +135,11 @@ impl Variant {
             Variant::Tile(Tile::Rerank {
                 threads,
                 vector_loads,
+                multiblock,
             }) => format!(
-                "rerank t{threads}{}",
-                if vector_loads { " v16" } else { "" }
+                "rerank t{threads}{}{}",
+                if vector_loads { " v16" } else { "" },
+                if multiblock { " mb" } else { "" }
             ),
             Variant::Transfer(t) => format!("transfer {}", t.as_str()),
         }

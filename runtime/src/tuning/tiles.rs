@@ -5,6 +5,7 @@
 
 use std::sync::Once;
 
+use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{Placement, SelectAlgorithm};
 use serde::{Deserialize, Serialize};
 
@@ -111,12 +112,16 @@ pub enum Tile {
     },
     /// Threads and rows each warp loads before computing (attention).
     Attention { threads: u32, rows_per_warp: u32 },
-    /// Threads and whether `_score` reads whole rows in 16-byte loads (the ParisKV rerank,
-    /// `PariskvRerankSpec::vector_loads`).
+    /// Threads, whether `_score` reads whole rows in 16-byte loads (the ParisKV rerank,
+    /// `PariskvRerankSpec::vector_loads`) and whether the top-k runs over many blocks
+    /// (`PariskvRerankSpec::select`, `multiblock`; written only when set, so older records read
+    /// and write back unchanged).
     Rerank {
         threads: u32,
         #[serde(default)]
         vector_loads: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        multiblock: bool,
     },
 }
 
@@ -191,6 +196,8 @@ pub struct Tiles {
     pub pariskv_threads: u32,
     /// Whether the ParisKV rerank's `_score` reads whole rows in 16-byte loads.
     pub rerank_vector_loads: bool,
+    /// How the ParisKV rerank finds its top-k: one block per KV head, or many.
+    pub rerank_select: RerankSelect,
 }
 
 impl Default for Tiles {
@@ -212,6 +219,8 @@ impl Default for Tiles {
             pariskv_threads: crate::pariskv::THREADS,
             // Until the whole-row `_score` is measured on a GPU.
             rerank_vector_loads: false,
+            // Until the many-block top-k is measured on a GPU.
+            rerank_select: RerankSelect::Single,
         }
     }
 }

@@ -4,9 +4,11 @@
 //! `untuned` list names what a record did not answer.
 
 use codegen::model::Basis;
+use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvQuerySpec,
-    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec, ScanSpec, SelectSpec,
+    AttentionSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec,
+    PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec,
+    ScanSpec, SelectSpec,
 };
 
 use super::{PariskvSpecs, PlanInputs, StepShape, StepSpecs};
@@ -65,21 +67,31 @@ impl TileChooser<'_> {
         }
     }
 
-    /// The rerank's threads and whether its `_score` reads whole rows: a `Rerank` tile, or the
-    /// `Threads` tile of a record written before it (the plain `_score`).
+    /// The rerank's threads, whether its `_score` reads whole rows and how it finds its top-k:
+    /// a `Rerank` tile, or the `Threads` tile of a record written before it (the plain
+    /// `_score` and the one-block top-k).
     fn rerank(
         &mut self,
         placement: Placement,
-        default: (u32, bool),
-    ) -> Result<(u32, bool), StepError> {
+        default: (u32, bool, RerankSelect),
+    ) -> Result<(u32, bool, RerankSelect), StepError> {
         let family = TunedFamily::PariskvRerank;
         match self.lookup(family, placement) {
             None => Ok(default),
-            Some(Tile::Threads(t)) => Ok((t, false)),
+            Some(Tile::Threads(t)) => Ok((t, false, RerankSelect::Single)),
             Some(Tile::Rerank {
                 threads,
                 vector_loads,
-            }) => Ok((threads, vector_loads)),
+                multiblock,
+            }) => Ok((
+                threads,
+                vector_loads,
+                if multiblock {
+                    RerankSelect::Multiblock
+                } else {
+                    RerankSelect::Single
+                },
+            )),
             Some(tile) => Err(Self::mismatch(family, tile)),
         }
     }
@@ -271,8 +283,25 @@ fn pariskv_specs(
     let (head_dim, group) = (shape.head_dim as u32, shape.group as u32);
     let placement = shape.placement;
     let default = inputs.tiles.pariskv_threads;
-    let (rerank_threads, vector_loads) =
-        chooser.rerank(placement, (default, inputs.tiles.rerank_vector_loads))?;
+    let tiles = inputs.tiles;
+    let (rerank_threads, vector_loads, select) = chooser.rerank(
+        placement,
+        (default, tiles.rerank_vector_loads, tiles.rerank_select),
+    )?;
+    let mut rerank = PariskvRerankSpec {
+        head_dim,
+        group,
+        k_max: inputs.k_max as u32,
+        threads: rerank_threads,
+        placement,
+        vector_loads,
+        select,
+    };
+    // A many-block top-k that cannot hold two k_max a block at these threads (a tile tuned at
+    // a smaller k_max) falls back to the one-block top-k: the outputs are the same.
+    if rerank.validate().is_err() {
+        rerank.select = RerankSelect::Single;
+    }
     Ok(PariskvSpecs {
         query: PariskvQuerySpec { head_dim, group },
         vote: PariskvVoteSpec {
@@ -284,14 +313,7 @@ fn pariskv_specs(
             head_dim,
             threads: chooser.threads(TunedFamily::PariskvTopc, Placement::Hbm, default)?,
         },
-        rerank: PariskvRerankSpec {
-            head_dim,
-            group,
-            k_max: inputs.k_max as u32,
-            threads: rerank_threads,
-            placement,
-            vector_loads,
-        },
+        rerank,
     })
 }
 

@@ -180,7 +180,8 @@ impl Stages {
         Ok(plan.chunks as usize)
     }
 
-    /// The six ParisKV retrieval launches, and their buffers.
+    /// The ParisKV retrieval launches (six, or more with the many-block top-k), and their
+    /// buffers.
     pub(super) fn pariskv(&mut self, pk: PariskvSpecs, k: usize) -> Result<(), StepError> {
         let (bw, bh) = self.batch_heads();
         let s = self.shape;
@@ -188,6 +189,10 @@ impl Stages {
         let capacity = self.capacity;
         let (topc, chunk_words) = pk.topc.launch(bw, bh, capacity as u64)?;
         let retrieval = RetrievalSizes::new(b * h, d, capacity, chunk_words as usize);
+        let select = pk
+            .rerank
+            .select_plan(bw, bh, retrieval.ld_cand as u64, k as u64)?;
+        let retrieval = retrieval.with_select(&select);
         self.sizes.pariskv = retrieval;
         self.sizes.sel = b * h * g * (k + ALWAYS);
         self.sizes.uni = b * h * (g * k + ALWAYS);
@@ -219,15 +224,15 @@ impl Stages {
                 pk.rerank.score_entry(),
                 pk.rerank.launch_score(bw, bh, retrieval.ld_cand as u64)?,
             ),
-            (
-                Stage::RerankSelect,
-                pk.rerank.into(),
-                pk.rerank.select_entry(),
-                pk.rerank.launch_select(bw, bh)?,
-            ),
         ];
         for (stage, spec, entry, launch) in launches {
             self.push(Role::Pariskv(stage), kernel(spec, entry, launch));
+        }
+        for (step, launch) in select.launches {
+            self.push(
+                Role::Pariskv(Stage::RerankSelect(step)),
+                kernel(pk.rerank.into(), pk.rerank.select_step_entry(step), launch),
+            );
         }
         Ok(())
     }
