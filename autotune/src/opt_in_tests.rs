@@ -31,7 +31,7 @@ fn rerank_case(placement: Placement, opt_in: OptIn) -> Case {
 #[test]
 fn the_multiblock_opt_in_is_named_and_only_grows_the_rerank_grid() {
     let opt_in = multiblock();
-    assert!(opt_in.pariskv_select_multiblock && !opt_in.select_onepass);
+    assert!(opt_in.pariskv_select_multiblock);
     assert!(OptIn::NAMES.contains(&"pariskv-select-multiblock"));
     let e = OptIn::parse(&["pariskv-select".to_string()]).unwrap_err();
     assert!(e.contains("pariskv-select-multiblock"), "{e}");
