@@ -6,6 +6,7 @@ pub mod cpu_cuda;
 pub mod device_store;
 pub mod inputs;
 pub mod kernel_check;
+pub mod kv_rows;
 pub mod pariskv_kernels;
 pub mod select_cpu;
 pub mod select_kernels;

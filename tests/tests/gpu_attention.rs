@@ -223,6 +223,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             group: g as u32,
             threads: 256,
             placement,
+            kv_rows: codegen::spec::KvRows::Separate,
         },
     )
     .expect("oracle compiles");
@@ -244,6 +245,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             group: g as u32,
             threads: 256,
             placement,
+            kv_rows: codegen::spec::KvRows::Separate,
         },
     )
     .expect("fetch compiles");

@@ -2,7 +2,7 @@ use std::collections::BTreeSet;
 
 use codegen::model::presets;
 use codegen::signature::entry_params;
-use codegen::spec::{AppendRowsSpec, MappedReadSpec};
+use codegen::spec::{AppendRowsSpec, KvRows, MappedReadSpec};
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use serde_json::Value;
 
@@ -11,10 +11,11 @@ use super::SIGNATURES;
 /// The enum fields that choose a template's code paths (and so could change its signature);
 /// every value of each, and of the flags `rotate` and `compact`, is tried on every spec of the
 /// presets' kernel sets.
-const FLIPS: [(&str, &[&str]); 3] = [
+const FLIPS: [(&str, &[&str]); 4] = [
     ("placement", &["hbm", "host"]),
     ("mode", &["bulk", "append"]),
     ("algorithm", &["radix", "compact", "onepass"]),
+    ("kv_rows", &["separate", "adjacent"]),
 ];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,
@@ -36,7 +37,9 @@ fn spec_grid() -> Vec<KernelSpec> {
         }
     }
     for threads in [32, 128, 1024] {
-        push(KernelSpec::AppendRows(AppendRowsSpec { threads }));
+        for kv_rows in KvRows::ALL {
+            push(KernelSpec::AppendRows(AppendRowsSpec { threads, kv_rows }));
+        }
     }
     for preset in presets() {
         for block in [32, 64, 128] {

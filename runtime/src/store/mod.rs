@@ -57,7 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::{
-    AppendRowsSpec, EncodeMode, EncodeSpec, Family, KernelSpec, LandmarkSpec, Placement,
+    AppendRowsSpec, EncodeMode, EncodeSpec, Family, KernelSpec, KvRows, LandmarkSpec, Placement,
 };
 use cudarc::driver::CudaFunction;
 
@@ -82,7 +82,10 @@ use pool::{Region, RegionPool, Slot, SlotPool};
 use tables::{HostTables, Tables};
 
 /// The row-append kernel of a decode step (the 128 threads it has always had).
-const APPEND_ROWS: AppendRowsSpec = AppendRowsSpec { threads: 128 };
+const APPEND_ROWS: AppendRowsSpec = AppendRowsSpec {
+    threads: 128,
+    kv_rows: KvRows::Separate,
+};
 
 /// Memory the store holds, by kind. Pool memory stays held when sequences are freed (it is
 /// reused); [`KeyStore::trim`] releases what no sequence uses.
@@ -257,6 +260,7 @@ impl KeyStore {
             group: m.group_size() as u32,
             threads: THREADS,
             placement: config.placement,
+            kv_rows: KvRows::Separate,
         };
         for spec in [
             KernelSpec::from(encode_bulk),

@@ -14,7 +14,7 @@
 //! the index is left as it was.
 
 use codegen::spec::pariskv::{padded_dim, subspaces, supports_head_dim, CENTROIDS};
-use codegen::spec::{Family, PariskvIndexSpec, Placement};
+use codegen::spec::{Family, KvRows, PariskvIndexSpec, Placement};
 use cudarc::driver::CudaFunction;
 
 use super::device::Memory;
@@ -122,6 +122,7 @@ impl IndexState {
             head_dim: geometry.head_dim as u32,
             threads: THREADS,
             placement,
+            kv_rows: KvRows::Separate,
         };
         spec.validate().map_err(|e| StoreError::Config {
             reason: e.to_string(),
