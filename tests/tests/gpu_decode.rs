@@ -20,6 +20,9 @@
 //! - `gpu_decode_onepass_raw_g4`, `gpu_decode_onepass_klt_g7`: the same with the one-read select
 //!   (`algorithm: onepass`), through a tuning record whose only entry it is.
 //! - `gpu_decode_klt_d96_g16`: the same at D = 96 (Phi-3) and G = 16 (GLM-4).
+//! - `gpu_decode_adjacent_rows_klt_g7`: `gpu_decode_klt_g7` over stores of K/V-adjacent rows
+//!   (`StoreConfig::kv_rows = Adjacent`: every store, encode, append and step kernel that
+//!   reads the rows takes their `2*D` stride).
 //!
 //! Decoding: steps at three checkpoints, after the prefill, after one appended token and after
 //! 64 more (so every sequence crosses a block boundary and the append encodes a block
@@ -64,7 +67,7 @@ use runtime::step::launches::token_capacity;
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, Method, StepGraph, StepRequest, Transfer,
 };
-use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig};
+use runtime::store::{HostMemory, KeyStore, KvRows, SequenceId, StoreConfig};
 use runtime::tuning::Tile;
 
 const BATCH: usize = 3;
@@ -434,6 +437,19 @@ fn run_case_with(
     long: std::ops::Range<usize>,
     select: Option<Tile>,
 ) {
+    run_case_rows(test, d, group, basis, long, select, KvRows::Separate);
+}
+
+/// [`run_case_with`] over stores whose K/V rows are laid out as `kv_rows` says.
+fn run_case_rows(
+    test: &str,
+    d: usize,
+    group: usize,
+    basis: Basis,
+    long: std::ops::Range<usize>,
+    select: Option<Tile>,
+    kv_rows: KvRows,
+) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let lengths = lengths(&mut rng, long);
@@ -454,6 +470,7 @@ fn run_case_with(
                 keep_landmarks: true,
                 host_memory,
                 require_host_memory: true,
+                kv_rows,
                 ..StoreConfig::new(model.clone(), placement, capacity)
             };
             KeyStore::new(gpu.clone(), config).unwrap_or_else(|e| panic!("building the store: {e}"))
@@ -662,6 +679,20 @@ fn gpu_decode_klt_g7() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_decode_klt_d96_g16() {
     run_case("gpu_decode_klt_d96_g16", 96, 16, Basis::Klt, 20_000..50_000);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_decode_adjacent_rows_klt_g7() {
+    run_case_rows(
+        "gpu_decode_adjacent_rows_klt_g7",
+        D,
+        7,
+        Basis::Klt,
+        20_000..50_000,
+        None,
+        KvRows::Adjacent,
+    );
 }
 
 #[test]

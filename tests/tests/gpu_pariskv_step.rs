@@ -37,7 +37,7 @@ use reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
 use runtime::gpu::Gpu;
 use runtime::jit::Jit;
 use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepRequest};
-use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{KeyStore, KvRows, SequenceId, StoreConfig, StoreError};
 use runtime::view::LayerView;
 
 const KV_HEADS: usize = 2;
@@ -172,6 +172,11 @@ fn lengths(rng: &mut impl Rng) -> Vec<usize> {
 }
 
 fn run_case(test: &str, d: usize, group: usize) {
+    run_case_rows(test, d, group, KvRows::Separate);
+}
+
+/// [`run_case`] over stores whose K/V rows are laid out as `kv_rows` says.
+fn run_case_rows(test: &str, d: usize, group: usize, kv_rows: KvRows) {
     let gpu = Arc::new(gpu());
     let (mut rng, seed) = inputs::rng_and_seed(test);
     let mut m = Mismatches::new(test, seed);
@@ -184,6 +189,7 @@ fn run_case(test: &str, d: usize, group: usize) {
             segment_words: SEGMENT_WORDS,
             max_batch: 4,
             pariskv_index: true,
+            kv_rows,
             ..StoreConfig::new(model.clone(), placement, 64_000)
         };
         let mut store = KeyStore::with_kernels(gpu.clone(), config, jit.as_ref())
@@ -373,6 +379,19 @@ fn gpu_pariskv_step_d64_g4() {
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pariskv_step_d128_g7() {
     run_case("gpu_pariskv_step_d128_g7", 128, 7);
+}
+
+/// The index built from K/V-adjacent rows (its keys `2*D` apart), D = 96 padded, both
+/// placements.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pariskv_step_adjacent_rows_d96_g4() {
+    run_case_rows(
+        "gpu_pariskv_step_adjacent_rows_d96_g4",
+        96,
+        4,
+        KvRows::Adjacent,
+    );
 }
 
 /// D = 96 (zero-padded to 128 for the transform) with G = 16.

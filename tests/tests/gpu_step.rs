@@ -35,7 +35,7 @@
 use std::sync::Arc;
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{Placement, SelectAlgorithm};
+use codegen::spec::{KvRows, Placement, SelectAlgorithm};
 use fathom_tests::device_store::DeviceStore;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
@@ -355,6 +355,7 @@ impl DeviceBatch {
             n_total: &self.n_total,
             k_rows: &self.k_rows.table,
             v_rows: &self.v_rows.table,
+            kv_rows: KvRows::Separate,
             max_tokens: self.max_tokens,
             landmarks: Some(&self.landmarks.table),
             pariskv: None,

@@ -110,19 +110,21 @@ pub(super) struct IndexState {
 }
 
 impl IndexState {
-    /// Loads the index kernel for `placement` and allocates the fixed buffers.
+    /// Loads the index kernel for `placement` and key rows laid out as `kv_rows` says, and
+    /// allocates the fixed buffers.
     pub fn new(
         gpu: &Gpu,
         kernels: &dyn KernelSource,
         geometry: IndexGeometry,
         heads: usize,
         placement: Placement,
+        kv_rows: KvRows,
     ) -> Result<IndexState, StoreError> {
         let spec = PariskvIndexSpec {
             head_dim: geometry.head_dim as u32,
             threads: THREADS,
             placement,
-            kv_rows: KvRows::Separate,
+            kv_rows,
         };
         spec.validate().map_err(|e| StoreError::Config {
             reason: e.to_string(),

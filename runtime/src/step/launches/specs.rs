@@ -5,9 +5,8 @@
 
 use codegen::model::Basis;
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec, OracleSpec,
-    PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec,
-    ScanSpec, SelectSpec,
+    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvQuerySpec,
+    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec, ScanSpec, SelectSpec,
 };
 
 use super::{PariskvSpecs, PlanInputs, StepShape, StepSpecs};
@@ -155,7 +154,7 @@ fn fetch_attention(
         group,
         threads: chooser.threads(TunedFamily::Fetch, shape.placement, tiles.row_threads)?,
         placement: shape.placement,
-        kv_rows: KvRows::Separate,
+        kv_rows: shape.kv_rows,
     };
     let (threads, rows_per_warp) = match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
         None => tiles.attention,
@@ -259,7 +258,7 @@ fn landmark(
         group: shape.group as u32,
         threads: chooser.threads(TunedFamily::Landmark, shape.placement, tiles.row_threads)?,
         placement: shape.placement,
-        kv_rows: KvRows::Separate,
+        kv_rows: shape.kv_rows,
     })
 }
 
@@ -312,7 +311,7 @@ fn oracle_select(
         group,
         threads: chooser.threads(TunedFamily::Oracle, shape.placement, tiles.row_threads)?,
         placement: shape.placement,
-        kv_rows: KvRows::Separate,
+        kv_rows: shape.kv_rows,
     };
     let (threads, items_per_thread, algorithm) =
         match chooser.lookup(TunedFamily::Select, Placement::Hbm) {
