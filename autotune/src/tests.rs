@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use codegen::model::Basis;
-use codegen::spec::{Placement, SelectAlgorithm};
+use codegen::spec::{KvRows, Placement, SelectAlgorithm};
 use runtime::pariskv::Stage;
 use runtime::step::launches::{launch_plan, LaunchPlan, PlanInputs, Role, StepShape};
 use runtime::step::{Method, Scoring, Transfer};
@@ -546,6 +546,7 @@ fn step_shape(placement: Placement, tokens: usize) -> StepShape {
         max_tokens: tokens,
         placement,
         basis: Basis::Raw,
+        kv_rows: KvRows::Separate,
     }
 }
 

@@ -2,9 +2,10 @@
 
 use crate::model::{Basis, ModelShape};
 use crate::spec::{
-    AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec,
-    OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
-    PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm, SelectSpec,
+    AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec, KvRows,
+    LandmarkSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm,
+    SelectSpec,
 };
 
 /// Threads per thread block of the families whose tile is not tuned yet.
@@ -67,6 +68,7 @@ fn pariskv_specs(d: u32, g: u32) -> Vec<KernelSpec> {
                 head_dim: d,
                 threads: THREADS,
                 placement,
+                kv_rows: KvRows::Separate,
             }
             .into(),
         );

@@ -4,21 +4,21 @@
 #[allow(dead_code)] // the shared checks another family uses (grid4)
 mod family_checks;
 
-use codegen::spec::{AppendRowsSpec, Family};
+use codegen::spec::{AppendRowsSpec, Family, KvRows};
 use family_checks::{assert_compiles, assert_renders};
 use serde_json::json;
 
 fn grid() -> Vec<AppendRowsSpec> {
     [32, 64, 128, 256, 1024]
         .into_iter()
-        .map(|threads| AppendRowsSpec { threads })
+        .flat_map(|threads| KvRows::ALL.map(|kv_rows| AppendRowsSpec { threads, kv_rows }))
         .collect()
 }
 
 family_checks::family_tests! {
     base: AppendRowsSpec::default(),
     grid: grid(),
-    alternatives: [("threads", json!(256))],
+    alternatives: [("threads", json!(256)), ("kv_rows", json!("adjacent"))],
     bad_fields: [("threads", json!(0)), ("threads", json!(2048))],
 }
 
@@ -28,6 +28,11 @@ fn the_name_spells_the_fields() {
         AppendRowsSpec::default().kernel_name(),
         "fathom_append_rows_t128"
     );
+    let adjacent = AppendRowsSpec {
+        kv_rows: KvRows::Adjacent,
+        ..AppendRowsSpec::default()
+    };
+    assert_eq!(adjacent.kernel_name(), "fathom_append_rows_t128_kvadj");
 }
 
 #[test]
@@ -39,7 +44,15 @@ fn the_default_source_is_the_snapshot() {
 
 #[test]
 fn a_sampled_grid_compiles_without_warnings() {
-    for spec in [AppendRowsSpec::default(), AppendRowsSpec { threads: 1024 }] {
+    let adjacent = AppendRowsSpec {
+        kv_rows: KvRows::Adjacent,
+        ..AppendRowsSpec::default()
+    };
+    let wide = AppendRowsSpec {
+        threads: 1024,
+        ..AppendRowsSpec::default()
+    };
+    for spec in [AppendRowsSpec::default(), wide, adjacent] {
         assert_compiles(&spec, &[spec.kernel_name()]);
     }
 }

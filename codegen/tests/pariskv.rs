@@ -8,8 +8,8 @@ use codegen::spec::pariskv::{
     candidate_capacity, padded_dim, vote_bins, RerankSelect, QUERY_THREADS,
 };
 use codegen::spec::{
-    Family, KernelSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec,
-    PariskvVoteSpec, Placement,
+    Family, KernelSpec, KvRows, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
+    PariskvTopcSpec, PariskvVoteSpec, Placement,
 };
 use family_checks::{assert_compiles, assert_renders};
 use serde_json::json;
@@ -26,6 +26,7 @@ fn index() -> PariskvIndexSpec {
         head_dim: 128,
         threads: 256,
         placement: Placement::Hbm,
+        kv_rows: KvRows::Separate,
     }
 }
 
@@ -73,8 +74,16 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
                     head_dim,
                     threads,
                     placement,
+                    kv_rows: KvRows::Separate,
                 };
                 specs.push((s.into(), vec![s.kernel_name()]));
+                if threads == 256 {
+                    let s = PariskvIndexSpec {
+                        kv_rows: KvRows::Adjacent,
+                        ..s
+                    };
+                    specs.push((s.into(), vec![s.kernel_name()]));
+                }
                 let s = PariskvVoteSpec {
                     head_dim,
                     threads,
@@ -123,6 +132,7 @@ mod index_family {
             ("head_dim", json!(256)),
             ("threads", json!(512)),
             ("placement", json!("host")),
+            ("kv_rows", json!("adjacent")),
         ],
         bad_fields: [("head_dim", json!(72)), ("head_dim", json!(120)), ("threads", json!(48))],
     }

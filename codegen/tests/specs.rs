@@ -3,8 +3,8 @@
 use codegen::model::{self, Basis, ModelShape};
 use codegen::render::{render, render_any};
 use codegen::spec::{
-    EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec,
-    ScanSpec,
+    EncodeMode, EncodeSpec, Family, GatherSpec, KernelSpec, KvRows, Placement, PlanMethod,
+    PlanSpec, ScanSpec,
 };
 use codegen::{kernels_for, KernelSetOptions};
 use scan_cells::scan_cells;
@@ -64,6 +64,7 @@ fn encode_name_carries_every_field() {
         mode: _,
         rotate: _,
         threads: _,
+        kv_rows: _,
     } = s;
     assert_every_field_named(
         s,
@@ -86,6 +87,13 @@ fn encode_name_carries_every_field() {
             ),
             ("rotate", EncodeSpec { rotate: true, ..s }),
             ("threads", EncodeSpec { threads: 128, ..s }),
+            (
+                "kv_rows",
+                EncodeSpec {
+                    kv_rows: KvRows::Adjacent,
+                    ..s
+                },
+            ),
         ],
     );
 }

@@ -175,9 +175,10 @@ pub fn family_spec(family: &Ident, fields: &[Field]) -> syn::Result<KernelSpec> 
     }
 
     let spec = deserialise(&object).map_err(|message| {
+        let optional = defaulted_fields(&family_name);
         let missing: Vec<String> = known
             .iter()
-            .filter(|k| !fields.iter().any(|f| f.name == k))
+            .filter(|k| !fields.iter().any(|f| f.name == k) && !optional.contains(k))
             .map(|k| format!("`{k}`"))
             .collect();
         let message = if missing.is_empty() {
@@ -214,6 +215,34 @@ fn locate<'a>(fields: &'a [Field], path: &str) -> Option<&'a Value> {
 
 /// Whether serde's `message` is about a field of the spec itself that is not given yet (while
 /// the fields are added one by one), rather than one inside a value such as `sparq()`'s `r`.
+/// The fields of `family` that a spec may leave out (serde gives them their default, e.g.
+/// `kv_rows`), found on a valid spec of the family: each field whose removal still
+/// deserialises. Empty for a family without a sample.
+fn defaulted_fields(family: &str) -> Vec<&'static str> {
+    let mut samples: Vec<KernelSpec> = vec![
+        AppendRowsSpec::default().into(),
+        MappedReadSpec::default().into(),
+    ];
+    if let Ok(shape) = model::preset("qwen3-8b") {
+        samples.extend(kernels_for(&shape, &KernelSetOptions::default()));
+    }
+    let Some(sample) = samples.iter().find(|s| s.family() == family) else {
+        return Vec::new();
+    };
+    let Ok(Json::Object(full)) = serde_json::to_value(sample) else {
+        return Vec::new();
+    };
+    fields_of(family)
+        .unwrap_or(&[])
+        .iter()
+        .copied()
+        .filter(|field| {
+            let mut without = full.clone();
+            without.remove(*field).is_some() && deserialise(&without).is_ok()
+        })
+        .collect()
+}
+
 fn is_missing_top_level(message: &str, known: &[&str]) -> bool {
     message
         .strip_prefix("missing field `")
@@ -374,5 +403,26 @@ mod tests {
         );
         assert_eq!(fields_of("scan").unwrap().len(), 7);
         assert!(fields_of("nope").is_none());
+    }
+
+    /// A missing field is reported only when the spec needs it: the fields serde defaults are
+    /// found on a sample of the family.
+    #[test]
+    fn defaulted_fields_are_those_serde_fills_in() {
+        for family in [
+            "oracle",
+            "landmark",
+            "fetch",
+            "encode",
+            "pariskv_index",
+            "append_rows",
+        ] {
+            assert_eq!(defaulted_fields(family), ["kv_rows"], "{family}");
+        }
+        assert_eq!(defaulted_fields("select"), ["algorithm"]);
+        assert_eq!(defaulted_fields("pariskv_rerank"), ["vector_loads"]);
+        assert!(defaulted_fields("scan").is_empty());
+        assert!(defaulted_fields("attention").is_empty());
+        assert!(defaulted_fields("nope").is_empty());
     }
 }

@@ -76,6 +76,7 @@ fn small_specs() -> Vec<KernelSpec> {
             group: 7,
             threads: 256,
             placement: Placement::Host,
+            kv_rows: codegen::spec::KvRows::Separate,
         }
         .into(),
     ]

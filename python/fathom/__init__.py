@@ -182,7 +182,11 @@ class KeyStore:
         landmarks: bool = False,
         pariskv_index: bool = False,
         calibration: Optional[Calibration] = None,
+        kv_rows: str = "separate",
     ) -> None:
+        """``kv_rows``: ``"separate"`` (K rows and V rows apart) or ``"adjacent"`` (a token's K
+        row then its V row, ``[cap][2][D]``: half the host pages a step's fetch touches; GPU
+        stores, either placement; a CPU store accepts either)."""
         self.device = _device_text(device)
         self.shape = shape
         self._native = _rewrap(
@@ -196,6 +200,7 @@ class KeyStore:
             pariskv_index,
             calibration._native if calibration is not None else None,
             _stream_for(self.device, None),
+            kv_rows,
         )
 
     def create_sequence(self) -> int:

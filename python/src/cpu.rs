@@ -418,6 +418,7 @@ impl CpuDecoder {
             n_total_len: ids.len(),
             k_rows_len: ids.len() * h,
             v_rows_len: ids.len() * h,
+            kv_rows: codegen::spec::KvRows::Separate,
             landmarks_len: store.landmarks.then_some(ids.len() * h),
             pariskv_len: store.pariskv.then_some(ids.len() * h),
         };

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use codegen::model::{Basis, ModelShape};
+use codegen::spec::kv_rows::KvRowsParseError;
 use codegen::spec::Placement;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -23,7 +24,7 @@ use runtime::foreign::{Device, Dtype, TensorDesc};
 use runtime::gpu::{Gpu, StreamHandle};
 use runtime::jit::Jit;
 use runtime::step::{Decoder, DecoderConfig, ForeignStep, Method, StepRequest, Transfer};
-use runtime::store::{KeyStore, SequenceId, StoreConfig};
+use runtime::store::{KeyStore, KvRows, SequenceId, StoreConfig};
 
 use error::{Failure, Kind, Outcome};
 
@@ -360,7 +361,7 @@ impl PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (shape, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index, rotation, stream))]
+    #[pyo3(signature = (shape, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index, rotation, stream, kv_rows="separate"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -373,9 +374,14 @@ impl PyStore {
         pariskv_index: bool,
         rotation: Option<&PyCalibration>,
         stream: u64,
+        kv_rows: &str,
     ) -> PyResult<Self> {
         let model = shape.shape.clone();
         let device = device_of(device).map_err(to_py)?;
+        // The layout of the GPU store's K/V rows; the CPU store keeps its own (any is fine).
+        let kv_rows: KvRows = kv_rows
+            .parse()
+            .map_err(|e: KvRowsParseError| ConfigError::new_err(format!("kv_rows: {e}")))?;
         let placement = match placement {
             "hbm" => Placement::Hbm,
             "host" => Placement::Host,
@@ -414,6 +420,7 @@ impl PyStore {
                     rotations,
                     keep_landmarks: landmarks,
                     pariskv_index,
+                    kv_rows,
                     ..StoreConfig::new(model.clone(), placement, capacity_tokens)
                 };
                 Ok(StoreBackend::Gpu(Box::new(KeyStore::with_kernels(

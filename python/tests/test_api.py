@@ -110,6 +110,18 @@ def make_store(s, **kw):
     return fathom.KeyStore(s, device="cpu", capacity_tokens=4096, max_batch=4, **kw)
 
 
+def test_kv_rows_takes_separate_or_adjacent():
+    s = shape()
+    for kv_rows in ["separate", "adjacent"]:
+        store = make_store(s, kv_rows=kv_rows)
+        seq = store.create_sequence()
+        k, v = keys_values(s, 100)
+        store.prefill(seq, 0, k, v)
+        assert store.lengths(seq, 0) == (64, 100)
+    with pytest.raises(fathom.ConfigError, match="separate .* adjacent"):
+        make_store(s, kv_rows="interleaved")
+
+
 def test_bad_inputs_raise_typed_errors_and_leave_the_store_usable():
     s = shape()
     store = make_store(s)

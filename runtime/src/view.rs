@@ -5,7 +5,7 @@
 
 use crate::gpu::DeviceBuffer;
 use crate::pariskv::IndexTables;
-use codegen::spec::Placement;
+use codegen::spec::{KvRows, Placement};
 
 /// The ParisKV index of a view's batch (SPEC §12): `[(b*H + h)]` addresses, laid out as
 /// `templates/ABI.md` ("ParisKV") gives. Ids, codes and weights are in the view's placement,
@@ -66,10 +66,14 @@ pub struct LayerView<'a> {
     pub n_stored: &'a DeviceBuffer<i32>,
     /// `[b]`: stored plus tail tokens.
     pub n_total: &'a DeviceBuffer<i32>,
-    /// `[(b*H + h)]`: addresses of the bf16 K rows `[capacity][D]` (raw basis), every token.
+    /// `[(b*H + h)]`: addresses of the bf16 K rows `[capacity][D]` (raw basis), every token;
+    /// consecutive rows `kv_rows.row_stride(D)` values apart.
     pub k_rows: &'a DeviceBuffer<u64>,
-    /// `[(b*H + h)]`: addresses of the bf16 V rows.
+    /// `[(b*H + h)]`: addresses of the bf16 V rows (with adjacent rows, `k_rows[bh] + D`).
     pub v_rows: &'a DeviceBuffer<u64>,
+    /// How the rows are laid out (the store's `StoreConfig::kv_rows`): the step's kernels that
+    /// read them (oracle, landmark, fetch) are specialised on it.
+    pub kv_rows: KvRows,
     /// The largest `n_total` of the batch, known on the host without a read-back (the store
     /// tracks lengths on the host too): it sizes grids and score buffers.
     pub max_tokens: usize,

@@ -133,6 +133,7 @@ fn a_bad_spec_is_a_render_error_naming_the_kernel() {
         group: 4,
         threads: 256,
         placement: Placement::Hbm,
+        kv_rows: Default::default(),
     }
     .into();
     match prepare(&spec, ARCH, VERSION) {

@@ -14,6 +14,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,13 @@ struct alignas(8) uint2 {
     unsigned int x, y;
 };
 inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
+struct alignas(16) uint4 {
+    unsigned int x, y, z, w;
+};
+inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) {
+    return uint4{x, y, z, w};
+}
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 namespace fathom_cpu {
 
@@ -44,7 +52,7 @@ namespace fathom_cpu {
     std::exit(3);
 }
 
-enum class Op { Ballot, Shfl, ShflUp, ShflDown, MatchAny };
+enum class Op { Ballot, Shfl, ShflUp, ShflDown, ShflXor, MatchAny };
 
 // One warp collective being gathered: the lanes of `mask` deposit their values.
 struct Collective {
@@ -153,6 +161,7 @@ inline unsigned long long collective(Op op, unsigned int mask, unsigned long lon
     case Op::Shfl: result = from(c->arg[lane]); break;
     case Op::ShflUp: result = (int)lane - c->arg[lane] >= 0 ? from((int)lane - c->arg[lane]) : value; break;
     case Op::ShflDown: result = (int)lane + c->arg[lane] < 32 ? from((int)lane + c->arg[lane]) : value; break;
+    case Op::ShflXor: result = from((int)(lane ^ (unsigned int)c->arg[lane])); break;
     case Op::MatchAny:
         for (int l = 0; l < 32; ++l)
             if ((mask >> l & 1u) && c->value[l] == value) result |= 1ull << l;
@@ -273,6 +282,8 @@ inline void seed(unsigned long long s) { rng().seed(s); }
     fathom_cpu::shfl(fathom_cpu::Op::ShflUp, (mask), (v), (d), __LINE__)
 #define __shfl_down_sync(mask, v, d) \
     fathom_cpu::shfl(fathom_cpu::Op::ShflDown, (mask), (v), (d), __LINE__)
+#define __shfl_xor_sync(mask, v, m) \
+    fathom_cpu::shfl(fathom_cpu::Op::ShflXor, (mask), (v), (m), __LINE__)
 // The inline PTX of common.cuh (fp16 conversions) has no meaning here; no select kernel uses it.
 #define asm(...) ((void)0)
 
@@ -309,6 +320,7 @@ inline T __ldg(const T* p) {
     if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) fathom_cpu::fail("misaligned load", 0);
     return *p;
 }
+// The streaming load of mapped host memory: only a cache hint on a GPU.
 template <class T>
 inline T __ldcs(const T* p) {
     return __ldg(p);

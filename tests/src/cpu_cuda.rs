@@ -48,6 +48,17 @@ pub enum Value {
     Float(f32),
 }
 
+/// A buffer that is a table of pointers into other buffers (a `[B*H]` table like `k_rows`): its
+/// `u64` entry `i` is set, before the launches, to the address of buffer `entries[i].0` plus
+/// `entries[i].1` bytes (addresses exist only in the run). It comes back holding them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PointerTable {
+    /// The table's buffer (at least `2 * entries.len()` words).
+    pub buffer: usize,
+    /// `(buffer, byte offset)` of each entry.
+    pub entries: Vec<(usize, usize)>,
+}
+
 /// One launch: entry point (index into the program's entries), grid and threads per block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
@@ -97,6 +108,20 @@ int main(int argc, char** argv) {
         std::ifstream in(dir + "/b" + std::to_string(i), std::ios::binary);
         in.read(reinterpret_cast<char*>(buf[i].data()), (std::streamsize)(4 * words));
         if ((size_t)in.gcount() != 4 * words) { std::fprintf(stderr, "short buffer %zu\n", i); return 2; }
+    }
+    size_t tables = 0;
+    script >> tables;
+    for (size_t t = 0; t < tables; ++t) {
+        size_t table = 0, entries = 0;
+        script >> table >> entries;
+        if (buf.at(table).size() < 2 * entries + 1) { std::fprintf(stderr, "table %zu too short\n", table); return 2; }
+        for (size_t i = 0; i < entries; ++i) {
+            size_t target = 0, offset = 0;
+            script >> target >> offset;
+            const unsigned long long addr =
+                (unsigned long long)(reinterpret_cast<const char*>(buf.at(target).data()) + offset);
+            std::memcpy(buf[table].data() + 2 * i, &addr, 8);
+        }
     }
     size_t launches = 0;
     script >> launches;
@@ -212,12 +237,31 @@ impl Program {
         launches: &[Launch],
         seed: u64,
     ) -> Result<(), String> {
+        self.run_with_tables(buffers, &[], launches, seed)
+    }
+
+    /// [`Program::run`], with `tables` filled with the buffers' addresses first.
+    pub fn run_with_tables(
+        &self,
+        buffers: &mut [Vec<u32>],
+        tables: &[PointerTable],
+        launches: &[Launch],
+        seed: u64,
+    ) -> Result<(), String> {
         let dir = tempdir_in(&work_dir())?;
         let mut script = format!("{seed} {}\n", buffers.len());
         for (i, b) in buffers.iter().enumerate() {
             let bytes: Vec<u8> = b.iter().flat_map(|w| w.to_le_bytes()).collect();
             fs::write(dir.join(format!("b{i}")), bytes).map_err(|e| e.to_string())?;
             let _ = writeln!(script, "{}", b.len());
+        }
+        let _ = writeln!(script, "{}", tables.len());
+        for t in tables {
+            let _ = write!(script, "{} {}", t.buffer, t.entries.len());
+            for (target, offset) in &t.entries {
+                let _ = write!(script, " {target} {offset}");
+            }
+            script.push('\n');
         }
         let _ = writeln!(script, "{}", launches.len());
         for l in launches {

@@ -215,6 +215,14 @@ impl<T: Copy + Default> HeadTable<T> {
         self.table.addr()
     }
 
+    /// A second pointer table whose every entry is this one's plus `elements` elements (the V
+    /// rows of K/V-adjacent rows are the K rows' table plus `D`).
+    pub fn shifted(&self, gpu: &Gpu, elements: usize) -> Result<DeviceBuffer<u64>, GpuError> {
+        let bytes = (elements * std::mem::size_of::<T>()) as u64;
+        let addrs: Vec<u64> = self.heads.iter().map(|h| h.addr() + bytes).collect();
+        gpu.upload(&addrs)
+    }
+
     /// The contents of head `head`'s buffer; synchronise the stream first.
     pub fn read(&self, head: usize) -> Result<Vec<T>, GpuError> {
         self.heads[head].read()

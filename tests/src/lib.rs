@@ -8,6 +8,7 @@ pub mod device_store;
 pub mod inputs;
 pub mod kernel_check;
 pub mod kit;
+pub mod kv_rows;
 pub mod pariskv_kernels;
 pub mod pariskv_select_cpu;
 pub mod select_case;

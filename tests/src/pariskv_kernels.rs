@@ -237,6 +237,7 @@ impl PariskvKernels {
             head_dim,
             threads: THREADS,
             placement,
+            kv_rows: codegen::spec::KvRows::Separate,
         };
         let query = PariskvQuerySpec { head_dim, group };
         let vote = PariskvVoteSpec {

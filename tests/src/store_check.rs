@@ -7,7 +7,7 @@ use rand::Rng;
 use reference::store::{HeadId, HeadStore};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::store::device::read_back;
-use runtime::store::{KeyStore, SequenceId};
+use runtime::store::{KeyStore, KvRows, SequenceId};
 
 use crate::inputs;
 use crate::select_kernels::Mismatches;
@@ -167,7 +167,7 @@ pub fn check_contents(
                 ("K", k_rows[bh], &e.keys[layer][h]),
                 ("V", v_rows[bh], &e.values[layer][h]),
             ] {
-                let got = read(addr, n * d);
+                let got = read_rows(gpu, addr, n, d, view.kv_rows);
                 let first = got.iter().zip(bits(want)).position(|(&g, w)| g != w);
                 m.check(first.is_none(), || {
                     let i = first.unwrap_or_default();
@@ -180,4 +180,13 @@ pub fn check_contents(
             }
         }
     }
+}
+
+/// The first `n` rows of `d` bf16 values at the unified address `addr` of a store whose rows
+/// are laid out as `kv_rows` says (`kv_rows.row_stride(d)` values apart), packed `[n][d]`.
+pub fn read_rows(gpu: &Gpu, addr: u64, n: usize, d: usize, kv_rows: KvRows) -> Vec<u16> {
+    let stride = kv_rows.row_stride(d);
+    let span = if n == 0 { 0 } else { (n - 1) * stride + d };
+    let all: Vec<u16> = read_back(gpu, addr, span).expect("read rows");
+    crate::kv_rows::unstride(&all, n, d, stride)
 }

@@ -35,6 +35,7 @@ fn oracle() -> KernelSpec {
         group: 4,
         threads: 256,
         placement: Placement::Hbm,
+        kv_rows: codegen::spec::KvRows::Separate,
     }
     .into()
 }

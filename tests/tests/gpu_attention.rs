@@ -219,6 +219,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             group: g as u32,
             threads: 256,
             placement,
+            kv_rows: codegen::spec::KvRows::Separate,
         },
     )
     .expect("oracle compiles");
@@ -240,6 +241,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             group: g as u32,
             threads: 256,
             placement,
+            kv_rows: codegen::spec::KvRows::Separate,
         },
     )
     .expect("fetch compiles");

@@ -20,6 +20,9 @@
 //! - `gpu_decode_onepass_raw_g4`, `gpu_decode_onepass_klt_g7`: the same with the one-read select
 //!   (`algorithm: onepass`), through a tuning record whose only entry it is.
 //! - `gpu_decode_klt_d96_g16`: the same at D = 96 (Phi-3) and G = 16 (GLM-4).
+//! - `gpu_decode_adjacent_rows_klt_g7`: `gpu_decode_klt_g7` over stores of K/V-adjacent rows
+//!   (`StoreConfig::kv_rows = Adjacent`: every store, encode, append and step kernel that
+//!   reads the rows takes their `2*D` stride).
 //!
 //! Decoding: steps at three checkpoints, after the prefill, after one appended token and after
 //! 64 more (so every sequence crosses a block boundary and the append encodes a block
@@ -67,7 +70,7 @@ use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::jit::Jit;
 use runtime::step::launches::token_capacity;
 use runtime::step::{Calibration, Decoder, Method, StepGraph, StepRequest, Transfer};
-use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig};
+use runtime::store::{HostMemory, KeyStore, KvRows, SequenceId, StoreConfig};
 use runtime::tuning::Tile;
 
 const BATCH: usize = 3;
@@ -310,10 +313,11 @@ fn prefill(gpu: &Gpu, store: &mut KeyStore, case: &Case, rng: &mut impl Rng) -> 
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis, long: std::ops::Range<usize>) {
-    run_case_with(t, d, group, basis, long, None);
+    run_case_with(t, d, group, basis, long, None, KvRows::Separate);
 }
 
-/// A case; with `select`, every step runs that select tile (a record whose only entry it is).
+/// A case; with `select`, every step runs that select tile (a record whose only entry it is);
+/// the stores' K/V rows are laid out as `kv_rows` says.
 fn run_case_with(
     t: &mut GpuTest,
     d: usize,
@@ -321,6 +325,7 @@ fn run_case_with(
     basis: Basis,
     long: std::ops::Range<usize>,
     select: Option<Tile>,
+    kv_rows: KvRows,
 ) {
     let (gpu, test, seed, rng) = (t.gpu.clone(), t.name, t.seed, &mut t.rng);
     let lengths = lengths(rng, long);
@@ -341,6 +346,7 @@ fn run_case_with(
                 keep_landmarks: true,
                 host_memory,
                 require_host_memory: true,
+                kv_rows,
                 ..StoreConfig::new(model.clone(), placement, capacity)
             };
             KeyStore::new(gpu.clone(), config).unwrap_or_else(|e| panic!("building the store: {e}"))
@@ -531,12 +537,40 @@ gpu_test!(gpu_decode_klt_d96_g16, |t| {
     run_case(&mut t, 96, 16, Basis::Klt, 20_000..50_000);
 });
 
+gpu_test!(gpu_decode_adjacent_rows_klt_g7, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        7,
+        Basis::Klt,
+        20_000..50_000,
+        None,
+        KvRows::Adjacent,
+    );
+});
+
 gpu_test!(gpu_decode_onepass_raw_g4, |t| {
     let tile = Tile::select(512, 8, SelectAlgorithm::Onepass);
-    run_case_with(&mut t, D, 4, Basis::Raw, 280_000..320_000, Some(tile));
+    run_case_with(
+        &mut t,
+        D,
+        4,
+        Basis::Raw,
+        280_000..320_000,
+        Some(tile),
+        KvRows::Separate,
+    );
 });
 
 gpu_test!(gpu_decode_onepass_klt_g7, |t| {
     let tile = Tile::select(1024, 4, SelectAlgorithm::Onepass);
-    run_case_with(&mut t, D, 7, Basis::Klt, 20_000..50_000, Some(tile));
+    run_case_with(
+        &mut t,
+        D,
+        7,
+        Basis::Klt,
+        20_000..50_000,
+        Some(tile),
+        KvRows::Separate,
+    );
 });

@@ -45,6 +45,7 @@ fn spec(d: usize, blk: usize, s: usize, mode: EncodeMode, rotate: bool) -> Encod
         mode,
         rotate,
         threads: 256,
+        kv_rows: codegen::spec::KvRows::Separate,
     }
 }
 

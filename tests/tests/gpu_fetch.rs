@@ -12,11 +12,15 @@
 //!   from `uni_count` to the capacity are untouched (still poisoned): the kernel writes nothing
 //!   past the count, which the ABI leaves unspecified and this test pins down;
 //! - each case is launched twice: with the spec's grid and with one block per (head, sequence),
-//!   which must stride over the whole union.
+//!   which must stride over the whole union;
+//! - the same from K/V-adjacent rows (`KvRows::Adjacent`: one `[n][2][D]` buffer per head,
+//!   `v_rows = k_rows + D`) for every head dimension, in both placements.
 
-use codegen::spec::{FetchSpec, Placement};
+use codegen::spec::shape::HEAD_DIMS;
+use codegen::spec::{FetchSpec, KvRows, Placement};
 use fathom_tests::gpu_test;
 use fathom_tests::kit::GpuTest;
+use fathom_tests::kv_rows::interleave;
 use fathom_tests::select_kernels::{
     with_grid_x, FetchArgs, FetchKernel, HeadTable, Mismatches, ALWAYS, POISON, POISON_U16,
 };
@@ -38,12 +42,21 @@ fn fetch_case(
     g: usize,
     k: usize,
 ) {
-    let spec = FetchSpec {
-        head_dim: d as u32,
-        group: g as u32,
-        threads: 256,
-        placement,
-    };
+    fetch_rows_case(gpu, rng, seed, placement, d, g, k, KvRows::Separate);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fetch_rows_case(
+    gpu: &Gpu,
+    rng: &mut impl Rng,
+    seed: u64,
+    placement: Placement,
+    d: usize,
+    g: usize,
+    k: usize,
+    kv_rows: KvRows,
+) {
+    let spec = FetchSpec::new(d as u32, g as u32, 256, placement).with_kv_rows(kv_rows);
     let kernel = FetchKernel::load(gpu, spec).expect("fetch kernel compiles");
     let uc = g * k + ALWAYS;
     // One sequence long enough for a full union, one around it, one short.
@@ -63,8 +76,28 @@ fn fetch_case(
     let v_src: Vec<Vec<u16>> = (0..heads)
         .map(|kh| random_rows(rng, lengths[kh / KV_HEADS]))
         .collect();
-    let k_rows = HeadTable::upload(gpu, placement, &k_src).expect("upload keys");
-    let v_rows = HeadTable::upload(gpu, placement, &v_src).expect("upload values");
+    // Separate: a K and a V buffer per head. Adjacent: one `[n][2][D]` buffer per head, the V
+    // table its addresses plus D.
+    let (k_rows, v_rows, v_shifted) = match kv_rows {
+        KvRows::Separate => (
+            HeadTable::upload(gpu, placement, &k_src).expect("upload keys"),
+            Some(HeadTable::upload(gpu, placement, &v_src).expect("upload values")),
+            None,
+        ),
+        KvRows::Adjacent => {
+            let both: Vec<Vec<u16>> = (0..heads)
+                .map(|kh| interleave(&k_src[kh], &v_src[kh], d))
+                .collect();
+            let table = HeadTable::upload(gpu, placement, &both).expect("upload rows");
+            let v = table.shifted(gpu, d).expect("upload the V table");
+            (table, None, Some(v))
+        }
+    };
+    let v_addr = match (&v_rows, &v_shifted) {
+        (Some(t), _) => t.addr(),
+        (None, Some(v)) => v.addr(),
+        (None, None) => unreachable!("one V table"),
+    };
 
     // Union of every KV head: ascending distinct tokens, padded with poison to the capacity.
     let mut uni = vec![-1i32; heads * uc];
@@ -103,7 +136,7 @@ fn fetch_case(
         let v_sel = gpu.filled::<u16>(heads * uc * d, POISON).expect("v_sel");
         let args = FetchArgs {
             k_rows: k_rows.addr(),
-            v_rows: v_rows.addr(),
+            v_rows: v_addr,
             uni: uni_dev.addr(),
             uni_count: count_dev.addr(),
             k_sel: k_sel.addr(),
@@ -117,7 +150,8 @@ fn fetch_case(
         let got_v = v_sel.download().expect("download v_sel");
         let mut m = Mismatches::new(
             format!(
-                "fetch {} D={d} G={g} k={k} grid {:?} lengths {lengths:?} counts {counts:?}",
+                "fetch {} {kv_rows} D={d} G={g} k={k} grid {:?} lengths {lengths:?} counts \
+                 {counts:?}",
                 placement.as_str(),
                 grid.grid
             ),
@@ -172,4 +206,23 @@ gpu_test!(gpu_fetch_union_rows_hbm, |t| {
 
 gpu_test!(gpu_fetch_union_rows_host, |t| {
     fetch_all_shapes(&mut t, Placement::Host);
+});
+
+// Every head dimension from K/V-adjacent rows, in both placements (G = 4, one k each).
+gpu_test!(gpu_fetch_union_rows_adjacent, |t| {
+    for placement in [Placement::Hbm, Placement::Host] {
+        for d in HEAD_DIMS {
+            let k = t.rng.gen_range(1..=2048);
+            fetch_rows_case(
+                &t.gpu,
+                &mut t.rng,
+                t.seed,
+                placement,
+                d,
+                4,
+                k,
+                KvRows::Adjacent,
+            );
+        }
+    }
 });

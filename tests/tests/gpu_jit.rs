@@ -155,6 +155,7 @@ fn oracle_spec() -> OracleSpec {
         group: 4,
         threads: 256,
         placement: Placement::Hbm,
+        kv_rows: codegen::spec::KvRows::Separate,
     }
 }
 

@@ -125,6 +125,7 @@ fn landmark_case(
         group: g as u32,
         threads: 256,
         placement,
+        kv_rows: codegen::spec::KvRows::Separate,
     };
     let kernels = LandmarkKernels::load(gpu, spec).expect("landmark kernels compile");
     let mut lengths = [

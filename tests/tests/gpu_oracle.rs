@@ -44,6 +44,7 @@ fn oracle_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d
         group: g as u32,
         threads: 256,
         placement,
+        kv_rows: codegen::spec::KvRows::Separate,
     };
     let kernel = OracleKernel::load(gpu, spec).expect("oracle kernel compiles");
     // Lengths: a long one, a medium one, and one shorter than a block's rows per step.

@@ -43,7 +43,7 @@ use reference::pariskv::{pariskv_step, PariskvIndex, PariskvInput};
 use runtime::gpu::Gpu;
 use runtime::jit::Jit;
 use runtime::step::{Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepRequest};
-use runtime::store::{KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{KeyStore, KvRows, SequenceId, StoreConfig, StoreError};
 use runtime::tuning::Tiles;
 use runtime::view::LayerView;
 
@@ -144,11 +144,12 @@ fn lengths(rng: &mut impl Rng) -> Vec<usize> {
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize) {
-    run_case_with(t, d, group, Tiles::default());
+    run_case_with(t, d, group, Tiles::default(), KvRows::Separate);
 }
 
-/// The case with the decoder's default `tiles` replaced (a rerank variant).
-fn run_case_with(t: &mut GpuTest, d: usize, group: usize, tiles: Tiles) {
+/// The case with the decoder's default `tiles` replaced (a rerank variant) over stores whose K/V
+/// rows are laid out as `kv_rows` says.
+fn run_case_with(t: &mut GpuTest, d: usize, group: usize, tiles: Tiles, kv_rows: KvRows) {
     let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
     // A test may run several cases: the label says which.
     let mut m = Mismatches::new(format!("{}: D = {d}, G = {group}", t.name), seed);
@@ -161,6 +162,7 @@ fn run_case_with(t: &mut GpuTest, d: usize, group: usize, tiles: Tiles) {
             segment_words: SEGMENT_WORDS,
             max_batch: 4,
             pariskv_index: true,
+            kv_rows,
             ..StoreConfig::new(model.clone(), placement, 64_000)
         };
         let mut store = KeyStore::with_kernels(gpu.clone(), config, jit.as_ref())
@@ -362,5 +364,11 @@ gpu_test!(gpu_pariskv_step_d128_g4_many_block_select, |t| {
         rerank_select: RerankSelect::Multiblock,
         ..Tiles::default()
     };
-    run_case_with(&mut t, 128, 4, tiles);
+    run_case_with(&mut t, 128, 4, tiles, KvRows::Separate);
+});
+
+// The index built from K/V-adjacent rows (its keys `2*D` apart), D = 96 padded, both
+// placements.
+gpu_test!(gpu_pariskv_step_adjacent_rows_d96_g4, |t| {
+    run_case_with(&mut t, 96, 4, Tiles::default(), KvRows::Adjacent);
 });

@@ -33,7 +33,7 @@
 //! `gpu_step_refuses_bad_input`: the typed errors of bad queries, k, layer and calibration.
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{Placement, SelectAlgorithm};
+use codegen::spec::{KvRows, Placement, SelectAlgorithm};
 use fathom_tests::device_store::DeviceStore;
 use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
@@ -264,6 +264,7 @@ impl DeviceBatch {
             n_total: &self.n_total,
             k_rows: &self.k_rows.table,
             v_rows: &self.v_rows.table,
+            kv_rows: KvRows::Separate,
             max_tokens: self.max_tokens,
             landmarks: Some(&self.landmarks.table),
             pariskv: None,

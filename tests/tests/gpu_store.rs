@@ -11,6 +11,9 @@
 //!   equal the reference store's byte for byte (unfilled blocks zero, a segment the tail reaches
 //!   into all zero, no entry past the last segment), the K/V rows equal what was appended,
 //!   `n_stored`/`n_total` are right, and the landmark means equal the fp32-sum fp16 means.
+//! - the same with K/V-adjacent rows (`KvRows::Adjacent`, `[cap][2][D]`: prefill's strided
+//!   copy, the append kernel, the region growth's one-run copy, and every row reader) raw from
+//!   host memory and rotated in HBM, and their footprint equal to the separate rows'.
 //! - the same for the host placement's large-page allocations (`HostMemory::Registered`,
 //!   `HostMemory::Vmm2M`, required so that a driver without them fails): equal contents, and
 //!   after `trim()` the context's pinned ledger is back where it was.
@@ -27,6 +30,7 @@ use std::sync::Arc;
 use codegen::model::{from_config_json, preset, ModelShape};
 use codegen::spec::Placement;
 use fathom_tests::kit::GpuTest;
+use fathom_tests::store_check::read_rows;
 use fathom_tests::store_kernels::{self, rotate_keys, rotations, Mismatches};
 use fathom_tests::{gpu_test, inputs};
 use half::{bf16, f16};
@@ -34,7 +38,7 @@ use rand::Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::store::device::{read_back, settle};
-use runtime::store::{HostMemory, KeyStore, SequenceId, StoreConfig, StoreError};
+use runtime::store::{HostMemory, KeyStore, KvRows, SequenceId, StoreConfig, StoreError};
 
 const BLK: usize = 64;
 /// Words per plane per segment: 256-token segments, so short sequences span several.
@@ -244,8 +248,8 @@ fn verify(
                         });
                     }
                 }
-                let got_k: Vec<u16> = read(gpu, k_rows[bh], n * d, "K rows");
-                let got_v: Vec<u16> = read(gpu, v_rows[bh], n * d, "V rows");
+                let got_k = read_rows(gpu, k_rows[bh], n, d, view.kv_rows);
+                let got_v = read_rows(gpu, v_rows[bh], n, d, view.kv_rows);
                 for (what, got, want) in [
                     ("K", &got_k, bits(&e.keys[layer][h])),
                     ("V", &got_v, bits(&e.values[layer][h])),
@@ -333,7 +337,18 @@ fn prefill_append_case(
     rotate: bool,
     host: HostMemory,
 ) {
-    let label = format!("{} {placement:?} {host}", model.name);
+    prefill_append_rows_case(t, model, placement, rotate, host, KvRows::Separate);
+}
+
+fn prefill_append_rows_case(
+    t: &mut GpuTest,
+    model: ModelShape,
+    placement: Placement,
+    rotate: bool,
+    host: HostMemory,
+    kv_rows: KvRows,
+) {
+    let label = format!("{} {placement:?} {host} {kv_rows}", model.name);
     let (gpu, seed, rng) = (t.gpu.clone(), t.seed, &mut t.rng);
     let (heads, d) = (model.kv_heads, model.head_dim);
     let rot = rotate.then(|| {
@@ -348,10 +363,12 @@ fn prefill_append_case(
             host_memory: host,
             // A driver without the mode fails the test rather than testing `pinned` again.
             require_host_memory: true,
+            kv_rows,
             ..config(model, placement, 1 << 16)
         },
     );
     assert_eq!(store.host_memory(), host, "{label}");
+    assert_eq!(store.kv_rows(), kv_rows, "{label}");
     let pinned_baseline = gpu.pinned_bytes();
     let baseline = store.memory();
     let lengths = [
@@ -454,6 +471,28 @@ gpu_test!(prefill_and_append_raw_host, |t| {
         Placement::Host,
         false,
         HostMemory::Pinned,
+    );
+});
+
+gpu_test!(prefill_and_append_raw_host_adjacent_rows, |t| {
+    prefill_append_rows_case(
+        &mut t,
+        shape("qwen3-8b"),
+        Placement::Host,
+        false,
+        HostMemory::Pinned,
+        KvRows::Adjacent,
+    );
+});
+
+gpu_test!(prefill_and_append_rotated_hbm_adjacent_rows, |t| {
+    prefill_append_rows_case(
+        &mut t,
+        shape("qwen2.5-7b"),
+        Placement::Hbm,
+        true,
+        HostMemory::Pinned,
+        KvRows::Adjacent,
     );
 });
 
@@ -763,6 +802,20 @@ fn footprint_case(t: &mut GpuTest, placement: Placement) {
         }
     }
     assert!(f.tables > 0 && f.bytes() == f.parts().iter().map(|p| p.1).sum::<usize>());
+    // Adjacent K/V rows take the same bytes.
+    let adjacent = KeyStore::new(
+        gpu.clone(),
+        StoreConfig {
+            kv_rows: KvRows::Adjacent,
+            ..config(shape("qwen3-8b"), placement, 1 << 16)
+        },
+    )
+    .expect("a store of adjacent rows");
+    assert_eq!(
+        adjacent.resident_footprint(n, LAYERS),
+        f,
+        "{label}: adjacent rows"
+    );
 }
 
 gpu_test!(

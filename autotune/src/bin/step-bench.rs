@@ -37,6 +37,11 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let h = &record.header;
     let stem = file_stem(&h.gpu, &h.date, &h.commit);
+    // A run over K/V-adjacent rows does not overwrite the default run's files.
+    let stem = match h.kv_rows.as_str() {
+        "separate" => stem,
+        other => format!("{stem}-kv{other}"),
+    };
     let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{stem}.json"));
     std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;

@@ -137,6 +137,7 @@ impl DeviceIndex {
             head_dim: d as u32,
             threads: THREADS,
             placement: Placement::Hbm,
+            kv_rows: codegen::spec::KvRows::Separate,
         };
         let end = gpu.upload(&[int(n)?]).map_err(gpu_err)?;
         let status = gpu.upload(&[0i32; 4]).map_err(gpu_err)?;

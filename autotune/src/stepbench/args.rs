@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use codegen::spec::Placement;
+use codegen::spec::kv_rows::KvRowsParseError;
+use codegen::spec::{KvRows, Placement};
 use reference::plans::{Method, MethodParseError};
 use runtime::store::host_memory::HostMemoryParseError;
 use runtime::store::HostMemory;
@@ -60,6 +61,10 @@ pub struct Args {
     /// stops the run.
     #[arg(long, default_value = "pinned")]
     pub host_memory: String,
+    /// How the stores lay out the K/V rows: separate (K rows and V rows apart, the default) or
+    /// adjacent (a token's K row then its V row: one 4*D-byte run per token for the fetch).
+    #[arg(long, default_value = "separate")]
+    pub kv_rows: String,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -91,6 +96,7 @@ pub struct Options {
     pub seed: u64,
     pub device: usize,
     pub host_memory: HostMemory,
+    pub kv_rows: KvRows,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -143,6 +149,8 @@ pub enum ArgsError {
     CellSeconds(f64),
     #[error("--host-memory: {0}")]
     HostMemory(#[from] HostMemoryParseError),
+    #[error("--kv-rows: {0}")]
+    KvRows(#[from] KvRowsParseError),
 }
 
 /// Tokens per scale block of the stores built here: a context must hold whole blocks.
@@ -310,6 +318,7 @@ impl Options {
             seed: args.seed,
             device: args.device,
             host_memory: args.host_memory.parse()?,
+            kv_rows: args.kv_rows.parse()?,
         })
     }
 

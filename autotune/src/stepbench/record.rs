@@ -133,6 +133,10 @@ pub struct Header {
     /// `pinned` in records written before the option).
     #[serde(default = "pinned")]
     pub host_memory: String,
+    /// How the stores laid out the K/V rows (`separate`, `adjacent`; `separate` in records
+    /// written before the option).
+    #[serde(default = "separate")]
+    pub kv_rows: String,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,
@@ -155,6 +159,10 @@ pub struct Header {
 
 fn pinned() -> String {
     "pinned".into()
+}
+
+fn separate() -> String {
+    "separate".into()
 }
 
 /// A whole run.

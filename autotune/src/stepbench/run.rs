@@ -124,6 +124,7 @@ impl Bench {
         eprintln!("step-bench: {} on {}", model.name, gpu.info().name);
         let ceilings = ceilings::measure(&jit, 1 << 30, 20)?;
         eprintln!("step-bench: ceilings {ceilings:?}");
+        eprintln!("step-bench: K/V rows {}", options.kv_rows);
         let (n, slots) = (options.max_context(), options.slots);
         let settings: Vec<SyntheticSettings> = (0..slots)
             .map(|s| data::settings(&model, options.seed, s, n))
@@ -175,6 +176,7 @@ impl Bench {
                     &slots_model(&model, slots, Basis::Raw),
                     placement,
                     options.host_memory,
+                    options.kv_rows,
                     n + BLOCK,
                     None,
                     true,
@@ -191,6 +193,7 @@ impl Bench {
                         &slots_model(&model, slots, Basis::Klt),
                         placement,
                         options.host_memory,
+                        options.kv_rows,
                         n + BLOCK,
                         Some(rotations),
                         false,
@@ -292,6 +295,7 @@ impl Bench {
             nvrtc: format!("{major}.{minor}"),
             commit: self.options.commit.clone(),
             host_memory: self.options.host_memory.to_string(),
+            kv_rows: self.options.kv_rows.to_string(),
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),

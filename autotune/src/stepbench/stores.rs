@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use codegen::model::ModelShape;
-use codegen::spec::Placement;
+use codegen::spec::{KvRows, Placement};
 use reference::pariskv::{subspaces, CENTROIDS};
 use runtime::gpu::{DeviceBuffer, Gpu, GpuError};
 use runtime::jit::KernelSource;
@@ -35,6 +35,8 @@ pub struct SlotTables {
     pub landmarks: Option<Vec<u64>>,
     /// The ParisKV index rows, when the store keeps the index.
     pub pariskv: Option<SlotIndex>,
+    /// How the store lays out the K/V rows.
+    pub kv_rows: KvRows,
 }
 
 /// Host copies of a view's tables, in the layout of [`LayerView`].
@@ -47,12 +49,19 @@ pub struct HostTables {
     pub landmarks: Option<Vec<u64>>,
     /// `[b*H + h]` ParisKV index rows, when every slot has them.
     pub pariskv: Option<SlotIndex>,
+    /// How the slots' K/V rows are laid out (all alike).
+    pub kv_rows: KvRows,
 }
 
 /// The tables of a batch whose element `b` is `slots[b]`, `max_seg` segments each. `None`
-/// when a slot holds fewer segments.
+/// when a slot holds fewer segments, or the slots' K/V rows are laid out differently.
 pub fn compose(slots: &[&SlotTables], max_seg: usize) -> Option<HostTables> {
+    let kv_rows = slots.first().map_or(KvRows::Separate, |s| s.kv_rows);
+    if slots.iter().any(|s| s.kv_rows != kv_rows) {
+        return None;
+    }
     let mut t = HostTables {
+        kv_rows,
         landmarks: slots.iter().all(|s| s.landmarks.is_some()).then(Vec::new),
         pariskv: slots
             .iter()
@@ -134,7 +143,8 @@ pub struct StoreSet {
 
 impl StoreSet {
     /// An empty store of `slots` layers of `model`'s heads for one sequence of `tokens`; the
-    /// host placement's memory allocated as `host_memory` says (required).
+    /// host placement's memory allocated as `host_memory` says (required); K/V rows laid out
+    /// as `kv_rows` says.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Arc<Gpu>,
@@ -142,6 +152,7 @@ impl StoreSet {
         model: &ModelShape,
         placement: Placement,
         host_memory: HostMemory,
+        kv_rows: KvRows,
         tokens: usize,
         rotations: Option<Vec<f32>>,
         landmarks: bool,
@@ -157,6 +168,7 @@ impl StoreSet {
                 Placement::Hbm => HostMemory::Pinned,
             },
             require_host_memory: true,
+            kv_rows,
             ..StoreConfig::new(model.clone(), placement, tokens)
         };
         let mut store = KeyStore::with_kernels(gpu.clone(), config, kernels)?;
@@ -198,6 +210,7 @@ impl StoreSet {
                 }),
                 None => None,
             },
+            kv_rows: view.kv_rows,
         };
         if self.slots.len() <= slot {
             self.slots.resize(slot + 1, SlotTables::default());
@@ -216,6 +229,7 @@ pub struct LayerTables {
     pub placement: Placement,
     pub max_seg: usize,
     pub tokens: usize,
+    pub kv_rows: KvRows,
     seg_words: DeviceBuffer<u64>,
     seg_scales: DeviceBuffer<u64>,
     n_stored: DeviceBuffer<i32>,
@@ -284,6 +298,7 @@ impl LayerTables {
             placement,
             max_seg,
             tokens,
+            kv_rows: tables.kv_rows,
             seg_words: gpu.upload(&tables.seg_words)?,
             seg_scales: gpu.upload(&tables.seg_scales)?,
             n_stored: gpu.upload(&lengths)?,
@@ -314,6 +329,7 @@ impl LayerTables {
             n_total: &self.n_total,
             k_rows: &self.k_rows,
             v_rows: &self.v_rows,
+            kv_rows: self.kv_rows,
             max_tokens: self.tokens,
             landmarks: self.landmarks.as_ref(),
             pariskv: self.pariskv.as_ref().map(|p| PariskvView {

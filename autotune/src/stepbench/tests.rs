@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use codegen::model::preset;
-use codegen::spec::Placement;
+use codegen::spec::{KvRows, Placement};
 use reference::metrics::bytes_per_step;
 use reference::plans::Method;
 use reference::store::BlockSize;
@@ -378,6 +378,7 @@ fn tables_compose_per_batch_element() {
             codes: vec![base + 60, base + 61],
             weights: vec![base + 70, base + 71],
         }),
+        kv_rows: KvRows::Separate,
     };
     let (a, b) = (slot(100), slot(200));
     let t = compose(&[&a, &b], 1).unwrap();
@@ -392,6 +393,14 @@ fn tables_compose_per_batch_element() {
     let t = compose(&[&b], 2).unwrap();
     assert_eq!(t.seg_words, vec![200, 201, 202, 203]);
     assert!(compose(&[&a], 3).is_none());
+    // Slots of one layout compose with it; two layouts do not compose.
+    let adjacent = SlotTables {
+        kv_rows: KvRows::Adjacent,
+        ..slot(300)
+    };
+    assert_eq!(compose(&[&adjacent], 1).unwrap().kv_rows, KvRows::Adjacent);
+    assert_eq!(compose(&[&a, &b], 1).unwrap().kv_rows, KvRows::Separate);
+    assert!(compose(&[&a, &adjacent], 1).is_none());
     let no_landmarks = SlotTables {
         landmarks: None,
         ..slot(0)
@@ -746,4 +755,15 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         options(&["--host-memory", "huge"]),
         Err(ArgsError::HostMemory(_))
     ));
+    assert_eq!(options(&[]).unwrap().kv_rows, KvRows::Separate);
+    assert_eq!(
+        options(&["--kv-rows", "adjacent"]).unwrap().kv_rows,
+        KvRows::Adjacent
+    );
+    let bad = options(&["--kv-rows", "interleaved"]).unwrap_err();
+    assert!(matches!(bad, ArgsError::KvRows(_)));
+    assert!(
+        bad.to_string().contains("--kv-rows") && bad.to_string().contains("adjacent"),
+        "{bad}"
+    );
 }

@@ -4,7 +4,7 @@
 //! like every other kernel.
 
 use super::launch::{grid_dim, Launch, SizeError, MAX_GRID_X};
-use super::{checks, Family, SpecError};
+use super::{checks, Family, KvRows, SpecError};
 use serde::{Deserialize, Serialize};
 
 /// Spec of the row-append kernel.
@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 /// Launch ABI of `extern "C" __global__ void <kernel_name>(...)`, parameters in order
 /// (`bh = b*H + h`):
 ///
-/// 1. `unsigned short* const* k_rows`: `[B*H]` pointers to bf16 keys `[capacity][D]`; row
-///    `n_total[b] - 1` of each gets `keys[bh]`.
+/// 1. `unsigned short* const* k_rows`: `[B*H]` pointers to bf16 keys `[capacity][D]` (rows
+///    `2*D` apart with `kv_rows: adjacent`); row `n_total[b] - 1` of each gets `keys[bh]`.
 /// 2. `unsigned short* const* v_rows`: the same for the values.
 /// 3. `const int* n_total`: `[B]`, already counting the new token (at least 1).
 /// 4. `const unsigned short* keys`: `[B][H][D]` bf16, the new keys (raw basis).
@@ -27,12 +27,18 @@ use serde::{Deserialize, Serialize};
 pub struct AppendRowsSpec {
     /// Threads per block: a multiple of 32, at most 1024; they stride over the `D` channels.
     pub threads: u32,
+    /// How the K and V rows are laid out ([`KvRows`]; absent from a serialised spec: separate).
+    #[serde(default)]
+    pub kv_rows: KvRows,
 }
 
 impl Default for AppendRowsSpec {
-    /// The 128 threads the store has always launched it with.
+    /// The 128 threads the store has always launched it with, separate rows.
     fn default() -> Self {
-        AppendRowsSpec { threads: 128 }
+        AppendRowsSpec {
+            threads: 128,
+            kv_rows: KvRows::Separate,
+        }
     }
 }
 
@@ -57,12 +63,17 @@ impl Family for AppendRowsSpec {
     }
 
     fn kernel_name(&self) -> String {
-        format!("fathom_append_rows_t{}", self.threads)
+        format!(
+            "fathom_append_rows_t{}{}",
+            self.threads,
+            self.kv_rows.name_suffix()
+        )
     }
 
     fn context(&self) -> tera::Context {
         let mut c = tera::Context::new();
         c.insert("threads", &self.threads);
+        c.insert("kv_adjacent", &(self.kv_rows == KvRows::Adjacent));
         c
     }
 }

@@ -5,7 +5,7 @@
 //! launch (with `BLK = 32` two blocks share a word and are merged into it).
 
 use super::shape::{self, LaunchDims};
-use super::{Family, SpecError};
+use super::{Family, KvRows, SpecError};
 use serde::{Deserialize, Serialize};
 
 /// Where the tokens to encode come from.
@@ -35,6 +35,7 @@ impl EncodeMode {
 ///
 /// ```text
 /// const unsigned short* const* k_rows,   // [(b*H + h)] -> bf16 keys [capacity][D], raw basis
+///                                        //   (key rows 2*D apart with `kv_rows: adjacent`)
 /// const float* rot,                      // [H][D][D], R[i*D + j] = component i of basis vector j
 ///                                        //   (read only when `rotate`; may be null otherwise)
 /// unsigned long long* const* seg_words,  // [(b*H + h)*max_seg + s] -> segment words (§2)
@@ -64,6 +65,10 @@ pub struct EncodeSpec {
     pub rotate: bool,
     /// Threads per thread block.
     pub threads: usize,
+    /// How the key rows are laid out ([`KvRows`]: key rows `D` or `2*D` elements apart; absent
+    /// from a serialised spec: separate).
+    #[serde(default)]
+    pub kv_rows: KvRows,
 }
 
 impl EncodeSpec {
@@ -76,6 +81,7 @@ impl EncodeSpec {
             mode,
             rotate,
             threads: 256,
+            kv_rows: KvRows::Separate,
         }
     }
 
@@ -117,6 +123,7 @@ impl Family for EncodeSpec {
             mode: _,
             rotate: _,
             threads,
+            kv_rows: _,
         } = *self;
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_block(Self::FAMILY, block)?;
@@ -133,11 +140,13 @@ impl Family for EncodeSpec {
             mode,
             rotate,
             threads,
+            kv_rows,
         } = *self;
         format!(
-            "fathom_encode_d{head_dim}_b{block}_s{segment_words}_{}_{}_t{threads}",
+            "fathom_encode_d{head_dim}_b{block}_s{segment_words}_{}_{}_t{threads}{}",
             mode.as_str(),
-            if rotate { "rot" } else { "raw" }
+            if rotate { "rot" } else { "raw" },
+            kv_rows.name_suffix()
         )
     }
 
@@ -150,6 +159,7 @@ impl Family for EncodeSpec {
         c.insert("rotate", &self.rotate);
         c.insert("threads", &self.threads);
         c.insert("chunk_tokens", &self.chunk_tokens());
+        self.kv_rows.insert_context(&mut c);
         c
     }
 }

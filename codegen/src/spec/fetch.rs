@@ -5,7 +5,7 @@ use super::launch::{
     blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
 };
 use super::select::{LOCAL, SINK};
-use super::{row, Family, Placement};
+use super::{row, Family, KvRows, Placement};
 use serde::{Deserialize, Serialize};
 
 /// Spec of a fetch kernel.
@@ -38,6 +38,9 @@ pub struct FetchSpec {
     pub threads: u32,
     /// Where the K and V rows live.
     pub placement: Placement,
+    /// How the K and V rows are laid out ([`KvRows`]; absent from a serialised spec: separate).
+    #[serde(default)]
+    pub kv_rows: KvRows,
 }
 
 impl FetchSpec {

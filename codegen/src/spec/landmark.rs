@@ -6,7 +6,7 @@
 use super::launch::{
     blocks_for, grid_dim, rows_in_flight, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ,
 };
-use super::{row, Family, Placement};
+use super::{row, Family, KvRows, Placement};
 use serde::{Deserialize, Serialize};
 
 /// Tokens that share one mean key.
@@ -51,6 +51,9 @@ pub struct LandmarkSpec {
     pub threads: u32,
     /// Where the keys and the means live.
     pub placement: Placement,
+    /// How the K and V rows are laid out ([`KvRows`]; absent from a serialised spec: separate).
+    #[serde(default)]
+    pub kv_rows: KvRows,
 }
 
 impl LandmarkSpec {

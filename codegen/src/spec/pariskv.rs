@@ -31,7 +31,7 @@ pub use super::pariskv_select::{
 };
 use super::select::{LOCAL, SINK};
 use super::shape::HEAD_DIMS;
-use super::{checks, Family, Placement, SpecError};
+use super::{checks, Family, KvRows, Placement, SpecError};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -175,8 +175,9 @@ fn check_head_dim_and_threads(
 }
 
 /// The [`Family`] impl of a spec whose only fields are `head_dim`, `threads` and `placement`
-/// (the index and the vote): both validate, name (`fathom_<family>_d<D>_t<threads>_<placement>`)
-/// and parametrise their templates alike, so one impl serves both.
+/// (the vote; the index adds its K/V row layout and has its own impl, which follows this one):
+/// it validates, names (`fathom_<family>_d<D>_t<threads>_<placement>`) and parametrises its
+/// template.
 macro_rules! placed_family {
     ($spec:ident, $family:literal) => {
         impl Family for $spec {
@@ -210,7 +211,7 @@ macro_rules! placed_family {
 /// `extern "C" __global__ void <kernel_name>(...)`, parameters in order:
 ///
 /// 1. `const unsigned short* const* k_rows`: `[B*H]` pointers to bf16 keys `[capacity][D]`
-///    (raw basis), in `placement`.
+///    (raw basis; key rows `2*D` apart with `kv_rows: adjacent`), in `placement`.
 /// 2. `const float* signs`: `[D_pad]`, the sign vector `s` (±1), `reference::pariskv::signs(D_pad)`.
 /// 3. `unsigned char* const* ids`: `[B*H]` pointers to `[capacity][NS]`, in `placement`.
 /// 4. `unsigned char* const* codes`: `[B*H]` pointers to `[capacity][D_pad/2]` (4-byte aligned).
@@ -235,6 +236,9 @@ pub struct PariskvIndexSpec {
     pub threads: u32,
     /// Where the keys and the index rows live.
     pub placement: Placement,
+    /// How the key rows are laid out ([`KvRows`]; absent from a serialised spec: separate).
+    #[serde(default)]
+    pub kv_rows: KvRows,
 }
 
 impl PariskvIndexSpec {
@@ -253,7 +257,32 @@ impl PariskvIndexSpec {
     }
 }
 
-placed_family!(PariskvIndexSpec, "pariskv_index");
+impl Family for PariskvIndexSpec {
+    const FAMILY: &'static str = "pariskv_index";
+
+    fn validate(&self) -> Result<(), SpecError> {
+        check_head_dim_and_threads(Self::FAMILY, self.head_dim, self.threads)
+    }
+
+    /// `fathom_pariskv_index_d<D>_t<threads>_<placement>[_kvadj]`.
+    fn kernel_name(&self) -> String {
+        format!(
+            "fathom_{}_d{}_t{}_{}{}",
+            Self::FAMILY,
+            self.head_dim,
+            self.threads,
+            self.placement.as_str(),
+            self.kv_rows.name_suffix()
+        )
+    }
+
+    fn context(&self) -> tera::Context {
+        let mut context = common_context(self.head_dim, self.threads);
+        context.insert("placement", self.placement.as_str());
+        self.kv_rows.insert_context(&mut context);
+        context
+    }
+}
 
 /// Spec of the query transform and the centroid tiers, one block of [`QUERY_THREADS`] per
 /// (sequence, KV head).

@@ -1,5 +1,6 @@
-//! Spec grids of the row families (oracle, landmark, fetch), whose specs have the same four
-//! fields: `head_dim`, `group`, `threads`, `placement`.
+//! Spec grids of the row families (oracle, landmark, fetch), whose specs have the same five
+//! fields: `head_dim`, `group`, `threads`, `placement`, `kv_rows` (the grids keep the default
+//! rows; `tests/kv_rows.rs` covers the adjacent ones).
 
 use crate::family_checks::grid4;
 use codegen::spec::shape::HEAD_DIMS;
@@ -37,18 +38,19 @@ pub fn row_samples<F>(
     )
 }
 
-/// One alternative value for each of the four fields, for
+/// One alternative value for each of the five fields (adjacent K/V rows for `kv_rows`), for
 /// [`assert_every_field_in_name`](crate::family_checks::assert_every_field_in_name).
 pub fn row_alternatives(
     head_dim: u32,
     group: u32,
     threads: u32,
     placement: Placement,
-) -> [(&'static str, Value); 4] {
+) -> [(&'static str, Value); 5] {
     [
         ("head_dim", json!(head_dim)),
         ("group", json!(group)),
         ("threads", json!(threads)),
         ("placement", json!(placement)),
+        ("kv_rows", json!("adjacent")),
     ]
 }

@@ -48,7 +48,7 @@ def data(torch, seed=3):
     return k.bfloat16(), v.bfloat16(), q
 
 
-def build(torch, device, k, v, cal, placement="hbm"):
+def build(torch, device, k, v, cal, placement="hbm", kv_rows="separate"):
     s = shape()
     store = fathom.KeyStore(
         s,
@@ -58,6 +58,7 @@ def build(torch, device, k, v, cal, placement="hbm"):
         max_batch=4,
         landmarks=True,
         pariskv_index=True,
+        kv_rows=kv_rows,
     )
     seq = store.create_sequence()
     dev = lambda x: x.to(device).contiguous()  # noqa: E731
@@ -109,6 +110,22 @@ def test_the_cuda_step_equals_the_cpu_reference(torch, setup, method, placement)
         if sel.indices(0, h) == rsel.indices(0, h):
             err = (out[0, h].cpu() - ref[0, h]).norm() / ref[0, h].norm()
             assert err < 1e-4, (method, h, float(err))
+
+
+@pytest.mark.parametrize("placement", ["hbm", "host"])
+def test_adjacent_kv_rows_step_as_separate_rows_do(torch, setup, placement):
+    """The same kernels with a 2*D row stride: every method's output and selection are the
+    separate-row store's, bit for bit."""
+    k, v, q, cal = setup
+    ss, sseq, sdec = build(torch, "cuda:0", k, v, cal, placement)
+    adj, aseq, adec = build(torch, "cuda:0", k, v, cal, placement, kv_rows="adjacent")
+    for method in ["fathom(48)", "landmark", "oracle", "dense", "pariskv(64)"]:
+        a, asel = step(torch, adec, adj, aseq, q.cuda(), method)
+        b, bsel = step(torch, sdec, ss, sseq, q.cuda(), method)
+        torch.cuda.synchronize()
+        assert torch.equal(a, b), (method, placement)
+        for h in range(Q):
+            assert asel.indices(0, h) == bsel.indices(0, h), (method, h)
 
 
 def test_bf16_queries_and_outputs(torch, setup):

@@ -2,7 +2,7 @@ use std::collections::BTreeSet;
 
 use codegen::model::presets;
 use codegen::signature::entry_params;
-use codegen::spec::{AppendRowsSpec, ConvertSpec, MappedReadSpec};
+use codegen::spec::{AppendRowsSpec, ConvertSpec, KvRows, MappedReadSpec};
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use serde_json::Value;
 
@@ -11,11 +11,12 @@ use super::SIGNATURES;
 /// The enum fields that choose a template's code paths (and so could change its signature);
 /// every value of each, and of the flags `rotate` and `compact`, is tried on every spec of the
 /// presets' kernel sets.
-const FLIPS: [(&str, &[&str]); 4] = [
+const FLIPS: [(&str, &[&str]); 5] = [
     ("placement", &["hbm", "host"]),
     ("mode", &["bulk", "append"]),
     ("algorithm", &["radix", "compact", "onepass"]),
     ("select", &["single", "multiblock"]),
+    ("kv_rows", &["separate", "adjacent"]),
 ];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,
@@ -37,7 +38,9 @@ fn spec_grid() -> Vec<KernelSpec> {
         }
     }
     for threads in [32, 128, 1024] {
-        push(KernelSpec::AppendRows(AppendRowsSpec { threads }));
+        for kv_rows in KvRows::ALL {
+            push(KernelSpec::AppendRows(AppendRowsSpec { threads, kv_rows }));
+        }
         push(KernelSpec::Convert(ConvertSpec { threads }));
     }
     for preset in presets() {

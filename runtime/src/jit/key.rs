@@ -134,6 +134,7 @@ mod tests {
             group: 4,
             threads: 256,
             placement: Placement::Hbm,
+            kv_rows: Default::default(),
         }
         .into()
     }

@@ -9,8 +9,9 @@ use codegen::model::Basis;
 use codegen::spec::launch::Launch;
 use codegen::spec::select::{SelectStage, LOCAL, SINK};
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvQuerySpec,
-    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec, ScanSpec, SelectSpec,
+    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec, OracleSpec,
+    PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec,
+    ScanSpec, SelectSpec,
 };
 
 use super::request::Scoring;
@@ -61,6 +62,8 @@ pub struct StepShape {
     pub placement: Placement,
     /// The store basis (a rotated store plans on rotated queries).
     pub basis: Basis,
+    /// How the K/V rows are laid out (the oracle, landmark and fetch kernels follow it).
+    pub kv_rows: KvRows,
 }
 
 /// What one operation of the step does; the executor maps it to its arguments.

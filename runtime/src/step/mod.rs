@@ -335,6 +335,7 @@ impl Decoder {
                 max_tokens: v.max_tokens,
                 placement: v.placement,
                 basis: self.model.basis,
+                kv_rows: v.kv_rows,
             },
             scoring,
             transfer: request.transfer,

@@ -3,7 +3,7 @@
 
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::pariskv::{candidate_capacity, RerankSelect, RerankSelectStep};
-use codegen::spec::{Family, Placement};
+use codegen::spec::{Family, KvRows, Placement};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
 use super::request::{Method, Scoring};
@@ -45,6 +45,7 @@ fn view(batch: usize, index: Option<usize>) -> ViewShape {
         n_total_len: batch,
         k_rows_len: heads,
         v_rows_len: heads,
+        kv_rows: KvRows::Separate,
         landmarks_len: None,
         pariskv_len: index,
     }
@@ -62,6 +63,7 @@ fn shape(batch: usize, group: usize, max_tokens: usize, placement: Placement) ->
         max_tokens,
         placement,
         basis: Basis::Raw,
+        kv_rows: KvRows::Separate,
     }
 }
 

@@ -3,7 +3,7 @@
 //! calibration.
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{Placement, PlanMethod};
+use codegen::spec::{KvRows, Placement, PlanMethod};
 
 use super::calibration::Calibration;
 use super::request::Scoring;
@@ -26,6 +26,8 @@ pub struct ViewShape {
     pub n_total_len: usize,
     pub k_rows_len: usize,
     pub v_rows_len: usize,
+    /// How the K/V rows are laid out.
+    pub kv_rows: KvRows,
     /// Entries of the landmark table, when the view has one.
     pub landmarks_len: Option<usize>,
     /// Entries of the shortest ParisKV index table, when the view has the index.
@@ -49,6 +51,7 @@ impl ViewShape {
             n_total_len: view.n_total.len(),
             k_rows_len: view.k_rows.len(),
             v_rows_len: view.v_rows.len(),
+            kv_rows: view.kv_rows,
             landmarks_len: view.landmarks.map(|l| l.len()),
             pariskv_len: view.pariskv.map(|p| p.len()),
         }

@@ -60,7 +60,8 @@ impl KeyStore {
         let (wanted, max_seg, _) = self.wanted_tables(ids, layer);
         self.refresh(layer, wanted)?;
         let t = &self.tables[layer];
-        let launch = APPEND_ROWS
+        let launch = self
+            .append_rows
             .launch(batch as u64, heads as u64)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         abi::append_rows::Args {

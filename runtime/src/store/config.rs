@@ -50,11 +50,17 @@ pub struct StoreConfig {
     /// built): `false` (the default) builds the store with `Pinned` after one warning on
     /// standard error; `true` refuses with [`StoreError::HostMemory`].
     pub require_host_memory: bool,
+    /// How each (sequence, layer, KV head)'s bf16 K and V rows are laid out ([`KvRows`]):
+    /// `Separate` (the default), `[K: H][cap][D] | [V: H][cap][D]`, or `Adjacent`,
+    /// `[H][cap][2][D]` (a token's K row, then its V row), which halves the host pages a step's
+    /// scattered fetch touches (bench/NOTES.md, 2026-12-02). Either placement; the same bytes;
+    /// views carry it ([`LayerView::kv_rows`]) and the step picks its kernels by it.
+    pub kv_rows: KvRows,
 }
 
 impl StoreConfig {
     /// The defaults: `BLK = 64`, `S = 512`, batches of up to 64, no rotations, no landmarks, no
-    /// ParisKV index.
+    /// ParisKV index, separate K/V rows.
     pub fn new(model: ModelShape, placement: Placement, capacity_tokens: usize) -> Self {
         StoreConfig {
             model,
@@ -68,6 +74,7 @@ impl StoreConfig {
             pariskv_index: false,
             host_memory: HostMemory::Pinned,
             require_host_memory: false,
+            kv_rows: KvRows::Separate,
         }
     }
 

@@ -84,6 +84,57 @@ pub fn copy(gpu: &Gpu, dst: u64, src: u64, bytes: usize) -> Result<(), GpuError>
     })
 }
 
+/// Rows of one pitched copy: long prefills are cut into pieces of at most this many rows (a
+/// margin under any limit of a driver's pitched copies; the pieces queue back to back).
+const ROWS_PER_COPY: usize = 1 << 15;
+
+/// Queues a copy of `rows` rows of `row_bytes` bytes each from `src` (rows `row_bytes` apart)
+/// to `dst` (rows `dst_pitch` bytes apart), between unified addresses (device or mapped host
+/// memory): `cuMemcpy2DAsync`, one per [`ROWS_PER_COPY`] rows.
+pub fn copy_rows(
+    gpu: &Gpu,
+    dst: u64,
+    dst_pitch: usize,
+    src: u64,
+    row_bytes: usize,
+    rows: usize,
+) -> Result<(), GpuError> {
+    if rows == 0 || row_bytes == 0 {
+        return Ok(());
+    }
+    assert!(
+        dst_pitch >= row_bytes,
+        "rows of {row_bytes} bytes overlap at pitch {dst_pitch}"
+    );
+    bind(gpu)?;
+    let unified = sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED;
+    for first in (0..rows).step_by(ROWS_PER_COPY) {
+        let height = ROWS_PER_COPY.min(rows - first);
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: unified,
+            srcHost: std::ptr::null(),
+            srcDevice: src + (first * row_bytes) as u64,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: row_bytes,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: unified,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst + (first * dst_pitch) as u64,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: row_bytes,
+            Height: height,
+        };
+        check("cuMemcpy2DAsync", unsafe {
+            sys::cuMemcpy2DAsync_v2(&copy, gpu.stream().cu_stream()).result()
+        })?;
+    }
+    Ok(())
+}
+
 /// Queues setting `bytes` bytes at the unified address `dst` to zero.
 pub fn zero(gpu: &Gpu, dst: u64, bytes: usize) -> Result<(), GpuError> {
     if bytes == 0 {

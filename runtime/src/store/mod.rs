@@ -9,7 +9,8 @@
 //! allocated as soon as the tail reaches into it, so the block that fills it can be encoded
 //! without an allocation. The K/V rows must be contiguous per head (`[capacity][D]`, ABI), so
 //! each (sequence, layer) has one row region `[K: H][cap][D] | [V: H][cap][D] | [means:
-//! H][cap/8][D]` of a power-of-two number of 256-token chunks, from a size-class
+//! H][cap/8][D]` (with [`KvRows::Adjacent`], `[KV: H][cap][2][D] | [means: H][cap/8][D]`, the
+//! same bytes) of a power-of-two number of 256-token chunks, from a size-class
 //! [`pool::RegionPool`]; when a layer outgrows it the rows move to the next class (a
 //! device-side copy, amortised: lengths double). Freed sequences return everything to the pools,
 //! which keep it for later sequences; [`KeyStore::trim`] gives unused memory back to the driver.
@@ -61,6 +62,7 @@ use codegen::spec::{
 };
 use cudarc::driver::CudaFunction;
 
+pub use codegen::spec::KvRows;
 pub use config::StoreConfig;
 pub use error::StoreError;
 pub use footprint::StoreFootprint;
@@ -81,8 +83,14 @@ use pariskv::{index_status_error, IndexState};
 use pool::{Region, RegionPool, Slot, SlotPool};
 use tables::{HostTables, Tables};
 
-/// The row-append kernel of a decode step (the 128 threads it has always had).
-const APPEND_ROWS: AppendRowsSpec = AppendRowsSpec { threads: 128 };
+/// The row-append kernel of a decode step (the 128 threads it has always had), for rows laid
+/// out as `kv_rows` says.
+fn append_rows_spec(kv_rows: KvRows) -> AppendRowsSpec {
+    AppendRowsSpec {
+        threads: 128,
+        kv_rows,
+    }
+}
 
 /// Memory the store holds, by kind. Pool memory stays held when sequences are freed (it is
 /// reused); [`KeyStore::trim`] releases what no sequence uses.
@@ -218,6 +226,7 @@ pub struct KeyStore {
     encode_bulk: EncodeSpec,
     encode_append: EncodeSpec,
     landmark: LandmarkSpec,
+    append_rows: AppendRowsSpec,
     functions: Functions,
     fixed_device_bytes: usize,
     /// The host memory mode in effect (`config.host_memory`, or `Pinned` after a fallback).
@@ -249,6 +258,7 @@ impl KeyStore {
         let encode = |mode| EncodeSpec {
             block: config.block,
             segment_words: config.segment_words,
+            kv_rows: config.kv_rows,
             ..EncodeSpec::new(d, mode, rotate)
         };
         let (encode_bulk, encode_append) = (encode(EncodeMode::Bulk), encode(EncodeMode::Append));
@@ -257,11 +267,14 @@ impl KeyStore {
             group: m.group_size() as u32,
             threads: THREADS,
             placement: config.placement,
+            kv_rows: config.kv_rows,
         };
+        let append_rows = append_rows_spec(config.kv_rows);
         for spec in [
             KernelSpec::from(encode_bulk),
             encode_append.into(),
             landmark.into(),
+            append_rows.into(),
         ] {
             spec.validate().map_err(|e| StoreError::Config {
                 reason: e.to_string(),
@@ -276,7 +289,7 @@ impl KeyStore {
             } else {
                 None
             },
-            append_rows: load(APPEND_ROWS.into(), APPEND_ROWS.kernel_name())?,
+            append_rows: load(append_rows.into(), append_rows.kernel_name())?,
         };
 
         let geometry = Geometry {
@@ -293,6 +306,7 @@ impl KeyStore {
                 geometry,
                 heads,
                 config.placement,
+                config.kv_rows,
             )?)
         } else {
             None
@@ -362,6 +376,7 @@ impl KeyStore {
             encode_bulk,
             encode_append,
             landmark,
+            append_rows,
             functions,
             fixed_device_bytes,
             host_memory,
@@ -389,6 +404,11 @@ impl KeyStore {
     /// The segment layout (`D`, `BLK`, `S`).
     pub fn layout(&self) -> &StoreLayout {
         &self.layout
+    }
+
+    /// How the K/V rows are laid out (`config().kv_rows`).
+    pub fn kv_rows(&self) -> KvRows {
+        self.config.kv_rows
     }
 
     /// Tokens in use over all resident sequences, against `capacity_tokens`.

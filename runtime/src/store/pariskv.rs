@@ -14,7 +14,7 @@
 //! the index is left as it was.
 
 use codegen::spec::pariskv::{padded_dim, subspaces, supports_head_dim, CENTROIDS};
-use codegen::spec::{Family, PariskvIndexSpec, Placement};
+use codegen::spec::{Family, KvRows, PariskvIndexSpec, Placement};
 use cudarc::driver::CudaFunction;
 
 use super::device::Memory;
@@ -110,18 +110,21 @@ pub(super) struct IndexState {
 }
 
 impl IndexState {
-    /// Loads the index kernel for `placement` and allocates the fixed buffers.
+    /// Loads the index kernel for `placement` and key rows laid out as `kv_rows` says, and
+    /// allocates the fixed buffers.
     pub fn new(
         gpu: &Gpu,
         kernels: &dyn KernelSource,
         geometry: IndexGeometry,
         heads: usize,
         placement: Placement,
+        kv_rows: KvRows,
     ) -> Result<IndexState, StoreError> {
         let spec = PariskvIndexSpec {
             head_dim: geometry.head_dim as u32,
             threads: THREADS,
             placement,
+            kv_rows,
         };
         spec.validate().map_err(|e| StoreError::Config {
             reason: e.to_string(),

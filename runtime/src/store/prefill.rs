@@ -79,12 +79,20 @@ impl KeyStore {
         let region = self.sequence(id).layers[layer]
             .region
             .expect("allocated above");
-        let (at, bytes) = ((old_total * d * 2) as u64, n * d * 2);
+        // Rows `old_total ..` of every head, from `[H][n][D]`: one run per head and matrix, or
+        // with adjacent rows a strided copy into every other row.
+        let (row, bytes) = (d * 2, n * d * 2);
+        let stride = self.config.kv_rows.row_stride(d) * 2;
+        let at = (old_total * stride) as u64;
         for h in 0..heads {
             let (k, v, _) = self.row_addrs(region, h);
             let from = (h * bytes) as u64;
-            device::copy(&self.gpu, k + at, keys.addr() + from, bytes)?;
-            device::copy(&self.gpu, v + at, values.addr() + from, bytes)?;
+            for (to, src) in [(k + at, keys.addr() + from), (v + at, values.addr() + from)] {
+                match self.config.kv_rows {
+                    KvRows::Separate => device::copy(&self.gpu, to, src, bytes)?,
+                    KvRows::Adjacent => device::copy_rows(&self.gpu, to, stride, src, row, n)?,
+                }
+            }
         }
         self.sequence_mut(id).layers[layer].n_total = new_total;
         self.capacity.commit(before, after);

@@ -51,20 +51,32 @@ impl KeyStore {
         (base + ids as u64, codes, weights)
     }
 
-    /// Addresses of head `h`'s K rows, V rows and means in `region`.
+    /// Addresses of head `h`'s K rows, V rows and means in `region` (rows laid out as
+    /// `config.kv_rows` says: [`row_offsets`]).
     pub(super) fn row_addrs(&self, region: Region, h: usize) -> (u64, u64, u64) {
         let class = self.regions.class(region);
         let per_head = self.head_rows_bytes(class) as u64;
-        let heads = self.config.model.kv_heads as u64;
+        let (heads, d) = (self.config.model.kv_heads, self.config.model.head_dim);
         let base = self.regions.addr(region);
-        let k = base + h as u64 * per_head;
-        let v = base + (heads + h as u64) * per_head;
+        let (k, v) = row_offsets(self.config.kv_rows, heads, d, per_head, h);
         let means = if self.config.keep_landmarks {
-            base + 2 * heads * per_head + h as u64 * per_head / 8
+            base + 2 * heads as u64 * per_head + h as u64 * per_head / 8
         } else {
             0
         };
-        (k, v, means)
+        (base + k, base + v, means)
+    }
+
+    /// The runs that hold the first `n` K and V rows of head `h` in `region`, as `(address,
+    /// bytes)`: two with separate rows, one with adjacent rows (copied as they are when rows
+    /// move to a larger region).
+    pub(super) fn row_runs(&self, region: Region, h: usize, n: usize) -> Vec<(u64, usize)> {
+        let (k, v, _) = self.row_addrs(region, h);
+        let d = self.config.model.head_dim;
+        match self.config.kv_rows {
+            KvRows::Separate => vec![(k, n * d * 2), (v, n * d * 2)],
+            KvRows::Adjacent => vec![(k, n * 2 * d * 2)],
+        }
     }
 
     /// Allocates what the sequences of `ids` need at `layer` to hold `new_total[i]` tokens: a
@@ -177,13 +189,16 @@ impl KeyStore {
             if let Some(new) = g.region {
                 let state = &self.sequence(id).layers[layer];
                 if let Some(old) = state.region {
-                    let rows = state.n_total * d * 2;
                     let means = state.n_stored / 8 * d * 2;
                     for h in 0..heads {
-                        let (k0, v0, m0) = self.row_addrs(old, h);
-                        let (k1, v1, m1) = self.row_addrs(new, h);
-                        device::copy(&self.gpu, k1, k0, rows)?;
-                        device::copy(&self.gpu, v1, v0, rows)?;
+                        let (_, _, m0) = self.row_addrs(old, h);
+                        let (_, _, m1) = self.row_addrs(new, h);
+                        let runs = self.row_runs(old, h, state.n_total);
+                        for ((from, bytes), (to, _)) in
+                            runs.into_iter().zip(self.row_runs(new, h, 0))
+                        {
+                            device::copy(&self.gpu, to, from, bytes)?;
+                        }
                         if self.config.keep_landmarks {
                             device::copy(&self.gpu, m1, m0, means)?;
                         }
@@ -229,5 +244,65 @@ impl KeyStore {
             );
         }
         Ok(())
+    }
+}
+
+/// Byte offsets in a row region of `heads` heads (`per_head` bytes of K, or of V, rows each;
+/// `head_dim` channels) of head `h`'s K rows and V rows: `[K: H][cap][D] | [V: H][cap][D]` for
+/// separate rows, `[H][cap][2][D]` for adjacent ones (the V row `D` values after the K row).
+/// Either way the rows end at `2 * heads * per_head`, where the landmark means begin.
+pub(super) fn row_offsets(
+    kv_rows: KvRows,
+    heads: usize,
+    head_dim: usize,
+    per_head: u64,
+    h: usize,
+) -> (u64, u64) {
+    let h = h as u64;
+    match kv_rows {
+        KvRows::Separate => (h * per_head, (heads as u64 + h) * per_head),
+        KvRows::Adjacent => {
+            let k = 2 * h * per_head;
+            (k, k + 2 * head_dim as u64)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of every head lands inside the rows' part of the region, no two rows overlap,
+    /// and with adjacent rows a token's V row follows its K row.
+    #[test]
+    fn rows_of_both_layouts_tile_the_region() {
+        for (heads, d, cap) in [(1, 64, 256), (8, 128, 512), (3, 80, 256)] {
+            let per_head = (cap * d * 2) as u64;
+            for kv_rows in KvRows::ALL {
+                let stride = (kv_rows.row_stride(d) * 2) as u64;
+                let mut starts = Vec::new();
+                for h in 0..heads {
+                    let (k, v) = row_offsets(kv_rows, heads, d, per_head, h);
+                    for t in 0..cap as u64 {
+                        starts.push(k + t * stride);
+                        starts.push(v + t * stride);
+                    }
+                    if kv_rows == KvRows::Adjacent {
+                        assert_eq!(v, k + 2 * d as u64);
+                    }
+                    assert_eq!(k % 16, 0, "16-byte aligned rows");
+                    assert_eq!(v % 16, 0, "16-byte aligned rows");
+                }
+                starts.sort_unstable();
+                let row = 2 * d as u64;
+                assert!(starts.windows(2).all(|w| w[1] - w[0] >= row), "{kv_rows}");
+                assert_eq!(*starts.first().unwrap(), 0);
+                assert_eq!(
+                    starts.last().unwrap() + row,
+                    2 * heads as u64 * per_head,
+                    "{kv_rows}: the rows fill the region up to the means"
+                );
+            }
+        }
     }
 }

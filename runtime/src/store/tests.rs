@@ -117,3 +117,38 @@ fn configs_are_checked_with_reasons() {
     .validate()
     .is_ok());
 }
+
+/// Adjacent K/V rows are a layout of either placement (the default is separate rows), and the
+/// store's kernels for them are valid specs of every head dimension (the kernel names the
+/// layout).
+#[test]
+fn adjacent_rows_serve_both_placements_and_every_head_dimension() {
+    assert_eq!(
+        StoreConfig::new(shape(Basis::Raw), Placement::Hbm, 1000).kv_rows,
+        KvRows::Separate
+    );
+    for placement in [Placement::Hbm, Placement::Host] {
+        let c = StoreConfig {
+            kv_rows: KvRows::Adjacent,
+            pariskv_index: true,
+            keep_landmarks: true,
+            ..StoreConfig::new(shape(Basis::Raw), placement, 1000)
+        };
+        assert!(c.validate().is_ok(), "{placement:?}");
+    }
+    for d in codegen::spec::shape::HEAD_DIMS {
+        let spec = append_rows_spec(KvRows::Adjacent);
+        assert!(spec.validate().is_ok());
+        assert!(spec.kernel_name().ends_with("_kvadj"));
+        let encode = EncodeSpec {
+            kv_rows: KvRows::Adjacent,
+            ..EncodeSpec::new(d, EncodeMode::Append, false)
+        };
+        assert!(encode.validate().is_ok(), "D = {d}");
+        assert!(encode.kernel_name().ends_with("_kvadj"));
+    }
+    assert_eq!(
+        append_rows_spec(KvRows::Separate),
+        AppendRowsSpec::default()
+    );
+}

@@ -113,6 +113,7 @@ impl KeyStore {
             n_total: &t.n_total,
             k_rows: &t.k_rows,
             v_rows: &t.v_rows,
+            kv_rows: self.config.kv_rows,
             max_tokens,
             landmarks: self.config.keep_landmarks.then_some(&t.landmarks),
             pariskv: self.index.as_ref().map(|_| PariskvView {

@@ -166,6 +166,7 @@ fn fetch_attention(
         group,
         threads: chooser.threads(TunedFamily::Fetch, shape.placement, tiles.row_threads)?,
         placement: shape.placement,
+        kv_rows: shape.kv_rows,
     };
     let (threads, rows_per_warp) = match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
         None => tiles.attention,
@@ -269,6 +270,7 @@ fn landmark(
         group: shape.group as u32,
         threads: chooser.threads(TunedFamily::Landmark, shape.placement, tiles.row_threads)?,
         placement: shape.placement,
+        kv_rows: shape.kv_rows,
     })
 }
 
@@ -331,6 +333,7 @@ fn oracle_select(
         group,
         threads: chooser.threads(TunedFamily::Oracle, shape.placement, tiles.row_threads)?,
         placement: shape.placement,
+        kv_rows: shape.kv_rows,
     };
     let (threads, items_per_thread, algorithm) =
         match chooser.lookup(TunedFamily::Select, Placement::Hbm) {

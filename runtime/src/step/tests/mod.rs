@@ -3,7 +3,7 @@
 
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::select::SelectStage;
-use codegen::spec::{Family, Placement, PlanMethod, SelectAlgorithm, SelectSpec};
+use codegen::spec::{Family, KvRows, Placement, PlanMethod, SelectAlgorithm, SelectSpec};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
 use super::request::{Method, Scoring};
@@ -44,6 +44,7 @@ fn view(batch: usize, max_tokens: usize, placement: Placement) -> ViewShape {
         n_total_len: batch,
         k_rows_len: heads,
         v_rows_len: heads,
+        kv_rows: KvRows::Separate,
         landmarks_len: Some(heads),
         pariskv_len: None,
     }
@@ -61,6 +62,7 @@ fn shape(group: usize, max_tokens: usize, placement: Placement) -> StepShape {
         max_tokens,
         placement,
         basis: Basis::Raw,
+        kv_rows: KvRows::Separate,
     }
 }
 

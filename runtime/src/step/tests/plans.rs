@@ -247,3 +247,53 @@ fn rotated_stores_plan_with_rotation_and_loki_reads_its_channels() {
     assert_eq!(spec.method, PlanMethod::Loki { r: 32 });
     assert!(spec.kernel_name().contains("_loki32_rot_"));
 }
+
+/// A view of K/V-adjacent rows specialises every kernel of the step that reads them (the
+/// tail's and the oracle's scores, the fetch; the landmark scan shares its kernel's name),
+/// in both placements and for every method; nothing else changes.
+#[test]
+fn adjacent_rows_specialise_the_row_readers_and_nothing_else() {
+    for placement in [Placement::Hbm, Placement::Host] {
+        for method in [
+            Method::Fathom { bits: 48.0 },
+            Method::Oracle,
+            Method::Landmark,
+            Method::Dense,
+        ] {
+            let s = shape(4, 40_000, placement);
+            let adjacent = StepShape {
+                kv_rows: KvRows::Adjacent,
+                ..s
+            };
+            let k = if method == Method::Dense { 100_000 } else { 64 };
+            let base = plan_of(s, method, None, k, None).unwrap();
+            let plan = plan_of(adjacent, method, None, k, None).unwrap();
+            assert_eq!(roles(&plan), roles(&base), "{method}");
+            assert_eq!(plan.sizes, base.sizes, "{method}");
+            let readers = [
+                Role::Fetch,
+                Role::Oracle { whole: false },
+                Role::Oracle { whole: true },
+            ];
+            for (a, b) in base.operations.iter().zip(&plan.operations) {
+                let (Some(ka), Some(kb)) = (&a.kernel, &b.kernel) else {
+                    continue;
+                };
+                assert_eq!(ka.launch, kb.launch, "{method} {:?}", a.role);
+                if readers.contains(&a.role) {
+                    assert_eq!(kb.entry, format!("{}_kvadj", ka.entry), "{method}");
+                } else if a.role == Role::LandmarkScan {
+                    // The scan entry of the landmark kernel built over adjacent rows.
+                    assert!(kb.entry.contains("_kvadj_"), "{}", kb.entry);
+                } else {
+                    assert_eq!(kb.entry, ka.entry, "{method} {:?}", a.role);
+                }
+            }
+            assert_eq!(plan.specs.fetch.kv_rows, KvRows::Adjacent);
+            assert_eq!(
+                plan.specs.fetch.kernel_name(),
+                format!("{}_kvadj", base.specs.fetch.kernel_name())
+            );
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The kernels that read or write the store's bf16 K/V rows, run on the CPU exactly as rendered
+//! (`cpu_cuda`: every CUDA thread a fiber, switched in a seeded random order), over both row
+//! layouts (`KvRows::Separate`: a K and a V buffer per head; `KvRows::Adjacent`: one
+//! `[n][2][D]` buffer per head, `v_rows = k_rows + D`):
+//!
+//! - `fetch`: every union row equals its source row bit for bit, nothing past `uni_count` is
+//!   written, with the spec's grid and with one block per head (which must stride);
+//! - `oracle`: the scores from adjacent rows equal the scores from separate rows bit for bit,
+//!   and the f64 dot products within fp32 rounding;
+//! - `append_rows`: row `n_total − 1` of every head gets the new K and V row, nothing else
+//!   changes.
+//!
+//! Head dimensions 64, 80 (the padded fetch) and 128, both placements (the host kernels load
+//! with `__ldcs`). These need a C++17 compiler (`c++`), not a GPU; the GPU runs the same layouts
+//! in `gpu_fetch.rs`, `gpu_store.rs` and `gpu_step.rs`.
+
+use codegen::render::render;
+use codegen::spec::{AppendRowsSpec, Family, FetchSpec, KvRows, OracleSpec, Placement};
+use fathom_tests::cpu_cuda::{CType, Entry, Launch, PointerTable, Program, Value};
+use fathom_tests::inputs;
+use fathom_tests::kv_rows::interleave;
+use rand::seq::index::sample;
+use rand::Rng;
+
+const BATCH: usize = 2;
+const HEADS: usize = 2;
+const ALWAYS: usize = 36;
+const POISON: u16 = 0xdead;
+
+/// 16-bit values as the words of a CPU buffer (a zero pads an odd count).
+fn words(x: &[u16]) -> Vec<u32> {
+    x.chunks(2)
+        .map(|p| u32::from(p[0]) | u32::from(*p.get(1).unwrap_or(&0)) << 16)
+        .collect()
+}
+
+fn halves(w: &[u32]) -> Vec<u16> {
+    w.iter()
+        .flat_map(|&x| [x as u16, (x >> 16) as u16])
+        .collect()
+}
+
+fn ints(x: &[i32]) -> Vec<u32> {
+    x.iter().map(|&v| v as u32).collect()
+}
+
+fn floats(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+const ROWS: CType = CType::Ptr("const unsigned short* const*");
+
+/// The row buffers of `B*H` heads, laid out as `kv_rows` says, from the K and V rows `[n][D]`
+/// of each head: the buffers, and the `k_rows`/`v_rows` pointer tables, for buffers numbered
+/// from `first`.
+struct RowBuffers {
+    buffers: Vec<Vec<u32>>,
+    k_table: Vec<(usize, usize)>,
+    v_table: Vec<(usize, usize)>,
+}
+
+fn row_buffers(
+    k: &[Vec<u16>],
+    v: &[Vec<u16>],
+    d: usize,
+    kv_rows: KvRows,
+    first: usize,
+) -> RowBuffers {
+    let heads = k.len();
+    match kv_rows {
+        KvRows::Separate => RowBuffers {
+            buffers: k.iter().chain(v).map(|r| words(r)).collect(),
+            k_table: (0..heads).map(|h| (first + h, 0)).collect(),
+            v_table: (0..heads).map(|h| (first + heads + h, 0)).collect(),
+        },
+        KvRows::Adjacent => RowBuffers {
+            buffers: (0..heads)
+                .map(|h| words(&interleave(&k[h], &v[h], d)))
+                .collect(),
+            k_table: (0..heads).map(|h| (first + h, 0)).collect(),
+            v_table: (0..heads).map(|h| (first + h, 2 * d)).collect(),
+        },
+    }
+}
+
+fn random_rows(rng: &mut impl Rng, n: usize, d: usize) -> Vec<u16> {
+    (0..n * d).map(|_| rng.gen::<u16>()).collect()
+}
+
+/// Finite bf16 values in [-2, 2).
+fn random_keys(rng: &mut impl Rng, n: usize, d: usize) -> Vec<u16> {
+    (0..n * d)
+        .map(|_| half::bf16::from_f32(rng.gen_range(-2.0f32..2.0)).to_bits())
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fetch_case(
+    rng: &mut impl Rng,
+    seed: u64,
+    d: usize,
+    g: usize,
+    k: usize,
+    placement: Placement,
+    kv_rows: KvRows,
+) -> Result<(), String> {
+    let spec = FetchSpec::new(d as u32, g as u32, 64, placement).with_kv_rows(kv_rows);
+    let entry = Entry {
+        name: spec.kernel_name(),
+        params: vec![
+            ROWS,
+            ROWS,
+            CType::Ptr("const int*"),
+            CType::Ptr("const int*"),
+            CType::Ptr("unsigned short*"),
+            CType::Ptr("unsigned short*"),
+            CType::Int,
+            CType::Int,
+        ],
+    };
+    let program = Program::build(&render(&spec).map_err(|e| e.to_string())?, vec![entry])?;
+    let uc = g * k + ALWAYS;
+    let lengths = [uc + rng.gen_range(0..200), rng.gen_range(1..uc)];
+    let heads = BATCH * HEADS;
+    let n = |kh: usize| lengths[kh / HEADS];
+    let k_src: Vec<Vec<u16>> = (0..heads).map(|kh| random_rows(rng, n(kh), d)).collect();
+    let v_src: Vec<Vec<u16>> = (0..heads).map(|kh| random_rows(rng, n(kh), d)).collect();
+    let mut uni = vec![-1i32; heads * uc];
+    let mut counts = vec![0i32; heads];
+    for kh in 0..heads {
+        let count = match kh % 3 {
+            0 => uc.min(n(kh)),
+            1 => rng.gen_range(0..=uc.min(n(kh))),
+            _ => 1,
+        };
+        let mut tokens = sample(rng, n(kh), count).into_vec();
+        tokens.sort_unstable();
+        for (u, &t) in tokens.iter().enumerate() {
+            uni[kh * uc + u] = t as i32;
+        }
+        counts[kh] = count as i32;
+    }
+    let rows = row_buffers(&k_src, &v_src, d, kv_rows, 0);
+    let r = rows.buffers.len();
+    let (k_table, v_table, uni_b, count_b, k_sel, v_sel) = (r, r + 1, r + 2, r + 3, r + 4, r + 5);
+    let spec_grid = spec
+        .launch(BATCH as u64, HEADS as u64, k as u64)
+        .map_err(|e| e.to_string())?
+        .grid;
+    for grid in [spec_grid, [1, spec_grid[1], spec_grid[2]]] {
+        let mut buffers = rows.buffers.clone();
+        buffers.push(vec![0; 2 * heads]);
+        buffers.push(vec![0; 2 * heads]);
+        buffers.push(ints(&uni));
+        buffers.push(ints(&counts));
+        buffers.push(words(&vec![POISON; heads * uc * d]));
+        buffers.push(words(&vec![POISON; heads * uc * d]));
+        let tables = [
+            PointerTable {
+                buffer: k_table,
+                entries: rows.k_table.clone(),
+            },
+            PointerTable {
+                buffer: v_table,
+                entries: rows.v_table.clone(),
+            },
+        ];
+        let launch = Launch {
+            entry: 0,
+            grid,
+            threads: spec.threads,
+            args: vec![
+                Value::Buffer(k_table),
+                Value::Buffer(v_table),
+                Value::Buffer(uni_b),
+                Value::Buffer(count_b),
+                Value::Buffer(k_sel),
+                Value::Buffer(v_sel),
+                Value::Int(k as i64),
+                Value::Int(HEADS as i64),
+            ],
+        };
+        program.run_with_tables(&mut buffers, &tables, &[launch], seed)?;
+        let what = format!(
+            "{} grid {grid:?} lengths {lengths:?} counts {counts:?}",
+            spec.kernel_name()
+        );
+        for (name, sel, src) in [("K", k_sel, &k_src), ("V", v_sel, &v_src)] {
+            let got = halves(&buffers[sel]);
+            for kh in 0..heads {
+                for u in 0..uc {
+                    let row = &got[(kh * uc + u) * d..(kh * uc + u + 1) * d];
+                    if u < counts[kh] as usize {
+                        let t = uni[kh * uc + u] as usize;
+                        if row != &src[kh][t * d..(t + 1) * d] {
+                            return Err(format!("{what}: {name} row {u} of head {kh} (token {t})"));
+                        }
+                    } else if row.iter().any(|&x| x != POISON) {
+                        return Err(format!(
+                            "{what}: {name} row {u} of head {kh} past the count"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fetch_of_both_row_layouts_equals_the_source_rows() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_rows fetch");
+    let mut failures = Vec::new();
+    for (d, g, k) in [(128, 4, 8), (64, 1, 3), (80, 7, 2)] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for kv_rows in KvRows::ALL {
+                if let Err(e) = fetch_case(&mut rng, seed, d, g, k, placement, kv_rows) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "FATHOM_TEST_SEED={seed}:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The oracle's scores `[B][H][G][ld]` over keys laid out as `kv_rows` says.
+fn oracle_scores(
+    spec: OracleSpec,
+    keys: &[Vec<u16>],
+    q: &[f32],
+    lengths: &[usize],
+    ld: usize,
+    seed: u64,
+) -> Result<Vec<f32>, String> {
+    let d = spec.head_dim as usize;
+    let g = spec.group as usize;
+    let entry = Entry {
+        name: spec.kernel_name(),
+        params: vec![
+            ROWS,
+            CType::Ptr("const float*"),
+            CType::Ptr("const int*"),
+            CType::Ptr("const int*"),
+            CType::Ptr("float*"),
+            CType::Int,
+            CType::Int,
+        ],
+    };
+    let program = Program::build(&render(&spec).map_err(|e| e.to_string())?, vec![entry])?;
+    // The values are zeros: only the keys' stride matters to the oracle.
+    let zeros: Vec<Vec<u16>> = keys.iter().map(|k| vec![0; k.len()]).collect();
+    let rows = row_buffers(keys, &zeros, d, spec.kv_rows, 0);
+    let mut buffers = rows.buffers;
+    let r = buffers.len();
+    buffers.push(vec![0; 2 * keys.len()]);
+    buffers.push(floats(q));
+    buffers.push(ints(&vec![0; lengths.len()]));
+    buffers.push(ints(&lengths.iter().map(|&n| n as i32).collect::<Vec<_>>()));
+    buffers.push(floats(&vec![f32::NAN; keys.len() * g * ld]));
+    let max = lengths.iter().copied().max().unwrap_or(0) as u64;
+    let launch = spec
+        .launch(lengths.len() as u64, HEADS as u64, max)
+        .map_err(|e| e.to_string())?;
+    let launch = Launch {
+        entry: 0,
+        grid: launch.grid,
+        threads: spec.threads,
+        args: vec![
+            Value::Buffer(r),
+            Value::Buffer(r + 1),
+            Value::Buffer(r + 2),
+            Value::Buffer(r + 3),
+            Value::Buffer(r + 4),
+            Value::Int(ld as i64),
+            Value::Int(HEADS as i64),
+        ],
+    };
+    let tables = [PointerTable {
+        buffer: r,
+        entries: rows.k_table,
+    }];
+    program.run_with_tables(&mut buffers, &tables, &[launch], seed)?;
+    Ok(buffers[r + 4].iter().map(|&w| f32::from_bits(w)).collect())
+}
+
+#[test]
+fn oracle_scores_of_adjacent_rows_equal_those_of_separate_rows() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_rows oracle");
+    for (d, g, placement) in [(128, 4, Placement::Host), (80, 7, Placement::Hbm)] {
+        let lengths = [rng.gen_range(40..300), rng.gen_range(1..40)];
+        let ld = 300;
+        let keys: Vec<Vec<u16>> = (0..BATCH * HEADS)
+            .map(|kh| random_keys(&mut rng, lengths[kh / HEADS], d))
+            .collect();
+        let q: Vec<f32> = (0..BATCH * HEADS * g * d)
+            .map(|_| rng.gen_range(-1.0f32..1.0))
+            .collect();
+        let spec = OracleSpec::new(d as u32, g as u32, 64, placement);
+        let separate = oracle_scores(spec, &keys, &q, &lengths, ld, seed).unwrap();
+        let adjacent = oracle_scores(
+            spec.with_kv_rows(KvRows::Adjacent),
+            &keys,
+            &q,
+            &lengths,
+            ld,
+            seed,
+        )
+        .unwrap();
+        let what = format!("{} (FATHOM_TEST_SEED={seed})", spec.kernel_name());
+        let same = separate
+            .iter()
+            .zip(&adjacent)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{what}: adjacent rows score differently");
+        for kh in 0..BATCH * HEADS {
+            for gi in 0..g {
+                let qv = &q[(kh * g + gi) * d..(kh * g + gi + 1) * d];
+                for t in 0..ld {
+                    let got = separate[(kh * g + gi) * ld + t];
+                    if t >= lengths[kh / HEADS] {
+                        assert!(got.is_nan(), "{what}: score past the range written");
+                        continue;
+                    }
+                    let want: f64 = (0..d)
+                        .map(|c| {
+                            let x = half::bf16::from_bits(keys[kh][t * d + c]).to_f64();
+                            f64::from(qv[c]) * x
+                        })
+                        .sum();
+                    assert!(
+                        (f64::from(got) - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{what}: head {kh} query {gi} token {t}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn append_rows_writes_the_new_row_of_either_layout() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_rows append");
+    let d = 96;
+    let cap = 40;
+    for kv_rows in KvRows::ALL {
+        let spec = AppendRowsSpec {
+            threads: 32,
+            kv_rows,
+        };
+        let entry = Entry {
+            name: spec.kernel_name(),
+            params: vec![
+                CType::Ptr("unsigned short* const*"),
+                CType::Ptr("unsigned short* const*"),
+                CType::Ptr("const int*"),
+                CType::Ptr("const unsigned short*"),
+                CType::Ptr("const unsigned short*"),
+                CType::Int,
+                CType::Int,
+            ],
+        };
+        let program = Program::build(&render(&spec).unwrap(), vec![entry]).unwrap();
+        let heads = BATCH * HEADS;
+        let k_old: Vec<Vec<u16>> = (0..heads).map(|_| random_rows(&mut rng, cap, d)).collect();
+        let v_old: Vec<Vec<u16>> = (0..heads).map(|_| random_rows(&mut rng, cap, d)).collect();
+        let n_total: Vec<i32> = (0..BATCH).map(|_| rng.gen_range(1..=cap as i32)).collect();
+        let new_k = random_rows(&mut rng, heads, d);
+        let new_v = random_rows(&mut rng, heads, d);
+        let rows = row_buffers(&k_old, &v_old, d, kv_rows, 0);
+        let mut buffers = rows.buffers.clone();
+        let r = buffers.len();
+        buffers.push(vec![0; 2 * heads]);
+        buffers.push(vec![0; 2 * heads]);
+        buffers.push(ints(&n_total));
+        buffers.push(words(&new_k));
+        buffers.push(words(&new_v));
+        let tables = [
+            PointerTable {
+                buffer: r,
+                entries: rows.k_table.clone(),
+            },
+            PointerTable {
+                buffer: r + 1,
+                entries: rows.v_table.clone(),
+            },
+        ];
+        let launch = Launch {
+            entry: 0,
+            grid: spec.launch(BATCH as u64, HEADS as u64).unwrap().grid,
+            threads: spec.threads,
+            args: vec![
+                Value::Buffer(r),
+                Value::Buffer(r + 1),
+                Value::Buffer(r + 2),
+                Value::Buffer(r + 3),
+                Value::Buffer(r + 4),
+                Value::Int(HEADS as i64),
+                Value::Int(d as i64),
+            ],
+        };
+        program
+            .run_with_tables(&mut buffers, &tables, &[launch], seed)
+            .unwrap();
+        // The expected rows, written on the host the same way, then laid out alike.
+        let (mut k_want, mut v_want) = (k_old.clone(), v_old.clone());
+        for kh in 0..heads {
+            let t = n_total[kh / HEADS] as usize - 1;
+            k_want[kh][t * d..(t + 1) * d].copy_from_slice(&new_k[kh * d..(kh + 1) * d]);
+            v_want[kh][t * d..(t + 1) * d].copy_from_slice(&new_v[kh * d..(kh + 1) * d]);
+        }
+        let want = row_buffers(&k_want, &v_want, d, kv_rows, 0).buffers;
+        assert_eq!(
+            &buffers[..r],
+            &want[..],
+            "{} (FATHOM_TEST_SEED={seed})",
+            spec.kernel_name()
+        );
+    }
+}
