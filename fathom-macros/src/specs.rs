@@ -420,7 +420,10 @@ mod tests {
             assert_eq!(defaulted_fields(family), ["kv_rows"], "{family}");
         }
         assert_eq!(defaulted_fields("select"), ["algorithm"]);
-        assert_eq!(defaulted_fields("pariskv_rerank"), ["vector_loads"]);
+        assert_eq!(
+            defaulted_fields("pariskv_rerank"),
+            ["vector_loads", "select"]
+        );
         assert!(defaulted_fields("scan").is_empty());
         assert!(defaulted_fields("attention").is_empty());
         assert!(defaulted_fields("nope").is_empty());

@@ -33,19 +33,6 @@ const BATCH: usize = 3;
 const KV_HEADS: usize = 2;
 
 #[allow(clippy::too_many_arguments)]
-fn fetch_case(
-    gpu: &Gpu,
-    rng: &mut impl Rng,
-    seed: u64,
-    placement: Placement,
-    d: usize,
-    g: usize,
-    k: usize,
-) {
-    fetch_rows_case(gpu, rng, seed, placement, d, g, k, KvRows::Separate);
-}
-
-#[allow(clippy::too_many_arguments)]
 fn fetch_rows_case(
     gpu: &Gpu,
     rng: &mut impl Rng,
@@ -196,7 +183,16 @@ fn fetch_all_shapes(t: &mut GpuTest, placement: Placement) {
     for (d, g) in head_dims_and_groups() {
         let k = if first { 0 } else { t.rng.gen_range(1..=2048) };
         first = false;
-        fetch_case(&t.gpu, &mut t.rng, t.seed, placement, d, g, k);
+        fetch_rows_case(
+            &t.gpu,
+            &mut t.rng,
+            t.seed,
+            placement,
+            d,
+            g,
+            k,
+            KvRows::Separate,
+        );
     }
 }
 

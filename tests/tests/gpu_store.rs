@@ -454,97 +454,28 @@ fn prefill_append_rows_case(
     );
 }
 
-gpu_test!(prefill_and_append_raw_hbm, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen3-8b"),
-        Placement::Hbm,
-        false,
-        HostMemory::Pinned,
-    );
-});
+/// The prefill/append cases, one test each: model, placement, rotated store, host memory, rows.
+macro_rules! prefill_append_tests {
+    ($($name:ident: $model:literal, $placement:ident, $rotate:literal, $host:ident, $rows:ident;)*) => {
+        $(gpu_test!($name, |t| {
+            let model = shape($model);
+            let (placement, host) = (Placement::$placement, HostMemory::$host);
+            prefill_append_rows_case(&mut t, model, placement, $rotate, host, KvRows::$rows);
+        });)*
+    };
+}
 
-gpu_test!(prefill_and_append_raw_host, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen3-8b"),
-        Placement::Host,
-        false,
-        HostMemory::Pinned,
-    );
-});
-
-gpu_test!(prefill_and_append_raw_host_adjacent_rows, |t| {
-    prefill_append_rows_case(
-        &mut t,
-        shape("qwen3-8b"),
-        Placement::Host,
-        false,
-        HostMemory::Pinned,
-        KvRows::Adjacent,
-    );
-});
-
-gpu_test!(prefill_and_append_rotated_hbm_adjacent_rows, |t| {
-    prefill_append_rows_case(
-        &mut t,
-        shape("qwen2.5-7b"),
-        Placement::Hbm,
-        true,
-        HostMemory::Pinned,
-        KvRows::Adjacent,
-    );
-});
-
-gpu_test!(prefill_and_append_raw_host_registered, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen3-8b"),
-        Placement::Host,
-        false,
-        HostMemory::Registered,
-    );
-});
-
-gpu_test!(prefill_and_append_raw_host_vmm, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen3-8b"),
-        Placement::Host,
-        false,
-        HostMemory::Vmm2M,
-    );
-});
-
-gpu_test!(prefill_and_append_rotated_host_vmm, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen2.5-7b"),
-        Placement::Host,
-        true,
-        HostMemory::Vmm2M,
-    );
-});
-
-gpu_test!(prefill_and_append_rotated_hbm, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen2.5-7b"),
-        Placement::Hbm,
-        true,
-        HostMemory::Pinned,
-    );
-});
-
-gpu_test!(prefill_and_append_rotated_host, |t| {
-    prefill_append_case(
-        &mut t,
-        shape("qwen2.5-7b"),
-        Placement::Host,
-        true,
-        HostMemory::Pinned,
-    );
-});
+prefill_append_tests! {
+    prefill_and_append_raw_hbm: "qwen3-8b", Hbm, false, Pinned, Separate;
+    prefill_and_append_raw_host: "qwen3-8b", Host, false, Pinned, Separate;
+    prefill_and_append_raw_host_adjacent_rows: "qwen3-8b", Host, false, Pinned, Adjacent;
+    prefill_and_append_rotated_hbm_adjacent_rows: "qwen2.5-7b", Hbm, true, Pinned, Adjacent;
+    prefill_and_append_raw_host_registered: "qwen3-8b", Host, false, Registered, Separate;
+    prefill_and_append_raw_host_vmm: "qwen3-8b", Host, false, Vmm2M, Separate;
+    prefill_and_append_rotated_host_vmm: "qwen2.5-7b", Host, true, Vmm2M, Separate;
+    prefill_and_append_rotated_hbm: "qwen2.5-7b", Hbm, true, Pinned, Separate;
+    prefill_and_append_rotated_host: "qwen2.5-7b", Host, true, Pinned, Separate;
+}
 
 /// The real `config.json` of Phi-3-mini (D = 96, 32 KV heads, G = 1) and of GLM-4-9B (D = 128,
 /// G = 16, ChatGLM's field names), compiled in so the packed test needs no source tree.

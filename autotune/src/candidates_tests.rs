@@ -1,0 +1,334 @@
+//! The candidate grids: what each family tries, the prunes the module docs state, and the
+//! opt-ins' names and checksums.
+
+use super::*;
+use codegen::spec::Family;
+
+fn case(subject: Subject, placement: Placement, group: usize) -> Case {
+    Case {
+        opt_in: OptIn::default(),
+        subject,
+        head_dim: 128,
+        group,
+        kv_heads: 8,
+        placement,
+        tokens: 1 << 15,
+    }
+}
+
+#[test]
+fn scan_candidates_are_the_valid_part_of_the_grid() {
+    for placement in [Placement::Hbm, Placement::Host] {
+        let c = case(Subject::Kernel(TunedFamily::Scan), placement, 4);
+        let all = grid(c.subject, c.placement);
+        let valid = enumerate(&c);
+        assert!(!valid.is_empty() && valid.len() < all.len());
+        for v in &all {
+            let Variant::Tile(Tile::Scan {
+                tile_words,
+                threads,
+            }) = *v
+            else {
+                panic!("{v:?}")
+            };
+            let ok = scan_spec(&c, tile_words, threads).validate().is_ok();
+            assert_eq!(valid.contains(v), ok, "{}", v.name());
+            // Tokens per thread outside 1, 2, 4, 8 never survive.
+            if ok {
+                assert!([1, 2, 4, 8].contains(&(tile_words * 64 / threads)));
+            }
+        }
+    }
+}
+
+#[test]
+fn gather_and_transfer_candidates() {
+    let g = enumerate(&case(
+        Subject::Kernel(TunedFamily::Gather),
+        Placement::Host,
+        4,
+    ));
+    assert_eq!(g.len(), GATHER_LOADS.len() * GATHER_THREADS.len());
+    let t = enumerate(&case(Subject::Transfer, Placement::Host, 4));
+    assert_eq!(
+        t,
+        [
+            Variant::Transfer(Transfer::Fused),
+            Variant::Transfer(Transfer::CopyKernel)
+        ]
+    );
+    // The transfer is a host-placement choice only.
+    assert!(enumerate(&case(Subject::Transfer, Placement::Hbm, 4)).is_empty());
+}
+
+/// Every preset's distinct (D, G), and the extremes the specs allow.
+fn shapes() -> Vec<(usize, usize)> {
+    let mut shapes: Vec<(usize, usize)> = codegen::model::presets()
+        .iter()
+        .map(|p| (p.shape().head_dim, p.shape().group_size()))
+        .collect();
+    shapes.extend([(64, 1), (256, 8)]);
+    shapes.sort();
+    shapes.dedup();
+    shapes
+}
+
+#[test]
+fn every_candidate_of_every_subject_validates_for_every_shape() {
+    for (d, g) in shapes() {
+        for &(subject, placement) in &SUBJECTS {
+            let c = Case {
+                head_dim: d,
+                group: g,
+                ..case(subject, placement, g)
+            };
+            let all = grid(subject, placement);
+            let valid = enumerate(&c);
+            assert!(!valid.is_empty(), "{subject} {placement:?} D={d} G={g}");
+            for v in &valid {
+                if let Variant::Tile(_) = v {
+                    let spec = tile_spec(&c, v).unwrap();
+                    assert_eq!(spec.family(), subject.as_str());
+                    spec.validate()
+                        .unwrap_or_else(|e| panic!("{} D={d} G={g}: {e}", v.name()));
+                }
+            }
+            // Only the scan's grid holds tiles a shape refuses (tiles a segment cannot
+            // hold); every other family's grid is valid as a whole.
+            if subject != Subject::Kernel(TunedFamily::Scan) {
+                assert_eq!(valid, all, "{subject} {placement:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_new_grids_have_their_stated_sizes() {
+    let size = |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
+    assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
+    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 60);
+    assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 20);
+    for family in [
+        TunedFamily::Oracle,
+        TunedFamily::Landmark,
+        TunedFamily::Fetch,
+    ] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            assert_eq!(size(family, placement), 5, "{family:?} {placement:?}");
+        }
+    }
+    for &(subject, placement) in &SUBJECTS {
+        if let Subject::Kernel(
+            f @ (TunedFamily::PariskvVote | TunedFamily::PariskvTopc | TunedFamily::PariskvRerank),
+        ) = subject
+        {
+            // The rerank's two `_score` variants at every thread count.
+            let variants = if f == TunedFamily::PariskvRerank {
+                2
+            } else {
+                1
+            };
+            assert_eq!(
+                size(f, placement),
+                variants * PARISKV_THREADS.len(),
+                "{f:?}"
+            );
+        }
+    }
+}
+
+/// The ParisKV subjects are keyed as the step looks them up: vote and rerank in both
+/// placements of the index rows, the top-C in HBM only; their specs are the step's (the
+/// rerank at the decoder's `k_max`), and the default threads are among the candidates.
+#[test]
+fn pariskv_subjects_follow_the_steps_lookups() {
+    let pariskv: Vec<(TunedFamily, Placement)> = SUBJECTS
+        .iter()
+        .filter_map(|&(s, p)| match s {
+            Subject::Kernel(f) if f.as_str().starts_with("pariskv") => Some((f, p)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        pariskv,
+        [
+            (TunedFamily::PariskvVote, Placement::Hbm),
+            (TunedFamily::PariskvTopc, Placement::Hbm),
+            (TunedFamily::PariskvRerank, Placement::Hbm),
+            (TunedFamily::PariskvVote, Placement::Host),
+            (TunedFamily::PariskvRerank, Placement::Host),
+        ]
+    );
+    let defaults = runtime::tuning::Tiles::default();
+    for (family, placement) in pariskv {
+        let default = Variant::Tile(match family {
+            TunedFamily::PariskvRerank => Tile::Rerank {
+                threads: defaults.pariskv_threads,
+                vector_loads: defaults.rerank_vector_loads,
+                multiblock: false,
+            },
+            _ => Tile::Threads(defaults.pariskv_threads),
+        });
+        let c = case(Subject::Kernel(family), placement, 7);
+        assert!(enumerate(&c).contains(&default), "{family:?}");
+        let spec = tile_spec(&c, &Variant::Tile(Tile::Threads(512))).unwrap();
+        assert_eq!(spec.family(), family.as_str());
+        match spec {
+            KernelSpec::PariskvVote(s) => {
+                assert_eq!((s.threads, s.placement, s.head_dim), (512, placement, 128))
+            }
+            KernelSpec::PariskvTopc(s) => assert_eq!((s.threads, s.head_dim), (512, 128)),
+            KernelSpec::PariskvRerank(s) => {
+                assert_eq!((s.threads, s.placement, s.group), (512, placement, 7));
+                assert_eq!(s.k_max as usize, bench_k_max());
+                assert!(!s.vector_loads);
+                let wide = Tile::Rerank {
+                    threads: 256,
+                    vector_loads: true,
+                    multiblock: false,
+                };
+                assert!(enumerate(&c).contains(&Variant::Tile(wide)));
+                match tile_spec(&c, &Variant::Tile(wide)).unwrap() {
+                    KernelSpec::PariskvRerank(s) => {
+                        assert_eq!((s.threads, s.vector_loads), (256, true))
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
+    for opt_in in [
+        OptIn::default(),
+        OptIn::parse(&["pariskv-select-multiblock".into()]).unwrap(),
+    ] {
+        let c = Case {
+            opt_in,
+            ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
+        };
+        let valid = enumerate(&c);
+        let mut domain = 0;
+        for threads in 1..=1100u32 {
+            for items_per_thread in 0..=40u32 {
+                for algorithm in SelectAlgorithm::ALL {
+                    let spec = SelectSpec {
+                        group: 7,
+                        k_max: bench_k_max() as u32,
+                        threads,
+                        items_per_thread,
+                        algorithm,
+                    };
+                    let tile = Variant::Tile(Tile::select(threads, items_per_thread, algorithm));
+                    if spec.validate().is_err() {
+                        assert!(!valid.contains(&tile), "{}", tile.name());
+                        continue;
+                    }
+                    domain += 1;
+                    let kept = threads.is_power_of_two()
+                        && threads >= 64
+                        && items_per_thread.is_power_of_two()
+                        && threads * items_per_thread >= SELECT_MIN_CHUNK;
+                    assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
+                }
+            }
+        }
+        // Multiples of 32 up to 1,024 threads, 1 to 32 items, the plain and compacting
+        // variants: the spec's whole domain; the one-read variant wherever its buffer holds
+        // k_max = 2048 (from 64 threads on).
+        assert_eq!(domain, 32 * 32 * 2 + 31 * 32);
+        // The runtime's default select tile is among the candidates.
+        let defaults = runtime::tuning::Tiles::default();
+        let (threads, items_per_thread) = defaults.select;
+        assert!(valid.contains(&Variant::Tile(Tile::select(
+            threads,
+            items_per_thread,
+            defaults.select_algorithm,
+        ))));
+        // Every tile is tried as each of the three variants, whatever the opt-ins.
+        assert_eq!(valid.len(), 20 * 3);
+    }
+}
+
+#[test]
+fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones() {
+    assert_eq!(OptIn::parse(&[]).unwrap(), OptIn::default());
+    let e = OptIn::parse(&["select-onepass".to_string()]).unwrap_err();
+    assert!(e.contains("default grid") && e.contains("drop"), "{e}");
+    let e = OptIn::parse(&["select-fast".to_string()]).unwrap_err();
+    assert!(
+        e.contains("select-fast") && e.contains("pariskv-select-multiblock"),
+        "{e}"
+    );
+    // The default grid holds every select tile as the one-read variant too.
+    let select = grid(Subject::Kernel(TunedFamily::Select), Placement::Hbm);
+    let onepass = select
+        .iter()
+        .filter(|v| v.name().ends_with("onepass"))
+        .count();
+    assert_eq!(onepass * 3, select.len());
+}
+
+#[test]
+fn the_defaults_of_every_family_are_candidates() {
+    let t = runtime::tuning::Tiles::default();
+    let has = |family, placement, tile| {
+        enumerate(&case(Subject::Kernel(family), placement, 4)).contains(&Variant::Tile(tile))
+    };
+    assert!(has(
+        TunedFamily::Plan,
+        Placement::Hbm,
+        Tile::Threads(t.plan_threads as u32)
+    ));
+    let (threads, rows_per_warp) = t.attention;
+    assert!(has(
+        TunedFamily::Attention,
+        Placement::Hbm,
+        Tile::Attention {
+            threads,
+            rows_per_warp
+        }
+    ));
+    for family in [
+        TunedFamily::Oracle,
+        TunedFamily::Landmark,
+        TunedFamily::Fetch,
+    ] {
+        assert!(has(family, Placement::Host, Tile::Threads(t.row_threads)));
+    }
+}
+
+#[test]
+fn a_tile_of_another_family_has_no_spec() {
+    let c = case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 4);
+    assert!(tile_spec(&c, &Variant::Tile(Tile::Threads(256))).is_err());
+    assert!(tile_spec(&c, &Variant::Transfer(Transfer::Fused)).is_err());
+}
+
+#[test]
+fn names_are_distinct_and_the_checksum_is_stable_hex() {
+    for &(s, p) in &SUBJECTS {
+        let mut names: Vec<String> = grid(s, p).iter().map(Variant::name).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n);
+    }
+    let sum = candidate_checksum(OptIn::default());
+    assert_eq!(sum.len(), 64);
+    assert!(sum.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(sum, candidate_checksum(OptIn::default()));
+}
+
+#[test]
+fn keys_carry_the_context_bucket_and_k_follows_the_paper() {
+    let mut c = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 7);
+    c.tokens = 1 << 20;
+    assert_eq!(c.key().context_bucket, 20);
+    assert_eq!(c.key().group, 7);
+    assert!(CONTEXTS.iter().all(|&t| bench_k(t) == 512));
+    assert!(bench_k(1 << 15) <= bench_k_max());
+}
