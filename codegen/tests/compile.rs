@@ -122,7 +122,7 @@ fn ptx_snapshots() {
 }
 
 /// The compacting and the one-read select are not in the default sets (the compacting one is a
-/// tuning choice, the one-read one opt-in until measured on a GPU): their source and PTX for
+/// tuning choice, the one-read one too since it ran on the H200): their source and PTX for
 /// the default select tile of qwen3-8b (G = 4), and the one-read variant's for qwen2.5-7b
 /// (G = 7) and llama-3.1-70b (G = 8) too, are snapshotted here.
 #[test]
@@ -142,20 +142,7 @@ fn select_variant_snapshots() {
             })
             .expect("the default set has a select");
         let spec: KernelSpec = SelectSpec { algorithm, ..plain }.into();
-        let source = render_any(&spec).unwrap();
-        insta::assert_snapshot!(format!("cuda-{preset}-{}", spec.kernel_name()), source);
-        let compiled = compile(&spec, "sm_90");
-        assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
-        for entry in spec.entry_points() {
-            assert!(
-                compiled.ptx.contains(&format!(".entry {entry}(")),
-                "{entry}"
-            );
-        }
-        insta::assert_snapshot!(
-            format!("ptx-sm_90-{preset}-{}", spec.kernel_name()),
-            compiled.ptx
-        );
+        snapshot_variant(preset, &spec);
     }
 }
 
@@ -173,20 +160,7 @@ fn pariskv_select_variant_snapshots() {
             ..plain
         }
         .into();
-        let source = render_any(&spec).unwrap();
-        insta::assert_snapshot!(format!("cuda-qwen3-8b-{}", spec.kernel_name()), source);
-        let compiled = compile(&spec, "sm_90");
-        assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
-        for entry in spec.entry_points() {
-            assert!(
-                compiled.ptx.contains(&format!(".entry {entry}(")),
-                "{entry}"
-            );
-        }
-        insta::assert_snapshot!(
-            format!("ptx-sm_90-qwen3-8b-{}", spec.kernel_name()),
-            compiled.ptx
-        );
+        snapshot_variant("qwen3-8b", &spec);
     }
 }
 
@@ -386,5 +360,24 @@ fn emit_writes_sources_ptx_and_manifest_or_nothing() {
         std::fs::read_dir(dir.path()).unwrap().count(),
         1,
         "no partial directory left"
+    );
+}
+
+/// A variant spec of `preset`'s set: its source and its sm_90 PTX (compiled without a warning,
+/// every entry point present) as snapshots named after the preset and the kernel.
+fn snapshot_variant(preset: &str, spec: &KernelSpec) {
+    let source = render_any(spec).unwrap();
+    insta::assert_snapshot!(format!("cuda-{preset}-{}", spec.kernel_name()), source);
+    let compiled = compile(spec, "sm_90");
+    assert_eq!(compiled.log, "", "{}: NVRTC warned", spec.kernel_name());
+    for entry in spec.entry_points() {
+        assert!(
+            compiled.ptx.contains(&format!(".entry {entry}(")),
+            "{entry}"
+        );
+    }
+    insta::assert_snapshot!(
+        format!("ptx-sm_90-{preset}-{}", spec.kernel_name()),
+        compiled.ptx
     );
 }

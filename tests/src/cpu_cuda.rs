@@ -18,12 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use codegen::emit::sha256_hex;
+use codegen::signature::{entry_params, CType as SignatureType, Scalar};
 
 /// The C type of one kernel parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CType {
-    /// A pointer, spelled as in the kernel (`const float*`, `uint2*`).
-    Ptr(&'static str),
+    /// A pointer, in `codegen::signature`'s spelling (`const float*`, `uint2*`).
+    Ptr(String),
     /// `int`.
     Int,
     /// `float`.
@@ -35,6 +36,30 @@ pub enum CType {
 pub struct Entry {
     pub name: String,
     pub params: Vec<CType>,
+}
+
+impl Entry {
+    /// The entry point `name` of `source`, its parameter types read from the source itself
+    /// (`codegen::signature`, as `runtime::abi` reads them), so that no test writes a kernel's
+    /// argument list again.
+    pub fn from_source(source: &str, name: String) -> Result<Entry, String> {
+        let params = entry_params(source, &name)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|p| match &p.ty {
+                SignatureType::Ptr { .. } => Ok(CType::Ptr(p.ty.canonical())),
+                SignatureType::Scalar(Scalar::I32) => Ok(CType::Int),
+                SignatureType::Scalar(Scalar::F32) => Ok(CType::Float),
+                SignatureType::Scalar(_) => Err(format!(
+                    "{name}: parameter `{}` is a `{}`; the CPU driver passes int, float and \
+                     pointers",
+                    p.name,
+                    p.ty.canonical()
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Entry { name, params })
+    }
 }
 
 /// A run-time argument of a launch.

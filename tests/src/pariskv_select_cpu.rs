@@ -5,11 +5,11 @@
 //! window and every-token rules, as `reference::pariskv::pariskv_select` applies them).
 
 use codegen::render::render;
-use codegen::spec::pariskv::{RerankSelect, RerankSelectStep};
+use codegen::spec::pariskv::RerankSelectStep;
 use codegen::spec::{Family, PariskvRerankSpec};
 use reference::select::{top_k_of, Selection, LOCAL, SINK};
 
-use crate::cpu_cuda::{CType, Entry, Launch, Program, Value};
+use crate::cpu_cuda::{Entry, Launch, Program, Value};
 use crate::select_kernels::SelectHost;
 
 /// What a top-k reads, on the host.
@@ -49,34 +49,6 @@ enum Buf {
     SelCount,
     Uni,
     UniCount,
-}
-
-const INT: CType = CType::Int;
-const INTS: CType = CType::Ptr("const int*");
-const OUT: CType = CType::Ptr("int*");
-
-/// The parameter types of `step`'s entry point (`PariskvRerankSpec`'s docs).
-fn params(step: RerankSelectStep) -> Vec<CType> {
-    let slots = CType::Ptr("const unsigned long long*");
-    let counts = CType::Ptr("const unsigned int*");
-    let slots_out = CType::Ptr("unsigned long long*");
-    let counts_out = CType::Ptr("unsigned int*");
-    let scores = CType::Ptr("const double*");
-    let outputs = [OUT, OUT, OUT, OUT, OUT, INT];
-    match step {
-        RerankSelectStep::Select => [scores, INTS, INTS, INT, INTS, INT]
-            .into_iter()
-            .chain(outputs)
-            .collect(),
-        RerankSelectStep::Chunk => vec![scores, INTS, INT, INTS, INT, slots_out, counts_out, INT],
-        RerankSelectStep::Merge { .. } => {
-            vec![slots, counts, INT, INTS, INT, slots_out, counts_out, INT]
-        }
-        RerankSelectStep::Write { .. } => [slots, counts, INT, INTS, INTS, INT, INTS, INT]
-            .into_iter()
-            .chain(outputs)
-            .collect(),
-    }
 }
 
 /// The arguments of `step`.
@@ -141,24 +113,6 @@ fn args(step: RerankSelectStep, a: &CpuRerankArgs<'_>) -> Vec<Value> {
     }
 }
 
-/// The steps whose entry points a spec's top-k has, one of each kind.
-fn steps(spec: &PariskvRerankSpec) -> Vec<RerankSelectStep> {
-    match spec.select {
-        RerankSelect::Single => vec![RerankSelectStep::Select],
-        RerankSelect::Multiblock => vec![
-            RerankSelectStep::Chunk,
-            RerankSelectStep::Merge {
-                level: 1,
-                chunks_in: 0,
-            },
-            RerankSelectStep::Write {
-                level: 0,
-                chunks: 0,
-            },
-        ],
-    }
-}
-
 impl CpuRerankSelect {
     /// Renders `spec` and compiles it for the CPU.
     pub fn build(spec: PariskvRerankSpec) -> Result<Self, String> {
@@ -167,13 +121,11 @@ impl CpuRerankSelect {
 
     /// Compiles `source` as if it were `spec`'s rendering (a test may mutate the text).
     pub fn build_source(spec: PariskvRerankSpec, source: &str) -> Result<Self, String> {
-        let entries = steps(&spec)
+        let entries = spec
+            .select_step_kinds()
             .into_iter()
-            .map(|step| Entry {
-                name: spec.select_step_entry(step),
-                params: params(step),
-            })
-            .collect();
+            .map(|step| Entry::from_source(source, spec.select_step_entry(step)))
+            .collect::<Result<_, _>>()?;
         let program = Program::build(source, entries)?;
         Ok(CpuRerankSelect { spec, program })
     }

@@ -5,7 +5,7 @@ use codegen::render::render;
 use codegen::spec::select::{SelectParam, SelectStage};
 use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
 
-use crate::cpu_cuda::{CType, Entry, Launch, Program, Value};
+use crate::cpu_cuda::{Entry, Launch, Program, Value};
 use crate::select_kernels::SelectHost;
 
 /// What a selection reads, on the host.
@@ -29,29 +29,6 @@ pub struct CpuSelectArgs<'a> {
 pub struct CpuSelect {
     pub spec: SelectSpec,
     program: Program,
-}
-
-/// The C type of a select parameter.
-fn c_type(param: SelectParam) -> CType {
-    match param {
-        SelectParam::Scores => CType::Ptr("const float*"),
-        SelectParam::NTotal => CType::Ptr("const int*"),
-        SelectParam::LdScores
-        | SelectParam::K
-        | SelectParam::Pass
-        | SelectParam::Chunks
-        | SelectParam::NumKvHeads => CType::Int,
-        SelectParam::State | SelectParam::ChunkCounts | SelectParam::CandidateRuns => {
-            CType::Ptr("unsigned int*")
-        }
-        SelectParam::Candidates => CType::Ptr("uint2*"),
-        SelectParam::Scratch
-        | SelectParam::Sel
-        | SelectParam::SelPos
-        | SelectParam::SelCount
-        | SelectParam::Uni
-        | SelectParam::UniCount => CType::Ptr("int*"),
-    }
 }
 
 /// The buffers of one run, in this order.
@@ -83,10 +60,7 @@ impl CpuSelect {
         for &stage in spec.stages() {
             let name = spec.entry(stage);
             if entries.iter().all(|e| e.name != name) {
-                entries.push(Entry {
-                    name,
-                    params: spec.params(stage).iter().map(|&p| c_type(p)).collect(),
-                });
+                entries.push(Entry::from_source(source, name)?);
             }
         }
         let program = Program::build(source, entries)?;

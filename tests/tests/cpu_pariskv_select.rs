@@ -20,6 +20,7 @@ use codegen::spec::pariskv::{select_chunk, RerankSelect};
 use codegen::spec::{PariskvRerankSpec, Placement};
 use fathom_tests::inputs;
 use fathom_tests::pariskv_select_cpu::{reference_selection, CpuRerankArgs, CpuRerankSelect};
+use fathom_tests::select_case::boundary_lengths;
 use fathom_tests::select_kernels::{check_selection, Mismatches, ALWAYS};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -263,20 +264,13 @@ fn cases(
     let chunk = select_chunk(many.spec.threads, many.spec.k_max) as usize;
     let mut failures = Vec::new();
     for k in [0, 1, rng.gen_range(2..k_max.max(3)), k_max] {
-        let mut lengths = vec![
-            0,
-            1,
-            35,
-            36,
-            37,
-            ALWAYS + k - k.min(1),
-            ALWAYS + k,
-            ALWAYS + k + 1,
-            2 * (ALWAYS + k),
+        // The select's edges, then rows of more than one chunk.
+        let mut lengths = boundary_lengths(k);
+        lengths.extend([
             ALWAYS + chunk + rng.gen_range(0..chunk),
             rng.gen_range(2_000..4_000),
             rng.gen_range(4_000..7_000),
-        ];
+        ]);
         lengths.shuffle(rng);
         for part in lengths.chunks(3) {
             failures.extend(case(many, Some(single), rng, seed, (part, 2), k, &FAMILIES));

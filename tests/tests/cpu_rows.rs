@@ -16,7 +16,7 @@
 
 use codegen::render::render;
 use codegen::spec::{AppendRowsSpec, Family, FetchSpec, KvRows, OracleSpec, Placement};
-use fathom_tests::cpu_cuda::{CType, Entry, Launch, PointerTable, Program, Value};
+use fathom_tests::cpu_cuda::{Entry, Launch, PointerTable, Program, Value};
 use fathom_tests::inputs;
 use fathom_tests::kv_rows::interleave;
 use rand::seq::index::sample;
@@ -47,8 +47,6 @@ fn ints(x: &[i32]) -> Vec<u32> {
 fn floats(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
 }
-
-const ROWS: CType = CType::Ptr("const unsigned short* const*");
 
 /// The row buffers of `B*H` heads, laid out as `kv_rows` says, from the K and V rows `[n][D]`
 /// of each head: the buffers, and the `k_rows`/`v_rows` pointer tables, for buffers numbered
@@ -105,20 +103,9 @@ fn fetch_case(
     kv_rows: KvRows,
 ) -> Result<(), String> {
     let spec = FetchSpec::new(d as u32, g as u32, 64, placement).with_kv_rows(kv_rows);
-    let entry = Entry {
-        name: spec.kernel_name(),
-        params: vec![
-            ROWS,
-            ROWS,
-            CType::Ptr("const int*"),
-            CType::Ptr("const int*"),
-            CType::Ptr("unsigned short*"),
-            CType::Ptr("unsigned short*"),
-            CType::Int,
-            CType::Int,
-        ],
-    };
-    let program = Program::build(&render(&spec).map_err(|e| e.to_string())?, vec![entry])?;
+    let source = render(&spec).map_err(|e| e.to_string())?;
+    let entry = Entry::from_source(&source, spec.kernel_name())?;
+    let program = Program::build(&source, vec![entry])?;
     let uc = g * k + ALWAYS;
     let lengths = [uc + rng.gen_range(0..200), rng.gen_range(1..uc)];
     let heads = BATCH * HEADS;
@@ -238,19 +225,9 @@ fn oracle_scores(
 ) -> Result<Vec<f32>, String> {
     let d = spec.head_dim as usize;
     let g = spec.group as usize;
-    let entry = Entry {
-        name: spec.kernel_name(),
-        params: vec![
-            ROWS,
-            CType::Ptr("const float*"),
-            CType::Ptr("const int*"),
-            CType::Ptr("const int*"),
-            CType::Ptr("float*"),
-            CType::Int,
-            CType::Int,
-        ],
-    };
-    let program = Program::build(&render(&spec).map_err(|e| e.to_string())?, vec![entry])?;
+    let source = render(&spec).map_err(|e| e.to_string())?;
+    let entry = Entry::from_source(&source, spec.kernel_name())?;
+    let program = Program::build(&source, vec![entry])?;
     // The values are zeros: only the keys' stride matters to the oracle.
     let zeros: Vec<Vec<u16>> = keys.iter().map(|k| vec![0; k.len()]).collect();
     let rows = row_buffers(keys, &zeros, d, spec.kv_rows, 0);
@@ -351,19 +328,9 @@ fn append_rows_writes_the_new_row_of_either_layout() {
             threads: 32,
             kv_rows,
         };
-        let entry = Entry {
-            name: spec.kernel_name(),
-            params: vec![
-                CType::Ptr("unsigned short* const*"),
-                CType::Ptr("unsigned short* const*"),
-                CType::Ptr("const int*"),
-                CType::Ptr("const unsigned short*"),
-                CType::Ptr("const unsigned short*"),
-                CType::Int,
-                CType::Int,
-            ],
-        };
-        let program = Program::build(&render(&spec).unwrap(), vec![entry]).unwrap();
+        let source = render(&spec).unwrap();
+        let entry = Entry::from_source(&source, spec.kernel_name()).unwrap();
+        let program = Program::build(&source, vec![entry]).unwrap();
         let heads = BATCH * HEADS;
         let k_old: Vec<Vec<u16>> = (0..heads).map(|_| random_rows(&mut rng, cap, d)).collect();
         let v_old: Vec<Vec<u16>> = (0..heads).map(|_| random_rows(&mut rng, cap, d)).collect();

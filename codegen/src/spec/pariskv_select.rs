@@ -156,11 +156,12 @@ impl PariskvRerankSpec {
         format!("{}_{}", self.kernel_name(), step.suffix())
     }
 
-    /// The entry points of the top-k, in launch order (each once).
-    pub fn select_entries(&self) -> Vec<String> {
-        let steps: &[RerankSelectStep] = match self.select {
-            RerankSelect::Single => &[RerankSelectStep::Select],
-            RerankSelect::Multiblock => &[
+    /// One step of each entry point of the top-k, in launch order (the sizes in them are
+    /// placeholders: [`PariskvRerankSpec::select_plan`] gives a run's steps).
+    pub fn select_step_kinds(&self) -> Vec<RerankSelectStep> {
+        match self.select {
+            RerankSelect::Single => vec![RerankSelectStep::Select],
+            RerankSelect::Multiblock => vec![
                 RerankSelectStep::Chunk,
                 RerankSelectStep::Merge {
                     level: 1,
@@ -171,8 +172,15 @@ impl PariskvRerankSpec {
                     chunks: 0,
                 },
             ],
-        };
-        steps.iter().map(|&s| self.select_step_entry(s)).collect()
+        }
+    }
+
+    /// The entry points of the top-k, in launch order (each once).
+    pub fn select_entries(&self) -> Vec<String> {
+        self.select_step_kinds()
+            .into_iter()
+            .map(|s| self.select_step_entry(s))
+            .collect()
     }
 
     /// The top-k's launches for `batch` sequences of `kv_heads` KV heads with at most
