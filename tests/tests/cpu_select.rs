@@ -150,7 +150,7 @@ const MUTATION_SEED: u64 = 7;
 fn onepass_mutations_are_caught() {
     let spec = onepass(4, 40, 32, 4);
     let source = codegen::render::render(&spec).expect("renders");
-    let mutations: [(&str, &str, &str); 12] = [
+    let mutations: [(&str, &str, &str); 15] = [
         (
             "the floor one above K",
             "r.floor = kth + 1u;",
@@ -210,6 +210,21 @@ fn onepass_mutations_are_caught() {
             "a last cut skipped by one",
             "if (r.count > r.k) {",
             "if (r.count > r.k + 1) {",
+        ),
+        (
+            "a digit's own keys counted as above it",
+            "s.found[1] = need - (cum + at_or_above - c);",
+            "s.found[1] = need - (cum + at_or_above);",
+        ),
+        (
+            "the digit search from the smaller end",
+            "const unsigned int c = s.hist[owner * per + top - lane];",
+            "const unsigned int c = s.hist[owner * per + (per - 1 - top) + lane];",
+        ),
+        (
+            "a union search that passes equal tokens",
+            "lists[(size_t)e * sel_cap + c - 1] < v) at[e] = c;",
+            "lists[(size_t)e * sel_cap + c - 1] <= v) at[e] = c;",
         ),
     ];
     let families = [
