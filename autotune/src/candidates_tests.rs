@@ -94,8 +94,12 @@ fn every_candidate_of_every_subject_validates_for_every_shape() {
                 }
             }
             // Only the scan's grid holds tiles a shape refuses (tiles a segment cannot
-            // hold); every other family's grid is valid as a whole.
-            if subject != Subject::Kernel(TunedFamily::Scan) {
+            // hold) and the rerank's (a many-block top-k of 64 threads cannot hold two
+            // k_max = 2048 a block); every other family's grid is valid as a whole.
+            if !matches!(
+                subject,
+                Subject::Kernel(TunedFamily::Scan | TunedFamily::PariskvRerank)
+            ) {
                 assert_eq!(valid, all, "{subject} {placement:?}");
             }
         }
@@ -122,17 +126,14 @@ fn the_new_grids_have_their_stated_sizes() {
             f @ (TunedFamily::PariskvVote | TunedFamily::PariskvTopc | TunedFamily::PariskvRerank),
         ) = subject
         {
-            // The rerank's two `_score` variants at every thread count.
-            let variants = if f == TunedFamily::PariskvRerank {
-                2
+            // The rerank's two `_score` variants at every thread count, each with the
+            // one-block top-k and, from 128 threads on, the many-block one.
+            let expected = if f == TunedFamily::PariskvRerank {
+                2 * PARISKV_THREADS.len() + 2 * (PARISKV_THREADS.len() - 1)
             } else {
-                1
+                PARISKV_THREADS.len()
             };
-            assert_eq!(
-                size(f, placement),
-                variants * PARISKV_THREADS.len(),
-                "{f:?}"
-            );
+            assert_eq!(size(f, placement), expected, "{f:?}");
         }
     }
 }
@@ -202,10 +203,7 @@ fn pariskv_subjects_follow_the_steps_lookups() {
 
 #[test]
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
-    for opt_in in [
-        OptIn::default(),
-        OptIn::parse(&["pariskv-select-multiblock".into()]).unwrap(),
-    ] {
+    for opt_in in [OptIn::default(), OptIn::parse(&[]).unwrap()] {
         let c = Case {
             opt_in,
             ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
@@ -256,11 +254,13 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
 #[test]
 fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones() {
     assert_eq!(OptIn::parse(&[]).unwrap(), OptIn::default());
-    let e = OptIn::parse(&["select-onepass".to_string()]).unwrap_err();
-    assert!(e.contains("default grid") && e.contains("drop"), "{e}");
+    for graduated in ["select-onepass", "pariskv-select-multiblock"] {
+        let e = OptIn::parse(&[graduated.to_string()]).unwrap_err();
+        assert!(e.contains("default grid") && e.contains("drop"), "{e}");
+    }
     let e = OptIn::parse(&["select-fast".to_string()]).unwrap_err();
     assert!(
-        e.contains("select-fast") && e.contains("pariskv-select-multiblock"),
+        e.contains("select-fast") && e.contains("none at present"),
         "{e}"
     );
     // The default grid holds every select tile as the one-read variant too.

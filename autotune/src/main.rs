@@ -10,7 +10,7 @@
 //! whose header differs, with the reason), prints a summary table and writes an SVG plot of
 //! every candidate's achieved bandwidth beside the record.
 //!
-//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick] [--timings] [--opt-in pariskv-select-multiblock]`
+//! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick] [--timings]`
 //! `cargo run --release -p autotune -- --report runtime/records/nvidia-h200.json` (no GPU)
 
 use std::io::IsTerminal;
@@ -46,7 +46,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Also try the candidates of NAME, left out of a default run until they have run on a
-    /// GPU (repeatable): `pariskv-select-multiblock`, the ParisKV rerank's many-block top-k. The record gets its own candidate checksum: write
+    /// GPU (repeatable; none at present: the one-read select and the rerank's many-block
+    /// top-k have joined the default grid). The record gets its own candidate checksum: write
     /// it to a scratch `--out`.
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,

@@ -1,24 +1,19 @@
-//! The rerank's many-block top-k as an opt-in candidate (`--opt-in pariskv-select-multiblock`):
-//! named, absent from the default grid (whose checksum it leaves alone), and when asked for,
-//! tried beside every rerank tile whose spec validates, as the step would build it.
+//! The rerank's many-block top-k in the default grid (it was `--opt-in
+//! pariskv-select-multiblock` until it ran on the H200): tried beside every rerank tile whose
+//! spec validates, as the step would build it, and the one-block top-k winning a tie.
 
 use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{Family, KernelSpec, Placement};
 use runtime::tuning::{Subject, Tile, TunedFamily, Variant};
 
 use crate::candidates::{
-    bench_k_max, candidate_checksum, enumerate, grid, grid_with, tile_spec, Case, OptIn,
-    PARISKV_THREADS, RERANK_VECTOR_LOADS, SUBJECTS,
+    bench_k_max, enumerate, grid, tile_spec, Case, OptIn, PARISKV_THREADS, RERANK_VECTOR_LOADS,
 };
 use crate::tuner::simplicity;
 
-fn multiblock() -> OptIn {
-    OptIn::parse(&["pariskv-select-multiblock".to_string()]).unwrap()
-}
-
-fn rerank_case(placement: Placement, opt_in: OptIn) -> Case {
+fn rerank_case(placement: Placement) -> Case {
     Case {
-        opt_in,
+        opt_in: OptIn::default(),
         subject: Subject::Kernel(TunedFamily::PariskvRerank),
         head_dim: 128,
         group: 4,
@@ -29,34 +24,27 @@ fn rerank_case(placement: Placement, opt_in: OptIn) -> Case {
 }
 
 #[test]
-fn the_multiblock_opt_in_is_named_and_only_grows_the_rerank_grid() {
-    let opt_in = multiblock();
-    assert!(opt_in.pariskv_select_multiblock);
-    assert!(OptIn::NAMES.contains(&"pariskv-select-multiblock"));
-    let e = OptIn::parse(&["pariskv-select".to_string()]).unwrap_err();
-    assert!(e.contains("pariskv-select-multiblock"), "{e}");
-    assert_ne!(
-        candidate_checksum(opt_in),
-        candidate_checksum(OptIn::default())
-    );
-    for &(subject, placement) in &SUBJECTS {
-        let (default, opted) = (
-            grid(subject, placement),
-            grid_with(subject, placement, opt_in),
+fn the_default_rerank_grid_has_both_top_k_variants_of_every_tile() {
+    for placement in [Placement::Hbm, Placement::Host] {
+        let all = grid(Subject::Kernel(TunedFamily::PariskvRerank), placement);
+        assert_eq!(
+            all.len(),
+            PARISKV_THREADS.len() * RERANK_VECTOR_LOADS.len() * 2
         );
-        if subject == Subject::Kernel(TunedFamily::PariskvRerank) {
-            assert_eq!(opted.len(), 2 * default.len());
-            assert!(default.iter().all(|v| opted.contains(v)));
-            // Without the opt-in no candidate runs the many-block top-k.
-            assert!(default.iter().all(|v| !matches!(
-                v,
-                Variant::Tile(Tile::Rerank {
-                    multiblock: true,
-                    ..
-                })
-            )));
-        } else {
-            assert_eq!(opted, default, "{subject}");
+        for v in &all {
+            if let Variant::Tile(Tile::Rerank {
+                threads,
+                vector_loads,
+                multiblock: true,
+            }) = *v
+            {
+                let single = Variant::Tile(Tile::Rerank {
+                    threads,
+                    vector_loads,
+                    multiblock: false,
+                });
+                assert!(all.contains(&single), "{}", single.name());
+            }
         }
     }
 }
@@ -64,7 +52,7 @@ fn the_multiblock_opt_in_is_named_and_only_grows_the_rerank_grid() {
 #[test]
 fn multiblock_candidates_are_the_valid_rerank_specs() {
     for placement in [Placement::Hbm, Placement::Host] {
-        let c = rerank_case(placement, multiblock());
+        let c = rerank_case(placement);
         let valid = enumerate(&c);
         let mut many = 0;
         for &threads in &PARISKV_THREADS {
