@@ -112,18 +112,19 @@ impl OptIn {
 
     /// The opt-ins named by `names`; an unknown name is refused with the known ones.
     pub fn parse(names: &[String]) -> Result<OptIn, String> {
-        for name in names {
-            if let Some((_, since)) = OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str()) {
-                return Err(format!("--opt-in `{name}` is gone: {since}; drop the flag"));
-            }
-            let known = if OptIn::NAMES.is_empty() {
-                "none at present".to_string()
-            } else {
-                OptIn::NAMES.join(", ")
-            };
-            return Err(format!("unknown --opt-in `{name}`; known: {known}"));
+        // No opt-in is known now: the first name is refused, with why.
+        let Some(name) = names.first() else {
+            return Ok(OptIn::default());
+        };
+        if let Some((_, since)) = OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str()) {
+            return Err(format!("--opt-in `{name}` is gone: {since}; drop the flag"));
         }
-        Ok(OptIn::default())
+        let known = if OptIn::NAMES.is_empty() {
+            "none at present".to_string()
+        } else {
+            OptIn::NAMES.join(", ")
+        };
+        Err(format!("unknown --opt-in `{name}`; known: {known}"))
     }
 
     /// The select algorithms tried for every tile (no opt-in changes them now).

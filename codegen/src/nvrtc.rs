@@ -462,6 +462,51 @@ pub fn compile(
     arch: &str,
     options: &[String],
 ) -> Result<Compiled, NvrtcError> {
+    compile_with(source, file_name, arch, options, false).map(|(compiled, _)| compiled)
+}
+
+/// What [`compile_cubin`] returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledCubin {
+    /// The CUBIN (an ELF image of the GPU's own machine code), loadable as it is.
+    pub cubin: Vec<u8>,
+    /// NVRTC's log (warnings; usually empty on success).
+    pub log: String,
+}
+
+/// Compiles CUDA C `source` as [`compile`] does, for a real architecture `arch` (`sm_XY`, not
+/// `compute_XY`), and returns the machine code NVRTC made from its PTX: a module loaded from it
+/// skips the driver's PTX compile at load time, which is most of the cost of loading a large
+/// kernel set cold.
+pub fn compile_cubin(
+    source: &str,
+    file_name: &str,
+    arch: &str,
+    options: &[String],
+) -> Result<CompiledCubin, NvrtcError> {
+    if !arch.starts_with("sm_") {
+        return Err(NvrtcError::InvalidInput {
+            what: "option",
+            file_name: file_name.to_string(),
+            reason: format!(
+                "a CUBIN needs a real architecture (`sm_90`, not `{arch}`); ask for PTX instead"
+            ),
+        });
+    }
+    let (compiled, cubin) = compile_with(source, file_name, arch, options, true)?;
+    Ok(CompiledCubin {
+        cubin: cubin.unwrap_or_default(),
+        log: compiled.log,
+    })
+}
+
+fn compile_with(
+    source: &str,
+    file_name: &str,
+    arch: &str,
+    options: &[String],
+    want_cubin: bool,
+) -> Result<(Compiled, Option<Vec<u8>>), NvrtcError> {
     check_arch(arch)?;
     let invalid = |what, reason: &str| NvrtcError::InvalidInput {
         what,
@@ -511,10 +556,34 @@ pub fn compile(
     }
     // SAFETY: as above; the program compiled.
     let ptx = unsafe { result::get_ptx(program.0) }.map_err(|e| api("nvrtcGetPTX", e))?;
-    Ok(Compiled {
-        ptx: c_text(&ptx),
-        log,
-    })
+    let cubin = if want_cubin {
+        // SAFETY: as above; the program compiled for a real architecture (checked by the
+        // caller), so NVRTC holds a CUBIN of the size it reports.
+        Some(unsafe { get_cubin(program.0) }.map_err(|e| api("nvrtcGetCUBIN", e))?)
+    } else {
+        None
+    };
+    Ok((
+        Compiled {
+            ptx: c_text(&ptx),
+            log,
+        },
+        cubin,
+    ))
+}
+
+/// The CUBIN of a compiled program.
+///
+/// # Safety
+/// `program` must be a live program that compiled for a real architecture.
+unsafe fn get_cubin(program: sys::nvrtcProgram) -> Result<Vec<u8>, result::NvrtcError> {
+    let mut size: usize = 0;
+    // SAFETY: per this function's contract; `size` is a valid out-pointer.
+    unsafe { sys::nvrtcGetCUBINSize(program, &mut size) }.result()?;
+    let mut cubin = vec![0u8; size];
+    // SAFETY: `cubin` has the `size` bytes NVRTC just reported.
+    unsafe { sys::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast()) }.result()?;
+    Ok(cubin)
 }
 
 /// Owns an NVRTC program and destroys it on every exit path.

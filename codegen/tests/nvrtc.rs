@@ -341,3 +341,37 @@ fn unknown_option_is_reported_by_nvrtc() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_cubin_is_the_machine_code_of_a_real_architecture_and_deterministic() {
+    let options = vec!["--std=c++17".to_string()];
+    let first = codegen::nvrtc::compile_cubin(SAXPY, "saxpy.cu", "sm_90", &options).unwrap();
+    assert_eq!(first.log, "");
+    // An ELF image (what cuModuleLoadData takes as machine code, past the driver's PTX JIT).
+    assert_eq!(&first.cubin[..4], b"\x7fELF", "{:?}", &first.cubin[..4]);
+    assert!(first.cubin.len() > 256, "{} bytes", first.cubin.len());
+    let again = codegen::nvrtc::compile_cubin(SAXPY, "saxpy.cu", "sm_90", &options).unwrap();
+    assert_eq!(first.cubin, again.cubin, "same source, same CUBIN");
+    let other = codegen::nvrtc::compile_cubin(SAXPY, "saxpy.cu", "sm_80", &options).unwrap();
+    assert_ne!(
+        first.cubin, other.cubin,
+        "another architecture, another image"
+    );
+    // The PTX road is unchanged by asking for a CUBIN.
+    assert!(compile(SAXPY, "saxpy.cu", "sm_90", &options)
+        .unwrap()
+        .ptx
+        .contains(".entry saxpy"));
+}
+
+#[test]
+fn a_cubin_of_a_virtual_architecture_is_refused_with_what_to_ask_for() {
+    let e = codegen::nvrtc::compile_cubin(SAXPY, "saxpy.cu", "compute_90", &[]).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, NvrtcError::InvalidInput { .. })
+            && text.contains("sm_90")
+            && text.contains("PTX"),
+        "{text}"
+    );
+}

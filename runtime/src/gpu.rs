@@ -358,6 +358,17 @@ impl Gpu {
         Ok(Module { module })
     }
 
+    /// Loads a CUBIN (machine code for this GPU's architecture) that the JIT made with NVRTC
+    /// ([`crate::jit::ModuleImage::Cubin`]): no compile happens in the driver.
+    pub fn load_cubin(&self, cubin: Vec<u8>) -> Result<Module, GpuError> {
+        self.refuse_while_capturing("loading a module")?;
+        let module = check(
+            "cuModuleLoadData",
+            self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)),
+        )?;
+        Ok(Module { module })
+    }
+
     /// A device buffer holding `data`, ready for any stream when this returns: the copy is
     /// queued on this handle's stream, which is then waited for (not the whole context: a
     /// borrowed stream's owner keeps its other streams running). Inside a decode step use

@@ -17,7 +17,7 @@ use rand::Rng;
 use reference::score::score_exact;
 use runtime::abi;
 use runtime::gpu::Gpu;
-use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, Origin};
+use runtime::jit::{CorruptReason, CudaFunction, Jit, JitCache, JitError, ModuleImage, Origin};
 use runtime::launch::{DevicePtr, KernelArgs};
 
 fn qwen3_8b_set() -> Vec<KernelSpec> {
@@ -279,5 +279,47 @@ gpu_test!(
                 }
             }
         }
+    }
+);
+
+// The opt-in CUBIN road (`FATHOM_JIT_IMAGE=cubin`, `Jit::with_image`): NVRTC's machine code,
+// cached beside the PTX, loads and computes bit for bit what the PTX road computes (both are
+// ptxas's output of the same PTX), cold and then from the cache.
+gpu_test!(
+    a_kernel_from_its_cubin_computes_what_its_ptx_computes,
+    |t| {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = oracle_spec();
+        let kernel_spec: KernelSpec = spec.into();
+        let name = kernel_spec.kernel_name();
+        let (d, g, heads) = (spec.head_dim as usize, spec.group as usize, 3);
+        let n = t.rng.gen_range(700..2500);
+        let ld = n + 3;
+        let keys: Vec<Vec<bf16>> = (0..heads).map(|_| inputs::keys(&mut t.rng, n, d)).collect();
+        let queries = inputs::vectors(&mut t.rng, heads * g, d);
+        let want = direct_scores(&t.gpu, &keys, &queries, n, ld);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+        for expect in [Origin::Compiled, Origin::CacheHit] {
+            let cubin_jit = jit(&t.gpu, dir.path()).with_image(ModuleImage::Cubin);
+            let kernel = cubin_jit.kernel(&kernel_spec).unwrap();
+            assert_eq!((kernel.from, kernel.image), (expect, ModuleImage::Cubin));
+            let got = run_oracle(
+                &t.gpu,
+                kernel.function(&name).unwrap(),
+                &keys,
+                &queries,
+                n,
+                ld,
+            );
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{expect:?}: the CUBIN's scores differ"
+            );
+        }
+        // The PTX road, in the same directory, is untouched by the CUBIN entries.
+        let ptx = jit(&t.gpu, dir.path()).with_image(ModuleImage::Ptx);
+        assert_eq!(ptx.kernel(&kernel_spec).unwrap().from, Origin::Compiled);
     }
 );

@@ -318,14 +318,7 @@ fn lock_exclusive(path: &Path) -> io::Result<File> {
 /// Compiles a prepared kernel with NVRTC, as `codegen::emit::build_kernel` does (same file
 /// name, architecture and options, so the same PTX).
 pub fn compile(prepared: &Prepared) -> Result<String, JitError> {
-    let loaded = nvrtc::version().map_err(JitError::Nvrtc)?;
-    if loaded != prepared.nvrtc_version {
-        return Err(JitError::NvrtcVersionMismatch {
-            kernel: prepared.name.clone(),
-            keyed: prepared.nvrtc_version,
-            loaded,
-        });
-    }
+    compile_check_version(prepared)?;
     let file_name = format!("{}.cu", prepared.name);
     nvrtc::compile(
         &prepared.source,
@@ -338,4 +331,17 @@ pub fn compile(prepared: &Prepared) -> Result<String, JitError> {
         kernel: prepared.name.clone(),
         source,
     })
+}
+
+/// Refuses to compile a kernel keyed with another NVRTC than the loaded one.
+pub(crate) fn compile_check_version(prepared: &Prepared) -> Result<(), JitError> {
+    let loaded = nvrtc::version().map_err(JitError::Nvrtc)?;
+    if loaded != prepared.nvrtc_version {
+        return Err(JitError::NvrtcVersionMismatch {
+            kernel: prepared.name.clone(),
+            keyed: prepared.nvrtc_version,
+            loaded,
+        });
+    }
+    Ok(())
 }

@@ -50,7 +50,7 @@ pub enum JitError {
         loaded: (i32, i32),
     },
     /// The driver refused the PTX.
-    #[error("kernel {kernel}: cannot load its PTX module: {source}")]
+    #[error("kernel {kernel}: cannot load its module: {source}")]
     ModuleLoad {
         /// The kernel's name.
         kernel: String,
@@ -78,6 +78,25 @@ pub enum JitError {
         entry: String,
         /// The kernel's entry points, in launch order.
         known: Vec<String>,
+    },
+    /// An environment variable the JIT reads has a value it does not know.
+    #[error("{var}=`{got}` is not understood; allowed: {allowed}")]
+    Setting {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        got: String,
+        /// What it may be.
+        allowed: &'static str,
+    },
+    /// A cached CUBIN entry passed its hash check but is not hex text (written by another
+    /// program under a fathom key).
+    #[error("kernel {kernel}: the cached CUBIN is not hex text; delete {} and load again", path.display())]
+    CubinEntry {
+        /// The kernel.
+        kernel: String,
+        /// The entry file.
+        path: PathBuf,
     },
     /// Reading an existing cache entry failed for a reason other than its absence.
     #[error("kernel cache: {action} {}: {source}", path.display())]

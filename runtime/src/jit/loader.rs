@@ -12,6 +12,7 @@ use cudarc::driver::CudaFunction;
 use super::cache::{JitCache, Origin};
 use super::entry::CorruptReason;
 use super::error::JitError;
+use super::image::{compile_cubin_hex, cubin_from_hex, cubin_key, ModuleImage};
 use super::key::prepare_among;
 use super::report::{KernelLoad, LoadReport};
 use crate::gpu::{Gpu, Module};
@@ -30,9 +31,11 @@ pub struct LoadedKernel {
     pub entry_points: Vec<String>,
     /// SHA-256 of the generated source, lower-case hex.
     pub source_sha256: String,
-    /// The cache key.
+    /// The cache key (of the CUBIN when the module was loaded from one).
     pub key: String,
-    /// Whether the PTX came from the disk cache or NVRTC.
+    /// What the module was loaded from.
+    pub image: ModuleImage,
+    /// Whether the PTX (or CUBIN) came from the disk cache or NVRTC.
     pub from: Origin,
     /// When a damaged cache entry was replaced: why it was rejected.
     pub rebuilt: Option<CorruptReason>,
@@ -103,6 +106,7 @@ pub struct Jit {
     nvrtc_version: (i32, i32),
     /// Sources embedded at build time, searched in order before a spec is rendered.
     embedded: Vec<&'static [(&'static str, &'static str)]>,
+    image: ModuleImage,
     loaded: Mutex<HashMap<KernelSpec, Slot>>,
 }
 
@@ -117,8 +121,10 @@ fn ms(since: Instant) -> f64 {
 }
 
 impl Jit {
-    /// A JIT for `gpu` (its own compute capability) through `cache`. Fails when NVRTC cannot be
-    /// found or loaded: its version is part of every key.
+    /// A JIT for `gpu` (its own compute capability) through `cache`, loading modules from the
+    /// image `FATHOM_JIT_IMAGE` names (PTX unless it says `cubin`; [`ModuleImage`]). Fails when
+    /// NVRTC cannot be found or loaded (its version is part of every key) or the variable has
+    /// another value.
     pub fn new(gpu: Arc<Gpu>, cache: JitCache) -> Result<Jit, JitError> {
         let nvrtc_version = nvrtc::version().map_err(JitError::Nvrtc)?;
         Ok(Jit {
@@ -127,8 +133,20 @@ impl Jit {
             cache,
             nvrtc_version,
             embedded: vec![crate::embedded::SOURCES],
+            image: ModuleImage::from_env()?,
             loaded: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The same JIT, loading the modules it has not loaded yet from `image`.
+    pub fn with_image(mut self, image: ModuleImage) -> Jit {
+        self.image = image;
+        self
+    }
+
+    /// What this JIT loads modules from.
+    pub fn image(&self) -> ModuleImage {
+        self.image
     }
 
     /// The same JIT, also taking kernel sources from `sources` (a module of
@@ -187,18 +205,34 @@ impl Jit {
     fn load(&self, spec: &KernelSpec) -> Result<LoadedKernel, JitError> {
         let start = Instant::now();
         let prepared = prepare_among(&self.embedded, spec, &self.arch, self.nvrtc_version)?;
-        let fetched = self.cache.fetch(&prepared)?;
+        let (key, fetched) = match self.image {
+            ModuleImage::Ptx => (prepared.key.clone(), self.cache.fetch(&prepared)?),
+            ModuleImage::Cubin => {
+                let key = cubin_key(&prepared.key);
+                let fetched = self
+                    .cache
+                    .get_or_build_with(&key, &prepared.name, || compile_cubin_hex(&prepared))?;
+                (key, fetched)
+            }
+        };
         let compile_ms = ms(start);
 
         let start = Instant::now();
         let name = prepared.name;
-        let module = self
-            .gpu
-            .load_ptx(&fetched.ptx)
-            .map_err(|source| JitError::ModuleLoad {
-                kernel: name.clone(),
-                source: Box::new(source),
-            })?;
+        let loaded = match self.image {
+            ModuleImage::Ptx => self.gpu.load_ptx(&fetched.ptx),
+            ModuleImage::Cubin => {
+                let cubin = cubin_from_hex(&fetched.ptx).ok_or_else(|| JitError::CubinEntry {
+                    kernel: name.clone(),
+                    path: self.cache.entry_path(&key),
+                })?;
+                self.gpu.load_cubin(cubin)
+            }
+        };
+        let module = loaded.map_err(|source| JitError::ModuleLoad {
+            kernel: name.clone(),
+            source: Box::new(source),
+        })?;
         let entry_points = spec.entry_points();
         let mut functions = HashMap::with_capacity(entry_points.len());
         for entry in &entry_points {
@@ -219,7 +253,8 @@ impl Jit {
             functions,
             entry_points,
             source_sha256: prepared.source_sha256,
-            key: prepared.key,
+            key,
+            image: self.image,
             from: fetched.origin,
             rebuilt: fetched.rebuilt,
             compile_ms,

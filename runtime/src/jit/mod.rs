@@ -13,6 +13,7 @@
 mod cache;
 pub mod entry;
 mod error;
+mod image;
 mod key;
 mod loader;
 mod report;
@@ -23,6 +24,7 @@ pub use cache::{compile, CacheStats, Fetched, JitCache, Lookup, Origin, KERNEL_C
 pub use cudarc::driver::CudaFunction;
 pub use entry::{CacheEntry, CorruptReason};
 pub use error::JitError;
+pub use image::{cubin_key, ModuleImage, JIT_IMAGE_VAR};
 pub use key::{cache_key, compile_options, prepare, prepare_among, Prepared, FORMAT_VERSION};
 pub use loader::{Jit, LoadedKernel};
 pub use report::{KernelLoad, LoadReport};
