@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import median_ms
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKENDS = {
@@ -41,17 +41,6 @@ def parse_context(text: str) -> int:
         if t.endswith(suffix):
             return int(t[: -len(suffix)]) * scale
     return int(t)
-
-
-def median_ms(fn, reps: int) -> float:
-    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        start[i].record()
-        fn()
-        end[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(start, end))
 
 
 def driver_version() -> str:
