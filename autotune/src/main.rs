@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use autotune::candidates::{candidate_checksum, enumerate, run_specs, Case, OptIn};
 use autotune::gpu::GpuBench;
-use autotune::records::{default_dir, merge_into, record_path};
+use autotune::records::{default_dir, merge_by_key, merge_into, record_path};
 use autotune::report::{bandwidth_svg, summary_table};
 use autotune::selection::select_shapes;
 use autotune::tuner::{case_line, tune_case, Observer, Phase, Settings, Timings};
@@ -67,6 +67,40 @@ struct Args {
     /// it (no GPU needed).
     #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out", "timings", "opt_in"])]
     report: Option<std::path::PathBuf>,
+    /// Tune nothing: put every entry of the record FROM (a partial run written to a scratch
+    /// `--out`) in place of the same key's entry of the record given by `--into`, and rewrite
+    /// that record and its plot (no GPU needed). The headers must match but for the candidate
+    /// set; the merged record keeps `--into`'s header.
+    #[arg(long, value_name = "FROM.json", requires = "into", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out", "timings", "opt_in", "report"])]
+    merge: Option<std::path::PathBuf>,
+    /// The record `--merge` writes into.
+    #[arg(long, value_name = "RECORD.json", requires = "merge")]
+    into: Option<std::path::PathBuf>,
+}
+
+/// `--merge FROM --into RECORD`.
+fn merge(from: &std::path::Path, into: &std::path::Path) -> Result<(), String> {
+    let (record, merge) = merge_by_key(from, into).map_err(|e| e.to_string())?;
+    for key in &merge.replaced {
+        eprintln!("autotune: replaced {key}");
+    }
+    for key in &merge.added {
+        eprintln!("autotune: added {key}");
+    }
+    let svg = into.with_extension("svg");
+    std::fs::write(&svg, bandwidth_svg(&record, record.ceilings.as_ref()))
+        .map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+    eprintln!(
+        "autotune: {} of {} entries from {} ({} replaced, {} added); record {}, plot {}",
+        merge.replaced.len() + merge.added.len(),
+        record.entries.len(),
+        from.display(),
+        merge.replaced.len(),
+        merge.added.len(),
+        into.display(),
+        svg.display()
+    );
+    Ok(())
 }
 
 /// `--report`: the table and plot of a record already written.
@@ -129,6 +163,9 @@ impl Observer for Reporter {
 fn run(args: &Args) -> Result<(), String> {
     if let Some(path) = &args.report {
         return report(path);
+    }
+    if let (Some(from), Some(into)) = (&args.merge, &args.into) {
+        return merge(from, into);
     }
     let shapes = args
         .config

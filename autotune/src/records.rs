@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use runtime::tuning::{record_file_name, RecordError, TuningRecord, TUNING_DIR_VAR};
+use runtime::tuning::{record_file_name, MetaCheck, RecordError, TuningRecord, TUNING_DIR_VAR};
 
 /// The directory records are written to by default: `$FATHOM_TUNING_DIR`, else
 /// `<cache dir>/tuning` (both searched by the runtime, see `runtime::tuning::locate`).
@@ -34,4 +34,47 @@ pub fn merge_into(path: &Path, newer: TuningRecord) -> Result<TuningRecord, Reco
     };
     merged.write(path)?;
     Ok(merged)
+}
+
+/// What [`merge_by_key`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyMerge {
+    /// Entries of the partial run that took the place of the record's under the same key.
+    pub replaced: Vec<String>,
+    /// Entries of the partial run the record did not have.
+    pub added: Vec<String>,
+}
+
+/// `autotune --merge FROM --into RECORD`: puts every entry of the record at `from` (a partial
+/// run, e.g. `--only select/hbm/1m`, written to a scratch `--out`) in place of the entry of
+/// the same key in the record at `into`, adds the others, and writes `into`. The headers must
+/// agree on everything a runtime checks (GPU, compute capability, SMs, driver, NVRTC, fathom
+/// version) but not on the candidate set: that is what lets a run with another grid (an
+/// opt-in, a graduated candidate) refresh some entries of a record without re-making it; the
+/// header, checksum included, stays `into`'s. `into` is left untouched when anything fails.
+pub fn merge_by_key(from: &Path, into: &Path) -> Result<(TuningRecord, KeyMerge), RecordError> {
+    let newer = TuningRecord::read(from)?;
+    let mut record = TuningRecord::read(into)?;
+    record
+        .meta
+        .check(&newer.meta, MetaCheck::Runtime)
+        .map_err(|reason| RecordError::Mismatch {
+            path: from.to_path_buf(),
+            reason,
+        })?;
+    let mut merge = KeyMerge::default();
+    if newer.ceilings.is_some() {
+        record.ceilings = newer.ceilings;
+    }
+    for entry in newer.entries {
+        let name = entry.key.to_string();
+        if record.entry(&entry.key).is_some() {
+            merge.replaced.push(name);
+        } else {
+            merge.added.push(name);
+        }
+        record.insert(entry);
+    }
+    record.write(into)?;
+    Ok((record, merge))
 }

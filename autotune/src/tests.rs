@@ -376,6 +376,58 @@ fn rerunning_merges_and_a_mismatched_record_is_refused() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
 }
 
+#[test]
+fn merge_by_key_takes_a_partial_run_of_another_grid_and_refuses_another_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let (into, from) = (dir.path().join("nvidia-h200.json"), dir.path().join("partial.json"));
+    let a = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 15);
+    let b = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 20);
+    let c = case(Subject::Kernel(TunedFamily::Scan), Placement::Host, 1 << 20);
+    let full = tune(
+        &mut FakeBench::new(1.0).with("scan w8 t64", Fake::Times(vec![0.1])),
+        &[a.clone(), b.clone()],
+        meta(),
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    full.write(&into).unwrap();
+    // A partial run with another candidate set (say an opt-in): b again, and c.
+    let partial = tune(
+        &mut FakeBench::new(1.0).with("scan w16 t128", Fake::Times(vec![0.1])),
+        &[b.clone(), c.clone()],
+        RecordMeta {
+            candidate_checksum: "1".repeat(64),
+            ..meta()
+        },
+        &settings(),
+        &mut crate::tuner::Silent,
+    );
+    partial.write(&from).unwrap();
+    let (merged, report) = crate::records::merge_by_key(&from, &into).unwrap();
+    assert_eq!(report.replaced, vec![b.key().to_string()]);
+    assert_eq!(report.added, vec![c.key().to_string()]);
+    assert_eq!(merged, TuningRecord::read(&into).unwrap());
+    assert_eq!(merged.meta, meta(), "the header stays the record's");
+    let winner = |k: &Case| merged.entry(&k.key()).unwrap().winner.clone().unwrap().name;
+    assert_eq!(winner(&a), "scan w8 t64");
+    assert_eq!(winner(&b), "scan w16 t128");
+    assert_eq!(winner(&c), "scan w16 t128");
+
+    // Another GPU's run: refused, naming it, the record untouched.
+    let before = std::fs::read_to_string(&into).unwrap();
+    let mut other = TuningRecord::read(&from).unwrap();
+    other.meta.gpu = "NVIDIA A100-SXM4-80GB".into();
+    other.write(&from).unwrap();
+    match crate::records::merge_by_key(&from, &into) {
+        Err(RecordError::Mismatch {
+            reason: MetaMismatch::Gpu { .. },
+            ..
+        }) => {}
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&into).unwrap(), before);
+}
+
 /// Every case of one shape and context, as a run orders them.
 fn all_subjects(tokens: usize) -> Vec<Case> {
     SUBJECTS
