@@ -379,7 +379,10 @@ fn rerunning_merges_and_a_mismatched_record_is_refused() {
 #[test]
 fn merge_by_key_takes_a_partial_run_of_another_grid_and_refuses_another_gpu() {
     let dir = tempfile::tempdir().unwrap();
-    let (into, from) = (dir.path().join("nvidia-h200.json"), dir.path().join("partial.json"));
+    let (into, from) = (
+        dir.path().join("nvidia-h200.json"),
+        dir.path().join("partial.json"),
+    );
     let a = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 15);
     let b = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 20);
     let c = case(Subject::Kernel(TunedFamily::Scan), Placement::Host, 1 << 20);
