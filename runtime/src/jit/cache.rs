@@ -318,23 +318,15 @@ fn lock_exclusive(path: &Path) -> io::Result<File> {
 /// Compiles a prepared kernel with NVRTC, as `codegen::emit::build_kernel` does (same file
 /// name, architecture and options, so the same PTX).
 pub fn compile(prepared: &Prepared) -> Result<String, JitError> {
-    compile_check_version(prepared)?;
-    let file_name = format!("{}.cu", prepared.name);
-    nvrtc::compile(
-        &prepared.source,
-        &file_name,
-        &prepared.arch,
-        &prepared.options,
-    )
-    .map(|compiled| compiled.ptx)
-    .map_err(|source| JitError::Compile {
-        kernel: prepared.name.clone(),
-        source,
-    })
+    with_nvrtc(prepared, nvrtc::compile).map(|compiled| compiled.ptx)
 }
 
-/// Refuses to compile a kernel keyed with another NVRTC than the loaded one.
-pub(crate) fn compile_check_version(prepared: &Prepared) -> Result<(), JitError> {
+/// `build` (an NVRTC compile) of a prepared kernel's source, file name, architecture and
+/// options, refused when the loaded NVRTC is not the one the kernel was keyed with.
+pub(crate) fn with_nvrtc<T>(
+    prepared: &Prepared,
+    build: impl FnOnce(&str, &str, &str, &[String]) -> Result<T, nvrtc::NvrtcError>,
+) -> Result<T, JitError> {
     let loaded = nvrtc::version().map_err(JitError::Nvrtc)?;
     if loaded != prepared.nvrtc_version {
         return Err(JitError::NvrtcVersionMismatch {
@@ -343,5 +335,15 @@ pub(crate) fn compile_check_version(prepared: &Prepared) -> Result<(), JitError>
             loaded,
         });
     }
-    Ok(())
+    let file_name = format!("{}.cu", prepared.name);
+    build(
+        &prepared.source,
+        &file_name,
+        &prepared.arch,
+        &prepared.options,
+    )
+    .map_err(|source| JitError::Compile {
+        kernel: prepared.name.clone(),
+        source,
+    })
 }

@@ -7,7 +7,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::cache::compile_check_version;
+use super::cache::with_nvrtc;
 use super::error::JitError;
 use super::key::{hex, Prepared};
 
@@ -64,19 +64,7 @@ pub fn cubin_key(ptx_key: &str) -> String {
 
 /// The CUBIN of a prepared kernel as hex text (a cache entry's body is text).
 pub fn compile_cubin_hex(prepared: &Prepared) -> Result<String, JitError> {
-    compile_check_version(prepared)?;
-    let file_name = format!("{}.cu", prepared.name);
-    codegen::nvrtc::compile_cubin(
-        &prepared.source,
-        &file_name,
-        &prepared.arch,
-        &prepared.options,
-    )
-    .map(|compiled| hex(&compiled.cubin))
-    .map_err(|source| JitError::Compile {
-        kernel: prepared.name.clone(),
-        source,
-    })
+    with_nvrtc(prepared, codegen::nvrtc::compile_cubin).map(|compiled| hex(&compiled.cubin))
 }
 
 /// The bytes of hex text written by [`compile_cubin_hex`]; `None` when it is not such text.
