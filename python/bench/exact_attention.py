@@ -72,7 +72,13 @@ def main() -> None:
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0x5EED)
     rows = []
-    for ctx in (parse_context(c) for c in args.contexts.split(",")):
+    try:
+        contexts = [parse_context(c) for c in args.contexts.split(",")]
+    except ValueError:
+        ap.error(
+            f"--contexts {args.contexts!r}: write token counts or 32k, 128k, 1m, comma-separated"
+        )
+    for ctx in contexts:
         q = torch.randn(
             1, args.heads, 1, args.head_dim, device=dev, generator=gen, dtype=torch.bfloat16
         )
