@@ -340,7 +340,7 @@ fn plan_at_a_million_tokens() {
     assert_eq!(plan.state_words, heads * STATE_WORDS);
     assert_eq!(plan.chunk_count_words, heads * chunks * 2);
     assert_eq!(plan.sel_words, heads * (k + 36));
-    assert_eq!(plan.scratch_words, heads * (k + 37));
+    assert_eq!(plan.scratch_words, heads * 2 * (k + 36));
     assert_eq!(plan.uni_words, batch * kv_heads * (4 * k + 36));
     assert_eq!(plan.candidate_words, 0);
     assert_eq!(plan.candidate_run_words, 0);
@@ -420,7 +420,7 @@ fn onepass_plan_at_a_million_and_at_32k_tokens() {
         assert_eq!(plan.state_words, 0);
         assert_eq!(plan.candidate_run_words, 0);
         assert_eq!(plan.sel_words, heads * (k + 36));
-        assert_eq!(plan.scratch_words, heads * (k + 37));
+        assert_eq!(plan.scratch_words, heads * 2 * (k + 36));
         assert_eq!(plan.uni_words, batch * kv_heads * (4 * k + 36));
     }
     // 32 query heads at 1M: 8 blocks each (256 in all), 4,096 candidates per head for _final.

@@ -141,6 +141,24 @@ fn onepass_ties_wider_than_the_block_buffer() {
     assert_none(failures);
 }
 
+/// The union searches sets that do not fit its shared memory where they are, in global memory:
+/// the same outputs when the sets it can stage are cut to a few entries (the source says so in
+/// one constant), so that every case takes that road.
+#[test]
+fn union_searched_in_global_memory_matches_the_reference() {
+    let (mut rng, seed) =
+        inputs::rng_and_seed("union_searched_in_global_memory_matches_the_reference");
+    let from = "constexpr int UNION_STAGED_MAX = 11776;";
+    for (g, k_max, threads, items) in [(4, 40, 32, 4), (7, 24, 64, 2)] {
+        let spec = onepass(g, k_max, threads, items);
+        let source = codegen::render::render(&spec).expect("renders");
+        assert_eq!(source.matches(from).count(), 1, "`{from}` once in the source");
+        let source = source.replacen(from, "constexpr int UNION_STAGED_MAX = 3;", 1);
+        let select = CpuSelect::build_source(spec, &source).expect("builds");
+        assert_none(cases(&select, &mut rng, seed, &FAMILIES));
+    }
+}
+
 /// The inputs of `onepass_mutations_are_caught`.
 const MUTATION_SEED: u64 = 7;
 
@@ -150,7 +168,7 @@ const MUTATION_SEED: u64 = 7;
 fn onepass_mutations_are_caught() {
     let spec = onepass(4, 40, 32, 4);
     let source = codegen::render::render(&spec).expect("renders");
-    let mutations: [(&str, &str, &str); 15] = [
+    let mutations: [(&str, &str, &str); 17] = [
         (
             "the floor one above K",
             "r.floor = kth + 1u;",
@@ -223,8 +241,18 @@ fn onepass_mutations_are_caught() {
         ),
         (
             "a union search that passes equal tokens",
-            "lists[(size_t)e * sel_cap + c - 1] < v) at[e] = c;",
-            "lists[(size_t)e * sel_cap + c - 1] <= v) at[e] = c;",
+            "lists[e * sel_cap + c - 1] < bound[e]) at[e] = c;",
+            "lists[e * sel_cap + c - 1] <= bound[e]) at[e] = c;",
+        ),
+        (
+            "an earlier set's equal token merged after",
+            "bound[e] = e < g ? v + 1 : v;",
+            "bound[e] = v;",
+        ),
+        (
+            "a thread's run of the merge compared with nothing before it",
+            "begin > 0 && begin < end ? merged[begin - 1] : -1;",
+            "-1;",
         ),
     ];
     let families = [

@@ -282,9 +282,9 @@ gpu_test!(
     }
 );
 
-// The opt-in CUBIN road (`FATHOM_JIT_IMAGE=cubin`, `Jit::with_image`): NVRTC's machine code,
-// cached beside the PTX, loads and computes bit for bit what the PTX road computes (both are
-// ptxas's output of the same PTX), cold and then from the cache.
+// The CUBIN road (the default; `FATHOM_JIT_IMAGE=ptx` or `Jit::with_image` for the other):
+// NVRTC's machine code, cached beside the PTX, loads and computes bit for bit what the PTX road
+// computes (both are ptxas's output of the same PTX), cold and then from the cache.
 gpu_test!(
     a_kernel_from_its_cubin_computes_what_its_ptx_computes,
     |t| {

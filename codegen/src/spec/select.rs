@@ -10,8 +10,10 @@
 //!
 //! Cost per query head of `n` tokens: five reads of its `n` scores (three histogram passes, count,
 //! write: `20 n` bytes; every pass is spread over `n / (threads * items_per_thread)` blocks), a
-//! histogram of 2,048 bins per pass, and for the union `O(G² (k+36) log k)` binary-search steps in
-//! one block per KV head. Ten launches per layer, none with host synchronisation.
+//! histogram of 2,048 bins per pass, and for the union a stable merge of the G sets by rank
+//! (`G (G-1) (k+36) log k` binary-search steps, in shared memory while `G (k_max+36)` entries fit
+//! 46 KiB) and one block scan, in one block per KV head. Ten launches per layer, none with host
+//! synchronisation.
 //!
 //! The compacting variant ([`SelectAlgorithm::Compact`], template `select_compact.cu.tera`) reads the
 //! scores twice instead of five times: after the first histogram pass a `_filter` pass copies
@@ -244,7 +246,8 @@ pub struct SelectPlan {
     /// `u32` words of the per-chunk counts: `B*H*G*chunks*2` (one-read variant:
     /// `B*H*G*chunks`, each block's number of candidates).
     pub chunk_count_words: u64,
-    /// `i32` words of the union's scratch: `B*H*G*(k+37)`.
+    /// `i32` words of the union's scratch, the merged tokens of each KV head's sets and the
+    /// entries they came from: `B*H*G*(k+36)*2`.
     pub scratch_words: u64,
     /// `u32` words of the candidates (0 for the plain variant): compacting, per query head
     /// [`SelectSpec::candidates`] `(index, key)` pairs, `B*H*G*candidates*2`; one-read, a slot
@@ -551,7 +554,7 @@ impl SelectSpec {
                     self.candidates()
                 },
             candidate_run_words: if compact { heads * chunks * 2 } else { 0 },
-            scratch_words: heads * (k + SINK + LOCAL + 1),
+            scratch_words: heads * 2 * (k + SINK + LOCAL),
             chunks,
             sel_words: heads * (k + SINK + LOCAL),
             uni_words: u64::from(kv) * (group * k + SINK + LOCAL),

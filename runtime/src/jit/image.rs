@@ -1,9 +1,10 @@
-//! What a kernel's module is loaded from. By default its PTX: the driver compiles the PTX to the
-//! GPU's machine code inside `cuModuleLoadData`, which is most of the time a cold load of a large
-//! kernel set takes (autotune: 254 s for 585 kernels on the H200, against ~40 s of NVRTC). With
-//! [`ModuleImage::Cubin`] (opt-in: `FATHOM_JIT_IMAGE=cubin`, or [`super::Jit::with_image`]) NVRTC
-//! also hands back the machine code it made for the device's own architecture, the cache keeps
-//! it beside the PTX (as hex text under [`cubin_key`]), and the load is a copy.
+//! What a kernel's module is loaded from. By default ([`ModuleImage::Cubin`]) NVRTC hands back
+//! the machine code it made for the device's own architecture, the cache keeps it (as hex text
+//! under [`cubin_key`], beside any PTX entries) and the load is a copy. From PTX
+//! (`FATHOM_JIT_IMAGE=ptx`, or [`super::Jit::with_image`]) the driver compiles the PTX to machine
+//! code inside `cuModuleLoadData`, in every process: on the H200 a cold autotune's 585 kernels
+//! took 254 s to become loadable from PTX and 37.6 s from CUBIN
+//! (`bench/results/autotune-cubin-h200-2026-12-02-bef9816.txt`).
 
 use sha2::{Digest, Sha256};
 
@@ -11,43 +12,43 @@ use super::cache::with_nvrtc;
 use super::error::JitError;
 use super::key::{hex, Prepared};
 
-/// The environment variable that picks the image: `ptx` (the default when unset or empty) or
-/// `cubin`.
+/// The environment variable that picks the image: `cubin` (the default when unset or empty) or
+/// `ptx`.
 pub const JIT_IMAGE_VAR: &str = "FATHOM_JIT_IMAGE";
 
 /// What a module is loaded from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ModuleImage {
     /// PTX text, compiled by the driver at load.
-    #[default]
     Ptx,
     /// NVRTC's machine code for the device's architecture, loaded as it is.
+    #[default]
     Cubin,
 }
 
 impl ModuleImage {
-    /// The image named by `text` (`ptx` or `cubin`; empty is the default).
+    /// The image named by `text` (`cubin` or `ptx`; empty is the default, CUBIN).
     pub fn parse(text: &str) -> Result<ModuleImage, JitError> {
         match text.trim() {
-            "" | "ptx" => Ok(ModuleImage::Ptx),
-            "cubin" => Ok(ModuleImage::Cubin),
+            "ptx" => Ok(ModuleImage::Ptx),
+            "" | "cubin" => Ok(ModuleImage::Cubin),
             other => Err(JitError::Setting {
                 var: JIT_IMAGE_VAR,
                 got: other.to_string(),
-                allowed: "ptx (the default) or cubin",
+                allowed: "cubin (the default) or ptx",
             }),
         }
     }
 
-    /// The image `FATHOM_JIT_IMAGE` names; PTX when it is unset.
+    /// The image `FATHOM_JIT_IMAGE` names; CUBIN when it is unset.
     pub fn from_env() -> Result<ModuleImage, JitError> {
         match std::env::var(JIT_IMAGE_VAR) {
             Ok(text) => ModuleImage::parse(&text),
-            Err(std::env::VarError::NotPresent) => Ok(ModuleImage::Ptx),
+            Err(std::env::VarError::NotPresent) => Ok(ModuleImage::Cubin),
             Err(std::env::VarError::NotUnicode(raw)) => Err(JitError::Setting {
                 var: JIT_IMAGE_VAR,
                 got: raw.to_string_lossy().into_owned(),
-                allowed: "ptx (the default) or cubin",
+                allowed: "cubin (the default) or ptx",
             }),
         }
     }
@@ -87,7 +88,7 @@ mod tests {
 
     #[test]
     fn the_image_is_named_ptx_or_cubin_and_anything_else_says_what_is_allowed() {
-        assert_eq!(ModuleImage::parse("").unwrap(), ModuleImage::Ptx);
+        assert_eq!(ModuleImage::parse("").unwrap(), ModuleImage::Cubin);
         assert_eq!(ModuleImage::parse("ptx").unwrap(), ModuleImage::Ptx);
         assert_eq!(ModuleImage::parse(" cubin\n").unwrap(), ModuleImage::Cubin);
         let e = ModuleImage::parse("sass").unwrap_err().to_string();

@@ -122,7 +122,7 @@ fn ms(since: Instant) -> f64 {
 
 impl Jit {
     /// A JIT for `gpu` (its own compute capability) through `cache`, loading modules from the
-    /// image `FATHOM_JIT_IMAGE` names (PTX unless it says `cubin`; [`ModuleImage`]). Fails when
+    /// image `FATHOM_JIT_IMAGE` names (CUBIN unless it says `ptx`; [`ModuleImage`]). Fails when
     /// NVRTC cannot be found or loaded (its version is part of every key) or the variable has
     /// another value.
     pub fn new(gpu: Arc<Gpu>, cache: JitCache) -> Result<Jit, JitError> {
