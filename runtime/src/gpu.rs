@@ -63,6 +63,12 @@ pub enum GpuError {
          allocates, uploads or compiles exists already"
     )]
     Capturing { what: &'static str },
+    #[error("{var}={got:?} is not a setting: expected {allowed}")]
+    Setting {
+        var: &'static str,
+        got: String,
+        allowed: &'static str,
+    },
     #[error(
         "stream {stream:#x} belongs to another CUDA context than device {ordinal}'s primary \
          context; pass a stream of that device's primary context (PyTorch's streams are)"
@@ -72,6 +78,32 @@ pub enum GpuError {
 
 fn check<T>(call: &'static str, r: Result<T, DriverError>) -> Result<T, GpuError> {
     r.map_err(|source| GpuError::Driver { call, source })
+}
+
+/// The environment variable that turns on programmatic dependent launch
+/// ([`Gpu::set_programmatic_launch`]) for every handle opened after it is set.
+pub const PDL_VAR: &str = "FATHOM_PDL";
+
+/// What `FATHOM_PDL` says ([`parse_programmatic`]); off when it is unset.
+pub fn programmatic_from_env() -> Result<bool, GpuError> {
+    match std::env::var(PDL_VAR) {
+        Ok(text) => parse_programmatic(&text),
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Err(std::env::VarError::NotUnicode(raw)) => parse_programmatic(&raw.to_string_lossy()),
+    }
+}
+
+/// A `FATHOM_PDL` value: `1` on; `0` or empty off; anything else an error that says so.
+pub fn parse_programmatic(text: &str) -> Result<bool, GpuError> {
+    match text.trim() {
+        "1" => Ok(true),
+        "" | "0" => Ok(false),
+        other => Err(GpuError::Setting {
+            var: PDL_VAR,
+            got: other.to_string(),
+            allowed: "1 (launch with programmatic stream serialization) or 0 (the default)",
+        }),
+    }
 }
 
 fn is_oom(e: &DriverError) -> bool {
@@ -165,6 +197,8 @@ pub struct Gpu {
     info: DeviceInfo,
     /// The stream is being captured into a graph: querying it would end the capture.
     capturing: AtomicBool,
+    /// Kernels are launched with programmatic stream serialization ([`Gpu::set_programmatic_launch`]).
+    programmatic: AtomicBool,
     /// Pinned host memory of this context, shared by every handle of it.
     pinned: Arc<PinnedLedger>,
 }
@@ -233,7 +267,9 @@ impl Gpu {
     pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
         let (ctx, info) = Self::primary_context(ordinal)?;
         let stream = check("cuStreamCreate", ctx.new_stream())?;
-        Ok(Gpu::with_stream(ctx, stream, info))
+        let gpu = Gpu::with_stream(ctx, stream, info);
+        gpu.set_programmatic_launch(programmatic_from_env()?);
+        Ok(gpu)
     }
 
     /// The device's primary context (retained: cudarc's `CudaContext::new` calls
@@ -274,6 +310,7 @@ impl Gpu {
             stream,
             info,
             capturing: AtomicBool::new(false),
+            programmatic: AtomicBool::new(false),
             pinned: Arc::new(PinnedLedger {
                 in_use: AtomicUsize::new(0),
                 limit: AtomicUsize::new(usize::MAX),
@@ -293,8 +330,27 @@ impl Gpu {
             stream,
             info: self.info.clone(),
             capturing: AtomicBool::new(false),
+            programmatic: AtomicBool::new(self.programmatic_launch()),
             pinned: self.pinned.clone(),
         })
+    }
+
+    /// Launches this handle's kernels from now on with programmatic stream serialization
+    /// (Hopper's programmatic dependent launch: a kernel may be scheduled while the one before
+    /// it drains, and waits for it in `await_previous_kernel()`), where the device has it
+    /// (compute capability 9.0 and later; elsewhere this keeps plain launches). Off by default;
+    /// `FATHOM_PDL=1` turns it on for handles opened after it is set. Launches captured into a
+    /// graph keep the setting they were captured with. Every kernel launched through the
+    /// handle while it is on must wait for its predecessor before touching memory, as every
+    /// fathom kernel does (`await_previous_kernel()`, `griddepcontrol.wait`).
+    pub fn set_programmatic_launch(&self, on: bool) {
+        let able = self.info.compute_capability.0 >= 9;
+        self.programmatic.store(on && able, Ordering::Relaxed);
+    }
+
+    /// Whether kernels are launched with programmatic stream serialization.
+    pub fn programmatic_launch(&self) -> bool {
+        self.programmatic.load(Ordering::Relaxed)
     }
 
     /// Pinned host bytes held now by [`MappedBuffer`]s of this context (every handle).
@@ -495,16 +551,46 @@ impl Gpu {
                 )
             })?;
         }
-        check("cuLaunchKernel", unsafe {
-            result::launch_kernel(
-                function.cu_function(),
-                grid,
-                block,
-                shared_bytes,
-                self.stream.cu_stream(),
-                &mut pointers,
-            )
-        })?;
+        if self.programmatic_launch() {
+            // Every fathom kernel begins with `await_previous_kernel()` (common.cuh.tera), which
+            // is what makes the attribute safe.
+            let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attribute.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attribute.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid.0,
+                gridDimY: grid.1,
+                gridDimZ: grid.2,
+                blockDimX: block.0,
+                blockDimY: block.1,
+                blockDimZ: block.2,
+                sharedMemBytes: shared_bytes,
+                hStream: self.stream.cu_stream(),
+                attrs: &mut attribute,
+                numAttrs: 1,
+            };
+            check("cuLaunchKernelEx", unsafe {
+                sys::cuLaunchKernelEx(
+                    &config,
+                    function.cu_function(),
+                    pointers.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+                .result()
+            })?;
+        } else {
+            check("cuLaunchKernel", unsafe {
+                result::launch_kernel(
+                    function.cu_function(),
+                    grid,
+                    block,
+                    shared_bytes,
+                    self.stream.cu_stream(),
+                    &mut pointers,
+                )
+            })?;
+        }
         // Launch errors surface asynchronously; a cheap query catches configuration errors now,
         // but not while the stream is captured, by us or by its owner: a query of a capturing
         // stream invalidates the capture.

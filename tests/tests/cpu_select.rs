@@ -152,7 +152,11 @@ fn union_searched_in_global_memory_matches_the_reference() {
     for (g, k_max, threads, items) in [(4, 40, 32, 4), (7, 24, 64, 2)] {
         let spec = onepass(g, k_max, threads, items);
         let source = codegen::render::render(&spec).expect("renders");
-        assert_eq!(source.matches(from).count(), 1, "`{from}` once in the source");
+        assert_eq!(
+            source.matches(from).count(),
+            1,
+            "`{from}` once in the source"
+        );
         let source = source.replacen(from, "constexpr int UNION_STAGED_MAX = 3;", 1);
         let select = CpuSelect::build_source(spec, &source).expect("builds");
         assert_none(cases(&select, &mut rng, seed, &FAMILIES));

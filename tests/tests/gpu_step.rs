@@ -412,6 +412,21 @@ gpu_test!(gpu_step_rotated_store_d96_g16, |t| {
     run_case(&mut t, 96, 16, Basis::Klt);
 });
 
+// Programmatic dependent launch (`Gpu::set_programmatic_launch`, `FATHOM_PDL=1`): every kernel
+// of the step, eager and replayed from its graph, may be scheduled while the one before it
+// drains, and waits for it in `await_previous_kernel()`; the step must not change by a bit.
+gpu_test!(gpu_step_with_programmatic_launch_g4, |t| {
+    t.gpu.set_programmatic_launch(true);
+    let able = t.gpu.info().compute_capability.0 >= 9;
+    assert_eq!(
+        t.gpu.programmatic_launch(),
+        able,
+        "programmatic launch is on exactly where the device has it"
+    );
+    run_case(&mut t, D, 4, Basis::Raw);
+    t.gpu.set_programmatic_launch(false);
+});
+
 gpu_test!(gpu_step_refuses_bad_input, |t| {
     let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
     let batch = DeviceBatch::new(&t.gpu, &f, Placement::Hbm);
