@@ -24,10 +24,10 @@ rm -rf /tmp/fg && mkdir -p /tmp/fg && tar xJf .gpu/pack.tar.xz -C /tmp/fg
 B=/tmp/fg/.gpu/bin
 # ---- A
 ORDER="gpu_select gpu_decode gpu_step gpu_scan gpu_pariskv_step gpu_plan gpu_encode gpu_store gpu_landmark gpu_jit gpu_oracle gpu_attention gpu_fetch gpu_foreign gpu_smoke"
-( cd /tmp/fg/.gpu && for t in $ORDER; do [ -x tests/$t-test ] && echo $t; done | FATHOM_PDL=1 xargs -P 5 -I{} bash -c 'timeout -k 10 '$(lim 240)' ./tests/{}-test --ignored --test-threads=1 > '$L'/{}.log 2>&1; echo "{} rc=$?"' > $L/rc.txt ) &
+( cd /tmp/fg/.gpu && for t in $ORDER; do [ -x tests/$t-test ] && echo $t; done | FATHOM_PDL=1 xargs -P 5 -I{} bash -c 'timeout -k 10 '$(lim 200)' ./tests/{}-test --ignored --test-threads=1 > '$L'/{}.log 2>&1; echo "{} rc=$?"' > $L/rc.txt ) &
 PA=$!
 mkdir -p $L/sanitize
-( cd /tmp/fg && cp -r $R/scripts . && OUT=$L/sanitize timeout -k 10 $(lim 240) bash scripts/sanitize.sh --tests gpu_select,gpu_step --jobs 3 --timeout 220 \
+( cd /tmp/fg && cp -r $R/scripts . && OUT=$L/sanitize timeout -k 10 $(lim 200) bash scripts/sanitize.sh --tests gpu_select,gpu_step --jobs 3 --timeout 190 \
     'gpu_select_short_and_boundary_lengths' 'gpu_step_raw_store_g4' > $L/sanitize.txt 2>&1; echo "sanitize rc=$?" >> $L/rc.txt ) &
 PS=$!
 wait $PA $PS; el A done: $(cat $L/rc.txt | tr '\n' ' ')
