@@ -6,10 +6,7 @@
 # carry [".gpu", ".stage/part3"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=220 bash bench/calls/h200-2026-12-02c-eval-rest.sh
 set -u
-L=$OUT/logs; mkdir -p $L
-T0=$(date +%s); BUDGET=${BUDGET:-220}
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $L/timeline.txt; }
+DEFAULT_BUDGET=220 . bench/calls/budget.sh
 M=/tmp/fathom-models; C=${C:-unknown}
 python3 -m pip install -q --no-deps --no-index --no-compile --upgrade --target /tmp/site .gpu/wheels/*.whl > $L/pip.txt 2>&1; el pip rc=$?
 mkdir -p $M && cp .stage/part3/* $M/ && cat $M/smollm2.gguf.[0-9][0-9] > $M/smollm2.gguf && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M/smollm2.gguf" | sha256sum -c > $L/join.txt 2>&1 && python3 -m pip install -q --no-index --no-deps --target $M/site $M/gguf-0.19.0-py3-none-any.whl >> $L/join.txt 2>&1; el join rc=$?

@@ -12,11 +12,7 @@
 #   HBM fathom(48)/sparq(32) at 32k and 1M without and with PDL; then host 256k/1M with PDL, time
 #   allowing.
 set -u
-R=$PWD; L=$OUT/logs; mkdir -p $L
-T0=$(date +%s); BUDGET=${BUDGET:-560}
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-lim() { local a=$1 b=$(left); [ $b -lt $a ] && a=$b; [ $a -lt 5 ] && a=5; echo $a; }
-el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $L/timeline.txt; }
+. bench/calls/budget.sh
 C=${C:-unknown}
 export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1

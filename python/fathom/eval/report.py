@@ -57,14 +57,20 @@ def table(data: dict) -> str:
     for n in contexts:
         cells = {(label(r), r["task"]): r for r in rows if r["context"] == n}
         methods = list(dict.fromkeys(label(r) for r in rows if r["context"] == n))
+        common = _common_tasks(rows, n)
+        ran = [t for t in tasks if any((m, t) in cells for m in methods)]
         lines.append(
             f"\ncontext {n} tokens: score (% of gold strings found), samples per cell in brackets\n"
         )
+        if common != ran:
+            # A partial run: a mean over different tasks would not compare methods.
+            over = ", ".join(common) or "no task"
+            lines.append(f"mean over {over}, the tasks every method ran\n")
         lines.append("| method | " + " | ".join(tasks) + " | mean |")
         lines.append("| --- |" + " --- |" * (len(tasks) + 1))
         for m in methods:
             got = [cells.get((m, t)) for t in tasks]
-            scores = [c["score"] for c in got if c]
+            scores = [cells[(m, t)]["score"] for t in common]
             mean = f"{sum(scores) / len(scores):.1f}" if scores else "-"
             lines.append(
                 f"| {m} | "
@@ -99,7 +105,8 @@ def table(data: dict) -> str:
 
 
 def svg(data: dict, width: int = 720, height: int = 420) -> str:
-    """Mean score over tasks against context, one line per method (and placement)."""
+    """Mean score over the tasks every method ran, against context, one line per method (and
+    placement)."""
     by = defaultdict(dict)
     for n_m, scores in _means(data["rows"]).items():
         by[n_m[1]][n_m[0]] = scores
@@ -171,10 +178,23 @@ def svg(data: dict, width: int = 720, height: int = 420) -> str:
     return "\n".join(out) + "\n"
 
 
+def _common_tasks(rows, context: int) -> list:
+    """The tasks that every method (and placement) of `context` has a score for, in run order."""
+    at = [r for r in rows if r["context"] == context]
+    tasks = list(dict.fromkeys(r["task"] for r in at))
+    have = defaultdict(set)
+    for r in at:
+        have[label(r)].add(r["task"])
+    return [t for t in tasks if all(t in done for done in have.values())]
+
+
 def _means(rows):
+    """Mean score per (context, method) over the context's common tasks (`_common_tasks`)."""
     acc = defaultdict(list)
+    common = {n: set(_common_tasks(rows, n)) for n in {r["context"] for r in rows}}
     for r in rows:
-        acc[(r["context"], label(r))].append(r["score"])
+        if r["task"] in common[r["context"]]:
+            acc[(r["context"], label(r))].append(r["score"])
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 

@@ -1,0 +1,12 @@
+# Sourced by the device-call scripts of bench/calls (from 2026-12-02's third session on): the
+# call's log folder and its time budget. Before sourcing, set BUDGET (seconds the call may take)
+# or accept DEFAULT_BUDGET. Gives:
+#   R  the repository root (the working directory of the call), L its log folder under $OUT;
+#   left     seconds of the budget left;
+#   lim N    N, or what is left when that is less (at least 5): a program's `timeout`;
+#   el WHAT  a timeline line, "[elapsed] WHAT", to the terminal and $L/timeline.txt.
+R=$PWD; L=$OUT/logs; mkdir -p "$L"
+T0=$(date +%s); BUDGET=${BUDGET:-${DEFAULT_BUDGET:-560}}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+lim() { local a=$1 b; b=$(left); [ "$b" -lt "$a" ] && a=$b; [ "$a" -lt 5 ] && a=5; echo "$a"; }
+el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L/timeline.txt"; }
