@@ -37,9 +37,9 @@
 
 use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PariskvRerankSpec,
-    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm,
-    SelectSpec,
+    AttentionRows, AttentionSpec, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec,
+    OracleSpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod,
+    PlanSpec, ScanSpec, SelectAlgorithm, SelectSpec,
 };
 use reference::select::paper_k;
 use runtime::step::{DecoderConfig, Transfer};
@@ -445,6 +445,8 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             group: g32,
             threads,
             rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
         }
         .into(),
         _ => return Err(mismatch()),

@@ -2,10 +2,10 @@
 
 use crate::model::{Basis, ModelShape};
 use crate::spec::{
-    AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec, KernelSpec, KvRows,
-    LandmarkSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec, PariskvRerankSpec,
-    PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec, SelectAlgorithm,
-    SelectSpec,
+    AttentionRows, AttentionSpec, EncodeMode, EncodeSpec, Family, FetchSpec, GatherSpec,
+    KernelSpec, KvRows, LandmarkSpec, OracleSpec, PariskvIndexSpec, PariskvQuerySpec,
+    PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanMethod, PlanSpec, ScanSpec,
+    SelectAlgorithm, SelectSpec,
 };
 
 /// Threads per thread block of the families whose tile is not tuned yet.
@@ -178,6 +178,8 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             group,
             threads: THREADS,
             rows_per_warp: 4,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
         }
         .into(),
     );

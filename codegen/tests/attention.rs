@@ -2,8 +2,8 @@
 
 mod family_checks;
 
-use codegen::spec::attention::AttentionSpec;
-use codegen::spec::Family;
+use codegen::spec::attention::{AttentionRows, AttentionSpec};
+use codegen::spec::{Family, KvRows};
 use family_checks::{assert_compiles, assert_renders, grid4};
 use serde_json::json;
 
@@ -13,6 +13,8 @@ fn base() -> AttentionSpec {
         group: 4,
         threads: 256,
         rows_per_warp: 4,
+        rows: AttentionRows::Fetched,
+        kv_rows: KvRows::Separate,
     }
 }
 
@@ -27,18 +29,39 @@ fn grid() -> Vec<AttentionSpec> {
             group,
             threads,
             rows_per_warp,
+            ..base()
         },
     )
 }
 
+/// The store-reading variants beside the fetched one: both layouts of the store's rows.
+fn store_variants(spec: AttentionSpec) -> [AttentionSpec; 2] {
+    KvRows::ALL.map(|kv_rows| AttentionSpec {
+        rows: AttentionRows::Store,
+        kv_rows,
+        ..spec
+    })
+}
+
+/// The family checks' base: the store-reading variant, so that each of its fields, the row
+/// layout too, has a valid alternative that changes the name.
+fn store_base() -> AttentionSpec {
+    AttentionSpec {
+        rows: AttentionRows::Store,
+        ..base()
+    }
+}
+
 family_checks::family_tests! {
-    base: base(),
+    base: store_base(),
     grid: grid(),
     alternatives: [
         ("head_dim", json!(256)),
         ("group", json!(7)),
         ("threads", json!(128)),
         ("rows_per_warp", json!(2)),
+        ("rows", json!("fetched")),
+        ("kv_rows", json!("adjacent")),
     ],
     bad_fields: [
         ("head_dim", json!(512)),
@@ -54,11 +77,46 @@ family_checks::family_tests! {
 #[test]
 fn the_name_spells_the_fields() {
     assert_eq!(base().kernel_name(), "fathom_attention_d128_g4_t256_r4");
+    let [separate, adjacent] = store_variants(base());
+    assert_eq!(
+        separate.kernel_name(),
+        "fathom_attention_d128_g4_t256_r4_store"
+    );
+    assert_eq!(
+        adjacent.kernel_name(),
+        "fathom_attention_d128_g4_t256_r4_store_kvadj"
+    );
+}
+
+#[test]
+fn fetched_rows_take_no_store_layout() {
+    let spec = AttentionSpec {
+        kv_rows: KvRows::Adjacent,
+        ..base()
+    };
+    let e = spec.validate().unwrap_err().to_string();
+    assert!(e.contains("kv_rows") && e.contains("rows: store"), "{e}");
+}
+
+#[test]
+fn the_store_variant_reads_rows_by_token_at_the_layout_s_stride() {
+    let [separate, adjacent] = store_variants(base());
+    let fetched = codegen::render::render(&base()).unwrap();
+    let separate = codegen::render::render(&separate).unwrap();
+    let adjacent = codegen::render::render(&adjacent).unwrap();
+    assert!(fetched.contains("const int* __restrict__ sel_pos,") && !fetched.contains("k_rows"));
+    assert!(separate.contains("const int* __restrict__ sel,") && !separate.contains("sel_pos"));
+    assert!(separate.contains("keys + pos * D,") && !separate.contains("ROW_STRIDE"));
+    assert!(adjacent.contains("constexpr int ROW_STRIDE = 2 * D;"));
+    assert!(adjacent.contains("keys + pos * ROW_STRIDE,"));
 }
 
 #[test]
 fn every_spec_of_the_grid_renders_within_static_shared_memory() {
-    for spec in grid() {
+    for spec in grid()
+        .into_iter()
+        .flat_map(|s| [s].into_iter().chain(store_variants(s)))
+    {
         assert_renders(&spec, &[spec.kernel_name()]);
         assert!(
             spec.static_shared_bytes() <= 48 * 1024,
@@ -85,8 +143,12 @@ fn a_sampled_grid_compiles_without_warnings() {
                 group,
                 threads,
                 rows_per_warp,
+                ..base()
             };
             assert_compiles(&spec, &[spec.kernel_name()]);
+            for store in store_variants(spec) {
+                assert_compiles(&store, &[store.kernel_name()]);
+            }
         }
     }
 }

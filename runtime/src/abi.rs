@@ -31,6 +31,8 @@ fathom_macros::abi! {
                                 algorithm = onepass);
         fetch = fetch(head_dim = 128, group = 4, threads = 256, placement = hbm);
         attention = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4);
+        attention_store = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4,
+                                    rows = store);
         pariskv_index = pariskv_index(head_dim = 128, threads = 256, placement = hbm);
         pariskv_query = pariskv_query(head_dim = 128, group = 4);
         pariskv_vote = pariskv_vote(head_dim = 128, threads = 256, placement = hbm);

@@ -8,14 +8,19 @@
 //! - `oracle`: the scores from adjacent rows equal the scores from separate rows bit for bit,
 //!   and the f64 dot products within fp32 rounding;
 //! - `append_rows`: row `n_total − 1` of every head gets the new K and V row, nothing else
-//!   changes.
+//!   changes;
+//! - `attention` with `rows: store` (the store's rows by token, no fetch): the same output, bit
+//!   for bit, as attention over the fetched rows of the same selection, and the f64 attention
+//!   within fp32 rounding.
 //!
 //! Head dimensions 64, 80 (the padded fetch) and 128, both placements (the host kernels load
 //! with `__ldcs`). These need a C++17 compiler (`c++`), not a GPU; the GPU runs the same layouts
 //! in `gpu_fetch.rs`, `gpu_store.rs` and `gpu_step.rs`.
 
 use codegen::render::render;
-use codegen::spec::{AppendRowsSpec, Family, FetchSpec, KvRows, OracleSpec, Placement};
+use codegen::spec::{
+    AppendRowsSpec, AttentionRows, AttentionSpec, Family, FetchSpec, KvRows, OracleSpec, Placement,
+};
 use fathom_tests::cpu_cuda::{Entry, Launch, PointerTable, Program, Value};
 use fathom_tests::inputs;
 use fathom_tests::kv_rows::interleave;
@@ -386,5 +391,220 @@ fn append_rows_writes_the_new_row_of_either_layout() {
             "{} (FATHOM_TEST_SEED={seed})",
             spec.kernel_name()
         );
+    }
+}
+
+/// What one attention case reads: per KV head `kh` the K and V rows `[n][D]`; per query head
+/// `qh = kh*G + g` its ascending tokens (`sel`, rows of `k + 36`), their positions in the KV
+/// head's union and the union's rows fetched into `[B*H][G*k + 36][D]`.
+struct AttentionCase {
+    d: usize,
+    g: usize,
+    k: usize,
+    k_src: Vec<Vec<u16>>,
+    v_src: Vec<Vec<u16>>,
+    sel: Vec<i32>,
+    sel_pos: Vec<i32>,
+    sel_count: Vec<i32>,
+    k_sel: Vec<u16>,
+    v_sel: Vec<u16>,
+    q: Vec<f32>,
+}
+
+impl AttentionCase {
+    fn draw(rng: &mut impl Rng, d: usize, g: usize, k: usize) -> AttentionCase {
+        let (heads, sc, uc) = (BATCH * HEADS, k + ALWAYS, g * k + ALWAYS);
+        let lengths = [sc + rng.gen_range(0..100), rng.gen_range(1..sc)];
+        let n = |kh: usize| lengths[kh / HEADS];
+        let k_src: Vec<Vec<u16>> = (0..heads).map(|kh| random_keys(rng, n(kh), d)).collect();
+        let v_src: Vec<Vec<u16>> = (0..heads).map(|kh| random_keys(rng, n(kh), d)).collect();
+        let mut sel = vec![-1i32; heads * g * sc];
+        let mut sel_pos = vec![-1i32; heads * g * sc];
+        let mut sel_count = vec![0i32; heads * g];
+        let mut k_sel = vec![POISON; heads * uc * d];
+        let mut v_sel = vec![POISON; heads * uc * d];
+        for kh in 0..heads {
+            // As §6 selects: the sink and the local window in every set, at most k tokens of
+            // the middle each (so the union fits its G*k + 36 rows); one empty set in every KV
+            // head but the first (its output is zero).
+            let n_kh = n(kh);
+            let (lo, hi) = (4.min(n_kh), n_kh.saturating_sub(32).max(4.min(n_kh)));
+            let sets: Vec<Vec<usize>> = (0..g)
+                .map(|gi| {
+                    if gi == 1 && kh > 0 {
+                        return Vec::new();
+                    }
+                    let middle = rng.gen_range(0..=k.min(hi - lo));
+                    let mut t: Vec<usize> = (0..lo).chain(hi..n_kh).collect();
+                    t.extend(sample(rng, hi - lo, middle).into_iter().map(|i| lo + i));
+                    t.sort_unstable();
+                    t
+                })
+                .collect();
+            let mut union: Vec<usize> = sets.iter().flatten().copied().collect();
+            union.sort_unstable();
+            union.dedup();
+            assert!(union.len() <= uc, "the union fits its rows");
+            for (u, &t) in union.iter().enumerate() {
+                let at = (kh * uc + u) * d;
+                k_sel[at..at + d].copy_from_slice(&k_src[kh][t * d..(t + 1) * d]);
+                v_sel[at..at + d].copy_from_slice(&v_src[kh][t * d..(t + 1) * d]);
+            }
+            for (gi, set) in sets.iter().enumerate() {
+                let qh = kh * g + gi;
+                sel_count[qh] = set.len() as i32;
+                for (j, &t) in set.iter().enumerate() {
+                    sel[qh * sc + j] = t as i32;
+                    sel_pos[qh * sc + j] = union.binary_search(&t).expect("in the union") as i32;
+                }
+            }
+        }
+        let q = (0..heads * g * d)
+            .map(|_| rng.gen_range(-1.0f32..1.0))
+            .collect();
+        AttentionCase {
+            d,
+            g,
+            k,
+            k_src,
+            v_src,
+            sel,
+            sel_pos,
+            sel_count,
+            k_sel,
+            v_sel,
+            q,
+        }
+    }
+
+    /// The attention output `[B*H*G][D]` of `spec` on the CPU.
+    fn run(&self, spec: AttentionSpec, seed: u64) -> Result<Vec<f32>, String> {
+        let source = render(&spec).map_err(|e| e.to_string())?;
+        let entry = Entry::from_source(&source, spec.kernel_name())?;
+        let program = Program::build(&source, vec![entry])?;
+        let heads = BATCH * HEADS;
+        let scale = 1.0 / (self.d as f32).sqrt();
+        let (mut buffers, tables, rows_args) = match spec.rows {
+            AttentionRows::Fetched => (
+                vec![words(&self.k_sel), words(&self.v_sel), ints(&self.sel_pos)],
+                Vec::new(),
+                [Value::Buffer(0), Value::Buffer(1), Value::Buffer(2)],
+            ),
+            AttentionRows::Store => {
+                let rows = row_buffers(&self.k_src, &self.v_src, self.d, spec.kv_rows, 0);
+                let r = rows.buffers.len();
+                let mut buffers = rows.buffers;
+                buffers.extend([vec![0; 2 * heads], vec![0; 2 * heads], ints(&self.sel)]);
+                let tables = vec![
+                    PointerTable {
+                        buffer: r,
+                        entries: rows.k_table,
+                    },
+                    PointerTable {
+                        buffer: r + 1,
+                        entries: rows.v_table,
+                    },
+                ];
+                let args = [Value::Buffer(r), Value::Buffer(r + 1), Value::Buffer(r + 2)];
+                (buffers, tables, args)
+            }
+        };
+        let b = buffers.len();
+        buffers.push(ints(&self.sel_count));
+        buffers.push(floats(&self.q));
+        buffers.push(floats(&vec![f32::NAN; heads * self.g * self.d]));
+        let launch = spec
+            .launch(BATCH as u64, HEADS as u64)
+            .map_err(|e| e.to_string())?;
+        let mut args = rows_args.to_vec();
+        args.extend([
+            Value::Buffer(b),
+            Value::Buffer(b + 1),
+            Value::Float(scale),
+            Value::Buffer(b + 2),
+            Value::Int(self.k as i64),
+        ]);
+        let launch = Launch {
+            entry: 0,
+            grid: launch.grid,
+            threads: spec.threads,
+            args,
+        };
+        program.run_with_tables(&mut buffers, &tables, &[launch], seed)?;
+        Ok(buffers[b + 2].iter().map(|&w| f32::from_bits(w)).collect())
+    }
+
+    /// The f64 attention of query head `qh`, channel `c`.
+    fn reference(&self, qh: usize, c: usize) -> f64 {
+        let (d, sc) = (self.d, self.k + ALWAYS);
+        let kh = qh / self.g;
+        let count = self.sel_count[qh] as usize;
+        if count == 0 {
+            return 0.0;
+        }
+        let bf = |x: u16| half::bf16::from_bits(x).to_f64();
+        let scale = f64::from(1.0 / (d as f32).sqrt());
+        let logits: Vec<f64> = (0..count)
+            .map(|j| {
+                let t = self.sel[qh * sc + j] as usize;
+                (0..d)
+                    .map(|i| f64::from(self.q[qh * d + i]) * bf(self.k_src[kh][t * d + i]))
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        (0..count)
+            .map(|j| {
+                let t = self.sel[qh * sc + j] as usize;
+                weights[j] * bf(self.v_src[kh][t * d + c])
+            })
+            .sum::<f64>()
+            / total
+    }
+}
+
+#[test]
+fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_rows attention from the store");
+    for (d, g, k, threads, rows_per_warp) in
+        [(128, 4, 6, 64, 2), (80, 7, 3, 32, 4), (64, 1, 5, 64, 1)]
+    {
+        let case = AttentionCase::draw(&mut rng, d, g, k);
+        let fetched = AttentionSpec {
+            head_dim: d as u32,
+            group: g as u32,
+            threads,
+            rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
+        };
+        let want = case.run(fetched, seed).unwrap();
+        for kv_rows in KvRows::ALL {
+            let store = AttentionSpec {
+                rows: AttentionRows::Store,
+                kv_rows,
+                ..fetched
+            };
+            let what = format!("{} (FATHOM_TEST_SEED={seed})", store.kernel_name());
+            let got = case.run(store, seed).unwrap();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{what}: output {i}: {a} from the store, {b} from the fetched rows, f64 {}",
+                    case.reference(i / d, i % d)
+                );
+            }
+            for (i, &a) in got.iter().enumerate() {
+                let r = case.reference(i / d, i % d);
+                assert!(
+                    (f64::from(a) - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                    "{what}: output {i}: {a} against the f64 attention's {r}"
+                );
+            }
+        }
     }
 }

@@ -20,7 +20,9 @@
 //!   (GPU) scores exactly, the fetched rows byte for byte, and the outputs against
 //!   `attend_group` over the original K/V rows within 1e-3.
 
-use codegen::spec::{AttentionSpec, FetchSpec, OracleSpec, Placement, SelectSpec};
+use codegen::spec::{
+    AttentionRows, AttentionSpec, FetchSpec, KvRows, OracleSpec, Placement, SelectSpec,
+};
 use fathom_tests::gpu_test;
 use fathom_tests::inputs;
 use fathom_tests::kit::GpuTest;
@@ -194,6 +196,8 @@ gpu_test!(gpu_attention_matches_reference, |t| {
             group,
             threads,
             rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
         };
         let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
         attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
@@ -252,6 +256,8 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             group: g as u32,
             threads: 256,
             rows_per_warp: 4,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
         },
     )
     .expect("attention compiles");

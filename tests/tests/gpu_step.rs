@@ -33,7 +33,7 @@
 //! `gpu_step_refuses_bad_input`: the typed errors of bad queries, k, layer and calibration.
 
 use codegen::model::{Basis, ModelShape};
-use codegen::spec::{KvRows, Placement, SelectAlgorithm};
+use codegen::spec::{AttentionRows, KvRows, Placement, SelectAlgorithm};
 use fathom_tests::device_store::DeviceStore;
 use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
@@ -53,7 +53,8 @@ use rand::Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::step::{
-    Calibration, Decoder, HostStepOutput, Method, StepError, StepOutput, StepRequest, Transfer,
+    Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
+    StepRequest, Transfer,
 };
 use runtime::tuning::Tile;
 use runtime::view::LayerView;
@@ -290,10 +291,21 @@ fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis) {
 }
 
 fn run_case_with(t: &mut GpuTest, d: usize, group: usize, basis: Basis, select: SelectVariant) {
+    run_case_configured(t, d, group, basis, select, decoder_config());
+}
+
+fn run_case_configured(
+    t: &mut GpuTest,
+    d: usize,
+    group: usize,
+    basis: Basis,
+    select: SelectVariant,
+    config: DecoderConfig,
+) {
     let (gpu, test, seed) = (t.gpu.clone(), t.name, t.seed);
     let f = Fixture::new(&mut t.rng, d, group, basis);
     eprintln!("{test}: lengths {:?}", f.lengths);
-    let mut decoder = Decoder::new(gpu.clone(), f.model(), decoder_config())
+    let mut decoder = Decoder::new(gpu.clone(), f.model(), config)
         .expect("a valid decoder")
         .with_calibration(f.calibration.clone())
         .expect("calibration of the model");
@@ -410,6 +422,21 @@ gpu_test!(gpu_step_rotated_store_g7, |t| {
 
 gpu_test!(gpu_step_rotated_store_d96_g16, |t| {
     run_case(&mut t, 96, 16, Basis::Klt);
+});
+
+// Attention straight from the store's rows in HBM (`Tiles::attention_rows = store`, opt-in): no
+// fetch; every method, eager and replayed, against the reference (the host placement, which
+// still fetches, runs beside it).
+gpu_test!(gpu_step_attention_from_the_store_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.attention_rows = AttentionRows::Store;
+    run_case_configured(&mut t, D, 4, Basis::Raw, SelectVariant::Default, config);
+});
+
+gpu_test!(gpu_step_attention_from_the_store_g7, |t| {
+    let mut config = decoder_config();
+    config.tiles.attention_rows = AttentionRows::Store;
+    run_case_configured(&mut t, D, 7, Basis::Klt, SelectVariant::Default, config);
 });
 
 // Programmatic dependent launch (`Gpu::set_programmatic_launch`, `FATHOM_PDL=1`): every kernel

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use codegen::spec::attention::{AttentionRows, AttentionRowsParseError};
 use codegen::spec::kv_rows::KvRowsParseError;
 use codegen::spec::{KvRows, Placement};
 use reference::plans::{Method, MethodParseError};
@@ -65,6 +66,10 @@ pub struct Args {
     /// adjacent (a token's K row then its V row: one 4*D-byte run per token for the fetch).
     #[arg(long, default_value = "separate")]
     pub kv_rows: String,
+    /// Where attention reads the selected rows with the store in HBM: fetched (into staging
+    /// first, the default) or store (the store's own rows by token, no fetch; opt-in).
+    #[arg(long, default_value = "fetched")]
+    pub attention_rows: String,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -97,6 +102,7 @@ pub struct Options {
     pub device: usize,
     pub host_memory: HostMemory,
     pub kv_rows: KvRows,
+    pub attention_rows: AttentionRows,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -151,6 +157,8 @@ pub enum ArgsError {
     HostMemory(#[from] HostMemoryParseError),
     #[error("--kv-rows: {0}")]
     KvRows(#[from] KvRowsParseError),
+    #[error("--attention-rows: {0}")]
+    AttentionRows(#[from] AttentionRowsParseError),
 }
 
 /// Tokens per scale block of the stores built here: a context must hold whole blocks.
@@ -319,6 +327,7 @@ impl Options {
             device: args.device,
             host_memory: args.host_memory.parse()?,
             kv_rows: args.kv_rows.parse()?,
+            attention_rows: args.attention_rows.parse()?,
         })
     }
 

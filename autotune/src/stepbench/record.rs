@@ -137,6 +137,10 @@ pub struct Header {
     /// written before the option).
     #[serde(default = "separate")]
     pub kv_rows: String,
+    /// Where attention read the rows in HBM (`fetched`, `store`; `fetched` in records written
+    /// before the option).
+    #[serde(default = "fetched")]
+    pub attention_rows: String,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,
@@ -163,6 +167,10 @@ fn pinned() -> String {
 
 fn separate() -> String {
     "separate".into()
+}
+
+fn fetched() -> String {
+    "fetched".into()
 }
 
 /// A whole run.

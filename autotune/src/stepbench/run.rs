@@ -124,7 +124,10 @@ impl Bench {
         eprintln!("step-bench: {} on {}", model.name, gpu.info().name);
         let ceilings = ceilings::measure(&jit, 1 << 30, 20)?;
         eprintln!("step-bench: ceilings {ceilings:?}");
-        eprintln!("step-bench: K/V rows {}", options.kv_rows);
+        eprintln!(
+            "step-bench: K/V rows {}, attention rows {} in HBM",
+            options.kv_rows, options.attention_rows
+        );
         let (n, slots) = (options.max_context(), options.slots);
         let settings: Vec<SyntheticSettings> = (0..slots)
             .map(|s| data::settings(&model, options.seed, s, n))
@@ -235,7 +238,7 @@ impl Bench {
         let raw_calibration = Calibration::new(layers, hk, d)
             .with_sigma2(sigma2)?
             .with_double_sparsity(r, masks)?;
-        let config = DecoderConfig::default();
+        let config = decoder_config(&options);
         let raw_decoder = Decoder::with_kernels(gpu.clone(), model.clone(), config, jit.clone())?
             .with_calibration(raw_calibration.clone())?;
         let klt_decoder = if needs_klt {
@@ -296,6 +299,7 @@ impl Bench {
             commit: self.options.commit.clone(),
             host_memory: self.options.host_memory.to_string(),
             kv_rows: self.options.kv_rows.to_string(),
+            attention_rows: self.options.attention_rows.to_string(),
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -679,7 +683,7 @@ impl Bench {
             dense_decoder = Decoder::with_kernels(
                 self.gpu.clone(),
                 self.model.clone(),
-                DecoderConfig::default(),
+                decoder_config(&self.options),
                 self.jit.clone(),
             )?
             .with_calibration(self.raw_calibration.clone())?;
@@ -787,4 +791,11 @@ pub fn run(
     }
     progress.finish();
     Ok((header, rows))
+}
+
+/// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`.
+fn decoder_config(options: &Options) -> DecoderConfig {
+    let mut config = DecoderConfig::default();
+    config.tiles.attention_rows = options.attention_rows;
+    config
 }

@@ -766,4 +766,18 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         bad.to_string().contains("--kv-rows") && bad.to_string().contains("adjacent"),
         "{bad}"
     );
+    use codegen::spec::AttentionRows;
+    assert_eq!(options(&[]).unwrap().attention_rows, AttentionRows::Fetched);
+    assert_eq!(
+        options(&["--attention-rows", "store"])
+            .unwrap()
+            .attention_rows,
+        AttentionRows::Store
+    );
+    let bad = options(&["--attention-rows", "staged"]).unwrap_err();
+    assert!(matches!(bad, ArgsError::AttentionRows(_)));
+    assert!(
+        bad.to_string().contains("--attention-rows") && bad.to_string().contains("store"),
+        "{bad}"
+    );
 }

@@ -1,9 +1,57 @@
 //! The `attention` family (SPEC §6): exact attention per query head over its own selected set,
-//! `o_h = softmax(scale * q_h·K_S) · V_S` in fp32, reading the fetched rows through `sel_pos`.
+//! `o_h = softmax(scale * q_h·K_S) · V_S` in fp32, reading the fetched rows through `sel_pos`,
+//! or (`rows: store`) the store's own rows through `sel`.
 
 use super::launch::{grid_dim, Launch, SizeError, MAX_GRID_X};
-use super::{checks, Family, SpecError};
+use super::{checks, Family, KvRows, SpecError};
 use serde::{Deserialize, Serialize};
+
+/// Where an attention kernel reads the selected K and V rows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionRows {
+    /// The union's rows that `fetch` gathered into `k_sel` / `v_sel`, through `sel_pos`.
+    #[default]
+    Fetched,
+    /// The store's own rows (`k_rows` / `v_rows`, in HBM), through the token indices `sel`: no
+    /// fetch is needed, and no union for the rows.
+    Store,
+}
+
+impl AttentionRows {
+    /// Both sources, the default first.
+    pub const ALL: [AttentionRows; 2] = [AttentionRows::Fetched, AttentionRows::Store];
+
+    /// `fetched` or `store`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttentionRows::Fetched => "fetched",
+            AttentionRows::Store => "store",
+        }
+    }
+}
+
+impl std::fmt::Display for AttentionRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A row source that is not one of the names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not where attention reads its rows; allowed: fetched (the default), store")]
+pub struct AttentionRowsParseError(pub String);
+
+impl std::str::FromStr for AttentionRows {
+    type Err = AttentionRowsParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AttentionRows::ALL
+            .into_iter()
+            .find(|r| r.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| AttentionRowsParseError(s.to_string()))
+    }
+}
 
 /// Spec of an attention kernel.
 ///
@@ -22,6 +70,14 @@ use serde::{Deserialize, Serialize};
 ///    max subtracted; 0 when `sel_count[qh] == 0`.
 /// 8. `int k`: the run-time k given to `select`.
 ///
+/// With `rows: store` parameters 1-3 are instead
+///
+/// 1. `const unsigned short* const* k_rows`: `[B*H]` pointers to each KV head's key rows in the
+///    store (`kv_rows` gives the row stride, as for `fetch`);
+/// 2. `const unsigned short* const* v_rows`: the same for the values;
+/// 3. `const int* sel`: `[B*H*G][SC]` token indices, from `select`: row `j` of head `qh` is
+///    token `sel[qh*SC + j]` of `k_rows[kh]`.
+///
 /// Grid `(B*H*G)` ([`AttentionSpec::launch`]), block `threads`; static shared memory
 /// `threads/32 * (D + 2) * 4` bytes (at most 33 KiB), no dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -35,6 +91,12 @@ pub struct AttentionSpec {
     pub threads: u32,
     /// Rows a warp loads before it computes: 1..=8.
     pub rows_per_warp: u32,
+    /// Where the rows are read ([`AttentionRows`]; absent from a serialised spec: fetched).
+    #[serde(default)]
+    pub rows: AttentionRows,
+    /// The store's K/V row layout, for `rows: store` ([`KvRows`]; absent: separate).
+    #[serde(default)]
+    pub kv_rows: KvRows,
 }
 
 impl AttentionSpec {
@@ -68,12 +130,26 @@ impl Family for AttentionSpec {
                 "1..=8",
             ));
         }
+        if self.rows == AttentionRows::Fetched && self.kv_rows != KvRows::Separate {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "kv_rows",
+                self.kv_rows,
+                "separate with rows: fetched (the fetched rows have one layout; the store's \
+                 layout matters only with rows: store)",
+            ));
+        }
         Ok(())
     }
 
+    /// `_store` and the K/V layout's suffix when the rows come from the store; nothing else.
     fn kernel_name(&self) -> String {
+        let rows = match self.rows {
+            AttentionRows::Fetched => String::new(),
+            AttentionRows::Store => format!("_store{}", self.kv_rows.name_suffix()),
+        };
         format!(
-            "fathom_attention_d{}_g{}_t{}_r{}",
+            "fathom_attention_d{}_g{}_t{}_r{}{rows}",
             self.head_dim, self.group, self.threads, self.rows_per_warp
         )
     }
@@ -86,6 +162,8 @@ impl Family for AttentionSpec {
         context.insert("rows_per_warp", &self.rows_per_warp);
         // A lane's channels are one vector load where D / 32 is 2, 4 or 8; else strided pairs.
         context.insert("strided", &!self.head_dim.is_power_of_two());
+        context.insert("rows_store", &(self.rows == AttentionRows::Store));
+        self.kv_rows.insert_context(&mut context);
         context
     }
 }

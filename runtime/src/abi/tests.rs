@@ -11,12 +11,13 @@ use super::SIGNATURES;
 /// The enum fields that choose a template's code paths (and so could change its signature);
 /// every value of each, and of the flags `rotate` and `compact`, is tried on every spec of the
 /// presets' kernel sets.
-const FLIPS: [(&str, &[&str]); 5] = [
+const FLIPS: [(&str, &[&str]); 6] = [
     ("placement", &["hbm", "host"]),
     ("mode", &["bulk", "append"]),
     ("algorithm", &["radix", "compact", "onepass"]),
     ("select", &["single", "multiblock"]),
     ("kv_rows", &["separate", "adjacent"]),
+    ("rows", &["fetched", "store"]),
 ];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,

@@ -1,6 +1,7 @@
 //! Walks a [`LaunchPlan`] on the stream: every operation's arguments, in the order of the
 //! kernels' launch ABIs (`templates/ABI.md`, `codegen::spec`).
 
+use codegen::spec::AttentionRows;
 use cudarc::driver::CudaFunction;
 
 use super::launches::{LaunchPlan, Role};
@@ -225,22 +226,39 @@ pub(crate) fn record(
                 num_kv_heads: n.heads,
             }
             .args(),
-            Role::Attention => abi::attention::Args {
-                k_sel: input(&ws.k_sel),
-                v_sel: input(&ws.v_sel),
-                sel_pos: input(sel_pos),
-                sel_count: input(&ws.sel_count),
-                q: at(inputs.queries),
-                scale: inputs.scale,
+            Role::Attention => {
                 // The caller's buffer when it lent one (`Inputs::out`), else the workspace's.
-                out: if inputs.out != 0 {
+                let out = if inputs.out != 0 {
                     DevicePtrMut::from_addr(inputs.out)
                 } else {
                     output(&ws.out)
-                },
-                k: n.k,
+                };
+                match plan.specs.attention.rows {
+                    AttentionRows::Fetched => abi::attention::Args {
+                        k_sel: input(&ws.k_sel),
+                        v_sel: input(&ws.v_sel),
+                        sel_pos: input(sel_pos),
+                        sel_count: input(&ws.sel_count),
+                        q: at(inputs.queries),
+                        scale: inputs.scale,
+                        out,
+                        k: n.k,
+                    }
+                    .args(),
+                    // `dense` selects every token: its row positions are its tokens.
+                    AttentionRows::Store => abi::attention_store::Args {
+                        k_rows: view.k_rows.ptr().cast(),
+                        v_rows: view.v_rows.ptr().cast(),
+                        sel: input(if dense { &ws.dense_sel } else { &ws.sel }),
+                        sel_count: input(&ws.sel_count),
+                        q: at(inputs.queries),
+                        scale: inputs.scale,
+                        out,
+                        k: n.k,
+                    }
+                    .args(),
+                }
             }
-            .args(),
         };
         let (Some(function), Some(kernel)) = (function, &op.kernel) else {
             unreachable!("every kernel role has its launch and function");

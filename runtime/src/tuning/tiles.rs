@@ -6,7 +6,7 @@
 use std::sync::Once;
 
 use codegen::spec::pariskv::RerankSelect;
-use codegen::spec::{Placement, SelectAlgorithm};
+use codegen::spec::{AttentionRows, Placement, SelectAlgorithm};
 use serde::{Deserialize, Serialize};
 
 use super::Transfer;
@@ -191,6 +191,10 @@ pub struct Tiles {
     pub select_algorithm: SelectAlgorithm,
     /// `(threads, rows_per_warp)`.
     pub attention: (u32, u32),
+    /// Where attention reads the selected rows when the store is in HBM: fetched into staging
+    /// first (the default), or straight from the store by token, with no fetch (opt-in until it
+    /// has run on a GPU). From host memory the rows are always fetched.
+    pub attention_rows: AttentionRows,
     /// Threads of the ParisKV retrieval kernels with a tile (vote, top-C, rerank); the query
     /// kernel's block is fixed (one thread per centroid).
     pub pariskv_threads: u32,
@@ -216,6 +220,7 @@ impl Default for Tiles {
             // opt-in until it has run on a GPU.
             select_algorithm: SelectAlgorithm::Radix,
             attention: (256, 4),
+            attention_rows: AttentionRows::Fetched,
             pariskv_threads: crate::pariskv::THREADS,
             // Until the whole-row `_score` is measured on a GPU.
             rerank_vector_loads: false,

@@ -6,9 +6,9 @@
 use codegen::model::Basis;
 use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{
-    AttentionSpec, Family, FetchSpec, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec,
-    PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec,
-    ScanSpec, SelectSpec,
+    AttentionRows, AttentionSpec, Family, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec,
+    OracleSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement,
+    PlanSpec, ScanSpec, SelectSpec,
 };
 
 use super::{PariskvSpecs, PlanInputs, StepShape, StepSpecs};
@@ -176,11 +176,22 @@ fn fetch_attention(
         }) => (threads, rows_per_warp),
         Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Attention, tile)),
     };
+    // From the store itself only in HBM: the rows in host memory are fetched once, not read
+    // by every query head of a group.
+    let rows = match shape.placement {
+        Placement::Hbm => tiles.attention_rows,
+        Placement::Host => AttentionRows::Fetched,
+    };
     let attention = AttentionSpec {
         head_dim,
         group,
         threads,
         rows_per_warp,
+        rows,
+        kv_rows: match rows {
+            AttentionRows::Store => shape.kv_rows,
+            AttentionRows::Fetched => KvRows::Separate,
+        },
     };
     Ok((fetch, attention))
 }

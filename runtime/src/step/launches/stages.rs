@@ -5,7 +5,8 @@
 use codegen::spec::launch::Launch;
 use codegen::spec::shape::{scales_per_channel, LaunchDims};
 use codegen::spec::{
-    Family, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PlanSpec, ScanSpec, SelectSpec,
+    AttentionRows, Family, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PlanSpec, ScanSpec,
+    SelectSpec,
 };
 
 use super::ALWAYS;
@@ -260,13 +261,18 @@ impl Stages {
         } else {
             k
         };
-        let fetch = specs.fetch;
-        let launch = fetch.launch(bw, bh, fetch_k as u64)?;
-        self.push(
-            Role::Fetch,
-            kernel(fetch.into(), KernelSpec::from(fetch).kernel_name(), launch),
-        );
         let attention = specs.attention;
+        if attention.rows == AttentionRows::Store {
+            // Attention reads the store's rows by token: nothing to fetch, no rows to hold.
+            self.sizes.rows = 0;
+        } else {
+            let fetch = specs.fetch;
+            let launch = fetch.launch(bw, bh, fetch_k as u64)?;
+            self.push(
+                Role::Fetch,
+                kernel(fetch.into(), KernelSpec::from(fetch).kernel_name(), launch),
+            );
+        }
         let launch = attention.launch(bw, bh)?;
         self.push(
             Role::Attention,

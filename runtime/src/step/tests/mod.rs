@@ -3,7 +3,9 @@
 
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::select::SelectStage;
-use codegen::spec::{Family, KvRows, Placement, PlanMethod, SelectAlgorithm, SelectSpec};
+use codegen::spec::{
+    AttentionRows, Family, KvRows, Placement, PlanMethod, SelectAlgorithm, SelectSpec,
+};
 
 use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, ALWAYS};
 use super::request::{Method, Scoring};

@@ -297,3 +297,64 @@ fn adjacent_rows_specialise_the_row_readers_and_nothing_else() {
         }
     }
 }
+
+/// `Tiles::attention_rows = store` (opt-in): in HBM attention reads the store's rows by token
+/// (its spec says so, with the store's row layout) and nothing is fetched or held for the rows;
+/// from host memory the rows are fetched as before. Dense and the plane methods alike.
+#[test]
+fn attention_from_the_store_drops_the_fetch_in_hbm_only() {
+    let tiles = Tiles {
+        attention_rows: AttentionRows::Store,
+        ..Tiles::default()
+    };
+    for method in [Method::Fathom { bits: 48.0 }, Method::Oracle, Method::Dense] {
+        for kv_rows in KvRows::ALL {
+            for placement in [Placement::Hbm, Placement::Host] {
+                let s = StepShape {
+                    kv_rows,
+                    ..shape(4, 20_000, placement)
+                };
+                let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Klt).unwrap();
+                let plan = launch_plan(&PlanInputs {
+                    shape: s,
+                    scoring,
+                    transfer: None,
+                    k: 64,
+                    k_max: 512,
+                    tiles: &tiles,
+                    tuning: None,
+                })
+                .unwrap();
+                let fetches = roles(&plan).iter().filter(|&&r| r == Role::Fetch).count();
+                let attention = plan.specs.attention;
+                let what = format!("{method} {placement:?} {kv_rows}");
+                assert_eq!(roles(&plan).last(), Some(&Role::Attention), "{what}");
+                if placement == Placement::Hbm {
+                    assert_eq!(fetches, 0, "{what}");
+                    assert_eq!(attention.rows, AttentionRows::Store, "{what}");
+                    assert_eq!(attention.kv_rows, kv_rows, "{what}");
+                    assert_eq!(plan.sizes.rows, 0, "{what}");
+                    let name = &plan
+                        .operations
+                        .last()
+                        .unwrap()
+                        .kernel
+                        .as_ref()
+                        .unwrap()
+                        .entry;
+                    assert!(name.contains("_store"), "{what}: {name}");
+                } else {
+                    assert_eq!(fetches, 1, "{what}");
+                    assert_eq!(attention.rows, AttentionRows::Fetched, "{what}");
+                    assert_eq!(attention.kv_rows, KvRows::Separate, "{what}");
+                    assert!(plan.sizes.rows > 0, "{what}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        Tiles::default().attention_rows,
+        AttentionRows::Fetched,
+        "the default still fetches"
+    );
+}
