@@ -425,7 +425,7 @@ mod tests {
             ["vector_loads", "select"]
         );
         assert!(defaulted_fields("scan").is_empty());
-        assert!(defaulted_fields("attention").is_empty());
+        assert_eq!(defaulted_fields("attention"), ["rows", "kv_rows"]);
         assert!(defaulted_fields("nope").is_empty());
     }
 }
