@@ -104,6 +104,7 @@ pub mod gpu;
 pub mod jit;
 pub mod launch;
 pub mod pariskv;
+pub mod shard;
 pub mod step;
 pub mod store;
 pub mod tuning;

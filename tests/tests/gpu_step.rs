@@ -52,12 +52,15 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
+use runtime::shard::HeadShard;
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
     StepRequest, Transfer,
 };
 use runtime::tuning::Tile;
 use runtime::view::LayerView;
+use std::ops::Range;
+use std::sync::Arc;
 
 const BATCH: usize = 3;
 /// The head dimension of every case but the D = 96 one.
@@ -199,6 +202,7 @@ struct DeviceBatch {
     queries: DeviceBuffer<f32>,
     sigma2: DeviceBuffer<f32>,
     head_dim: usize,
+    kv_heads: usize,
 }
 
 /// The landmark means of `keys` (`d` channels) as the build kernel writes them.
@@ -216,6 +220,17 @@ fn landmark_means(keys: &[bf16], d: usize) -> Vec<u16> {
 
 impl DeviceBatch {
     fn new(gpu: &Gpu, f: &Fixture, placement: Placement) -> DeviceBatch {
+        DeviceBatch::of_heads(gpu, f, placement, 0..KV_HEADS)
+    }
+
+    /// The KV heads `heads` of every sequence only (with their query heads and `σ²`): what a
+    /// tensor-parallel rank holding them sees.
+    fn of_heads(gpu: &Gpu, f: &Fixture, placement: Placement, heads: Range<usize>) -> DeviceBatch {
+        let pick = |b: usize| heads.clone().map(move |h| (b, h));
+        let each: Vec<(usize, usize)> = (0..BATCH).flat_map(pick).collect();
+        let stores: Vec<Vec<HeadStore>> = (0..BATCH)
+            .map(|b| f.stores[b][heads.clone()].to_vec())
+            .collect();
         let max_seg = f
             .stores
             .iter()
@@ -225,29 +240,35 @@ impl DeviceBatch {
             .unwrap_or(1)
             .max(1);
         let bits = |rows: &Vec<Vec<Vec<bf16>>>| -> Vec<Vec<u16>> {
-            rows.iter()
-                .flatten()
-                .map(|r| r.iter().map(|x| x.to_bits()).collect())
+            each.iter()
+                .map(|&(b, h)| rows[b][h].iter().map(|x| x.to_bits()).collect())
                 .collect()
         };
-        let means: Vec<Vec<u16>> = f
-            .keys
+        let means: Vec<Vec<u16>> = each
             .iter()
-            .flatten()
-            .map(|k| landmark_means(k, f.d))
+            .map(|&(b, h)| landmark_means(&f.keys[b][h], f.d))
             .collect();
+        let per_head = |values: &[f32], n: usize| -> Vec<f32> {
+            each.iter()
+                .flat_map(|&(b, h)| &values[(b * KV_HEADS + h) * n..][..n])
+                .copied()
+                .collect()
+        };
         let totals: Vec<i32> = f.lengths.iter().map(|&n| n as i32).collect();
         DeviceBatch {
             placement,
-            store: DeviceStore::new(gpu, placement, &f.stores, max_seg).expect("store uploads"),
+            store: DeviceStore::new(gpu, placement, &stores, max_seg).expect("store uploads"),
             n_total: gpu.upload(&totals).expect("n_total uploads"),
             k_rows: HeadTable::upload(gpu, placement, &bits(&f.keys)).expect("keys upload"),
             v_rows: HeadTable::upload(gpu, placement, &bits(&f.values)).expect("values upload"),
             landmarks: HeadTable::upload(gpu, placement, &means).expect("means upload"),
             head_dim: f.d,
+            kv_heads: heads.len(),
             max_tokens: *f.lengths.iter().max().expect("a batch"),
-            queries: gpu.upload(&f.queries).expect("queries upload"),
-            sigma2: gpu.upload(&f.sigma2).expect("σ² uploads"),
+            queries: gpu
+                .upload(&per_head(&f.queries, f.group * f.d))
+                .expect("queries upload"),
+            sigma2: gpu.upload(&per_head(&f.sigma2, f.d)).expect("σ² uploads"),
         }
     }
 
@@ -255,7 +276,7 @@ impl DeviceBatch {
         LayerView {
             layer: LAYER,
             batch: BATCH,
-            kv_heads: KV_HEADS,
+            kv_heads: self.kv_heads,
             head_dim: self.head_dim,
             placement: self.placement,
             max_seg: self.store.max_seg,
@@ -422,6 +443,92 @@ gpu_test!(gpu_step_rotated_store_g7, |t| {
 
 gpu_test!(gpu_step_rotated_store_d96_g16, |t| {
     run_case(&mut t, 96, 16, Basis::Klt);
+});
+
+/// The request of the shard test: `σ²` from the batch where the calibration has none.
+fn shard_request<'a>(method: Method, f: &Fixture, b: &'a DeviceBatch) -> StepRequest<'a> {
+    StepRequest {
+        method,
+        transfer: None,
+        k: K,
+        scale: None,
+        sigma2: (!f.calibrated_sigma2).then_some(&b.sigma2),
+    }
+}
+
+// Tensor parallelism over KV heads (issue #17), P ranks simulated by P streams of one GPU: each
+// rank's decoder is made for its `HeadShard` of the model, with the shard's slice of the
+// calibration, over a view of its KV heads only, on a stream of its own; side by side the ranks'
+// outputs are the whole model's step bit for bit, for every method, in both placements.
+gpu_test!(gpu_step_head_shards_equal_the_whole_step, |t| {
+    let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
+    let model = f.model();
+    let whole_gpu = t.gpu.clone();
+    let mut whole = Decoder::new(whole_gpu.clone(), model.clone(), decoder_config())
+        .expect("a valid decoder")
+        .with_calibration(f.calibration.clone())
+        .expect("calibration of the model");
+    let shards = HeadShard::all(&model, KV_HEADS).expect("one KV head a rank");
+    let mut ranks: Vec<(HeadShard, Arc<Gpu>, Decoder)> = shards
+        .into_iter()
+        .map(|s| {
+            let gpu = Arc::new(t.gpu.with_new_stream().expect("a stream a rank"));
+            let calibration = s
+                .calibration(&f.calibration)
+                .expect("the rank's calibration");
+            let decoder = Decoder::new(gpu.clone(), s.model(&model), decoder_config())
+                .expect("the rank's decoder")
+                .with_calibration(calibration)
+                .expect("the rank's calibration fits its model");
+            (s, gpu, decoder)
+        })
+        .collect();
+    let mut m = Mismatches::new(t.name, t.seed);
+    for placement in [Placement::Hbm, Placement::Host] {
+        let batch = DeviceBatch::new(&whole_gpu, &f, placement);
+        let parts: Vec<DeviceBatch> = ranks
+            .iter()
+            .map(|(s, gpu, _)| DeviceBatch::of_heads(gpu, &f, placement, s.kv_heads.clone()))
+            .collect();
+        for method in methods(false) {
+            let what = format!("{method} {}", placement.as_str());
+            let want = eager_step(
+                &mut whole,
+                &batch.view(),
+                &batch.queries,
+                shard_request(method, &f, &batch),
+                &what,
+            );
+            for ((s, _, decoder), part) in ranks.iter_mut().zip(&parts) {
+                let got = eager_step(
+                    decoder,
+                    &part.view(),
+                    &part.queries,
+                    shard_request(method, &f, part),
+                    &what,
+                );
+                for b in 0..BATCH {
+                    for (i, h) in s.kv_heads.clone().enumerate() {
+                        for g in 0..f.group {
+                            let (a, w) = (got.output(b, i, g), want.output(b, h, g));
+                            let same = a.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits());
+                            m.check(same, || {
+                                format!(
+                                    "{what}: rank {} of {}, sequence {b}, KV head {h}, query {g}: \
+                                     {:?}... against the whole step's {:?}...",
+                                    s.rank,
+                                    s.ranks,
+                                    &a[..4],
+                                    &w[..4]
+                                )
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    m.finish();
 });
 
 // Attention straight from the store's rows in HBM (`Tiles::attention_rows = store`, opt-in): no

@@ -2,6 +2,8 @@
 //! keys and queries: `σ²` per channel (§3), the fixed channels of `double_sparsity` (§4) and
 //! the KLT rotation of a rotated store (§5).
 
+use std::ops::Range;
+
 use thiserror::Error;
 
 /// Calibration data that cannot be used.
@@ -33,6 +35,12 @@ pub enum CalibrationError {
     },
     #[error("double_sparsity(r = {r}) on {head_dim} channels; allowed: 1 to {head_dim}")]
     ChannelCount { r: usize, head_dim: usize },
+    #[error("KV heads {start}..{end} of a calibration of {kv_heads}; a non-empty range within it is needed")]
+    Heads {
+        start: usize,
+        end: usize,
+        kv_heads: usize,
+    },
     #[error(
         "the calibration is for (layers, KV heads, head dim) = {got:?}; the model has {want:?}"
     )]
@@ -160,6 +168,42 @@ impl Calibration {
         }
         self.rotation = Some(rotation);
         Ok(self)
+    }
+
+    /// The same calibration for the KV heads `heads` of every layer only: what a
+    /// tensor-parallel rank holding those heads needs ([`crate::shard::HeadShard`]).
+    pub fn kv_heads(&self, heads: Range<usize>) -> Result<Calibration, CalibrationError> {
+        if heads.is_empty() || heads.end > self.kv_heads {
+            return Err(CalibrationError::Heads {
+                start: heads.start,
+                end: heads.end,
+                kv_heads: self.kv_heads,
+            });
+        }
+        // Each part is [L][H][per_head]: keep heads `heads` of every layer.
+        let slice = |values: &[f32], per_head: usize| -> Vec<f32> {
+            values
+                .chunks(self.kv_heads * per_head)
+                .flat_map(|layer| &layer[heads.start * per_head..heads.end * per_head])
+                .copied()
+                .collect()
+        };
+        let d = self.head_dim;
+        Ok(Calibration {
+            layers: self.layers,
+            kv_heads: heads.len(),
+            head_dim: d,
+            sigma2: self.sigma2.as_deref().map(|s| slice(s, d)),
+            double_sparsity: self.double_sparsity.as_ref().map(|(r, masks)| {
+                let kept = masks
+                    .chunks(self.kv_heads * d)
+                    .flat_map(|layer| &layer[heads.start * d..heads.end * d])
+                    .copied()
+                    .collect();
+                (*r, kept)
+            }),
+            rotation: self.rotation.as_deref().map(|s| slice(s, d * d)),
+        })
     }
 
     /// `(layers, kv_heads, head_dim)` it was made for.
