@@ -139,6 +139,12 @@ class Calibration:
         """Writes a safetensors file."""
         self._native.save(os.fspath(path))
 
+    def shard(self, shape: ModelShape, rank: int, ranks: int) -> Calibration:
+        """The part of this calibration of the whole ``shape`` that tensor-parallel rank
+        ``rank`` of ``ranks`` needs (its KV heads, as ``shape.shard(rank, ranks)`` gives them),
+        for the decoder of that rank's shape."""
+        return Calibration(_rewrap(self._native._shard, shape, rank, ranks))
+
     @staticmethod
     def load(path: Any) -> Calibration:
         """Reads a file that :meth:`save` wrote."""

@@ -28,6 +28,9 @@ class ModelShape:
     @staticmethod
     def from_hf_config(cfg: object) -> ModelShape: ...
     def with_basis(self, basis: str) -> ModelShape: ...
+    def shard(
+        self, rank: int, ranks: int
+    ) -> tuple[ModelShape, tuple[int, int], tuple[int, int]]: ...
 
 class Selection:
     batch: int

@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 use runtime::foreign::{Device, Dtype, TensorDesc};
 use runtime::gpu::{Gpu, StreamHandle};
 use runtime::jit::Jit;
+use runtime::shard::HeadShard;
 use runtime::step::{Decoder, DecoderConfig, ForeignStep, Method, StepRequest, Transfer};
 use runtime::store::{KeyStore, KvRows, SequenceId, StoreConfig};
 
@@ -242,6 +243,21 @@ impl PyModelShape {
             Basis::Klt => "klt",
         }
     }
+    /// Tensor-parallel rank `rank` of `ranks`'s share (`runtime::shard::HeadShard`): the shape
+    /// its store and decoder are made for, and the `(start, end)` of the model's KV heads and
+    /// query heads it holds.
+    #[allow(clippy::type_complexity)]
+    fn shard(&self, rank: usize, ranks: usize) -> PyResult<(Self, (usize, usize), (usize, usize))> {
+        let s = HeadShard::of(&self.shape, rank, ranks)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        Ok((
+            PyModelShape {
+                shape: s.model(&self.shape),
+            },
+            (s.kv_heads.start, s.kv_heads.end),
+            (s.query_heads.start, s.query_heads.end),
+        ))
+    }
     fn __repr__(&self) -> String {
         let s = &self.shape;
         format!(
@@ -283,6 +299,23 @@ impl PyCalibration {
 
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         run(py, || calib::save(&self.name, &self.fitted, &path))
+    }
+
+    /// The part of this calibration (of the whole `shape`) that tensor-parallel rank `rank` of
+    /// `ranks` needs: its KV heads of every layer; per-layer budgets are kept.
+    fn _shard(&self, shape: &PyModelShape, rank: usize, ranks: usize) -> PyResult<Self> {
+        let s = HeadShard::of(&shape.shape, rank, ranks)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        let calibration = s
+            .calibration(&self.fitted.calibration)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        Ok(PyCalibration {
+            name: s.model(&shape.shape).name,
+            fitted: calib::Fitted {
+                calibration,
+                budgets: self.fitted.budgets.clone(),
+            },
+        })
     }
 
     #[staticmethod]

@@ -354,3 +354,29 @@ def test_calibration_round_trips_through_a_file(tmp_path):
     assert len(sel.indices(0, 0)) == 8 + 36
     with pytest.raises(fathom.CalibrationError):
         fathom.Calibration.fit(s, [bits_to_f32(k)], [queries(s, m=4)])  # one layer of three
+
+
+def test_tensor_parallel_shards_split_heads_and_calibration():
+    # llama-3.1-70b: 64 query heads, 8 KV heads (G = 8).
+    s = fathom.ModelShape.preset("llama-3.1-70b")
+    part, kv, q = s.shard(1, 4)
+    assert (kv, q) == ((2, 4), (16, 32))
+    assert (part.kv_heads, part.q_heads, part.group, part.head_dim) == (2, 16, 8, 128)
+    # More ranks than KV heads: each KV head on two ranks, four query heads of its group each.
+    part, kv, q = s.shard(5, 16)
+    assert (kv, q, part.group) == ((2, 3), (20, 24), 4)
+    with pytest.raises(fathom.ConfigError, match="ranks are 0 to 3"):
+        s.shard(4, 4)
+    with pytest.raises(fathom.ConfigError, match="query heads"):
+        s.shard(0, 3)
+    # A calibration of the whole model, sliced to a rank's KV heads of every layer.
+    small = shape(model_type="llama", layers=3)
+    k, _ = keys_values(small, 300)
+    whole = calibrate(small, k, budgets=24)
+    half, kv, _ = small.shard(1, small.kv_heads)
+    part = whole.shard(small, 1, small.kv_heads)
+    d, h = small.head_dim, small.kv_heads
+    want = np.asarray(whole.sigma2).reshape(small.layers, h, d)[:, kv[0] : kv[1]]
+    assert np.array_equal(np.asarray(part.sigma2).reshape(want.shape), want)
+    assert part.layer_budgets == whole.layer_budgets and part.has_rotation
+    assert half.kv_heads == 1
