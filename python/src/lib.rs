@@ -307,7 +307,7 @@ impl PyCalibration {
         let s = HeadShard::of(&shape.shape, rank, ranks)
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
         let calibration = s
-            .calibration(&self.fitted.calibration)
+            .calibration(&shape.shape, &self.fitted.calibration)
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
         Ok(PyCalibration {
             name: s.model(&shape.shape).name,

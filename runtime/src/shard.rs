@@ -34,8 +34,6 @@ pub enum ShardError {
     KvHeads { kv_heads: usize, ranks: usize },
     #[error("{query_heads} query heads over {ranks} ranks: the ranks must divide the query heads")]
     QueryHeads { query_heads: usize, ranks: usize },
-    #[error("the calibration is for {got} KV heads; the model has {want}")]
-    CalibrationHeads { got: usize, want: usize },
     #[error(transparent)]
     Calibration(#[from] CalibrationError),
 }
@@ -108,14 +106,19 @@ impl HeadShard {
         }
     }
 
-    /// The slice of `calibration` (made for the whole model) that this rank's heads need.
-    pub fn calibration(&self, calibration: &Calibration) -> Result<Calibration, ShardError> {
-        let (_, h_kv, _) = calibration.dims();
-        if self.kv_heads.end > h_kv {
-            return Err(ShardError::CalibrationHeads {
-                got: h_kv,
-                want: self.kv_heads.end,
-            });
+    /// The slice of `calibration`, made for the whole `model`, that this rank's heads need.
+    pub fn calibration(
+        &self,
+        model: &ModelShape,
+        calibration: &Calibration,
+    ) -> Result<Calibration, ShardError> {
+        let want = (model.layers, model.kv_heads, model.head_dim);
+        if calibration.dims() != want {
+            return Err(CalibrationError::Model {
+                got: calibration.dims(),
+                want,
+            }
+            .into());
         }
         Ok(calibration.kv_heads(self.kv_heads.clone())?)
     }
@@ -224,7 +227,7 @@ mod tests {
             .unwrap();
         let shard = HeadShard::of(&model, 1, 2).unwrap();
         assert_eq!(shard.kv_heads, 2..4);
-        let part = shard.calibration(&full).unwrap();
+        let part = shard.calibration(&model, &full).unwrap();
         assert_eq!(part.dims(), (l, 2, d));
         for layer in 0..l {
             let want: Vec<f32> = (2..4)
@@ -247,12 +250,19 @@ mod tests {
                 "layer {layer}"
             );
         }
-        // A calibration of another model's heads is refused.
-        let small = Calibration::new(l, 2, d);
-        let e = HeadShard::of(&model, 1, 2)
-            .unwrap()
-            .calibration(&small)
-            .unwrap_err();
-        assert_eq!(e, ShardError::CalibrationHeads { got: 2, want: 4 });
+        // A calibration of another model's heads is refused, fewer heads or more.
+        for heads in [2, 8] {
+            let other = Calibration::new(l, heads, d);
+            let e = shard.calibration(&model, &other).unwrap_err();
+            assert!(e.to_string().contains("the model has (3, 4, 64)"), "{e}");
+        }
+        // A range of no heads, or past the calibration's, is refused by the slicing itself.
+        for (start, end) in [(1, 1), (3, 5)] {
+            let e = full.kv_heads(start..end).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("KV heads {start}..{end} of a calibration of 4")),
+                "{e}"
+            );
+        }
     }
 }

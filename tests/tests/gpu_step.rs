@@ -474,7 +474,7 @@ gpu_test!(gpu_step_head_shards_equal_the_whole_step, |t| {
         .map(|s| {
             let gpu = Arc::new(t.gpu.with_new_stream().expect("a stream a rank"));
             let calibration = s
-                .calibration(&f.calibration)
+                .calibration(&model, &f.calibration)
                 .expect("the rank's calibration");
             let decoder = Decoder::new(gpu.clone(), s.model(&model), decoder_config())
                 .expect("the rank's decoder")
