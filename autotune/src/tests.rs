@@ -619,6 +619,7 @@ fn step_plan(
         transfer: None,
         k: bench_k(tokens),
         k_max: bench_k_max(),
+        union: true,
         tiles: &Tiles::default(),
         tuning: Some(record),
     })

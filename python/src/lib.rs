@@ -740,9 +740,11 @@ impl PyDecoder {
                         Method::Pariskv { k } => k,
                         _ => k.unwrap_or_else(|| reference::select::paper_k(n)),
                     };
+                    // Python reads `out` and the sets, never the union.
                     let request = StepRequest {
                         transfer,
                         scale: scale.map(|s| s as f32),
+                        union: false,
                         ..StepRequest::new(method, k)
                     };
                     // SAFETY: the tensors are the caller's, alive until the stream runs the step.

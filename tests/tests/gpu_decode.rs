@@ -445,6 +445,7 @@ fn run_case_with(
                         k: K,
                         scale: None,
                         sigma2: case.calibrated_sigma2.is_none().then_some(&sigma2),
+                        union: true,
                     };
                     let eager = eager_step(&mut decoder, &view, &queries, request, &what);
                     let mut cm = Mismatches::new(format!("{test}: {what}"), seed);

@@ -38,8 +38,8 @@ use fathom_tests::device_store::DeviceStore;
 use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
-    check_step, eager_step, methods, reference_steps, replay_difference, replayed, GroupData,
-    SelectRecord, StepCheck,
+    check_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
+    GroupData, SelectRecord, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
@@ -358,6 +358,7 @@ fn run_case_configured(
                     k: K,
                     scale: None,
                     sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
+                    union: true,
                 };
                 if let SelectVariant::Only(algorithm) = select {
                     let plan = decoder
@@ -397,10 +398,80 @@ fn run_case_configured(
                         differs.unwrap_or_default()
                     )
                 });
+                without_union(&gpu, &mut decoder, batch, request, &eager, &what, &mut m);
             }
         }
     }
     m.finish();
+}
+
+/// A request with `union: false`: where attention reads the store's rows the step drops the
+/// union's launch and its sets and outputs stay the eager step's bit for bit (eager, over
+/// outputs poisoned after a whole step, and replayed); elsewhere nothing changes.
+fn without_union(
+    gpu: &Gpu,
+    decoder: &mut Decoder,
+    batch: &DeviceBatch,
+    request: StepRequest<'_>,
+    whole: &HostStepOutput,
+    what: &str,
+    m: &mut Mismatches,
+) {
+    let view = batch.view();
+    let bare = StepRequest {
+        union: false,
+        ..request
+    };
+    let with = decoder.launch_plan(&view, &request).expect("plan");
+    let plan = decoder.launch_plan(&view, &bare).expect("plan");
+    let skips = plan.specs.select.is_some()
+        && plan.specs.attention.rows == AttentionRows::Store
+        && batch.placement == Placement::Hbm;
+    m.check(plan.union != skips, || {
+        format!(
+            "{what}: union = {} where it should be {}",
+            plan.union, !skips
+        )
+    });
+    m.check(
+        plan.operations.len() + usize::from(skips) == with.operations.len(),
+        || {
+            format!(
+                "{what}: {} launches without the union, {} with",
+                plan.operations.len(),
+                with.operations.len()
+            )
+        },
+    );
+    if !skips {
+        return;
+    }
+    let dense = request.method == Method::Dense;
+    {
+        let out = decoder.step(&view, &batch.queries, request).expect("step");
+        poison(gpu, &out, dense);
+    }
+    let bare_what = format!("{what} without the union");
+    let eager = eager_step(decoder, &view, &batch.queries, bare, &bare_what);
+    let graph = decoder
+        .capture(&view, &batch.queries, bare)
+        .unwrap_or_else(|e| panic!("{bare_what}: capture: {e}"));
+    let replay = replayed(gpu, &graph, dense);
+    for (how, got) in [("eager", &eager), ("replayed", &replay)] {
+        m.check(!got.layout.union && got.uni.is_empty(), || {
+            format!("{bare_what} ({how}): the output claims a union")
+        });
+        let same_out = got.out.len() == whole.out.len()
+            && got
+                .out
+                .iter()
+                .zip(&whole.out)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        m.check(
+            got.sel == whole.sel && got.sel_count == whole.sel_count && same_out,
+            || format!("{bare_what} ({how}): sets or outputs differ from the whole step's"),
+        );
+    }
 }
 
 gpu_test!(gpu_step_raw_store_g4, |t| {
@@ -453,6 +524,7 @@ fn shard_request<'a>(method: Method, f: &Fixture, b: &'a DeviceBatch) -> StepReq
         k: K,
         scale: None,
         sigma2: (!f.calibrated_sigma2).then_some(&b.sigma2),
+        union: true,
     }
 }
 

@@ -669,9 +669,16 @@ impl Bench {
         } else {
             &inputs.layers
         };
+        // Timed as a decode loop runs it (no union where nothing reads it); the sample asks
+        // for the union, whose sizes give the bytes.
         let request = |l: usize| StepRequest {
             sigma2: fathom.then(|| &inputs.sigma2[l]),
+            union: false,
             ..StepRequest::new(method, k)
+        };
+        let sample = StepRequest {
+            union: true,
+            ..request(0)
         };
         let mut dense_decoder;
         let decoder: &mut Decoder = if loki {
@@ -715,7 +722,7 @@ impl Bench {
             },
         )?;
         // The sample: layer 0 (slot 0), sequence 0.
-        let out = decoder.step(&layers[0].view(), &inputs.queries[0], request(0))?;
+        let out = decoder.step(&layers[0].view(), &inputs.queries[0], sample)?;
         out.check()?;
         let host = out.download()?;
         let union: Vec<usize> = (0..self.model.kv_heads)

@@ -556,6 +556,7 @@ fn output_selecting(truth: &ContextTruth, selected: usize, out: Vec<f32>) -> Hos
         group: 2,
         head_dim: SMALL_D,
         k: truth.k,
+        union: true,
     };
     let stride = layout.sel_stride();
     let mut output = HostStepOutput {

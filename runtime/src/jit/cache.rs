@@ -321,6 +321,23 @@ pub fn compile(prepared: &Prepared) -> Result<String, JitError> {
     with_nvrtc(prepared, nvrtc::compile).map(|compiled| compiled.ptx)
 }
 
+/// The file name NVRTC is given: `<kernel>.cu`, or, when the kernel is compiled with
+/// `-lineinfo` (`FATHOM_JIT_LINEINFO=1`), the absolute path of a copy of its source under
+/// `$TMPDIR/fathom-sources/`, so that a profiler finds the lines the machine code points at (a
+/// copy that cannot be written leaves the plain name: the kernel is the same either way).
+fn source_file_name(prepared: &Prepared) -> String {
+    let plain = format!("{}.cu", prepared.name);
+    if !prepared.options.iter().any(|o| o == "-lineinfo") {
+        return plain;
+    }
+    let dir = std::env::temp_dir().join("fathom-sources");
+    let path = dir.join(&plain);
+    match fs::create_dir_all(&dir).and_then(|()| fs::write(&path, &prepared.source)) {
+        Ok(()) => path.to_string_lossy().into_owned(),
+        Err(_) => plain,
+    }
+}
+
 /// `build` (an NVRTC compile) of a prepared kernel's source, file name, architecture and
 /// options, refused when the loaded NVRTC is not the one the kernel was keyed with.
 pub(crate) fn with_nvrtc<T>(
@@ -335,7 +352,7 @@ pub(crate) fn with_nvrtc<T>(
             loaded,
         });
     }
-    let file_name = format!("{}.cu", prepared.name);
+    let file_name = source_file_name(prepared);
     build(
         &prepared.source,
         &file_name,

@@ -50,10 +50,19 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Set to `1`, kernels are compiled with `-lineinfo`, so that a profiler (`ncu --page source
+/// --print-source cuda,sass`) maps machine code to template lines. The option is part of the
+/// cache key; the PTX otherwise is unchanged.
+pub const JIT_LINEINFO_VAR: &str = "FATHOM_JIT_LINEINFO";
+
 /// The options every kernel is compiled with: codegen's, so that the JIT's PTX is the PTX of
-/// `codegen::emit::build_kernel`.
+/// `codegen::emit::build_kernel`, and `-lineinfo` when [`JIT_LINEINFO_VAR`] asks for it.
 pub fn compile_options() -> Vec<String> {
-    COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect()
+    let mut options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+    if std::env::var(JIT_LINEINFO_VAR).is_ok_and(|v| v == "1") {
+        options.push("-lineinfo".to_string());
+    }
+    options
 }
 
 /// A kernel ready to be looked up or compiled: its rendered source and key.

@@ -9,9 +9,9 @@ use codegen::model::Basis;
 use codegen::spec::launch::Launch;
 use codegen::spec::select::{SelectStage, LOCAL, SINK};
 use codegen::spec::{
-    AttentionSpec, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec, OracleSpec,
-    PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement, PlanSpec,
-    ScanSpec, SelectSpec,
+    AttentionRows, AttentionSpec, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec,
+    OracleSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement,
+    PlanSpec, ScanSpec, SelectSpec,
 };
 
 use super::request::Scoring;
@@ -256,6 +256,9 @@ pub struct LaunchPlan {
     pub k: usize,
     /// Planes of staging per (sequence, head, segment) (0 without staging).
     pub stage_planes: usize,
+    /// Whether the step writes `uni`, `uni_count` and `sel_pos`: always, except when the
+    /// request did not ask for them and nothing reads them (attention from the store's rows).
+    pub union: bool,
     /// Whether the step can be captured in a CUDA graph (not with the memcpy transfer).
     pub capturable: bool,
     /// Whether a tuning record answered every lookup.
@@ -274,6 +277,8 @@ pub struct PlanInputs<'a> {
     pub transfer: Option<Transfer>,
     pub k: usize,
     pub k_max: usize,
+    /// [`super::StepRequest::union`]: whether the union is asked for where nothing needs it.
+    pub union: bool,
     pub tiles: &'a Tiles,
     pub tuning: Option<&'a dyn Tuning>,
 }
@@ -325,9 +330,12 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         stages.oracle(oracle, inputs.scoring == Scoring::Oracle)?;
     }
     // Selection.
+    // The fetch reads the union; attention from the store's rows reads only the sets.
+    let union =
+        inputs.union || specs.select.is_none() || specs.attention.rows == AttentionRows::Fetched;
     let mut select_chunks = 0;
     if let Some(select) = specs.select {
-        select_chunks = stages.select(select, k)?;
+        select_chunks = stages.select(select, k, union)?;
     } else if let Some(pk) = specs.pariskv {
         stages.pariskv(pk, k)?;
     } else {
@@ -348,6 +356,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         select_chunks,
         k,
         stage_planes,
+        union,
         capturable: transfer != Some(Transfer::Memcpy),
         tuned: chooser.tuned,
         untuned: chooser.untuned,

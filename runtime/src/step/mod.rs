@@ -341,6 +341,7 @@ impl Decoder {
             transfer: request.transfer,
             k: request.k,
             k_max: self.config.k_max,
+            union: request.union,
             tiles: &self.config.tiles,
             tuning: self.tuning.as_deref(),
         })?;
@@ -524,6 +525,7 @@ impl Decoder {
             group: plan.shape.group,
             head_dim: plan.shape.head_dim,
             k: plan.k,
+            union: plan.union,
         };
         (buffers, layout)
     }

@@ -35,6 +35,8 @@ pub struct OutputLayout {
     /// The `k` of the row strides: `sel` rows are `k + 36` long, `uni` rows `G*k + 36` (for
     /// `dense`, the token capacity minus 36).
     pub k: usize,
+    /// Whether `sel_pos`, `uni` and `uni_count` were written ([`super::StepRequest::union`]).
+    pub union: bool,
 }
 
 impl OutputLayout {
@@ -57,7 +59,8 @@ impl OutputLayout {
 /// `kh = b*H + h`): `sel[qh*(k+36) + j]` ascending tokens for `j < sel_count[qh]`,
 /// `sel_pos` each row's position in the union, `uni[kh*(G*k+36) + u]` ascending for
 /// `u < uni_count[kh]`, `out[qh*D + c]` fp32. Buffers may be longer than the layout (the
-/// workspace only grows).
+/// workspace only grows). `sel_pos`, `uni` and `uni_count` hold this step's values only when
+/// [`OutputLayout::union`] (a request with `union: false` in HBM leaves them unwritten).
 ///
 /// ```no_run
 /// use runtime::gpu::DeviceBuffer;
@@ -140,6 +143,14 @@ impl StepOutput<'_> {
             v.truncate(len);
             v
         };
+        // What the step did not write is not downloaded: it would be an earlier step's.
+        let union = |buffer: &DeviceBuffer<i32>, len: usize| -> Result<Vec<i32>, GpuError> {
+            Ok(if l.union {
+                trim(self.gpu.download(buffer, usize::MAX)?, len)
+            } else {
+                Vec::new()
+            })
+        };
         let mut out = self.gpu.download(&self.buffers.out, usize::MAX)?;
         out.truncate(l.query_heads() * l.head_dim);
         Ok(HostStepOutput {
@@ -148,22 +159,13 @@ impl StepOutput<'_> {
                 self.gpu.download(&self.buffers.sel, usize::MAX)?,
                 l.query_heads() * l.sel_stride(),
             ),
-            sel_pos: trim(
-                self.gpu.download(&self.buffers.sel_pos, usize::MAX)?,
-                l.query_heads() * l.sel_stride(),
-            ),
+            sel_pos: union(&self.buffers.sel_pos, l.query_heads() * l.sel_stride())?,
             sel_count: trim(
                 self.gpu.download(&self.buffers.sel_count, usize::MAX)?,
                 l.query_heads(),
             ),
-            uni: trim(
-                self.gpu.download(&self.buffers.uni, usize::MAX)?,
-                l.batch * l.kv_heads * l.uni_stride(),
-            ),
-            uni_count: trim(
-                self.gpu.download(&self.buffers.uni_count, usize::MAX)?,
-                l.batch * l.kv_heads,
-            ),
+            uni: union(&self.buffers.uni, l.batch * l.kv_heads * l.uni_stride())?,
+            uni_count: union(&self.buffers.uni_count, l.batch * l.kv_heads)?,
             out,
         })
     }
@@ -199,6 +201,13 @@ impl StepOutput<'_> {
 }
 
 impl HostStepOutput {
+    fn assert_union(&self) {
+        assert!(
+            self.layout.union,
+            "the step was asked with `union: false`, so it wrote no union; ask with `union: true`"
+        );
+    }
+
     fn query_head(&self, b: usize, h: usize, g: usize) -> usize {
         let l = self.layout;
         assert!(
@@ -217,6 +226,7 @@ impl HostStepOutput {
 
     /// The positions in the union of [`HostStepOutput::selected`]'s rows.
     pub fn positions(&self, b: usize, h: usize, g: usize) -> &[i32] {
+        self.assert_union();
         let qh = self.query_head(b, h, g);
         let sc = self.layout.sel_stride();
         &self.sel_pos[qh * sc..qh * sc + self.sel_count[qh].max(0) as usize]
@@ -224,6 +234,7 @@ impl HostStepOutput {
 
     /// The union of KV head `h` of sequence `b`, ascending.
     pub fn union(&self, b: usize, h: usize) -> &[i32] {
+        self.assert_union();
         let kh = b * self.layout.kv_heads + h;
         let uc = self.layout.uni_stride();
         &self.uni[kh * uc..kh * uc + self.uni_count[kh].max(0) as usize]

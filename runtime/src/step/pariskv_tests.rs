@@ -75,6 +75,7 @@ fn plan(shape: StepShape, k: usize, request_k: usize) -> Result<super::LaunchPla
         transfer: None,
         k: request_k,
         k_max: K_MAX,
+        union: true,
         tiles: &Tiles::default(),
         tuning: None,
     })
@@ -183,7 +184,11 @@ fn the_plan_runs_six_retrieval_launches_then_fetch_and_attention() {
             let s = shape(batch, group, tokens, placement);
             let p = plan(s, 100, 7).unwrap();
             let mut want: Vec<Role> = Stage::ALL.iter().map(|&st| Role::Pariskv(st)).collect();
-            want.extend([Role::Fetch, Role::Attention]);
+            // In HBM attention reads the store's rows (the default): nothing is fetched.
+            if placement == Placement::Host {
+                want.push(Role::Fetch);
+            }
+            want.push(Role::Attention);
             let got: Vec<Role> = p.operations.iter().map(|op| op.role).collect();
             assert_eq!(got, want);
             // The method's k, not the request's.
@@ -225,7 +230,12 @@ fn the_plan_runs_six_retrieval_launches_then_fetch_and_attention() {
             assert_eq!(p.sizes.sel_count, heads * group);
             assert_eq!(p.sizes.uni_count, heads);
             assert_eq!(p.sizes.scores, 0);
-            assert_eq!(p.sizes.rows, heads * (group * 100 + ALWAYS) * 128);
+            // Fetched rows from host memory; in HBM attention reads the store's.
+            let rows = match placement {
+                Placement::Host => heads * (group * 100 + ALWAYS) * 128,
+                Placement::Hbm => 0,
+            };
+            assert_eq!(p.sizes.rows, rows);
             assert!(p.sizes.bytes() >= sizes.bytes());
             let vote = specs.vote.launch(batch as u64, 3, capacity as u64).unwrap();
             assert_eq!(p.operations[1].kernel.as_ref().unwrap().launch, vote);
@@ -286,6 +296,7 @@ fn pariskv_tiles_come_from_the_record_and_fall_back_to_the_defaults() {
                 transfer: None,
                 k: 7,
                 k_max: K_MAX,
+                union: true,
                 tiles: &Tiles::default(),
                 tuning,
             })
@@ -404,6 +415,7 @@ fn rerank_tiles_choose_the_whole_row_score() {
             transfer: None,
             k: 7,
             k_max: K_MAX,
+            union: true,
             tiles: &Tiles::default(),
             tuning: Some(tuning),
         })
@@ -455,6 +467,7 @@ fn rerank_tiles_choose_the_whole_row_score() {
         transfer: None,
         k: 7,
         k_max: 2048,
+        union: true,
         tiles: &Tiles::default(),
         tuning: Some(&tile(32, false, true)),
     })
@@ -515,6 +528,7 @@ fn the_many_block_top_k_replaces_the_select_launch() {
             transfer: None,
             k: 7,
             k_max: K_MAX,
+            union: true,
             tiles: &tiles,
             tuning: None,
         })
@@ -546,9 +560,13 @@ fn the_many_block_top_k_replaces_the_select_launch() {
             ops.last().unwrap().0,
             RerankSelectStep::Write { .. }
         ));
-        // Fetch and attention follow the top-k.
+        // Attention follows the top-k (in HBM it reads the store's rows: no fetch).
         let roles: Vec<Role> = p.operations.iter().map(|op| op.role).collect();
-        assert_eq!(roles[roles.len() - 2..], [Role::Fetch, Role::Attention]);
+        assert!(matches!(
+            roles[roles.len() - 2],
+            Role::Pariskv(Stage::RerankSelect(_))
+        ));
+        assert_eq!(roles.last(), Some(&Role::Attention));
         let sizes = p.sizes.pariskv;
         assert_eq!(sizes.select_slots as u64, select.slot_words);
         assert_eq!(sizes.select_counts as u64, select.count_words);

@@ -38,6 +38,13 @@ pub struct StepRequest<'a> {
     /// `σ²` `[B][H][D]` in the store basis for `fathom` (e.g. the uncalibrated stand-in, the
     /// mean over stored blocks of `Δ²`, which the store knows); `None` takes the calibration's.
     pub sigma2: Option<&'a DeviceBuffer<f32>>,
+    /// Whether the step writes the union of each KV head's sets and every row's position in it
+    /// (`uni`, `uni_count`, `sel_pos`) where nothing of the step needs them: in HBM, when
+    /// attention reads the store's rows by token (`Tiles::attention_rows = store`). `true` (the
+    /// default) keeps the whole output; a decode loop that reads only `out` and `sel` sets
+    /// `false` and saves the union's launch. From host memory, and wherever rows are fetched,
+    /// the union is always written: the fetch reads it.
+    pub union: bool,
 }
 
 impl<'a> StepRequest<'a> {
@@ -49,6 +56,7 @@ impl<'a> StepRequest<'a> {
             k,
             scale: None,
             sigma2: None,
+            union: true,
         }
     }
 }

@@ -191,9 +191,10 @@ pub struct Tiles {
     pub select_algorithm: SelectAlgorithm,
     /// `(threads, rows_per_warp)`.
     pub attention: (u32, u32),
-    /// Where attention reads the selected rows when the store is in HBM: fetched into staging
-    /// first (the default), or straight from the store by token, with no fetch (opt-in until it
-    /// has run on a GPU). From host memory the rows are always fetched.
+    /// Where attention reads the selected rows when the store is in HBM: straight from the
+    /// store by token (the default: no fetch, and no union unless asked for; 0.20 ms a
+    /// qwen3-8b step faster at 32k on the H200, `bench/results/step-h200-2026-12-02-e9a44d1-*`),
+    /// or fetched into staging first. From host memory the rows are always fetched.
     pub attention_rows: AttentionRows,
     /// Threads of the ParisKV retrieval kernels with a tile (vote, top-C, rerank); the query
     /// kernel's block is fixed (one thread per centroid).
@@ -220,7 +221,7 @@ impl Default for Tiles {
             // opt-in until it has run on a GPU.
             select_algorithm: SelectAlgorithm::Radix,
             attention: (256, 4),
-            attention_rows: AttentionRows::Fetched,
+            attention_rows: AttentionRows::Store,
             pariskv_threads: crate::pariskv::THREADS,
             // Until the whole-row `_score` is measured on a GPU.
             rerank_vector_loads: false,

@@ -3,6 +3,7 @@
 //! and attention.
 
 use codegen::spec::launch::Launch;
+use codegen::spec::select::SelectStage;
 use codegen::spec::shape::{scales_per_channel, LaunchDims};
 use codegen::spec::{
     AttentionRows, Family, GatherSpec, KernelSpec, LandmarkSpec, OracleSpec, PlanSpec, ScanSpec,
@@ -158,9 +159,14 @@ impl Stages {
         Ok(())
     }
 
-    /// The select's stages over the scores of every query head, and its buffers; the blocks
-    /// per query head of its chunked launches.
-    pub(super) fn select(&mut self, select: SelectSpec, k: usize) -> Result<usize, StepError> {
+    /// The select's stages over the scores of every query head (without `_union` unless
+    /// `union`), and its buffers; the blocks per query head of its chunked launches.
+    pub(super) fn select(
+        &mut self,
+        select: SelectSpec,
+        k: usize,
+        union: bool,
+    ) -> Result<usize, StepError> {
         let (bw, bh) = self.batch_heads();
         let bhg = self.shape.batch * self.shape.kv_heads * self.shape.group;
         self.sizes.scores = bhg * self.capacity;
@@ -173,6 +179,9 @@ impl Stages {
         self.sizes.sel = plan.sel_words as usize;
         self.sizes.uni = plan.uni_words as usize;
         for (stage, launch) in plan.launches {
+            if stage == SelectStage::Union && !union {
+                continue;
+            }
             self.push(
                 Role::Select(stage),
                 kernel(select.into(), select.entry(stage), launch),

@@ -82,9 +82,19 @@ fn plan_of(
         transfer,
         k,
         k_max: 512,
-        tiles: &Tiles::default(),
+        union: true,
+        tiles: &fetched(),
         tuning,
     })
+}
+
+/// The default tiles with the rows fetched in HBM too: the road these plans test (attention
+/// from the store's rows, the default, has its own tests in `plans.rs`).
+fn fetched() -> Tiles {
+    Tiles {
+        attention_rows: codegen::spec::AttentionRows::Fetched,
+        ..Tiles::default()
+    }
 }
 
 fn roles(plan: &crate::step::LaunchPlan) -> Vec<Role> {

@@ -321,6 +321,7 @@ fn attention_from_the_store_drops_the_fetch_in_hbm_only() {
                     transfer: None,
                     k: 64,
                     k_max: 512,
+                    union: true,
                     tiles: &tiles,
                     tuning: None,
                 })
@@ -354,7 +355,60 @@ fn attention_from_the_store_drops_the_fetch_in_hbm_only() {
     }
     assert_eq!(
         Tiles::default().attention_rows,
-        AttentionRows::Fetched,
-        "the default still fetches"
+        AttentionRows::Store,
+        "in HBM attention reads the store by default (measured faster on the H200)"
     );
+}
+
+/// `StepRequest::union = false` drops the union's launch exactly where nothing reads the union
+/// (a select, then attention from the store's rows in HBM) and says so in the plan; with the
+/// rows fetched, from host memory, and for `dense` (no select) the plan is unchanged.
+#[test]
+fn a_step_without_the_union_drops_its_launch_only_where_nothing_reads_it() {
+    for rows in [AttentionRows::Store, AttentionRows::Fetched] {
+        let tiles = Tiles {
+            attention_rows: rows,
+            ..Tiles::default()
+        };
+        for method in [Method::Fathom { bits: 48.0 }, Method::Oracle, Method::Dense] {
+            for placement in [Placement::Hbm, Placement::Host] {
+                let s = shape(4, 20_000, placement);
+                let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Klt).unwrap();
+                let plan = |union| {
+                    launch_plan(&PlanInputs {
+                        shape: s,
+                        scoring,
+                        transfer: None,
+                        k: 64,
+                        k_max: 512,
+                        union,
+                        tiles: &tiles,
+                        tuning: None,
+                    })
+                    .unwrap()
+                };
+                let (with, without) = (plan(true), plan(false));
+                let unions = |p: &super::super::launches::LaunchPlan| {
+                    roles(p)
+                        .iter()
+                        .filter(|&&r| r == Role::Select(SelectStage::Union))
+                        .count()
+                };
+                let what = format!("{method} {placement:?} {rows:?}");
+                let skips = rows == AttentionRows::Store
+                    && placement == Placement::Hbm
+                    && method != Method::Dense;
+                assert!(with.union, "{what}");
+                assert_eq!(without.union, !skips, "{what}");
+                let selects = usize::from(method != Method::Dense);
+                assert_eq!(unions(&with), selects, "{what}");
+                assert_eq!(unions(&without), selects - usize::from(skips), "{what}");
+                assert_eq!(
+                    without.operations.len() + usize::from(skips),
+                    with.operations.len(),
+                    "{what}"
+                );
+            }
+        }
+    }
 }

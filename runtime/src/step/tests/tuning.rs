@@ -325,6 +325,7 @@ fn default_tiles_can_ask_for_the_compact_select() {
         transfer: None,
         k: 64,
         k_max: 512,
+        union: true,
         tiles: &tiles,
         tuning: None,
     })
@@ -365,7 +366,7 @@ fn the_onepass_select_plans_three_launches_and_its_slots() {
     let tiles = Tiles {
         select: (512, 8),
         select_algorithm: SelectAlgorithm::Onepass,
-        ..Tiles::default()
+        ..fetched()
     };
     let asked = launch_plan(&PlanInputs {
         shape: s,
@@ -373,6 +374,7 @@ fn the_onepass_select_plans_three_launches_and_its_slots() {
         transfer: None,
         k,
         k_max: 512,
+        union: true,
         tiles: &tiles,
         tuning: None,
     })
