@@ -66,9 +66,9 @@ pub struct Args {
     /// adjacent (a token's K row then its V row: one 4*D-byte run per token for the fetch).
     #[arg(long, default_value = "separate")]
     pub kv_rows: String,
-    /// Where attention reads the selected rows with the store in HBM: fetched (into staging
-    /// first, the default) or store (the store's own rows by token, no fetch; opt-in).
-    #[arg(long, default_value = "fetched")]
+    /// Where attention reads the selected rows with the store in HBM: store (the store's own
+    /// rows by token, no fetch; the runtime's default) or fetched (into staging first).
+    #[arg(long, default_value = "store")]
     pub attention_rows: String,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.

@@ -768,12 +768,12 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         "{bad}"
     );
     use codegen::spec::AttentionRows;
-    assert_eq!(options(&[]).unwrap().attention_rows, AttentionRows::Fetched);
+    assert_eq!(options(&[]).unwrap().attention_rows, AttentionRows::Store);
     assert_eq!(
-        options(&["--attention-rows", "store"])
+        options(&["--attention-rows", "fetched"])
             .unwrap()
             .attention_rows,
-        AttentionRows::Store
+        AttentionRows::Fetched
     );
     let bad = options(&["--attention-rows", "staged"]).unwrap_err();
     assert!(matches!(bad, ArgsError::AttentionRows(_)));
