@@ -117,7 +117,12 @@ pub fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32
             if middle == 0 {
                 return s;
             }
-            let above = rng.gen_range(0..=k.min(middle));
+            // Fewer than k above, so that the ties hold the k-th largest (with k above it
+            // would be one of them, and the ties would not matter).
+            let above = match k.min(middle) {
+                0 => 0,
+                most => rng.gen_range(0..most),
+            };
             let extra = match family {
                 Scores::WideTies => WIDE_TIES + rng.gen_range(1..2000),
                 _ => rng.gen_range(1..2000),
