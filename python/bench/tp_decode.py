@@ -49,7 +49,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -220,19 +219,6 @@ def progress(row: dict) -> str:
     )
 
 
-def _driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
-
-
 def _write(path: str, data: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -286,6 +272,7 @@ def main(argv=None) -> int:
     import torch.distributed as dist
 
     import fathom
+    from fathom.eval import report
 
     torch.cuda.set_device(local_rank)
     device = f"cuda:{local_rank}"
@@ -343,7 +330,7 @@ def main(argv=None) -> int:
     header = {
         "benchmark": "tp_decode",
         "gpu": torch.cuda.get_device_name(device),
-        "driver": _driver(),
+        "driver": report.driver_version(),
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
         "nccl": nccl,

@@ -2,7 +2,8 @@
 P = 1, 2, 4 per (model, context, placement, method), and gives each P's scaling efficiency
 ``t1 / (P * tP)``, the ratio ``tP / (t1 / P)`` and the issue's target (host placement, 1M tokens:
 the step at P GPUs within 1.15x of one GPU's time over P), as a Markdown table and an SVG (step
-time and aggregate scan rate against P, one line per cell). Standard library only.
+time and aggregate scan rate against P, one line per cell). Standard library only, and the
+package's plot palette (``fathom.eval.report.PALETTE``) for the SVG.
 
     python3 python/bench/tp_report.py bench/results/tp-h200-*-p1.json ...-p2.json ...-p4.json \\
         --md bench/results/tp-report.md --svg bench/results/tp-report.svg
@@ -171,26 +172,6 @@ def markdown(entries: list, other=(), headers=()) -> str:
     return "\n".join(lines) + "\n"
 
 
-PALETTE = [
-    "#1f77b4",
-    "#d62728",
-    "#2ca02c",
-    "#ff7f0e",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-    "#000000",
-    "#aec7e8",
-    "#ffbb78",
-    "#98df8a",
-    "#ff9896",
-    "#c5b0d5",
-]
-
-
 def _escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -232,6 +213,8 @@ def _nice_max(x: float) -> float:
 def svg(entries: list, width: int = 960, height: int = 420) -> str:
     """Two panels against P (log2 axis): the step time (log axis; dotted, t1/P of the target's
     cells) and the aggregate scan rate, one line per cell, host dashed."""
+    from fathom.eval.report import PALETTE
+
     by = defaultdict(dict)
     for e in entries:
         by[e["cell"]][e["ranks"]] = e

@@ -139,6 +139,9 @@ pub struct DeviceInfo {
     pub total_memory: usize,
     /// The driver's CUDA version, e.g. 13000 for 13.0.
     pub driver_version: i32,
+    /// The host NUMA node nearest the device (`CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID`; `None` where
+    /// the driver names none), where its pinned host memory is preferred ([`crate::numa`]).
+    pub host_numa_node: Option<i32>,
 }
 
 impl DeviceInfo {
@@ -300,6 +303,11 @@ impl Gpu {
             )?,
             total_memory: check("cuDeviceTotalMem", ctx.total_mem())?,
             driver_version,
+            // Older drivers do not know the attribute: no node, as on a machine without NUMA.
+            host_numa_node: ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID)
+                .ok()
+                .filter(|&n| n >= 0),
         };
         Ok((ctx, info))
     }
@@ -510,9 +518,12 @@ impl Gpu {
         check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
         // Not write-combined: the host reads these buffers back too.
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // The driver pins the pages as it allocates them, on the node the thread prefers.
+        let near = crate::numa::PreferredNode::near(self.info.host_numa_node);
         let host = unsafe { result::malloc_host(bytes, flags) }
             .map_err(|e| allocation_error(e, "cuMemHostAlloc", "pinned host", what, bytes))?;
         unsafe { std::ptr::write_bytes(host as *mut u8, byte, bytes) };
+        drop(near);
         let mut device: sys::CUdeviceptr = 0;
         let mut mapped = MappedBuffer {
             host: host as *mut T,

@@ -103,6 +103,7 @@ pub mod foreign;
 pub mod gpu;
 pub mod jit;
 pub mod launch;
+pub mod numa;
 pub mod pariskv;
 pub mod shard;
 pub mod step;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections import defaultdict
 
 
@@ -38,6 +39,42 @@ class Results:
             json.dump(self.data, f, indent=1)
             f.write("\n")
         os.replace(tmp, self.path)
+
+
+# Line colours of the plots (the evaluation's and the benchmarks' beside it).
+PALETTE = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#000000",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+]
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it, or None without one."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        lines = out.stdout.strip().splitlines()
+        return lines[0] if out.returncode == 0 and lines else None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def label(row: dict) -> str:
@@ -140,26 +177,8 @@ def svg(data: dict, width: int = 720, height: int = 420) -> str:
         f'<text x="14" y="{top + ph / 2}" transform="rotate(-90 14 {top + ph / 2})" '
         'text-anchor="middle">mean score over tasks (%)</text>'
     )
-    palette = [
-        "#1f77b4",
-        "#d62728",
-        "#2ca02c",
-        "#ff7f0e",
-        "#9467bd",
-        "#8c564b",
-        "#e377c2",
-        "#7f7f7f",
-        "#bcbd22",
-        "#17becf",
-        "#000000",
-        "#aec7e8",
-        "#ffbb78",
-        "#98df8a",
-        "#ff9896",
-        "#c5b0d5",
-    ]
     for i, (m, pts) in enumerate(by.items()):
-        color = palette[i % len(palette)]
+        color = PALETTE[i % len(PALETTE)]
         dash = ' stroke-dasharray="4 3"' if "@host" in m else ""
         path = " ".join(f"{x(n):.1f},{y(pts[n]):.1f}" for n in contexts if n in pts)
         out.append(

@@ -107,7 +107,7 @@ class Run:
         header = dict(
             what="RULER-style greedy decoding through fathom (SPEC §13)",
             gpu=torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu",
-            driver=_driver(),
+            driver=report.driver_version(),
             commit=args.commit or os.environ.get("FATHOM_COMMIT") or _git_commit(),
             date=datetime.date.today().isoformat(),
             model=path,
@@ -447,23 +447,6 @@ def _sha256(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return (
-            out.stdout.strip().splitlines()[0]
-            if out.returncode == 0 and out.stdout.strip()
-            else None
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def _git_commit() -> str:

@@ -10,6 +10,7 @@ fn device_info_names_its_target_capability_and_driver() {
         multiprocessors: 132,
         total_memory: 1 << 30,
         driver_version: 12080,
+        host_numa_node: Some(0),
     };
     assert_eq!(info.arch(), "sm_90");
     assert_eq!(info.compute_capability_text(), "9.0");

@@ -176,7 +176,11 @@ impl HostBuffer {
         let pinned = gpu.reserve_pinned(map_bytes, || what.to_string())?;
         let (kind, addr) = match mode {
             HostMemory::Vmm2M => vmm(&ctx, map_bytes, granule, what)?,
-            _ => registered(map_bytes, what)?,
+            _ => {
+                // The pages are placed as they are touched, on the node the thread prefers.
+                let _near = crate::numa::PreferredNode::near(gpu.info().host_numa_node);
+                registered(map_bytes, what)?
+            }
         };
         let buffer = HostBuffer {
             kind,
