@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Optional, Sequence
 
 from . import _native
@@ -99,8 +100,17 @@ def is_available() -> bool:
 
 
 def _device_text(device: Any) -> str:
-    text = str(device)
-    return "cuda:0" if text == "cuda" else text
+    """``None`` and ``"cuda"`` are the current CUDA device, as ``torch.device("cuda")`` is
+    (so that a rank that called ``torch.cuda.set_device(local_rank)`` gets its own GPU);
+    without torch loaded, device 0."""
+    text = "cuda" if device is None else str(device)
+    if text != "cuda":
+        return text
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_available():
+        return f"cuda:{cuda.current_device()}"
+    return "cuda:0"
 
 
 def _stream_for(device: str, stream: Any) -> int:
@@ -183,7 +193,7 @@ class KeyStore:
         shape: ModelShape,
         placement: str = "hbm",
         capacity_tokens: int = 1 << 20,
-        device: Any = "cuda:0",
+        device: Any = None,
         max_batch: int = 64,
         landmarks: bool = False,
         pariskv_index: bool = False,
@@ -245,7 +255,7 @@ class Decoder:
     def __init__(
         self,
         shape: ModelShape,
-        device: Any = "cuda:0",
+        device: Any = None,
         k_max: int = 2048,
         calibration: Optional[Calibration] = None,
     ) -> None:

@@ -3,6 +3,8 @@ usable, the CPU backend against the f64 reference's own step, calibration files.
 
 import json
 import math
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -380,3 +382,31 @@ def test_tensor_parallel_shards_split_heads_and_calibration():
     assert np.array_equal(np.asarray(part.sigma2).reshape(want.shape), want)
     assert part.layer_budgets == whole.layer_budgets and part.has_rotation
     assert half.kv_heads == 1
+
+
+def test_the_default_device_is_torch_s_current_one(monkeypatch):
+    """``None`` and ``"cuda"`` follow ``torch.cuda.current_device()`` when torch is loaded (a
+    tensor-parallel rank that set its device gets its own GPU), device 0 without torch."""
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert fathom._device_text(None) == "cuda:0"
+    assert fathom._device_text("cuda") == "cuda:0"
+    assert fathom._device_text("cuda:2") == "cuda:2"
+    assert fathom._device_text("cpu") == "cpu"
+
+    class Cuda:
+        available = True
+
+        @staticmethod
+        def is_available():
+            return Cuda.available
+
+        @staticmethod
+        def current_device():
+            return 3
+
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=Cuda))
+    assert fathom._device_text(None) == "cuda:3"
+    assert fathom._device_text("cuda") == "cuda:3"
+    assert fathom._device_text("cuda:1") == "cuda:1"
+    Cuda.available = False
+    assert fathom._device_text(None) == "cuda:0"
