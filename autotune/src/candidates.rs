@@ -175,6 +175,77 @@ pub struct Case {
     pub tokens: usize,
     /// The opt-in candidates this run tries (not part of the key).
     pub opt_in: OptIn,
+    /// The whole grid or `--quick`'s part of it (not part of the key).
+    pub grid: Grid,
+}
+
+/// How much of the grid a case tries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Grid {
+    /// Every candidate.
+    #[default]
+    Full,
+    /// `--quick`: the part of the grid where the winners have been ([`Grid::keeps`]).
+    Quick,
+}
+
+impl Grid {
+    /// Whether this grid tries `variant` of `subject` in `placement`.
+    ///
+    /// `--quick` keeps, of the families with the most kernels, the neighbourhood of every
+    /// winner recorded on the H200 (2026-12-02, three shapes, three contexts; the tests check
+    /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, from host memory
+    /// at 16-128 words and 256-1,024 threads (a tile of host memory needs more loads in flight);
+    /// the one-read select only, at 256-1,024 threads and 2-16 items (it won every case, the
+    /// others lose 3x at 1M); attention at 256-1,024 threads and 4 or 8 rows a warp; the rerank's
+    /// whole-row `_score` with the many-block top-k (the winner everywhere) at 128-1,024 threads.
+    /// The rest of the grid is small and kept whole. Its candidates are a subset of the full
+    /// grid's, so a quick record is the full one's kind and the checksum is the same; the
+    /// record keeps a fuller entry over a quick one (`records::merge_into`).
+    pub fn keeps(self, subject: Subject, placement: Placement, variant: &Variant) -> bool {
+        if self == Grid::Full {
+            return true;
+        }
+        match (subject, variant) {
+            (
+                Subject::Kernel(TunedFamily::Scan),
+                Variant::Tile(Tile::Scan {
+                    tile_words,
+                    threads,
+                }),
+            ) => match placement {
+                Placement::Hbm => (4..=32).contains(tile_words) && (64..=256).contains(threads),
+                Placement::Host => {
+                    (16..=128).contains(tile_words) && (256..=1024).contains(threads)
+                }
+            },
+            (
+                Subject::Kernel(TunedFamily::Select),
+                Variant::Tile(Tile::Select {
+                    threads,
+                    items_per_thread,
+                    onepass,
+                    ..
+                }),
+            ) => *onepass && *threads >= 256 && (2..=16).contains(items_per_thread),
+            (
+                Subject::Kernel(TunedFamily::Attention),
+                Variant::Tile(Tile::Attention {
+                    threads,
+                    rows_per_warp,
+                }),
+            ) => *threads >= 256 && *rows_per_warp >= 4,
+            (
+                Subject::Kernel(TunedFamily::PariskvRerank),
+                Variant::Tile(Tile::Rerank {
+                    threads,
+                    vector_loads,
+                    multiblock,
+                }),
+            ) => *vector_loads && *multiblock && *threads >= 128,
+            _ => true,
+        }
+    }
 }
 
 impl Case {
@@ -319,11 +390,12 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
     }
 }
 
-/// The candidates of `case`: the grid's variants (with its opt-ins) whose spec validates for its
-/// shape.
+/// The candidates of `case`: the grid's variants (with its opt-ins, in its part of the grid)
+/// whose spec validates for its shape.
 pub fn enumerate(case: &Case) -> Vec<Variant> {
     grid_with(case.subject, case.placement, case.opt_in)
         .into_iter()
+        .filter(|v| case.grid.keeps(case.subject, case.placement, v))
         .filter(|v| match v {
             Variant::Transfer(_) => true,
             Variant::Tile(_) => tile_spec(case, v).is_ok_and(|s| s.validate().is_ok()),

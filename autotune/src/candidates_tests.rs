@@ -7,6 +7,7 @@ use codegen::spec::Family;
 fn case(subject: Subject, placement: Placement, group: usize) -> Case {
     Case {
         opt_in: OptIn::default(),
+        grid: Default::default(),
         subject,
         head_dim: 128,
         group,
@@ -331,4 +332,68 @@ fn keys_carry_the_context_bucket_and_k_follows_the_paper() {
     assert_eq!(c.key().group, 7);
     assert!(CONTEXTS.iter().all(|&t| bench_k(t) == 512));
     assert!(bench_k(1 << 15) <= bench_k_max());
+}
+
+#[test]
+fn the_quick_grid_is_part_of_the_full_one_and_keeps_every_recorded_h200_winner() {
+    let record = runtime::tuning::TuningRecord::read(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../runtime/records/nvidia-h200.json"
+    )))
+    .unwrap();
+    let mut winners = 0;
+    for entry in &record.entries {
+        let Some(winner) = &entry.winner else {
+            continue;
+        };
+        let quick = Case {
+            subject: entry.key.subject,
+            head_dim: entry.key.head_dim,
+            group: entry.key.group,
+            kv_heads: 8,
+            placement: entry.key.placement,
+            tokens: 1 << entry.key.context_bucket,
+            opt_in: OptIn::default(),
+            grid: Grid::Quick,
+        };
+        assert!(
+            enumerate(&quick).contains(&winner.variant),
+            "{}: the winner {} is outside the quick grid",
+            entry.key,
+            winner.name
+        );
+        winners += 1;
+    }
+    assert!(winners >= 100, "{winners} winners");
+    for (d, g) in shapes() {
+        for &(subject, placement) in &SUBJECTS {
+            let full = case(subject, placement, g);
+            let full = Case {
+                head_dim: d,
+                ..full
+            };
+            let quick = Case {
+                grid: Grid::Quick,
+                ..full.clone()
+            };
+            let (f, q) = (enumerate(&full), enumerate(&quick));
+            assert!(q.iter().all(|v| f.contains(v)), "{subject} {placement:?}");
+            assert!(!q.is_empty() || f.is_empty(), "{subject} {placement:?}");
+        }
+    }
+    // The kernels a quick run compiles: under half of a full run's at the same contexts.
+    let select = |quick| crate::selection::select(&[], &[], quick).unwrap();
+    let quick_kernels = run_specs(&select(true)).len();
+    let full_grid: Vec<Case> = select(true)
+        .into_iter()
+        .map(|c| Case {
+            grid: Grid::Full,
+            ..c
+        })
+        .collect();
+    let full_kernels = run_specs(&full_grid).len();
+    assert!(
+        2 * quick_kernels < full_kernels,
+        "quick {quick_kernels} of {full_kernels} kernels"
+    );
 }

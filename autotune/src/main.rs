@@ -42,7 +42,9 @@ struct Args {
     /// Tune only SUBJECT[/PLACEMENT[/CONTEXT]], e.g. `scan/hbm/128k` or `select` (repeatable).
     #[arg(long)]
     only: Vec<String>,
-    /// Contexts 32k and 128k only, fewer repetitions.
+    /// Contexts 32k and 128k only, a thinner grid (the tiles that have won on some GPU and
+    /// their neighbours), fewer repetitions: a first record in half a minute. Its entries do
+    /// not replace those of a fuller run already in the record.
     #[arg(long)]
     quick: bool,
     /// Also try the candidates of NAME, left out of a default run until they have run on a
@@ -51,7 +53,8 @@ struct Args {
     /// it to a scratch `--out`.
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,
-    /// Timed runs per candidate (default 25, 10 with --quick).
+    /// The most timed runs per candidate (default 25, 10 with --quick; after 5, a candidate
+    /// stops once its runs add up to 250 ms, 50 ms with --quick).
     #[arg(long)]
     reps: Option<usize>,
     /// Directory of the record (default: $FATHOM_TUNING_DIR, else <cache dir>/tuning).
@@ -121,6 +124,8 @@ struct Reporter {
     cases: usize,
     done: usize,
     timings: Timings,
+    /// The phases of the case under way, for its log line.
+    case_timings: Timings,
 }
 
 impl Reporter {
@@ -134,6 +139,7 @@ impl Reporter {
 
 impl Observer for Reporter {
     fn case_started(&mut self, case: &Case, _candidates: usize) {
+        self.case_timings = Timings::default();
         if let Some(bar) = &self.bar {
             bar.set_message(case.key().to_string());
         }
@@ -150,12 +156,16 @@ impl Observer for Reporter {
 
     fn phase_done(&mut self, case: &Case, phase: Phase, took: Duration) {
         self.timings.phase_done(case, phase, took);
+        self.case_timings.phase_done(case, phase, took);
     }
 
     fn case_done(&mut self, case: &Case, entry: &EntryRecord, took: Duration) {
         self.done += 1;
         if self.bar.is_none() {
-            eprintln!("{}", case_line(self.done, self.cases, case, entry, took));
+            eprintln!(
+                "{}",
+                case_line(self.done, self.cases, case, entry, took, &self.case_timings)
+            );
         }
     }
 }
@@ -214,23 +224,31 @@ fn run(args: &Args) -> Result<(), String> {
         "autotune: ceilings: pinned copy {:.1} GB/s, mapped read {:.1} GB/s, HBM copy {:.1} GB/s",
         ceilings.pinned_copy_gbps, ceilings.mapped_read_gbps, ceilings.hbm_copy_gbps
     );
-    let settings = Settings {
-        reps: args.reps.unwrap_or(if args.quick { 10 } else { 25 }).max(1),
-        ..Settings::default()
+    let mut settings = if args.quick {
+        Settings::quick()
+    } else {
+        Settings::full()
     };
+    if let Some(reps) = args.reps {
+        settings = settings.with_max_reps(reps);
+    }
     let total: usize = cases.iter().map(|c| enumerate(c).len()).sum();
     let mut bench = GpuBench::new(gpu.clone(), ceilings.clone())?;
-    // Every candidate's kernel at once, on all cores: a case alone has too few to fill them.
-    let compiling = Instant::now();
+    // Every candidate's kernel, in the order the cases need them, on all cores but the one
+    // that runs the cases meanwhile: a case alone has too few kernels to fill the cores, and
+    // the cases' CPU work (reference stores, comparisons) need not wait for the compiler.
     let specs = run_specs(&cases);
-    bench.preload(&specs);
-    timings.add(Phase::Compile, compiling.elapsed());
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .saturating_sub(1)
+        .max(1);
     eprintln!(
-        "autotune: {} kernels of {total} candidates in {} cases ready in {:.1} s",
-        specs.len(),
+        "autotune: {} cases, {total} candidates; loading their {} kernels on {threads} threads \
+         while the cases run",
         cases.len(),
-        compiling.elapsed().as_secs_f64()
+        specs.len(),
     );
+    let compiling = bench.preload_in_background(specs, threads);
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new(total as u64);
         if let Ok(style) = ProgressStyle::with_template(
@@ -247,6 +265,7 @@ fn run(args: &Args) -> Result<(), String> {
         cases: cases.len(),
         done: 0,
         timings,
+        case_timings: Timings::default(),
     };
     for case in &cases {
         let entry = tune_case(&mut bench, case, &settings, &mut observer);
@@ -256,9 +275,26 @@ fn run(args: &Args) -> Result<(), String> {
     if let Some(bar) = &observer.bar {
         bar.finish_and_clear();
     }
+    // The cases needed every kernel, so the set is loaded by now: this only collects the time.
+    let compiled = compiling
+        .join()
+        .map_err(|_| "the thread loading the kernels panicked".to_string())?;
+    observer.timings.add(Phase::Compile, compiled);
+    eprintln!(
+        "autotune: the kernels were all loaded {:.1} s into the cases",
+        compiled.as_secs_f64()
+    );
     record.ceilings = Some(ceilings.clone());
     println!("{}", summary_table(&record));
-    let merged = merge_into(&path, record).map_err(|e| e.to_string())?;
+    let (merged, kept) = merge_into(&path, record).map_err(|e| e.to_string())?;
+    if !kept.is_empty() {
+        eprintln!(
+            "autotune: kept {} entries of a fuller grid already in the record over this run's \
+             (run without --quick to re-time them): {}",
+            kept.len(),
+            kept.join(", ")
+        );
+    }
     let svg = path.with_extension("svg");
     std::fs::write(&svg, bandwidth_svg(&merged, Some(&ceilings)))
         .map_err(|e| format!("cannot write {}: {e}", svg.display()))?;

@@ -14,6 +14,7 @@ use crate::tuner::simplicity;
 fn rerank_case(placement: Placement) -> Case {
     Case {
         opt_in: OptIn::default(),
+        grid: Default::default(),
         subject: Subject::Kernel(TunedFamily::PariskvRerank),
         head_dim: 128,
         group: 4,

@@ -1,8 +1,11 @@
 //! Where `autotune` writes its record, and how a new run joins the record already there.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use runtime::tuning::{record_file_name, MetaCheck, RecordError, TuningRecord, TUNING_DIR_VAR};
+use runtime::tuning::{
+    record_file_name, EntryRecord, MetaCheck, RecordError, TuningRecord, TUNING_DIR_VAR,
+};
 
 /// The directory records are written to by default: `$FATHOM_TUNING_DIR`, else
 /// `<cache dir>/tuning` (both searched by the runtime, see `runtime::tuning::locate`).
@@ -19,11 +22,25 @@ pub fn record_path(dir: &Path, gpu_model: &str) -> PathBuf {
 }
 
 /// Merges `newer` into the record at `path` (or takes it as is when there is none) and writes
-/// the result there. A record there whose header differs is refused with the reason and left
+/// the result there; also returns the keys of the record's entries that were kept over
+/// `newer`'s. An entry of `newer` replaces the record's of the same key unless its candidates
+/// are a strict subset of the record's: a `--quick` run (a thinner grid) does not undo what a
+/// full run found. A record there whose header differs is refused with the reason and left
 /// untouched.
-pub fn merge_into(path: &Path, newer: TuningRecord) -> Result<TuningRecord, RecordError> {
+pub fn merge_into(
+    path: &Path,
+    mut newer: TuningRecord,
+) -> Result<(TuningRecord, Vec<String>), RecordError> {
+    let mut kept = Vec::new();
     let merged = if path.exists() {
         let mut old = TuningRecord::read(path)?;
+        newer.entries.retain(|entry| {
+            let fuller = old.entry(&entry.key).is_some_and(|o| tried_fewer(entry, o));
+            if fuller {
+                kept.push(entry.key.to_string());
+            }
+            !fuller
+        });
         old.merge(newer).map_err(|reason| RecordError::Mismatch {
             path: path.to_path_buf(),
             reason,
@@ -33,7 +50,16 @@ pub fn merge_into(path: &Path, newer: TuningRecord) -> Result<TuningRecord, Reco
         newer
     };
     merged.write(path)?;
-    Ok(merged)
+    Ok((merged, kept))
+}
+
+/// Whether `newer` tried a strict subset of the candidates `older` tried.
+fn tried_fewer(newer: &EntryRecord, older: &EntryRecord) -> bool {
+    let names = |e: &EntryRecord| -> HashSet<String> {
+        e.candidates.iter().map(|c| c.name.clone()).collect()
+    };
+    let (n, o) = (names(newer), names(older));
+    n.len() < o.len() && n.is_subset(&o)
 }
 
 /// What [`merge_by_key`] did.

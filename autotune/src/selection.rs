@@ -6,7 +6,7 @@ use codegen::spec::Placement;
 use runtime::tuning::Subject;
 use thiserror::Error;
 
-use crate::candidates::{Case, OptIn, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
+use crate::candidates::{Case, Grid, OptIn, CONTEXTS, QUICK_CONTEXTS, SUBJECTS};
 
 /// A selection the tuner cannot serve.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -142,6 +142,7 @@ pub fn select_shapes(
                     placement,
                     tokens,
                     opt_in,
+                    grid: if quick { Grid::Quick } else { Grid::Full },
                 };
                 let wanted = filters.is_empty() || filters.iter().any(|f| f.matches(&case));
                 if wanted {

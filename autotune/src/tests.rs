@@ -15,7 +15,9 @@ use runtime::tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
 use crate::candidates::{bench_k, bench_k_max, candidate_checksum, enumerate, Case, SUBJECTS};
 use crate::records::merge_into;
-use crate::tuner::{choose, simplicity, tune, tune_case, Bench, CaseInfo, Observer, Settings};
+use crate::tuner::{
+    choose, simplicity, tune, tune_case, Bench, CaseInfo, Observer, Reps, Settings,
+};
 
 /// How the fake bench treats a candidate (by name); unnamed ones take `default_ms` exactly.
 #[derive(Clone)]
@@ -74,13 +76,13 @@ impl Bench for FakeBench {
         }
     }
 
-    fn time(&mut self, _case: &Case, variant: &Variant, reps: usize) -> Result<Vec<f64>, String> {
+    fn time(&mut self, _case: &Case, variant: &Variant, reps: Reps) -> Result<Vec<f64>, String> {
         self.timed.push(variant.name());
         match self.plan.get(&variant.name()) {
-            Some(Fake::Times(t)) => Ok((0..reps).map(|i| t[i % t.len()]).collect()),
+            Some(Fake::Times(t)) => reps.collect(|i| Ok(t[i % t.len()])),
             Some(Fake::TimeFails) => Err("launch failed: too many resources".into()),
-            Some(Fake::Garbage) => Ok(vec![f64::NAN; reps]),
-            _ => Ok(vec![self.default_ms; reps]),
+            Some(Fake::Garbage) => Ok(vec![f64::NAN; reps.min]),
+            _ => reps.collect(|_| Ok(self.default_ms)),
         }
     }
 }
@@ -94,6 +96,7 @@ fn case(subject: Subject, placement: Placement, tokens: usize) -> Case {
         placement,
         tokens,
         opt_in: Default::default(),
+        grid: Default::default(),
     }
 }
 
@@ -112,7 +115,7 @@ fn meta() -> RecordMeta {
 
 fn settings() -> Settings {
     Settings {
-        reps: 9,
+        reps: Reps::exactly(9),
         noise_floor: 0.02,
     }
 }
@@ -347,7 +350,8 @@ fn rerunning_merges_and_a_mismatched_record_is_refused() {
         &settings(),
         &mut crate::tuner::Silent,
     );
-    let merged = merge_into(&path, second).unwrap();
+    let (merged, kept) = merge_into(&path, second).unwrap();
+    assert!(kept.is_empty(), "{kept:?}");
     assert_eq!(merged, TuningRecord::read(&path).unwrap());
     assert_eq!(merged.entries.len(), 2);
     let winner = |c: &Case| merged.entry(&c.key()).unwrap().winner.clone().unwrap().name;
@@ -374,6 +378,86 @@ fn rerunning_merges_and_a_mismatched_record_is_refused() {
         r => panic!("{r:?}"),
     }
     assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+}
+
+#[test]
+fn a_quick_run_does_not_replace_a_full_entry_but_fills_a_missing_one_and_a_full_run_replaces_it() {
+    use crate::candidates::Grid;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nvidia-h200.json");
+    let full = case(Subject::Kernel(TunedFamily::Scan), Placement::Hbm, 1 << 15);
+    let quick = |c: &Case| Case {
+        grid: Grid::Quick,
+        ..c.clone()
+    };
+    let other = case(
+        Subject::Kernel(TunedFamily::Select),
+        Placement::Hbm,
+        1 << 15,
+    );
+    assert!(enumerate(&quick(&full)).len() < enumerate(&full).len());
+    let run = |fast: &str, cases: &[Case]| {
+        tune(
+            &mut FakeBench::new(1.0).with(fast, Fake::Times(vec![0.1])),
+            cases,
+            meta(),
+            &settings(),
+            &mut crate::tuner::Silent,
+        )
+    };
+    // w128 t1024 is outside the quick grid of the scan in HBM.
+    merge_into(&path, run("scan w128 t1024", std::slice::from_ref(&full))).unwrap();
+    let (merged, kept) =
+        merge_into(&path, run("scan w8 t128", &[quick(&full), quick(&other)])).unwrap();
+    assert_eq!(kept, vec![full.key().to_string()]);
+    let winner =
+        |r: &TuningRecord, c: &Case| r.entry(&c.key()).unwrap().winner.clone().unwrap().name;
+    assert_eq!(winner(&merged, &full), "scan w128 t1024");
+    assert!(merged.entry(&other.key()).is_some(), "a new key is added");
+    // A full run replaces the quick entry, and a quick entry replaces a quick one.
+    let (merged, kept) =
+        merge_into(&path, run("select t1024 i8 onepass", &[quick(&other)])).unwrap();
+    assert!(kept.is_empty());
+    assert_eq!(winner(&merged, &other), "select t1024 i8 onepass");
+    let (merged, kept) =
+        merge_into(&path, run("select t64 i16", std::slice::from_ref(&other))).unwrap();
+    assert!(kept.is_empty());
+    assert_eq!(winner(&merged, &other), "select t64 i16");
+}
+
+#[test]
+fn a_slow_candidate_stops_after_the_least_runs_once_its_budget_is_spent() {
+    let reps = Reps {
+        min: 5,
+        max: 25,
+        budget_ms: 250.0,
+    };
+    let count = |ms: f64| reps.collect(|_| Ok::<_, ()>(ms)).unwrap().len();
+    assert_eq!(count(0.01), 25, "a fast kernel gets every run");
+    assert_eq!(count(40.0), 7, "runs stop once 250 ms are spent");
+    assert_eq!(count(1000.0), 5, "but never before the least");
+    assert_eq!(
+        Reps::exactly(9)
+            .collect(|_| Ok::<_, ()>(1e9))
+            .unwrap()
+            .len(),
+        9
+    );
+    // The first error ends the runs.
+    let mut calls = 0;
+    let r = reps.collect(|i| {
+        calls += 1;
+        if i == 2 {
+            Err("fault")
+        } else {
+            Ok(1.0)
+        }
+    });
+    assert_eq!((r, calls), (Err("fault"), 3));
+    // --reps below the least lowers the least too.
+    let s = crate::tuner::Settings::full().with_max_reps(3);
+    assert_eq!((s.reps.min, s.reps.max), (3, 3));
+    assert_eq!(crate::tuner::Settings::quick().with_max_reps(0).reps.max, 1);
 }
 
 #[test]
@@ -449,12 +533,12 @@ fn fastest_per_subject(fastest: &[(Subject, &str)]) -> impl Bench {
         fn verify(&mut self, case: &Case, variant: &Variant) -> Result<(), String> {
             self.1.verify(case, variant)
         }
-        fn time(&mut self, case: &Case, v: &Variant, reps: usize) -> Result<Vec<f64>, String> {
+        fn time(&mut self, case: &Case, v: &Variant, reps: Reps) -> Result<Vec<f64>, String> {
             let fast = self
                 .0
                 .iter()
                 .any(|(s, name)| *s == case.subject && *name == v.name());
-            Ok(vec![if fast { 0.5 } else { 1.0 }; reps])
+            reps.collect(|_| Ok(if fast { 0.5 } else { 1.0 }))
         }
     }
     PerSubject(
@@ -755,6 +839,8 @@ fn timings_sum_every_phase_of_every_candidate_on_a_fake_clock() {
     assert_eq!(secs(Phase::Verify), n);
     assert_eq!(secs(Phase::Time), n - 1);
     assert_eq!(secs(Phase::Compile), 0);
+    // The compile runs beside the cases: its line has no share and the total leaves it out.
+    timings.add(Phase::Compile, std::time::Duration::from_secs(1000));
     assert_eq!(entry.candidates.len() as u64, n);
     let summary = timings.summary();
     assert!(
@@ -764,6 +850,11 @@ fn timings_sum_every_phase_of_every_candidate_on_a_fake_clock() {
     let total_line = summary.lines().last().unwrap();
     assert!(
         total_line.contains(&format!("{:.1}", (2 * n) as f64)),
+        "{summary}"
+    );
+    let compile = summary.lines().find(|l| l.starts_with("compile")).unwrap();
+    assert!(
+        compile.contains("1000.0") && compile.contains("in the background"),
         "{summary}"
     );
 }
@@ -777,9 +868,30 @@ fn a_finished_case_is_one_log_line() {
         .with(&names[0], Fake::Times(vec![0.081]))
         .with(&names[1], Fake::Wrong);
     let entry = tune_case(&mut bench, &c, &settings(), &mut crate::tuner::Silent);
-    let line = case_line(12, 117, &c, &entry, std::time::Duration::from_millis(3200));
+    let mut phases = crate::tuner::Timings::default();
+    phases.add(
+        crate::tuner::Phase::Prepare,
+        std::time::Duration::from_millis(1100),
+    );
+    phases.add(
+        crate::tuner::Phase::Verify,
+        std::time::Duration::from_millis(900),
+    );
+    phases.add(
+        crate::tuner::Phase::Time,
+        std::time::Duration::from_millis(1200),
+    );
+    let line = case_line(
+        12,
+        117,
+        &c,
+        &entry,
+        std::time::Duration::from_millis(3200),
+        &phases,
+    );
     let want = format!(
-        "[12/117] {} d128 g4: {} candidates (1 disqualified), best {} 0.0810 ms (3.2 s)",
+        "[12/117] {} d128 g4: {} candidates (1 disqualified), best {} 0.0810 ms \
+         (3.2 s: prepare 1.1, verify 0.9, time 1.2)",
         c.key(),
         names.len(),
         names[0]

@@ -46,25 +46,93 @@ pub trait Bench {
     /// Builds and runs `variant` once on the prepared inputs and compares its output with the
     /// reference; the reason it is wrong or failed otherwise.
     fn verify(&mut self, case: &Case, variant: &Variant) -> Result<(), String>;
-    /// `reps` timed runs of `variant`, in milliseconds, each on fresh inputs.
-    fn time(&mut self, case: &Case, variant: &Variant, reps: usize) -> Result<Vec<f64>, String>;
+    /// Timed runs of `variant` as many as `reps` asks ([`Reps::collect`]), in milliseconds.
+    fn time(&mut self, case: &Case, variant: &Variant, reps: Reps) -> Result<Vec<f64>, String>;
+}
+
+/// How many timed runs a candidate gets: at least `min`, at most `max`, and none after `min`
+/// once the runs so far add up to `budget_ms`. A 40 ms candidate (a host-memory kernel at 1M
+/// tokens) is as well measured by 5 runs as a 40 us one by 25: its runs agree to well under
+/// the noise floor, and 20 more of them would cost most of a second per candidate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reps {
+    pub min: usize,
+    pub max: usize,
+    pub budget_ms: f64,
+}
+
+impl Reps {
+    /// Exactly `n` runs, whatever they take.
+    pub fn exactly(n: usize) -> Reps {
+        Reps {
+            min: n,
+            max: n,
+            budget_ms: f64::INFINITY,
+        }
+    }
+
+    /// Whether another run is due after `samples`.
+    pub fn more(&self, samples: &[f64]) -> bool {
+        let n = samples.len();
+        n < self.min.min(self.max) || (n < self.max && samples.iter().sum::<f64>() < self.budget_ms)
+    }
+
+    /// Runs `run` (given the run's index, returning its milliseconds) while [`Reps::more`]
+    /// says so; the first error ends it.
+    pub fn collect<E>(&self, mut run: impl FnMut(usize) -> Result<f64, E>) -> Result<Vec<f64>, E> {
+        let mut samples = Vec::with_capacity(self.max);
+        while self.more(&samples) {
+            samples.push(run(samples.len())?);
+        }
+        Ok(samples)
+    }
 }
 
 /// How much to time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Settings {
     /// Timed runs per candidate.
-    pub reps: usize,
+    pub reps: Reps,
     /// The least relative noise band (timers and clocks jitter even when the runs agree).
     pub noise_floor: f64,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
+impl Settings {
+    /// A default run: up to 25 runs a candidate, 5 at least, a quarter of a second of GPU time.
+    pub fn full() -> Settings {
         Settings {
-            reps: 25,
+            reps: Reps {
+                min: 5,
+                max: 25,
+                budget_ms: 250.0,
+            },
             noise_floor: 0.02,
         }
+    }
+
+    /// `--quick`: up to 10 runs, 5 at least, 50 ms.
+    pub fn quick() -> Settings {
+        Settings {
+            reps: Reps {
+                min: 5,
+                max: 10,
+                budget_ms: 50.0,
+            },
+            ..Settings::full()
+        }
+    }
+
+    /// These settings with at most `max` runs a candidate (`--reps`; at least one).
+    pub fn with_max_reps(mut self, max: usize) -> Settings {
+        self.reps.max = max.max(1);
+        self.reps.min = self.reps.min.min(self.reps.max);
+        self
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::full()
     }
 }
 
@@ -73,7 +141,8 @@ impl Default for Settings {
 pub enum Phase {
     /// Measuring the link and HBM rates.
     Ceilings,
-    /// Compiling (or loading from the kernel cache) every candidate of the run, up front.
+    /// Compiling (or loading from the kernel cache) every candidate of the run, in the
+    /// background while the cases run: wall time, not part of the total.
     Compile,
     /// A case's inputs: reference stores and selections on the CPU, uploads, its own kernels.
     Prepare,
@@ -140,12 +209,27 @@ impl Timings {
             .map_or(Duration::ZERO, |(_, d)| *d)
     }
 
-    /// `phase  seconds  share` lines of every phase, and the total.
+    /// `phase  seconds  share` lines of every phase, and the total. The compile runs beside
+    /// the others ([`Phase::Compile`]): its line has its wall time and no share, and the total
+    /// leaves it out.
     pub fn summary(&self) -> String {
-        let total: Duration = self.spent.iter().map(|(_, d)| *d).sum();
+        let total: Duration = self
+            .spent
+            .iter()
+            .filter(|(p, _)| *p != Phase::Compile)
+            .map(|(_, d)| *d)
+            .sum();
         let mut out = String::from("phase       seconds  share\n");
         for phase in Phase::ALL {
             let d = self.of(phase).as_secs_f64();
+            if phase == Phase::Compile {
+                out.push_str(&format!(
+                    "{:<10} {:>8.1}  (in the background)\n",
+                    phase.name(),
+                    d
+                ));
+                continue;
+            }
             let share = if total.is_zero() {
                 0.0
             } else {
@@ -169,14 +253,17 @@ impl Observer for Timings {
     }
 }
 
-/// The log line of a finished case, for output that is not a terminal:
-/// `[12/117] scan/hbm/128k d128 g4: 48 candidates, best w16 t256 0.081 ms (3.2 s)`.
+/// The log line of a finished case, for output that is not a terminal, with where its time
+/// went (`phases`, the case's own):
+/// `[12/117] scan/hbm/128k d128 g4: 48 candidates, best w16 t256 0.081 ms (3.2 s: prepare 1.1,
+/// verify 0.9, time 1.2)`.
 pub fn case_line(
     index: usize,
     cases: usize,
     case: &Case,
     entry: &EntryRecord,
     took: Duration,
+    phases: &Timings,
 ) -> String {
     let timed = entry
         .candidates
@@ -193,13 +280,18 @@ pub fn case_line(
     } else {
         String::new()
     };
+    let spent: Vec<String> = [Phase::Prepare, Phase::Verify, Phase::Time]
+        .iter()
+        .map(|&p| format!("{} {:.1}", p.name(), phases.of(p).as_secs_f64()))
+        .collect();
     format!(
-        "[{index}/{cases}] {} d{} g{}: {} candidates{dq}, {best} ({:.1} s)",
+        "[{index}/{cases}] {} d{} g{}: {} candidates{dq}, {best} ({:.1} s: {})",
         case.key(),
         case.head_dim,
         case.group,
         entry.candidates.len(),
-        took.as_secs_f64()
+        took.as_secs_f64(),
+        spent.join(", ")
     )
 }
 

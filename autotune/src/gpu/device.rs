@@ -3,6 +3,7 @@
 
 use codegen::spec::Placement;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use codegen::spec::launch::Launch as Geometry;
 use codegen::spec::KernelSpec;
@@ -10,6 +11,8 @@ use cudarc::driver::CudaFunction;
 use runtime::ceilings::Ceilings;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
 use runtime::jit::Jit;
+
+use crate::tuner::Reps;
 
 /// Bytes overwritten between timed runs: several times any L2 cache.
 pub const FLUSH_BYTES: usize = 256 << 20;
@@ -26,7 +29,7 @@ pub fn gpu_err(e: GpuError) -> String {
 pub struct Device {
     pub gpu: Arc<Gpu>,
     /// Kernels compiled on all cores and cached on disk (a second run compiles nothing).
-    pub jit: Jit,
+    pub jit: Arc<Jit>,
     pub ceilings: Ceilings,
     flush: DeviceBuffer<u8>,
 }
@@ -48,7 +51,7 @@ impl Device {
     /// [`Jit`] on the default kernel cache.
     pub fn new(gpu: Arc<Gpu>, ceilings: Ceilings) -> Result<Self, String> {
         Ok(Device {
-            jit: Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?,
+            jit: Arc::new(Jit::with_default_cache(gpu.clone()).map_err(|e| e.to_string())?),
             flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
             gpu,
             ceilings,
@@ -87,20 +90,36 @@ impl Device {
         self.gpu.synchronize().map_err(gpu_err)
     }
 
-    /// Two warm-up runs of `launches`, then `reps` runs timed with CUDA events, each after the
-    /// L2 cache is overwritten outside the timed window; milliseconds.
-    pub fn time(&self, launches: &[Launch], reps: usize) -> Result<Vec<f64>, String> {
+    /// Two warm-up runs of `launches`, then as many runs as `reps` asks, timed with CUDA
+    /// events, each after the L2 cache is overwritten outside the timed window; milliseconds.
+    pub fn time(&self, launches: &[Launch], reps: Reps) -> Result<Vec<f64>, String> {
         for _ in 0..2 {
             self.run(launches).map_err(gpu_err)?;
         }
         self.gpu.synchronize().map_err(gpu_err)?;
-        let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps {
+        reps.collect(|_| {
             self.gpu.fill(&self.flush, 0x5a).map_err(gpu_err)?;
             let ms = self.gpu.time_ms(|| self.run(launches)).map_err(gpu_err)?;
-            times.push(f64::from(ms));
-        }
-        Ok(times)
+            Ok(f64::from(ms))
+        })
+    }
+
+    /// Starts loading every spec of `specs`, in their order, on `threads` threads beside the
+    /// caller, which keeps working: a kernel it asks for meanwhile is loaded once, by
+    /// whichever asks first ([`Jit::kernel`]). The handle gives the wall time the whole set
+    /// took; failures are reported when their candidates are verified, as with
+    /// [`Device::preload`].
+    pub fn preload_in_background(
+        &self,
+        specs: Vec<KernelSpec>,
+        threads: usize,
+    ) -> std::thread::JoinHandle<Duration> {
+        let jit = self.jit.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let _ = jit.load_set_on(&specs, threads);
+            start.elapsed()
+        })
     }
 }
 

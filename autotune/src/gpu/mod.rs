@@ -53,7 +53,7 @@ pub use inputs::{HostRows, HostScores};
 pub use store::{reference_stores, DevicePlan, DeviceStore, Staging, PLAN_BITS};
 
 use crate::candidates::{gather_spec, scan_spec, Case, SEGMENT_WORDS};
-use crate::tuner::{Bench, CaseInfo};
+use crate::tuner::{Bench, CaseInfo, Reps};
 use device::{gpu_err, Launch};
 
 /// Tokens of each head compared with the reference (plus the first and the last).
@@ -137,6 +137,15 @@ impl GpuBench {
     /// fails is reported by its candidate's verification.
     pub fn preload(&self, specs: &[KernelSpec]) {
         self.dev.preload(specs);
+    }
+
+    /// [`Device::preload_in_background`].
+    pub fn preload_in_background(
+        &self,
+        specs: Vec<KernelSpec>,
+        threads: usize,
+    ) -> std::thread::JoinHandle<std::time::Duration> {
+        self.dev.preload_in_background(specs, threads)
     }
 
     /// Uses the winning tile of `entry` for later cases that need that family as a part.
@@ -493,7 +502,7 @@ impl Bench for GpuBench {
         }
     }
 
-    fn time(&mut self, case: &Case, variant: &Variant, reps: usize) -> Result<Vec<f64>, String> {
+    fn time(&mut self, case: &Case, variant: &Variant, reps: Reps) -> Result<Vec<f64>, String> {
         let dev = &self.dev;
         // The outputs stay alive until the timed runs are done.
         match kind(case) {
@@ -541,6 +550,7 @@ mod tests {
                 placement,
                 tokens: 1 << 15,
                 opt_in: Default::default(),
+                grid: Default::default(),
             };
             let k = kind(&case);
             match subject {

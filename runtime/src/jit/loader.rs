@@ -266,10 +266,19 @@ impl Jit {
     /// machine has cores, and reports where each came from and what it cost. The first error,
     /// in the order of `specs`, is returned.
     pub fn load_set(&self, specs: &[KernelSpec]) -> Result<LoadReport, JitError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.load_set_on(specs, cores)
+    }
+
+    /// [`Jit::load_set`] on at most `threads` threads (at least one): a caller that keeps
+    /// working while the set loads in the background leaves itself a core.
+    pub fn load_set_on(
+        &self,
+        specs: &[KernelSpec],
+        threads: usize,
+    ) -> Result<LoadReport, JitError> {
         let start = Instant::now();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, specs.len().max(1));
+        let threads = threads.clamp(1, specs.len().max(1));
         let next = AtomicUsize::new(0);
         let mut results: Vec<_> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
