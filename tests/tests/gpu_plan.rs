@@ -56,6 +56,8 @@ struct Case {
     zero_queries: Vec<(usize, usize)>,
     /// Staging capacity in planes per `(b, h, s)`.
     stage_planes: usize,
+    /// Threads per block (the bisection's rounds and midpoints per warp follow it).
+    threads: usize,
 }
 
 impl Case {
@@ -71,6 +73,7 @@ impl Case {
             heads: 2,
             zero_queries: Vec::new(),
             stage_planes: 4 * d,
+            threads: 256,
         }
     }
 }
@@ -151,7 +154,7 @@ fn check(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) -> Vec<Vec<Vec<u
         segment_words: SEGMENT_WORDS,
         method: case.method,
         rotate: case.rotate,
-        threads: 256,
+        threads: case.threads,
     };
     let kernel = Kernel::compile(gpu, spec);
     let staging = Staging::new(gpu, &shape, case.stage_planes);
@@ -350,6 +353,26 @@ gpu_test!(gpu_plan_fathom_matches_reference, |t| {
                 ..Case::new(d, g, blk, PlanMethod::Fathom)
             };
             check(&t.gpu, &mut t.rng, t.seed, &case);
+        }
+    }
+});
+
+// The bisection tries 2^LEVELS - 1 midpoints a round, up to four per warp, LEVELS set by the
+// warps: one warp (two levels a round), odd warp counts (nodes dealt unevenly), and 32 warps
+// (two nodes each) must all reach the serial line bit for bit.
+gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
+    for threads in [32, 64, 96, 128, 224, 512, 1024] {
+        for (g, d, blk) in FEW_SHAPES {
+            let block = BlockSize::from_tokens(blk).unwrap();
+            let most = d as f64 * (4.0 + block.scale_bits_per_token());
+            for budget in [48.0, t.rng.gen_range(min_budget(block)..most).ceil()] {
+                let case = Case {
+                    budget: budget as f32,
+                    threads,
+                    ..Case::new(d, g, blk, PlanMethod::Fathom)
+                };
+                check(&t.gpu, &mut t.rng, t.seed, &case);
+            }
         }
     }
 });
