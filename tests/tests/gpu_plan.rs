@@ -357,9 +357,9 @@ gpu_test!(gpu_plan_fathom_matches_reference, |t| {
     }
 });
 
-// The bisection tries 2^LEVELS - 1 midpoints a round, up to four per warp, LEVELS set by the
-// warps: one warp (two levels a round), odd warp counts (nodes dealt unevenly), and 32 warps
-// (two nodes each) must all reach the serial line bit for bit.
+// The bisection tries 2^LEVELS - 1 midpoints a round, one per warp, LEVELS set by the warps
+// (one level a round for one warp, five for 32; odd warp counts leave warps idle): every block
+// size must reach the serial line bit for bit.
 gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
     for threads in [32, 64, 96, 128, 224, 512, 1024] {
         for (g, d, blk) in FEW_SHAPES {
