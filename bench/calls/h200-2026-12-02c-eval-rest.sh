@@ -7,10 +7,8 @@
 #   C=$(git rev-parse --short HEAD) BUDGET=220 bash bench/calls/h200-2026-12-02c-eval-rest.sh
 set -u
 DEFAULT_BUDGET=220 . bench/calls/budget.sh
-M=/tmp/fathom-models; C=${C:-unknown}
-python3 -m pip install -q --no-deps --no-index --no-compile --upgrade --target /tmp/site .gpu/wheels/*.whl > $L/pip.txt 2>&1; el pip rc=$?
-mkdir -p $M && cp .stage/part3/* $M/ && cat $M/smollm2.gguf.[0-9][0-9] > $M/smollm2.gguf && echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M/smollm2.gguf" | sha256sum -c > $L/join.txt 2>&1 && python3 -m pip install -q --no-index --no-deps --target $M/site $M/gguf-0.19.0-py3-none-any.whl >> $L/join.txt 2>&1; el join rc=$?
-export PYTHONPATH=/tmp/site:$M/site PYTHONUNBUFFERED=1
+C=${C:-unknown}
+. bench/calls/model-site.sh
 EV="python3 -m fathom.eval --model-dir $M --gguf smollm2.gguf --no-speed --no-teacher-forced --samples 24 --commit $C --methods dense,oracle,fathom(24),fathom(46),sparq(16),pariskv(100)"
 cd /tmp
 timeout -k 10 $(( $(left) / 2 + 10 )) $EV --contexts 8k --tasks niah_multiquery,vt,fwe --host-methods "fathom(46)" --time-budget $(( $(left) / 2 - 10 )) --out-dir $L/ruler8k > $L/eval-8k.txt 2>&1; el eval 8k rc=$?

@@ -6,11 +6,7 @@
 # with what time is left. From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=560 bash bench/calls/h200-2026-12-03-plan-and-step.sh
 set -u
-L=$OUT/logs; mkdir -p $L
-T0=$(date +%s); BUDGET=${BUDGET:-560}
-left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
-lim() { local a=$1 b=$(left); [ $b -lt $a ] && a=$b; [ $a -lt 5 ] && a=5; echo $a; }
-el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $L/timeline.txt; }
+DEFAULT_BUDGET=560 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
 rm -rf /tmp/fg && mkdir -p /tmp/fg && tar xJf .gpu/pack.tar.xz -C /tmp/fg
