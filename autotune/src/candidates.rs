@@ -86,15 +86,18 @@ pub const SELECT_ALGORITHMS: [SelectAlgorithm; 3] = [
 
 /// Candidates a run tries only when asked for (`--opt-in NAME`): variants whose kernels pass
 /// their CPU tests but have not yet run on a GPU, so that a default run does not depend on
-/// them. None is opt-in at present; the mechanism stays for the next such variant. A run with
-/// an opt-in has its own candidate checksum ([`candidate_checksum`]), so its record does not
-/// merge into one made without (write it to a scratch `--out`).
+/// them. A run with an opt-in has its own candidate checksum ([`candidate_checksum`]); its
+/// record merges into one made without only through `--merge`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OptIn {}
+pub struct OptIn {
+    /// `select-fused`: every select tile also as the fused one-read variant
+    /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`).
+    pub select_fused: bool,
+}
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 0] = [];
+    pub const NAMES: [&'static str; 1] = ["select-fused"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -112,24 +115,34 @@ impl OptIn {
 
     /// The opt-ins named by `names`; an unknown name is refused with the known ones.
     pub fn parse(names: &[String]) -> Result<OptIn, String> {
-        // No opt-in is known now: the first name is refused, with why.
-        let Some(name) = names.first() else {
-            return Ok(OptIn::default());
-        };
-        if let Some((_, since)) = OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str()) {
-            return Err(format!("--opt-in `{name}` is gone: {since}; drop the flag"));
+        let mut opt_in = OptIn::default();
+        for name in names {
+            match name.as_str() {
+                "select-fused" => opt_in.select_fused = true,
+                _ => {
+                    if let Some((_, since)) =
+                        OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
+                    {
+                        return Err(format!("--opt-in `{name}` is gone: {since}; drop the flag"));
+                    }
+                    return Err(format!(
+                        "unknown --opt-in `{name}`; known: {}",
+                        OptIn::NAMES.join(", ")
+                    ));
+                }
+            }
         }
-        let known = if OptIn::NAMES.is_empty() {
-            "none at present".to_string()
-        } else {
-            OptIn::NAMES.join(", ")
-        };
-        Err(format!("unknown --opt-in `{name}`; known: {known}"))
+        Ok(opt_in)
     }
 
-    /// The select algorithms tried for every tile (no opt-in changes them now).
+    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], and the fused one-read
+    /// variant with `select-fused`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
-        SELECT_ALGORITHMS.to_vec()
+        let mut algorithms = SELECT_ALGORITHMS.to_vec();
+        if self.select_fused {
+            algorithms.push(SelectAlgorithm::Fused);
+        }
+        algorithms
     }
 }
 

@@ -204,7 +204,8 @@ fn pariskv_subjects_follow_the_steps_lookups() {
 
 #[test]
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
-    for opt_in in [OptIn::default(), OptIn::parse(&[]).unwrap()] {
+    let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
+    for opt_in in [OptIn::default(), OptIn::parse(&[]).unwrap(), fused] {
         let c = Case {
             opt_in,
             ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
@@ -230,15 +231,16 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                     let kept = threads.is_power_of_two()
                         && threads >= 64
                         && items_per_thread.is_power_of_two()
-                        && threads * items_per_thread >= SELECT_MIN_CHUNK;
+                        && threads * items_per_thread >= SELECT_MIN_CHUNK
+                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused);
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
             }
         }
         // Multiples of 32 up to 1,024 threads, 1 to 32 items, the plain and compacting
-        // variants: the spec's whole domain; the one-read variant wherever its buffer holds
+        // variants: the spec's whole domain; the one-read variants wherever their buffer holds
         // k_max = 2048 (from 64 threads on).
-        assert_eq!(domain, 32 * 32 * 2 + 31 * 32);
+        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 2);
         // The runtime's default select tile is among the candidates.
         let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
@@ -247,8 +249,10 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
             items_per_thread,
             defaults.select_algorithm,
         ))));
-        // Every tile is tried as each of the three variants, whatever the opt-ins.
-        assert_eq!(valid.len(), 20 * 3);
+        // Every tile is tried as each of the three variants, and as the fused one with
+        // `select-fused`.
+        let variants = if opt_in.select_fused { 4 } else { 3 };
+        assert_eq!(valid.len(), 20 * variants);
     }
 }
 
@@ -261,9 +265,18 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     }
     let e = OptIn::parse(&["select-fast".to_string()]).unwrap_err();
     assert!(
-        e.contains("select-fast") && e.contains("none at present"),
+        e.contains("select-fast") && e.contains("select-fused"),
         "{e}"
     );
+    let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
+    assert!(fused.select_fused);
+    assert_ne!(
+        candidate_checksum(fused),
+        candidate_checksum(OptIn::default())
+    );
+    let with = grid_with(Subject::Kernel(TunedFamily::Select), Placement::Hbm, fused);
+    let fused_tiles = with.iter().filter(|v| v.name().ends_with("fused")).count();
+    assert_eq!(fused_tiles * 4, with.len());
     // The default grid holds every select tile as the one-read variant too.
     let select = grid(Subject::Kernel(TunedFamily::Select), Placement::Hbm);
     let onepass = select

@@ -352,8 +352,9 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     items_per_thread,
                     compact,
                     onepass,
+                    fused,
                 } => (
-                    u8::from(compact) + 2 * u8::from(onepass),
+                    u8::from(compact) + 2 * u8::from(onepass) + u8::from(fused),
                     threads as usize,
                     items_per_thread as usize,
                 ),

@@ -48,8 +48,16 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_compact.cu.tera"),
     ),
     (
+        "select_onepass_common.cuh.tera",
+        include_str!("../../templates/select_onepass_common.cuh.tera"),
+    ),
+    (
         "select_onepass.cu.tera",
         include_str!("../../templates/select_onepass.cu.tera"),
+    ),
+    (
+        "select_fused.cu.tera",
+        include_str!("../../templates/select_fused.cu.tera"),
     ),
     (
         "fetch.cu.tera",

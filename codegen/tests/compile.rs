@@ -121,10 +121,10 @@ fn ptx_snapshots() {
     }
 }
 
-/// The compacting and the one-read select are not in the default sets (the compacting one is a
-/// tuning choice, the one-read one too since it ran on the H200): their source and PTX for
-/// the default select tile of qwen3-8b (G = 4), and the one-read variant's for qwen2.5-7b
-/// (G = 7) and llama-3.1-70b (G = 8) too, are snapshotted here.
+/// The compacting and the one-read selects are not in the default sets (the compacting one is a
+/// tuning choice, the one-read ones too): their source and PTX for the default select tile of
+/// qwen3-8b (G = 4), and the one-read variants' for qwen2.5-7b (G = 7) and llama-3.1-70b
+/// (G = 8, the unfused one) too, are snapshotted here.
 #[test]
 fn select_variant_snapshots() {
     for (preset, algorithm) in [
@@ -132,6 +132,8 @@ fn select_variant_snapshots() {
         ("qwen3-8b", SelectAlgorithm::Onepass),
         ("qwen2.5-7b", SelectAlgorithm::Onepass),
         ("llama-3.1-70b", SelectAlgorithm::Onepass),
+        ("qwen3-8b", SelectAlgorithm::Fused),
+        ("qwen2.5-7b", SelectAlgorithm::Fused),
     ] {
         let shape = model::preset(preset).unwrap();
         let plain = kernels_for(&shape, &KernelSetOptions::default())
@@ -164,12 +166,16 @@ fn pariskv_select_variant_snapshots() {
     }
 }
 
-/// The compacting and the one-read select at G = 16 (GLM-4-9B's group), for both
+/// The compacting and the one-read selects at G = 16 (GLM-4-9B's group), for both
 /// architectures.
 #[test]
 fn compact_select_snapshots_at_group_16() {
     let shape = fixture_shape("glm-4-9b", "glm-4-9b-chat.json");
-    for algorithm in [SelectAlgorithm::Compact, SelectAlgorithm::Onepass] {
+    for algorithm in [
+        SelectAlgorithm::Compact,
+        SelectAlgorithm::Onepass,
+        SelectAlgorithm::Fused,
+    ] {
         let spec: KernelSpec = kernels_for(&shape, &KernelSetOptions::default())
             .into_iter()
             .find_map(|spec| match spec {

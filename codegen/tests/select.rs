@@ -34,6 +34,13 @@ fn onepass() -> SelectSpec {
     }
 }
 
+fn fused() -> SelectSpec {
+    SelectSpec {
+        algorithm: SelectAlgorithm::Fused,
+        ..base()
+    }
+}
+
 /// Every variant of every cell (the one-read variant where its buffer holds `k_max`).
 fn grid() -> Vec<SelectSpec> {
     grid4(
@@ -97,6 +104,10 @@ fn the_name_spells_the_fields() {
     assert_eq!(
         onepass().entry(SelectStage::Final),
         "fathom_select_g4_k512_t256_i16_onepass_final"
+    );
+    assert_eq!(
+        fused().entry(SelectStage::Chunk),
+        "fathom_select_g4_k512_t256_i16_fused_chunk"
     );
 }
 
@@ -249,6 +260,17 @@ fn the_parameter_lists_are_the_documented_ones() {
             SelectStage::Union,
             "Sel SelCount SelPos Uni UniCount Scratch K".into(),
         ),
+        (
+            fused(),
+            SelectStage::Chunk,
+            "Scores LdScores NTotal K Candidates ChunkCounts Arrivals Sel SelCount NumKvHeads"
+                .into(),
+        ),
+        (
+            fused(),
+            SelectStage::Union,
+            "Sel SelCount SelPos Uni UniCount Scratch K".into(),
+        ),
     ];
     for (spec, stage, want) in lists {
         assert_eq!(spelled(&spec, stage), want, "{stage:?} of {spec:?}");
@@ -293,8 +315,9 @@ fn the_rendered_signatures_follow_params() {
         SelectParam::SelCount => "sel_count",
         SelectParam::Uni => "int* __restrict__ uni",
         SelectParam::UniCount => "uni_count",
+        SelectParam::Arrivals => "arrivals",
     };
-    for spec in [base(), compact(), onepass()] {
+    for spec in [base(), compact(), onepass(), fused()] {
         let source = codegen::render::render(&spec).unwrap();
         for &stage in spec.stages() {
             let entry = format!("{}(", spec.entry(stage));
@@ -385,7 +408,7 @@ fn plan_refuses_sizes_it_cannot_serve() {
     assert!(spec.plan(1, 8, 0, 0).is_ok());
     assert!(spec.plan(0, 8, 4096, 16).is_err());
     assert!(spec.plan(10_000, 8, 4096, 16).is_err());
-    for spec in [compact(), onepass()] {
+    for spec in [compact(), onepass(), fused()] {
         assert_eq!(spec.plan(1, 8, 4096, 513).unwrap_err().field, "k");
         assert!(spec.plan(0, 8, 4096, 16).is_err());
     }
@@ -423,6 +446,7 @@ fn onepass_plan_at_a_million_and_at_32k_tokens() {
         assert_eq!(plan.scratch_words, heads * 2 * (k + 36));
         assert_eq!(plan.uni_words, batch * kv_heads * (4 * k + 36));
     }
+    assert_eq!(plan_arrivals(&spec), 0);
     // 32 query heads at 1M: 8 blocks each (256 in all), 4,096 candidates per head for _final.
     assert_eq!(spec.plan(1, 8, 1 << 20, 512).unwrap().chunks, 8);
     assert!(plain.chunks > 200);
@@ -486,11 +510,43 @@ fn a_sampled_grid_compiles_without_warnings() {
             };
             if spec.validate().is_err() {
                 // The one-read buffer of 32 threads holds 1,024 candidates.
-                assert!(algorithm == SelectAlgorithm::Onepass && k_max > 1024);
+                assert!(algorithm.one_read() && k_max > 1024);
                 continue;
             }
             let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
             assert_compiles(&spec, &entries);
         }
     }
+}
+
+fn plan_arrivals(spec: &SelectSpec) -> u64 {
+    spec.plan(2, 8, 1 << 15, 512).unwrap().arrival_words
+}
+
+/// The fused variant plans the one-read variant's grid and slots, without `_final`, and one
+/// arrival counter per query head.
+#[test]
+fn fused_plan_is_the_onepass_plan_without_final() {
+    for (batch, n) in [(1u64, 1u64 << 20), (1, 1 << 15), (16, 1 << 17), (1, 100)] {
+        let (kv_heads, k) = (8u64, 512u64);
+        let one = onepass().plan(batch, kv_heads, n, k).unwrap();
+        let plan = fused().plan(batch, kv_heads, n, k).unwrap();
+        let heads = batch * kv_heads * 4;
+        assert_launches(
+            &plan,
+            &SelectStage::FUSED_ORDER,
+            batch * kv_heads,
+            heads,
+            one.chunks,
+        );
+        assert_eq!(plan.arrival_words, heads, "B={batch} n={n}");
+        let without = |p: &codegen::spec::select::SelectPlan| {
+            let mut p = p.clone();
+            p.launches.retain(|(s, _)| *s != SelectStage::Final);
+            p.arrival_words = 0;
+            p
+        };
+        assert_eq!(without(&plan), without(&one), "B={batch} n={n}");
+    }
+    assert_eq!(plan_arrivals(&fused()), 2 * 8 * 4);
 }

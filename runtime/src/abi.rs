@@ -7,7 +7,8 @@
 //! One line per distinct signature of a family: the kernels of one family differ in sizes,
 //! placements and methods, which the template bakes in, but not in their parameters, except
 //! the compacting select (`select_compact`), whose chunked stages also take the candidates,
-//! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, and the
+//! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
+//! form (`select_fused`), whose `_chunk` also writes the selection, and the
 //! rerank's many-block top-k (`pariskv_rerank_mb`: `_chunk`, `_merge`, `_write`).
 
 fathom_macros::abi! {
@@ -29,6 +30,8 @@ fathom_macros::abi! {
                                 algorithm = compact);
         select_onepass = select(group = 4, k_max = 2048, threads = 256, items_per_thread = 16,
                                 algorithm = onepass);
+        select_fused = select(group = 4, k_max = 2048, threads = 256, items_per_thread = 16,
+                              algorithm = fused);
         fetch = fetch(head_dim = 128, group = 4, threads = 256, placement = hbm);
         attention = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4);
         attention_store = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4,

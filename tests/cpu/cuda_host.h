@@ -320,6 +320,12 @@ inline T __ldg(const T* p) {
     if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) fathom_cpu::fail("misaligned load", 0);
     return *p;
 }
+// The load from L2 of what other blocks wrote during the kernel: here blocks run one after
+// another, so any load sees every earlier write.
+template <class T>
+inline T __ldcg(const T* p) {
+    return __ldg(p);
+}
 // The streaming load of mapped host memory: only a cache hint on a GPU.
 template <class T>
 inline T __ldcs(const T* p) {

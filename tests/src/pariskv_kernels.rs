@@ -439,6 +439,7 @@ impl PariskvKernels {
                 uni_count: uni_count.download()?,
                 k,
                 group: g,
+                arrivals: Vec::new(),
             },
         })
     }

@@ -194,6 +194,7 @@ impl CpuRerankSelect {
             uni_count: ints(Buf::UniCount),
             k,
             group: g,
+            arrivals: Vec::new(),
         })
     }
 

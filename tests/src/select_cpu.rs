@@ -3,7 +3,7 @@
 
 use codegen::render::render;
 use codegen::spec::select::{SelectParam, SelectStage};
-use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
+use codegen::spec::{Family, SelectSpec};
 
 use crate::cpu_cuda::{Entry, Launch, Program, Value};
 use crate::select_kernels::SelectHost;
@@ -40,6 +40,7 @@ enum Buf {
     ChunkCounts,
     Candidates,
     CandidateRuns,
+    Arrivals,
     Scratch,
     Sel,
     SelPos,
@@ -81,10 +82,9 @@ impl CpuSelect {
             )
             .map_err(|e| e.to_string())?;
         if let Some(chunks) = a.chunks {
-            assert_eq!(
-                spec.algorithm,
-                SelectAlgorithm::Onepass,
-                "only onepass takes chunks"
+            assert!(
+                spec.algorithm.one_read(),
+                "only the one-read selects take chunks"
             );
             let heads = (batch * a.kv_heads) as u64 * u64::from(spec.group);
             plan.chunks = chunks;
@@ -106,6 +106,7 @@ impl CpuSelect {
             poison(words(plan.chunk_count_words)),
             poison(words(plan.candidate_words)),
             poison(words(plan.candidate_run_words)),
+            vec![0; words(plan.arrival_words)],
             poison(words(plan.scratch_words)),
             poison(words(plan.sel_words)),
             poison(words(plan.sel_words)),
@@ -141,6 +142,7 @@ impl CpuSelect {
                         SelectParam::SelCount => Value::Buffer(Buf::SelCount as usize),
                         SelectParam::Uni => Value::Buffer(Buf::Uni as usize),
                         SelectParam::UniCount => Value::Buffer(Buf::UniCount as usize),
+                        SelectParam::Arrivals => Value::Buffer(Buf::Arrivals as usize),
                     })
                     .collect(),
             })
@@ -155,6 +157,7 @@ impl CpuSelect {
             uni_count: ints(Buf::UniCount),
             k: a.k,
             group,
+            arrivals: buffers[Buf::Arrivals as usize].clone(),
         })
     }
 

@@ -196,6 +196,8 @@ pub struct SelectOutputs {
     /// The radix state the launches left (`SelectSpec::state_words_per_head` words per query
     /// head): kept so that a test can see which source a compacting selection read.
     pub state: DeviceBuffer<u32>,
+    /// The fused select's arrival counters (allocated zeroed, as the step's workspace is).
+    pub arrivals: DeviceBuffer<u32>,
 }
 
 /// A selection's outputs copied to the host.
@@ -210,6 +212,9 @@ pub struct SelectHost {
     pub k: usize,
     /// `G`.
     pub group: usize,
+    /// The fused select's arrival counters as the launches left them (none for the others):
+    /// every launch must leave them zero.
+    pub arrivals: Vec<u32>,
 }
 
 impl SelectOutputs {
@@ -223,6 +228,7 @@ impl SelectOutputs {
             uni_count: self.uni_count.download()?,
             k: self.k,
             group: self.group,
+            arrivals: self.arrivals.download()?,
         })
     }
 }
@@ -253,6 +259,8 @@ impl SelectKernels {
         // The plain variant never reads these; one word keeps the allocation non-empty.
         let candidates = gpu.filled::<u32>(words(plan.candidate_words.max(1)), POISON)?;
         let candidate_runs = gpu.filled::<u32>(words(plan.candidate_run_words.max(1)), POISON)?;
+        // The one workspace that must start zeroed; the launches must leave it so.
+        let arrivals = gpu.filled::<u32>(words(plan.arrival_words.max(1)), 0)?;
         let group = self.spec.group as usize;
         let query_heads = a.batch * a.kv_heads * group;
         let out = SelectOutputs {
@@ -264,6 +272,7 @@ impl SelectKernels {
             k: a.k,
             group,
             state,
+            arrivals,
         };
         let mut out = out;
         let (mut chunk_counts, mut scratch) = (chunk_counts, scratch);
@@ -280,6 +289,7 @@ impl SelectKernels {
             // `uint2` candidates, allocated as pairs of `u32`.
             candidates: candidates.ptr_mut().cast(),
             candidate_runs: candidate_runs.ptr_mut(),
+            arrivals: out.arrivals.ptr_mut(),
             scratch: scratch.ptr_mut(),
             sel: out.sel.ptr_mut(),
             sel_pos: out.sel_pos.ptr_mut(),
@@ -305,6 +315,12 @@ pub fn check_selection(got: &SelectHost, want: &[Selection], m: &mut Mismatches)
     let g_count = got.group;
     let sc = got.k + ALWAYS;
     let uc = g_count * got.k + ALWAYS;
+    m.check(got.arrivals.iter().all(|&a| a == 0), || {
+        format!(
+            "the arrival counters were left at {:?}, not zero",
+            got.arrivals
+        )
+    });
     for (kh, reference) in want.iter().enumerate() {
         assert_eq!(
             reference.heads.len(),
@@ -489,6 +505,7 @@ mod tests {
             uni_count: vec![0; want.len()],
             k,
             group,
+            arrivals: Vec::new(),
         };
         for (kh, s) in want.iter().enumerate() {
             host.uni_count[kh] = s.union.len() as i32;

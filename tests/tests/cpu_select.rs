@@ -1,4 +1,5 @@
-//! The one-read select (`algorithm: onepass`) run on the CPU, exactly as rendered (`cpu_cuda`:
+//! The one-read selects (`algorithm: onepass`, and `fused`, whose last block per query head
+//! does `_final`'s work) run on the CPU, exactly as rendered (`cpu_cuda`:
 //! every CUDA thread a fiber, switched in a seeded random order where threads wait for each
 //! other), against the reference `Selection::from_scores`: identical `sel`, `sel_count`, `uni`,
 //! `uni_count`, `sel_pos` the reference's row positions, nothing written past the counts
@@ -9,8 +10,9 @@
 //! and many blocks per query head: odd tiles (3 items: scalar loads; 2: pairs), score rows
 //! that are not 16-byte aligned (the stride is `max_n + 7`), lengths at every boundary of
 //! `36 + k`, k from 0 to `k_max`, G = 1, 4, 7, 8, 16, every score family, ties wider than the block
-//! buffer. `onepass_mutations_are_caught` then breaks the rendered source in the places a
-//! mistake is easy and checks that these cases notice each one.
+//! buffer. `onepass_mutations_are_caught` and `fused_mutations_are_caught` then break the
+//! rendered sources in the places a mistake is easy and check that these cases notice each one
+//! (the fused variant's arrival counters must also be left zero: `check_selection`).
 
 use codegen::spec::{SelectAlgorithm, SelectSpec};
 use fathom_tests::inputs;
@@ -29,6 +31,18 @@ fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Selec
         items_per_thread,
         algorithm: SelectAlgorithm::Onepass,
     }
+}
+
+/// Both one-read variants of a tile.
+fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 2] {
+    let spec = onepass(group, k_max, threads, items_per_thread);
+    [
+        spec,
+        SelectSpec {
+            algorithm: SelectAlgorithm::Fused,
+            ..spec
+        },
+    ]
 }
 
 /// One selection over `lengths` (one per sequence) of `kv_heads` KV heads with run-time `k`,
@@ -106,8 +120,10 @@ fn onepass_matches_the_reference_on_every_family() {
         (7, 200, 128, 2),
         (8, 48, 32, 8),
     ] {
-        let select = CpuSelect::build(onepass(g, k_max, threads, items)).expect("builds");
-        assert_none(cases(&select, &mut rng, seed, &families));
+        for spec in one_read(g, k_max, threads, items) {
+            let select = CpuSelect::build(spec).expect("builds");
+            assert_none(cases(&select, &mut rng, seed, &families));
+        }
     }
 }
 
@@ -116,7 +132,6 @@ fn onepass_ties_wider_than_the_block_buffer() {
     let (mut rng, seed) = inputs::rng_and_seed("onepass_ties_wider_than_the_block_buffer");
     // A 32-thread block holds 1,024 candidates: WideTies ties 20,000 tokens at the k-th score,
     // Constant every token, SmallIntegers and SignedZeros thousands.
-    let select = CpuSelect::build(onepass(4, 64, 32, 4)).expect("builds");
     let families = [
         Scores::WideTies,
         Scores::Constant,
@@ -125,17 +140,20 @@ fn onepass_ties_wider_than_the_block_buffer() {
         Scores::Straddle,
     ];
     let mut failures = Vec::new();
-    for k in [1, 17, 64] {
-        let lengths = [rng.gen_range(21_000..24_000), ALWAYS + k + 1, 3_000];
-        for chunks in [None, Some(1)] {
-            failures.extend(case(
-                &select,
-                &mut rng,
-                seed,
-                (&lengths, 1, chunks),
-                k,
-                &families,
-            ));
+    for spec in one_read(4, 64, 32, 4) {
+        let select = CpuSelect::build(spec).expect("builds");
+        for k in [1, 17, 64] {
+            let lengths = [rng.gen_range(21_000..24_000), ALWAYS + k + 1, 3_000];
+            for chunks in [None, Some(1), Some(3)] {
+                failures.extend(case(
+                    &select,
+                    &mut rng,
+                    seed,
+                    (&lengths, 1, chunks),
+                    k,
+                    &families,
+                ));
+            }
         }
     }
     assert_none(failures);
@@ -171,7 +189,6 @@ const MUTATION_SEED: u64 = 7;
 #[test]
 fn onepass_mutations_are_caught() {
     let spec = onepass(4, 40, 32, 4);
-    let source = codegen::render::render(&spec).expect("renders");
     let mutations: [(&str, &str, &str); 17] = [
         (
             "the floor one above K",
@@ -200,8 +217,8 @@ fn onepass_mutations_are_caught() {
         ),
         (
             "a slot read past its count",
-            "(unsigned int)(p - slot * kk) < __ldg(slot_count + slot)",
-            "(unsigned int)(p - slot * kk) <= __ldg(slot_count + slot)",
+            "(unsigned int)(p - slot * kk) < load_written<FROM_L2>(slot_count + slot)",
+            "(unsigned int)(p - slot * kk) <= load_written<FROM_L2>(slot_count + slot)",
         ),
         (
             "a load missing between two blocks",
@@ -259,6 +276,13 @@ fn onepass_mutations_are_caught() {
             "-1;",
         ),
     ];
+    assert_caught(spec, &mutations);
+}
+
+/// Fails naming every mutation of `spec`'s rendered source (what, from, to) that the cases of
+/// this file do not catch.
+fn assert_caught(spec: SelectSpec, mutations: &[(&str, &str, &str)]) {
+    let source = codegen::render::render(&spec).expect("renders");
     let families = [
         Scores::NextAbove,
         Scores::Cluster,
@@ -268,7 +292,7 @@ fn onepass_mutations_are_caught() {
         Scores::WideTies,
     ];
     let mut missed = Vec::new();
-    for (what, from, to) in mutations {
+    for &(what, from, to) in mutations {
         assert_eq!(
             source.matches(from).count(),
             1,
@@ -282,8 +306,14 @@ fn onepass_mutations_are_caught() {
         // One or two blocks per query head: every block's share is many times its buffer, so
         // the running floor and the cuts with a tile are exercised.
         for (k, chunks) in [(1, 2), (7, 1), (40, 2), (20, 1), (40, 1), (3, 1)] {
-            // The longest row has a stride that is not a multiple of 4 floats.
-            let lengths = [ALWAYS + k + 1, rng.gen_range(3_000..4_000), 23_002];
+            // The longest row has a stride that is not a multiple of 4 floats; the shortest
+            // has nothing to rank.
+            let lengths = [
+                ALWAYS + k + 1,
+                rng.gen_range(3_000..4_000),
+                23_002,
+                ALWAYS + k,
+            ];
             if case(
                 &select,
                 &mut rng,
@@ -303,4 +333,47 @@ fn onepass_mutations_are_caught() {
         }
     }
     assert!(missed.is_empty(), "mutations the cases miss: {missed:?}");
+}
+
+/// The fused variant's own steps, broken one at a time. (The blocks of a CPU run take turns,
+/// so the order of the arrivals against the slots' writes is the GPU tests' and racecheck's to
+/// judge.)
+#[test]
+fn fused_mutations_are_caught() {
+    let [_, spec] = one_read(4, 40, 32, 4);
+    assert_caught(
+        spec,
+        &[
+            (
+                "the counter not reset for the next launch",
+                "if (last) arrivals[head] = 0u;",
+                "",
+            ),
+            (
+                "the last block's own floor one above its k-th key",
+                "r.floor > 1u ? r.floor - 1u : 1u;",
+                "r.floor;",
+            ),
+            (
+                "the last block's merge one slot short",
+                "(int)gridDim.x, kk, floor);",
+                "(int)gridDim.x - 1, kk, floor);",
+            ),
+            (
+                "the arrivals counted on another query head's counter",
+                "atomicAdd(arrivals + head, 1u)",
+                "atomicAdd(arrivals + (head ^ 1), 1u)",
+            ),
+            (
+                "a one-block query head's top-k not written",
+                "        write_top_k(s, r, out);\n        return;",
+                "        return;",
+            ),
+            (
+                "a query head without ranking left unwritten",
+                "if (blockIdx.x == 0) write_fixed(out, sel_count + head, n, kk);",
+                "",
+            ),
+        ],
+    );
 }

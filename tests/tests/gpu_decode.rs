@@ -19,6 +19,7 @@
 //!   `σ²` and `double_sparsity`'s channels), plus `loki(32)`.
 //! - `gpu_decode_onepass_raw_g4`, `gpu_decode_onepass_klt_g7`: the same with the one-read select
 //!   (`algorithm: onepass`), through a tuning record whose only entry it is.
+//! - `gpu_decode_fused_raw_g4`: the same with its fused form (`algorithm: fused`).
 //! - `gpu_decode_klt_d96_g16`: the same at D = 96 (Phi-3) and G = 16 (GLM-4).
 //! - `gpu_decode_adjacent_rows_klt_g7`: `gpu_decode_klt_g7` over stores of K/V-adjacent rows
 //!   (`StoreConfig::kv_rows = Adjacent`: every store, encode, append and step kernel that
@@ -552,6 +553,19 @@ gpu_test!(gpu_decode_adjacent_rows_klt_g7, |t| {
 
 gpu_test!(gpu_decode_onepass_raw_g4, |t| {
     let tile = Tile::select(512, 8, SelectAlgorithm::Onepass);
+    run_case_with(
+        &mut t,
+        D,
+        4,
+        Basis::Raw,
+        280_000..320_000,
+        Some(tile),
+        KvRows::Separate,
+    );
+});
+
+gpu_test!(gpu_decode_fused_raw_g4, |t| {
+    let tile = Tile::select(512, 8, SelectAlgorithm::Fused);
     run_case_with(
         &mut t,
         D,

@@ -27,6 +27,9 @@
 //!   select winner is the compacting variant (every launch plan that selects must run it).
 //! - `gpu_step_onepass_select_g4`, `gpu_step_onepass_select_g7`: the first two cases with the
 //!   one-read select (`algorithm: onepass`), through a record whose only entry it is.
+//! - `gpu_step_fused_select_g4`, `gpu_step_fused_select_g7`: the same with its fused form
+//!   (`algorithm: fused`: one launch writes the selection; its arrival counters are the
+//!   workspace's, reused by every step and graph replay).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -514,6 +517,26 @@ gpu_test!(gpu_step_onepass_select_g7, |t| {
         7,
         Basis::Klt,
         SelectVariant::Only(SelectAlgorithm::Onepass),
+    );
+});
+
+gpu_test!(gpu_step_fused_select_g4, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        4,
+        Basis::Raw,
+        SelectVariant::Only(SelectAlgorithm::Fused),
+    );
+});
+
+gpu_test!(gpu_step_fused_select_g7, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        7,
+        Basis::Klt,
+        SelectVariant::Only(SelectAlgorithm::Fused),
     );
 });
 

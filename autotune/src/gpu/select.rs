@@ -40,6 +40,8 @@ pub struct Outputs {
     /// word where a variant never reads them).
     candidates: DeviceBuffer<u32>,
     candidate_runs: DeviceBuffer<u32>,
+    /// The fused one-read variant's arrival counters: zeroed (every launch leaves them so).
+    arrivals: DeviceBuffer<u32>,
     scratch: DeviceBuffer<i32>,
 }
 
@@ -138,6 +140,9 @@ impl SelectBench {
             candidate_runs: gpu
                 .filled(words(plan.candidate_run_words.max(1))?, 0xff)
                 .map_err(gpu_err)?,
+            arrivals: gpu
+                .filled(words(plan.arrival_words.max(1))?, 0)
+                .map_err(gpu_err)?,
             scratch: gpu
                 .filled(words(plan.scratch_words)?, 0xff)
                 .map_err(gpu_err)?,
@@ -158,6 +163,7 @@ impl SelectBench {
             // `uint2` candidates, allocated as pairs of `u32`.
             candidates: out.candidates.ptr_mut().cast(),
             candidate_runs: out.candidate_runs.ptr_mut(),
+            arrivals: out.arrivals.ptr_mut(),
             scratch: out.scratch.ptr_mut(),
             sel: out.sel.ptr_mut(),
             sel_pos: out.sel_pos.ptr_mut(),

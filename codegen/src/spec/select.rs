@@ -31,6 +31,12 @@
 //! and writes at most `k` candidates to its own slot; `_final` takes the exact top-k of a query
 //! head's slots and `_union` merges the sets. Three launches, no atomics outside shared memory,
 //! and no workspace that must be zeroed; nothing can overflow, so there is no fallback.
+//!
+//! The fused one-read variant ([`SelectAlgorithm::Fused`], template `select_fused.cu.tera`) is
+//! the one-read select with `_final` folded into `_chunk`: the block of a query head that
+//! finishes last (a counter per query head, [`SelectPlan::arrival_words`], zeroed when allocated
+//! and left zero by every launch) takes the top-k of the slots. Two launches, one of them the
+//! union (which the step launches only when something reads it).
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -80,14 +86,18 @@ pub enum SelectAlgorithm {
     /// One read: per-block top-k with a running floor, then an exact select of the blocks'
     /// candidates: three launches (`select_onepass.cu.tera`).
     Onepass,
+    /// The one-read select whose last block per query head selects from the blocks'
+    /// candidates: two launches (`select_fused.cu.tera`).
+    Fused,
 }
 
 impl SelectAlgorithm {
     /// Every algorithm, in the order the tuner tries them.
-    pub const ALL: [SelectAlgorithm; 3] = [
+    pub const ALL: [SelectAlgorithm; 4] = [
         SelectAlgorithm::Radix,
         SelectAlgorithm::Compact,
         SelectAlgorithm::Onepass,
+        SelectAlgorithm::Fused,
     ];
 
     /// The name as specs, kernel names and tuning records spell it.
@@ -96,6 +106,7 @@ impl SelectAlgorithm {
             SelectAlgorithm::Radix => "radix",
             SelectAlgorithm::Compact => "compact",
             SelectAlgorithm::Onepass => "onepass",
+            SelectAlgorithm::Fused => "fused",
         }
     }
 
@@ -106,7 +117,13 @@ impl SelectAlgorithm {
             SelectAlgorithm::Radix => "",
             SelectAlgorithm::Compact => "_compact",
             SelectAlgorithm::Onepass => "_onepass",
+            SelectAlgorithm::Fused => "_fused",
         }
+    }
+
+    /// Whether this is one of the one-read variants (a block top-k per share of the tokens).
+    pub fn one_read(self) -> bool {
+        matches!(self, SelectAlgorithm::Onepass | SelectAlgorithm::Fused)
     }
 }
 
@@ -125,7 +142,7 @@ pub enum SelectStage {
     Count,
     /// `_write`: grid `(chunks, B*H*G)`.
     Write,
-    /// `_chunk` (one-read variant): grid `(chunks, B*H*G)`.
+    /// `_chunk` (one-read variants): grid `(chunks, B*H*G)`.
     Chunk,
     /// `_final` (one-read variant): grid `(B*H*G)`.
     Final,
@@ -144,6 +161,9 @@ impl SelectStage {
     /// The three launches of one selection of the one-read variant, in order.
     pub const ONEPASS_ORDER: [SelectStage; 3] =
         [SelectStage::Chunk, SelectStage::Final, SelectStage::Union];
+
+    /// The two launches of one selection of the fused one-read variant, in order.
+    pub const FUSED_ORDER: [SelectStage; 2] = [SelectStage::Chunk, SelectStage::Union];
 
     /// `_init`, a `_hist` and a `_pick` per digit pass (in the compacting variant a `_filter`
     /// after the picks of passes 0 and 1), then `_count`, `_write` and `_union`: both orders
@@ -221,6 +241,9 @@ pub enum SelectParam {
     Candidates,
     /// `unsigned* candidate_runs` (compacting variant), each chunk's run of candidates.
     CandidateRuns,
+    /// `unsigned* arrivals` (fused one-read variant): per query head, the blocks of `_chunk`
+    /// that have finished; zero before the first launch, left zero by every launch.
+    Arrivals,
     /// `int* scratch`, the union's workspace.
     Scratch,
     /// `int* sel`.
@@ -256,6 +279,9 @@ pub struct SelectPlan {
     /// `u32` words of the per-chunk candidate runs (compacting variant; 0 for the others):
     /// `B*H*G*chunks*2`.
     pub candidate_run_words: u64,
+    /// `u32` words of the arrival counters (fused one-read variant: `B*H*G`; 0 for the
+    /// others). Allocate them zeroed; every launch leaves them zero.
+    pub arrival_words: u64,
     /// Blocks per query head of the chunked stages.
     pub chunks: u64,
     /// `i32` words of `sel` and of `sel_pos`: `B*H*G*(k+36)`.
@@ -351,6 +377,18 @@ const fn with_candidates<const N: usize, const M: usize>(
 /// - `<name>_union`: as above.
 ///
 /// Launch order: `_chunk`, `_final`, `_union` ([`SelectStage::ONEPASS_ORDER`]).
+///
+/// The fused one-read variant (`algorithm: fused`, name suffix `_fused`) has the one-read
+/// workspaces and `arrivals` (one `u32` per query head, [`SelectPlan::arrival_words`], zero
+/// before the first launch and left zero by every launch). Entry points:
+///
+/// - `<name>_chunk(const float* scores, int ld_scores, const int* n_total, int k,
+///   uint2* candidates, unsigned* chunk_counts, unsigned* arrivals, int* sel, int* sel_count,
+///   int num_kv_heads)`: grid `(chunks, B*H*G)`; the last block of a query head to finish
+///   writes its `sel` and `sel_count`;
+/// - `<name>_union`: as above.
+///
+/// Launch order: `_chunk`, `_union` ([`SelectStage::FUSED_ORDER`]).
 /// [`SelectSpec::params`] gives every entry point's list as data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -377,6 +415,7 @@ impl SelectSpec {
             SelectAlgorithm::Radix => &SelectStage::ORDER,
             SelectAlgorithm::Compact => &SelectStage::COMPACT_ORDER,
             SelectAlgorithm::Onepass => &SelectStage::ONEPASS_ORDER,
+            SelectAlgorithm::Fused => &SelectStage::FUSED_ORDER,
         }
     }
 
@@ -400,7 +439,7 @@ impl SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => STATE_WORDS,
             SelectAlgorithm::Compact => COMPACT_STATE_WORDS,
-            SelectAlgorithm::Onepass => 0,
+            SelectAlgorithm::Onepass | SelectAlgorithm::Fused => 0,
         }
     }
 
@@ -451,6 +490,18 @@ impl SelectSpec {
             (SelectStage::Init, _) => &[NTotal, K, State, SelCount, NumKvHeads],
             (SelectStage::Pick(_), _) => &[State, Pass],
             (SelectStage::Union, _) => &[Sel, SelCount, SelPos, Uni, UniCount, Scratch, K],
+            (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::Fused => &[
+                Scores,
+                LdScores,
+                NTotal,
+                K,
+                Candidates,
+                ChunkCounts,
+                Arrivals,
+                Sel,
+                SelCount,
+                NumKvHeads,
+            ],
             (SelectStage::Chunk, _) => &[
                 Scores,
                 LdScores,
@@ -515,7 +566,7 @@ impl SelectSpec {
             MAX_GRID_YZ,
         )?;
         let kv = grid_dim(Self::FAMILY, "batch * kv_heads", kv, MAX_GRID_X)?;
-        let onepass = self.algorithm == SelectAlgorithm::Onepass;
+        let onepass = self.algorithm.one_read();
         let chunks = if onepass {
             self.onepass_chunks(u64::from(heads), max_tokens)
         } else {
@@ -554,6 +605,11 @@ impl SelectSpec {
                     self.candidates()
                 },
             candidate_run_words: if compact { heads * chunks * 2 } else { 0 },
+            arrival_words: if self.algorithm == SelectAlgorithm::Fused {
+                heads
+            } else {
+                0
+            },
             scratch_words: heads * 2 * (k + SINK + LOCAL),
             chunks,
             sel_words: heads * (k + SINK + LOCAL),
@@ -577,7 +633,7 @@ impl Family for SelectSpec {
                 "1..=32",
             ));
         }
-        if self.algorithm == SelectAlgorithm::Onepass {
+        if self.algorithm.one_read() {
             let buffer = self.onepass_buffer();
             if u64::from(self.k_max) > buffer {
                 return Err(SpecError::new(
@@ -613,6 +669,7 @@ impl Family for SelectSpec {
             SelectAlgorithm::Radix => "select.cu.tera".into(),
             SelectAlgorithm::Compact => "select_compact.cu.tera".into(),
             SelectAlgorithm::Onepass => "select_onepass.cu.tera".into(),
+            SelectAlgorithm::Fused => "select_fused.cu.tera".into(),
         }
     }
 
@@ -625,7 +682,9 @@ impl Family for SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => {}
             SelectAlgorithm::Compact => context.insert("candidates", &self.candidates()),
-            SelectAlgorithm::Onepass => context.insert("buffer", &self.onepass_buffer()),
+            SelectAlgorithm::Onepass | SelectAlgorithm::Fused => {
+                context.insert("buffer", &self.onepass_buffer())
+            }
         }
         context
     }

@@ -6,7 +6,7 @@
 use codegen::spec::select::SelectStage;
 use codegen::spec::SelectAlgorithm;
 
-use super::kernels::{select, select_compact, select_onepass};
+use super::kernels::{select, select_compact, select_fused, select_onepass};
 use crate::gpu::Arg;
 use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 
@@ -34,6 +34,9 @@ pub struct SelectBuffers {
     pub candidates: DevicePtrMut<[u32; 2]>,
     /// Each chunk's run of candidates (compacting variant).
     pub candidate_runs: DevicePtrMut<u32>,
+    /// Per query head, the `_chunk` blocks that have finished (fused one-read variant): zero
+    /// before the first launch, left zero by every launch.
+    pub arrivals: DevicePtrMut<u32>,
     /// The union's workspace.
     pub scratch: DevicePtrMut<i32>,
     /// `[B*H*G][k+36]`.
@@ -105,6 +108,19 @@ pub fn select_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuf
             chunk_counts: b.chunk_counts.as_const(),
             sel: b.sel,
             k: b.k,
+            num_kv_heads: b.num_kv_heads,
+        }
+        .args(),
+        (SelectStage::Chunk, _) if algorithm == SelectAlgorithm::Fused => select_fused::ChunkArgs {
+            scores: b.scores,
+            ld_scores: b.ld_scores,
+            n_total: b.n_total,
+            k: b.k,
+            candidates: b.candidates,
+            chunk_counts: b.chunk_counts,
+            arrivals: b.arrivals,
+            sel: b.sel,
+            sel_count: b.sel_count,
             num_kv_heads: b.num_kv_heads,
         }
         .args(),
@@ -205,6 +221,7 @@ mod tests {
             sel_count: DevicePtrMut::from_addr(14),
             uni: DevicePtrMut::from_addr(15),
             uni_count: DevicePtrMut::from_addr(16),
+            arrivals: DevicePtrMut::from_addr(18),
         };
         for algorithm in SelectAlgorithm::ALL {
             let spec = SelectSpec {
@@ -237,6 +254,7 @@ mod tests {
                         P::SelCount => 14,
                         P::Uni => 15,
                         P::UniCount => 16,
+                        P::Arrivals => 18,
                     })
                     .collect();
                 let got: Vec<u64> = select_args(algorithm, stage, &b)

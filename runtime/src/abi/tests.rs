@@ -14,7 +14,7 @@ use super::SIGNATURES;
 const FLIPS: [(&str, &[&str]); 6] = [
     ("placement", &["hbm", "host"]),
     ("mode", &["bulk", "append"]),
-    ("algorithm", &["radix", "compact", "onepass"]),
+    ("algorithm", &["radix", "compact", "onepass", "fused"]),
     ("select", &["single", "multiblock"]),
     ("kv_rows", &["separate", "adjacent"]),
     ("rows", &["fetched", "store"]),

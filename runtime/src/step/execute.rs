@@ -205,6 +205,7 @@ pub(crate) fn record(
                     // The workspace holds the `uint2` candidates as pairs of `u32`.
                     candidates: output(&ws.select_candidates).cast(),
                     candidate_runs: output(&ws.select_candidate_runs),
+                    arrivals: output(&ws.select_arrivals),
                     scratch: output(&ws.scratch),
                     sel: output(&ws.sel),
                     sel_pos: output(&ws.sel_pos),

@@ -143,6 +143,9 @@ pub struct WorkspaceSizes {
     pub select_candidates: usize,
     /// `u32` `{offset, count}` per query head and chunk of the compacting select's candidates.
     pub select_candidate_runs: usize,
+    /// `u32` per query head: the fused one-read select's arrival counters (allocated zeroed,
+    /// left zero by every launch; 0 for the other selects).
+    pub select_arrivals: usize,
     /// `i32` union scratch.
     pub scratch: usize,
     /// `i32` `[B*H*G][k+36]` (`sel` and `sel_pos` each).
@@ -187,7 +190,7 @@ impl WorkspaceSizes {
                 "selections",
                 4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
                     + 4 * (self.select_candidates + self.select_candidate_runs)
-                    + 4 * (self.sel_count + self.uni + self.uni_count),
+                    + 4 * (self.select_arrivals + self.sel_count + self.uni + self.uni_count),
             ),
             ("rows", 2 * 2 * self.rows),
             ("out", 4 * self.out),
@@ -203,7 +206,7 @@ impl WorkspaceSizes {
             + 8 * (self.runs + self.staged_runs + self.stage_words)
             + 2 * (self.stage_scales + 2 * self.rows)
             + 4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
-            + 4 * (self.select_candidates + self.select_candidate_runs)
+            + 4 * (self.select_candidates + self.select_candidate_runs + self.select_arrivals)
             + 4 * (self.sel_count + self.uni + self.uni_count + self.out)
             + 4 * (self.dense_uni + self.dense_sel)
             + self.pariskv.bytes()
@@ -373,7 +376,7 @@ mod footprint_tests {
         // size changes the sum.
         let primes = [
             2usize, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
-            79, 83, 89, 97, 101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151,
+            79, 83, 89, 97, 101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157,
         ];
         let mut p = primes.iter().map(|&x| x * 1000);
         let mut next = || p.next().expect("enough primes");
@@ -391,6 +394,7 @@ mod footprint_tests {
             chunk_counts: next(),
             select_candidates: next(),
             select_candidate_runs: next(),
+            select_arrivals: next(),
             scratch: next(),
             sel: next(),
             sel_count: next(),

@@ -50,6 +50,8 @@ pub(crate) struct Workspace {
     pub chunk_counts: Buf<u32>,
     pub select_candidates: Buf<u32>,
     pub select_candidate_runs: Buf<u32>,
+    /// Allocated zeroed (as every buffer here) and left zero by every select launch.
+    pub select_arrivals: Buf<u32>,
     pub scratch: Buf<i32>,
     pub sel: Buf<i32>,
     pub sel_pos: Buf<i32>,
@@ -106,6 +108,7 @@ impl Workspace {
             &mut self.select_candidate_runs,
             sizes.select_candidate_runs,
         )?;
+        ensure(gpu, &mut self.select_arrivals, sizes.select_arrivals)?;
         ensure(gpu, &mut self.scratch, sizes.scratch)?;
         ensure(gpu, &mut self.sel, sizes.sel)?;
         ensure(gpu, &mut self.sel_pos, sizes.sel)?;
@@ -166,6 +169,7 @@ impl Workspace {
             + b(&self.chunk_counts)
             + b(&self.select_candidates)
             + b(&self.select_candidate_runs)
+            + b(&self.select_arrivals)
             + b(&self.scratch)
             + b(&self.sel)
             + b(&self.sel_pos)
@@ -212,6 +216,7 @@ impl Workspace {
         k(&self.chunk_counts, &mut out);
         k(&self.select_candidates, &mut out);
         k(&self.select_candidate_runs, &mut out);
+        k(&self.select_arrivals, &mut out);
         k(&self.scratch, &mut out);
         k(&self.sel, &mut out);
         k(&self.sel_pos, &mut out);

@@ -100,8 +100,9 @@ pub enum Tile {
     },
     /// Threads, scores per thread per chunk, and which variant runs (select): the compacting
     /// one (`compact`; `false` in records written before it existed), the one-read one
-    /// (`onepass`; written only when set, so older records read and write back unchanged), or
-    /// with neither the plain one. A tile never sets both.
+    /// (`onepass`; written only when set, so older records read and write back unchanged),
+    /// that one with its `_final` folded into `_chunk` (`onepass` and `fused`, likewise), or
+    /// with none the plain one. A tile never sets `compact` with another.
     Select {
         threads: u32,
         items_per_thread: u32,
@@ -109,6 +110,8 @@ pub enum Tile {
         compact: bool,
         #[serde(default, skip_serializing_if = "is_false")]
         onepass: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        fused: bool,
     },
     /// Threads and rows each warp loads before computing (attention).
     Attention { threads: u32, rows_per_warp: u32 },
@@ -136,28 +139,38 @@ impl Tile {
             threads,
             items_per_thread,
             compact: algorithm == SelectAlgorithm::Compact,
-            onepass: algorithm == SelectAlgorithm::Onepass,
+            onepass: algorithm.one_read(),
+            fused: algorithm == SelectAlgorithm::Fused,
         }
     }
 
-    /// The algorithm of a select tile; `None` for another tile or one that sets both flags.
+    /// The algorithm of a select tile; `None` for another tile or one whose flags conflict.
     pub fn select_algorithm(&self) -> Option<SelectAlgorithm> {
         match *self {
             Tile::Select {
                 compact: false,
                 onepass: false,
+                fused: false,
                 ..
             } => Some(SelectAlgorithm::Radix),
             Tile::Select {
                 compact: true,
                 onepass: false,
+                fused: false,
                 ..
             } => Some(SelectAlgorithm::Compact),
             Tile::Select {
                 compact: false,
                 onepass: true,
+                fused: false,
                 ..
             } => Some(SelectAlgorithm::Onepass),
+            Tile::Select {
+                compact: false,
+                onepass: true,
+                fused: true,
+                ..
+            } => Some(SelectAlgorithm::Fused),
             _ => None,
         }
     }

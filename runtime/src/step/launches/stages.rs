@@ -175,6 +175,7 @@ impl Stages {
         self.sizes.chunk_counts = plan.chunk_count_words as usize;
         self.sizes.select_candidates = plan.candidate_words as usize;
         self.sizes.select_candidate_runs = plan.candidate_run_words as usize;
+        self.sizes.select_arrivals = plan.arrival_words as usize;
         self.sizes.scratch = plan.scratch_words as usize;
         self.sizes.sel = plan.sel_words as usize;
         self.sizes.uni = plan.uni_words as usize;

@@ -339,33 +339,36 @@ fn default_tiles_can_ask_for_the_compact_select() {
     );
 }
 
-/// The one-read select, asked for by the decoder's tiles or by a record: its three launches
-/// in place of the plain ten, its slots and counts sized by the spec's plan, no radix state,
-/// and the `_chunk` grid's x as the plan's `select_chunks` (which `_final` is given).
+/// The one-read selects, asked for by the decoder's tiles or by a record: their three (fused:
+/// two) launches in place of the plain ten, their slots and counts sized by the spec's plan
+/// (the fused one's arrival counters too), no radix state, and the `_chunk` grid's x as the
+/// plan's `select_chunks` (which `_final` is given).
 #[test]
 fn the_onepass_select_plans_three_launches_and_its_slots() {
+    for algorithm in [SelectAlgorithm::Onepass, SelectAlgorithm::Fused] {
+        one_read_plans(algorithm);
+    }
+}
+
+fn one_read_plans(algorithm: SelectAlgorithm) {
     let (b, h, g, k, tokens) = (3, 2, 4, 200, 70_000);
     let s = shape(g, tokens, Placement::Hbm);
     let method = Method::Fathom { bits: 48.0 };
     let plain = plan_of(s, method, None, k, None).unwrap();
-    struct Onepass;
-    impl Tuning for Onepass {
+    struct OneRead(SelectAlgorithm);
+    impl Tuning for OneRead {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
-            (key.family == TunedFamily::Select).then_some(Tile::select(
-                512,
-                8,
-                SelectAlgorithm::Onepass,
-            ))
+            (key.family == TunedFamily::Select).then_some(Tile::select(512, 8, self.0))
         }
         fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
             None
         }
     }
-    let recorded = plan_of(s, method, None, k, Some(&Onepass)).unwrap();
+    let recorded = plan_of(s, method, None, k, Some(&OneRead(algorithm))).unwrap();
     let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Raw).unwrap();
     let tiles = Tiles {
         select: (512, 8),
-        select_algorithm: SelectAlgorithm::Onepass,
+        select_algorithm: algorithm,
         ..fetched()
     };
     let asked = launch_plan(&PlanInputs {
@@ -381,7 +384,7 @@ fn the_onepass_select_plans_three_launches_and_its_slots() {
     .unwrap();
     for plan in [&recorded, &asked] {
         let spec = plan.specs.select.unwrap();
-        assert_eq!(spec.algorithm, SelectAlgorithm::Onepass);
+        assert_eq!(spec.algorithm, algorithm);
         let capacity = token_capacity(tokens) as u64;
         let want = spec.plan(b as u64, h as u64, capacity, k as u64).unwrap();
         let stages: Vec<(SelectStage, [u32; 3])> = plan
@@ -397,7 +400,15 @@ fn the_onepass_select_plans_three_launches_and_its_slots() {
         assert_eq!(stages, want_stages);
         assert_eq!(
             stages.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
-            SelectStage::ONEPASS_ORDER
+            spec.stages()
+        );
+        assert_eq!(
+            stages.len(),
+            if algorithm == SelectAlgorithm::Fused {
+                2
+            } else {
+                3
+            }
         );
         assert_eq!(plan.select_chunks as u64, want.chunks);
         assert_eq!(stages[0].1[0] as usize, plan.select_chunks);
@@ -407,6 +418,13 @@ fn the_onepass_select_plans_three_launches_and_its_slots() {
         assert_eq!(z.select_candidates as u64, want.candidate_words);
         assert_eq!(z.chunk_counts as u64, want.chunk_count_words);
         assert_eq!(z.select_candidates, b * h * g * plan.select_chunks * k * 2);
+        assert_eq!(z.select_arrivals as u64, want.arrival_words);
+        let arrivals = if algorithm == SelectAlgorithm::Fused {
+            b * h * g
+        } else {
+            0
+        };
+        assert_eq!(z.select_arrivals, arrivals);
         // Everything but the select is the plain plan's.
         let others = |p: &crate::step::LaunchPlan| -> Vec<Role> {
             roles(p)
@@ -421,14 +439,15 @@ fn the_onepass_select_plans_three_launches_and_its_slots() {
 
 #[test]
 fn a_select_tile_of_two_variants_is_refused() {
-    struct Both;
-    impl Tuning for Both {
+    struct Conflicting(bool, bool, bool);
+    impl Tuning for Conflicting {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
             (key.family == TunedFamily::Select).then_some(Tile::Select {
                 threads: 256,
                 items_per_thread: 16,
-                compact: true,
-                onepass: true,
+                compact: self.0,
+                onepass: self.1,
+                fused: self.2,
             })
         }
         fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
@@ -436,17 +455,25 @@ fn a_select_tile_of_two_variants_is_refused() {
         }
     }
     let s = shape(4, 10_000, Placement::Hbm);
-    let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&Both)).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            StepError::Tuning {
-                family: "select",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    // Compacting and one-read; compacting and fused; fused without one-read.
+    for flags in [
+        (true, true, false),
+        (true, true, true),
+        (false, false, true),
+    ] {
+        let tuning = Conflicting(flags.0, flags.1, flags.2);
+        let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&tuning)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StepError::Tuning {
+                    family: "select",
+                    ..
+                }
+            ),
+            "{flags:?}: {e}"
+        );
+    }
 }
 
 #[test]
@@ -469,4 +496,10 @@ fn select_tiles_of_older_records_are_the_plain_select() {
     assert_eq!(Variant::Tile(plain).name(), "select t256 i16");
     assert_eq!(Variant::Tile(compact).name(), "select t256 i16 compact");
     assert_eq!(Variant::Tile(onepass).name(), "select t512 i8 onepass");
+    let fused = Tile::select(512, 8, SelectAlgorithm::Fused);
+    let spelled = r#"{"select":{"threads":512,"items_per_thread":8,"compact":false,"onepass":true,"fused":true}}"#;
+    assert_eq!(serde_json::to_string(&fused).unwrap(), spelled);
+    assert_eq!(serde_json::from_str::<Tile>(spelled).unwrap(), fused);
+    assert_eq!(fused.select_algorithm(), Some(SelectAlgorithm::Fused));
+    assert_eq!(Variant::Tile(fused).name(), "select t512 i8 onepass fused");
 }
