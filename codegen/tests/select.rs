@@ -144,11 +144,12 @@ fn every_spec_of_the_grid_renders_every_stage() {
         let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
         let source = assert_renders(&spec, &entries);
         // Each variant renders its own template: only the compacting one has a filter, only
-        // the one-read one a chunk pass.
+        // the one-read ones a chunk pass, only the fused one arrival counters.
         assert_eq!(source.contains("_filter("), spec.compact());
+        assert_eq!(source.contains("_chunk("), spec.algorithm.one_read());
         assert_eq!(
-            source.contains("_chunk("),
-            spec.algorithm == SelectAlgorithm::Onepass
+            source.contains("arrivals"),
+            spec.algorithm == SelectAlgorithm::Fused
         );
     }
 }
