@@ -344,7 +344,7 @@ fn default_tiles_can_ask_for_the_compact_select() {
 /// (the fused one's arrival counters too), no radix state, and the `_chunk` grid's x as the
 /// plan's `select_chunks` (which `_final` is given).
 #[test]
-fn the_onepass_select_plans_three_launches_and_its_slots() {
+fn the_one_read_selects_plan_their_launches_and_slots() {
     for algorithm in [SelectAlgorithm::Onepass, SelectAlgorithm::Fused] {
         one_read_plans(algorithm);
     }
