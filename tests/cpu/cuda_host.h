@@ -52,7 +52,7 @@ namespace fathom_cpu {
     std::exit(3);
 }
 
-enum class Op { Ballot, Shfl, ShflUp, ShflDown, ShflXor, MatchAny };
+enum class Op { Ballot, Shfl, ShflUp, ShflDown, ShflXor, MatchAny, ReduceAdd };
 
 // One warp collective being gathered: the lanes of `mask` deposit their values.
 struct Collective {
@@ -166,6 +166,10 @@ inline unsigned long long collective(Op op, unsigned int mask, unsigned long lon
         for (int l = 0; l < 32; ++l)
             if ((mask >> l & 1u) && c->value[l] == value) result |= 1ull << l;
         break;
+    case Op::ReduceAdd:
+        for (int l = 0; l < 32; ++l)
+            if (mask >> l & 1u) result = (unsigned int)(result + c->value[l]);
+        break;
     }
     c->departed |= bit;
     if (c->departed == mask) {
@@ -276,6 +280,8 @@ inline void seed(unsigned long long s) { rng().seed(s); }
     ((unsigned int)fathom_cpu::collective(fathom_cpu::Op::Ballot, (mask), (pred) ? 1 : 0, 0, __LINE__))
 #define __match_any_sync(mask, v) \
     ((unsigned int)fathom_cpu::collective(fathom_cpu::Op::MatchAny, (mask), (v), 0, __LINE__))
+#define __reduce_add_sync(mask, v) \
+    ((unsigned int)fathom_cpu::collective(fathom_cpu::Op::ReduceAdd, (mask), (unsigned int)(v), 0, __LINE__))
 #define __shfl_sync(mask, v, src) \
     fathom_cpu::shfl(fathom_cpu::Op::Shfl, (mask), (v), (src), __LINE__)
 #define __shfl_up_sync(mask, v, d) \

@@ -189,7 +189,7 @@ const MUTATION_SEED: u64 = 7;
 #[test]
 fn onepass_mutations_are_caught() {
     let spec = onepass(4, 40, 32, 4);
-    let mutations: [(&str, &str, &str); 17] = [
+    let mutations: [(&str, &str, &str); 23] = [
         (
             "the floor one above K",
             "r.floor = kth + 1u;",
@@ -242,8 +242,8 @@ fn onepass_mutations_are_caught() {
         ),
         (
             "a compaction offset that counts its own part",
-            "s.parts[2 * lane + 1] = incl - b;",
-            "s.parts[2 * lane + 1] = incl;",
+            "__reduce_add_sync(FULL_MASK, lane < warp ? buffer_of : 0u)",
+            "__reduce_add_sync(FULL_MASK, lane <= warp ? buffer_of : 0u)",
         ),
         (
             "a last cut skipped by one",
@@ -252,13 +252,43 @@ fn onepass_mutations_are_caught() {
         ),
         (
             "a digit's own keys counted as above it",
-            "s.found[1] = need - (cum + at_or_above - c);",
-            "s.found[1] = need - (cum + at_or_above);",
+            "s.found[1] = need - cum;",
+            "s.found[1] = need - cum - c;",
         ),
         (
             "the digit search from the smaller end",
-            "const unsigned int c = s.hist[owner * per + top - lane];",
-            "const unsigned int c = s.hist[owner * per + (per - 1 - top) + lane];",
+            "for (int d = lo + PICK - 1; d >= lo; --d) {",
+            "for (int d = lo; d < lo + PICK; ++d) {",
+        ),
+        (
+            "a pass's bins left for the next pass",
+            "*reinterpret_cast<uint2*>(&s.hist[lo + j]) = make_uint2(0u, 0u);",
+            "(void)0;",
+        ),
+        (
+            "a top-k started on unzeroed bins",
+            "for (int d = threadIdx.x; d < BINS; d += THREADS) s.hist[d] = 0u;",
+            "(void)0;",
+        ),
+        (
+            "an appended key's first digit not counted",
+            "atomicAdd(&s.hist[first_digit(t.key[i])], 1u);",
+            "(void)0;",
+        ),
+        (
+            "a kept buffer token's first digit not counted",
+            "atomicAdd(&s.hist[first_digit(bkey[q])], 1u);",
+            "(void)0;",
+        ),
+        (
+            "a kept tile token's first digit not counted",
+            "atomicAdd(&s.hist[first_digit(tkey[i])], 1u);",
+            "(void)0;",
+        ),
+        (
+            "a cut's tile left out of the first pass",
+            "count_keys(s.hist, tkey, 0, 0u);",
+            "(void)0;",
         ),
         (
             "a union search that passes equal tokens",

@@ -452,10 +452,11 @@ impl SelectSpec {
     }
 
     /// Static shared memory of one-read block, in bytes: the buffer's keys and indices, the
-    /// 2,048-bin histogram, the per-warp counts of a compaction and the block scan's words.
+    /// 2,048-bin histogram, five words per warp (a compaction's two counts, a tile's survivors
+    /// by parity, the digit search's scan) and a radix pass's two result words.
     pub fn onepass_shared_bytes(&self) -> u64 {
         let warps = u64::from(self.threads) / 32;
-        8 * self.onepass_buffer() + 4 * 2048 + 4 * (2 * warps + 2) + 4 * (warps + 1)
+        8 * self.onepass_buffer() + 4 * 2048 + 4 * (5 * warps + 2)
     }
 
     /// Blocks per query head of the one-read variant's `_chunk`, for `heads` query heads of at
