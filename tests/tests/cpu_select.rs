@@ -189,16 +189,21 @@ const MUTATION_SEED: u64 = 7;
 #[test]
 fn onepass_mutations_are_caught() {
     let spec = onepass(4, 40, 32, 4);
-    let mutations: [(&str, &str, &str); 23] = [
+    let mutations: [(&str, &str, &str); 24] = [
         (
             "the floor one above K",
             "r.floor = kth + 1u;",
             "r.floor = kth + 2u;",
         ),
         (
-            "a token at the floor dropped",
-            "if (t.key[i] >= r.floor) keep",
-            "if (t.key[i] > r.floor) keep",
+            "a score at the floor dropped",
+            "return score[i] >= r.floor_score; }",
+            "return score[i] > r.floor_score; }",
+        ),
+        (
+            "a negative floor's score taken as positive",
+            "floor & 0x80000000u ? floor & 0x7fffffffu : ~floor",
+            "floor & 0x7fffffffu",
         ),
         (
             "one tie too many kept from the buffer",
@@ -272,7 +277,7 @@ fn onepass_mutations_are_caught() {
         ),
         (
             "an appended key's first digit not counted",
-            "atomicAdd(&s.hist[first_digit(t.key[i])], 1u);",
+            "atomicAdd(&s.hist[first_digit(key)], 1u);",
             "(void)0;",
         ),
         (
