@@ -1,6 +1,7 @@
 // The CUDA a generated kernel uses, on the CPU: every thread of a block is a fiber (ucontext) of
 // one OS thread, switched only where CUDA threads wait for each other (__syncthreads and the
-// warp collectives), in a seeded random order. So a kernel that is race-free gives the outputs
+// warp collectives), in a seeded random order (half the blocks: one warp at a time from barrier
+// to barrier, in a random order of warps). So a kernel that is race-free gives the outputs
 // it gives on a GPU, and the checks here catch what a GPU would leave undefined: a barrier that
 // not every thread reaches (or reaches at another call site), a warp collective whose mask does
 // not hold the lanes that call it, lanes of one collective at different call sites, and a block
@@ -223,17 +224,46 @@ inline void launch(dim3 grid, dim3 threads, const std::function<void()>& body) {
                     makecontext(&f.ctx, trampoline, 0);
                     order[t] = t;
                 }
+                // Half the blocks run their warps one at a time from barrier to barrier, in a
+                // random order of warps: a warp then reads what another warp wrote before the
+                // last barrier only after that warp has run on to the next one, which catches a
+                // shared word rewritten without a barrier between the reads and the write. The
+                // other half interleave every thread.
+                const bool warp_serial = rng()() % 2 == 0;
+                const unsigned int warps = threads.x / 32;
+                std::vector<unsigned int> warp_order(warps);
+                for (unsigned int w = 0; w < warps; ++w) warp_order[w] = w;
+                auto runnable = [&](const Fiber& f) {
+                    return f.state == State::Run || (f.state == State::Waiting && f.waiting->complete);
+                };
+                auto run_one = [&](Fiber& f) {
+                    b.current = &f;
+                    swapcontext(&b.scheduler, &f.ctx);
+                };
                 for (;;) {
                     bool ran = false;
-                    std::shuffle(order.begin(), order.end(), rng());
-                    for (unsigned int t : order) {
-                        Fiber& f = b.fibers[t];
-                        const bool runnable = f.state == State::Run ||
-                                              (f.state == State::Waiting && f.waiting->complete);
-                        if (!runnable) continue;
-                        b.current = &f;
-                        swapcontext(&b.scheduler, &f.ctx);
-                        ran = true;
+                    if (warp_serial) {
+                        std::shuffle(warp_order.begin(), warp_order.end(), rng());
+                        for (unsigned int w : warp_order) {
+                            for (bool again = true; again;) {
+                                again = false;
+                                std::shuffle(order.begin() + w * 32, order.begin() + w * 32 + 32, rng());
+                                for (unsigned int i = w * 32; i < w * 32 + 32; ++i) {
+                                    Fiber& f = b.fibers[order[i]];
+                                    if (!runnable(f)) continue;
+                                    run_one(f);
+                                    ran = again = true;
+                                }
+                            }
+                        }
+                    } else {
+                        std::shuffle(order.begin(), order.end(), rng());
+                        for (unsigned int t : order) {
+                            Fiber& f = b.fibers[t];
+                            if (!runnable(f)) continue;
+                            run_one(f);
+                            ran = true;
+                        }
                     }
                     unsigned int done = 0, at_barrier = 0;
                     int line = -1;

@@ -314,6 +314,21 @@ fn onepass_mutations_are_caught() {
     assert_caught(spec, &mutations);
 }
 
+/// A barrier's work undone where only several warps can tell: half the blocks of a CPU run take
+/// their four warps one at a time from barrier to barrier, so a warp that reads a shared word
+/// after the barrier finds it already rewritten by a warp that ran on to the next tile.
+#[test]
+fn onepass_multiwarp_mutations_are_caught() {
+    assert_caught(
+        onepass(4, 40, 128, 2),
+        &[(
+            "a tile's survivors counted over the last tile's",
+            "r.parity ^= 1;",
+            "(void)0;",
+        )],
+    );
+}
+
 /// Fails naming every mutation of `spec`'s rendered source (what, from, to) that the cases of
 /// this file do not catch.
 fn assert_caught(spec: SelectSpec, mutations: &[(&str, &str, &str)]) {
