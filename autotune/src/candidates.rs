@@ -150,6 +150,9 @@ impl OptIn {
 pub const ATTENTION_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 /// Rows each warp loads before it computes, tried for attention.
 pub const ATTENTION_ROWS: [u32; 4] = [1, 2, 4, 8];
+/// Blocks per query head tried for attention (`AttentionSpec::splits`): with one block a head
+/// a batch-1 step of a 32-head model fills a quarter of an H200's SMs.
+pub const ATTENTION_SPLITS: [u32; 4] = [1, 2, 4, 8];
 /// Threads per block tried for the ParisKV vote, top-C and rerank.
 pub const PARISKV_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 /// The rerank `_score` variants tried for every thread count: one thread a candidate, or whole
@@ -246,6 +249,7 @@ impl Grid {
                 Variant::Tile(Tile::Attention {
                     threads,
                     rows_per_warp,
+                    ..
                 }),
             ) => *threads >= 256 && *rows_per_warp >= 4,
             (
@@ -392,10 +396,13 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
         Subject::Kernel(TunedFamily::Attention) => ATTENTION_THREADS
             .iter()
             .flat_map(|&threads| {
-                ATTENTION_ROWS.iter().map(move |&rows_per_warp| {
-                    Variant::Tile(Tile::Attention {
-                        threads,
-                        rows_per_warp,
+                ATTENTION_ROWS.iter().flat_map(move |&rows_per_warp| {
+                    ATTENTION_SPLITS.iter().map(move |&splits| {
+                        Variant::Tile(Tile::Attention {
+                            threads,
+                            rows_per_warp,
+                            splits,
+                        })
                     })
                 })
             })
@@ -524,6 +531,7 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             Tile::Attention {
                 threads,
                 rows_per_warp,
+                splits,
             },
         ) => AttentionSpec {
             head_dim: d32,
@@ -532,6 +540,7 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             rows_per_warp,
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
+            splits,
         }
         .into(),
         _ => return Err(mismatch()),

@@ -112,7 +112,7 @@ fn the_new_grids_have_their_stated_sizes() {
     let size = |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
     assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
     assert_eq!(size(TunedFamily::Select, Placement::Hbm), 60);
-    assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 20);
+    assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 80);
     for family in [
         TunedFamily::Oracle,
         TunedFamily::Landmark,
@@ -303,7 +303,8 @@ fn the_defaults_of_every_family_are_candidates() {
         Placement::Hbm,
         Tile::Attention {
             threads,
-            rows_per_warp
+            rows_per_warp,
+            splits: t.attention_splits,
         }
     ));
     for family in [

@@ -358,10 +358,16 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     threads as usize,
                     items_per_thread as usize,
                 ),
+                // One block per query head before several (a workspace and a merge more).
                 Tile::Attention {
                     threads,
                     rows_per_warp,
-                } => (0, threads as usize, rows_per_warp as usize),
+                    splits,
+                } => (
+                    u8::from(splits > 1),
+                    threads as usize,
+                    rows_per_warp as usize,
+                ),
                 // Likewise the plain `_score` before the whole-row one, and the one-block top-k
                 // before the many-block one.
                 Tile::Rerank {

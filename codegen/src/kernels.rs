@@ -180,6 +180,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             rows_per_warp: 4,
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
+            splits: 1,
         }
         .into(),
     );

@@ -15,6 +15,7 @@ fn base() -> AttentionSpec {
         rows_per_warp: 4,
         rows: AttentionRows::Fetched,
         kv_rows: KvRows::Separate,
+        splits: 1,
     }
 }
 
@@ -43,11 +44,13 @@ fn store_variants(spec: AttentionSpec) -> [AttentionSpec; 2] {
     })
 }
 
-/// The family checks' base: the store-reading variant, so that each of its fields, the row
-/// layout too, has a valid alternative that changes the name.
+/// The family checks' base: the store-reading variant over two blocks a query head, so that
+/// each of its fields, the row layout and the splits too (one split is not serialised), has
+/// a valid alternative that changes the name.
 fn store_base() -> AttentionSpec {
     AttentionSpec {
         rows: AttentionRows::Store,
+        splits: 2,
         ..base()
     }
 }
@@ -62,6 +65,7 @@ family_checks::family_tests! {
         ("rows_per_warp", json!(2)),
         ("rows", json!("fetched")),
         ("kv_rows", json!("adjacent")),
+        ("splits", json!(4)),
     ],
     bad_fields: [
         ("head_dim", json!(512)),
@@ -71,6 +75,8 @@ family_checks::family_tests! {
         ("threads", json!(16)),
         ("rows_per_warp", json!(0)),
         ("rows_per_warp", json!(9)),
+        ("splits", json!(0)),
+        ("splits", json!(17)),
     ],
 }
 
@@ -85,6 +91,14 @@ fn the_name_spells_the_fields() {
     assert_eq!(
         adjacent.kernel_name(),
         "fathom_attention_d128_g4_t256_r4_store_kvadj"
+    );
+    let split = AttentionSpec {
+        splits: 4,
+        ..adjacent
+    };
+    assert_eq!(
+        split.kernel_name(),
+        "fathom_attention_d128_g4_t256_r4_s4_store_kvadj"
     );
 }
 
@@ -117,21 +131,57 @@ fn every_spec_of_the_grid_renders_within_static_shared_memory() {
         .into_iter()
         .flat_map(|s| [s].into_iter().chain(store_variants(s)))
     {
-        assert_renders(&spec, &[spec.kernel_name()]);
-        assert!(
-            spec.static_shared_bytes() <= 48 * 1024,
-            "{}",
-            spec.kernel_name()
-        );
+        for spec in [spec, AttentionSpec { splits: 16, ..spec }] {
+            assert_renders(&spec, &[spec.kernel_name()]);
+            assert!(
+                spec.static_shared_bytes() <= 48 * 1024,
+                "{}",
+                spec.kernel_name()
+            );
+        }
     }
 }
 
 #[test]
-fn one_block_per_query_head() {
+fn splits_blocks_per_query_head() {
     let launch = base().launch(4, 8).unwrap();
     assert_eq!(launch.grid, [4 * 8 * 4, 1, 1]);
     assert_eq!(launch.block, [256, 1, 1]);
     assert!(base().launch(0, 8).is_err());
+    let split = AttentionSpec {
+        splits: 5,
+        ..base()
+    };
+    assert_eq!(split.launch(4, 8).unwrap().grid, [4 * 8 * 4, 5, 1]);
+    assert_eq!(
+        (base().partial_words(128), base().arrival_words(128)),
+        (0, 0)
+    );
+    assert_eq!(
+        (split.partial_words(128), split.arrival_words(128)),
+        (128 * 5 * 130, 128)
+    );
+}
+
+/// A split kernel takes its partials and arrival counters after `k`, reads only its share of
+/// the rows and merges in split order; one split renders the one-block kernel, without them.
+#[test]
+fn a_split_kernel_takes_its_scratch_and_merges() {
+    for spec in store_variants(base()).into_iter().chain([base()]) {
+        let one = codegen::render::render(&spec).unwrap();
+        let split = codegen::render::render(&AttentionSpec { splits: 3, ..spec }).unwrap();
+        assert!(!one.contains("partials") && !one.contains("SPLITS"));
+        assert!(split.contains(
+            "int k,\n    float* __restrict__ partials,\n    unsigned int* __restrict__ arrivals)"
+        ));
+        assert!(split.contains("constexpr int SPLITS = 3;"));
+        assert!(split.contains("atomicAdd(arrivals + head, 1u) == SPLITS - 1"));
+    }
+    let serialised = serde_json::to_value(base()).unwrap();
+    assert!(
+        serialised.get("splits").is_none(),
+        "one split is not written"
+    );
 }
 
 #[test]
@@ -149,6 +199,8 @@ fn a_sampled_grid_compiles_without_warnings() {
             for store in store_variants(spec) {
                 assert_compiles(&store, &[store.kernel_name()]);
             }
+            let split = AttentionSpec { splits: 16, ..spec };
+            assert_compiles(&split, &[split.kernel_name()]);
         }
     }
 }

@@ -8,7 +8,9 @@
 //! placements and methods, which the template bakes in, but not in their parameters, except
 //! the compacting select (`select_compact`), whose chunked stages also take the candidates,
 //! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
-//! form (`select_fused`), whose `_chunk` also writes the selection, and the
+//! form (`select_fused`), whose `_chunk` also writes the selection, attention over several
+//! blocks a query head (`attention_split`, `attention_store_split`: its partials and arrival
+//! counters), and the
 //! rerank's many-block top-k (`pariskv_rerank_mb`: `_chunk`, `_merge`, `_write`).
 
 fathom_macros::abi! {
@@ -36,6 +38,10 @@ fathom_macros::abi! {
         attention = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4);
         attention_store = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4,
                                     rows = store);
+        attention_split = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4,
+                                    splits = 4);
+        attention_store_split = attention(head_dim = 128, group = 4, threads = 256,
+                                          rows_per_warp = 4, rows = store, splits = 4);
         pariskv_index = pariskv_index(head_dim = 128, threads = 256, placement = hbm);
         pariskv_query = pariskv_query(head_dim = 128, group = 4);
         pariskv_vote = pariskv_vote(head_dim = 128, threads = 256, placement = hbm);

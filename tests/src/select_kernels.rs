@@ -461,6 +461,10 @@ pub struct AttentionArgs {
     pub out: u64,
     /// The run-time k given to `select`.
     pub k: usize,
+    /// With `splits` > 1: `[B*H*G][S][D+2]` f32 partials ([`AttentionSpec::partial_words`])
+    /// and `[B*H*G]` u32 arrival counters, zero before the launch (0 and 0 with one split).
+    pub partials: u64,
+    pub arrivals: u64,
 }
 
 impl AttentionKernel {
@@ -474,17 +478,33 @@ impl AttentionKernel {
 
     /// Queues one launch.
     pub fn launch(&self, gpu: &Gpu, grid: Launch, a: &AttentionArgs) -> Result<(), GpuError> {
-        let args = abi::attention::Args {
-            k_sel: at(a.k_sel),
-            v_sel: at(a.v_sel),
-            sel_pos: at(a.sel_pos),
-            sel_count: at(a.sel_count),
-            q: at(a.q),
-            scale: a.scale,
-            out: out(a.out),
-            k: i32_of(a.k, "k"),
-        }
-        .args();
+        let args = if self.spec.splits > 1 {
+            abi::attention_split::Args {
+                k_sel: at(a.k_sel),
+                v_sel: at(a.v_sel),
+                sel_pos: at(a.sel_pos),
+                sel_count: at(a.sel_count),
+                q: at(a.q),
+                scale: a.scale,
+                out: out(a.out),
+                k: i32_of(a.k, "k"),
+                partials: out(a.partials),
+                arrivals: out(a.arrivals),
+            }
+            .args()
+        } else {
+            abi::attention::Args {
+                k_sel: at(a.k_sel),
+                v_sel: at(a.v_sel),
+                sel_pos: at(a.sel_pos),
+                sel_count: at(a.sel_count),
+                q: at(a.q),
+                scale: a.scale,
+                out: out(a.out),
+                k: i32_of(a.k, "k"),
+            }
+            .args()
+        };
         launch(gpu, &self.module, &self.spec.kernel_name(), grid, &args)
     }
 }

@@ -368,3 +368,17 @@ impl Tuning for SelectRecord {
         None
     }
 }
+
+/// A tuning record whose only entry is an attention tile: every step runs it, every other
+/// lookup falls back to the default tiles and transfer.
+pub struct AttentionRecord(pub Tile);
+
+impl Tuning for AttentionRecord {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        (key.family == TunedFamily::Attention).then_some(self.0)
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}

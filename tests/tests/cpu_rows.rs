@@ -524,6 +524,14 @@ impl AttentionCase {
             Value::Buffer(b + 2),
             Value::Int(self.k as i64),
         ]);
+        let query_heads = heads * self.g;
+        if spec.splits > 1 {
+            // Poisoned partials; arrival counters zero, as the step allocates them.
+            let words = spec.partial_words(query_heads as u64) as usize;
+            buffers.push(floats(&vec![f32::NAN; words]));
+            buffers.push(vec![0; query_heads]);
+            args.extend([Value::Buffer(b + 3), Value::Buffer(b + 4)]);
+        }
         let launch = Launch {
             entry: 0,
             grid: launch.grid,
@@ -531,6 +539,13 @@ impl AttentionCase {
             args,
         };
         program.run_with_tables(&mut buffers, &tables, &[launch], seed)?;
+        if spec.splits > 1 && buffers[b + 4].iter().any(|&a| a != 0) {
+            return Err(format!(
+                "{}: arrival counters left {:?}, not zero",
+                spec.kernel_name(),
+                buffers[b + 4]
+            ));
+        }
         Ok(buffers[b + 2].iter().map(|&w| f32::from_bits(w)).collect())
     }
 
@@ -580,6 +595,7 @@ fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
             rows_per_warp,
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
+            splits: 1,
         };
         let want = case.run(fetched, seed).unwrap();
         for kv_rows in KvRows::ALL {
@@ -605,6 +621,60 @@ fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
                     "{what}: output {i}: {a} against the f64 attention's {r}"
                 );
             }
+        }
+    }
+}
+
+/// Attention over S blocks a query head (`splits`): every split's partial softmax merged by the
+/// last to arrive equals the f64 attention within fp32 rounding, for both row sources, with
+/// more splits than some heads have rows (16) and a head without rows (its output 0); the
+/// arrival counters are left zero (`run` checks), and another thread order gives the same
+/// output bit for bit (the merge runs in split order).
+#[test]
+fn split_attention_merges_to_the_f64_attention() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_rows split attention");
+    for (d, g, k, threads, rows_per_warp, splits) in [
+        (128, 4, 6, 64, 2, 2),
+        (80, 7, 3, 32, 4, 3),
+        (64, 1, 5, 64, 1, 16),
+        (128, 2, 40, 32, 8, 5),
+    ] {
+        let case = AttentionCase::draw(&mut rng, d, g, k);
+        let fetched = AttentionSpec {
+            head_dim: d as u32,
+            group: g as u32,
+            threads,
+            rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
+            splits,
+        };
+        for spec in [
+            fetched,
+            AttentionSpec {
+                rows: AttentionRows::Store,
+                kv_rows: KvRows::Adjacent,
+                ..fetched
+            },
+        ] {
+            let what = format!("{} (FATHOM_TEST_SEED={seed})", spec.kernel_name());
+            let got = case.run(spec, seed).unwrap();
+            for (i, &a) in got.iter().enumerate() {
+                let r = case.reference(i / d, i % d);
+                assert!(
+                    (f64::from(a) - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                    "{what}: output {i}: {a} against the f64 attention's {r}"
+                );
+                if case.sel_count[i / d] == 0 {
+                    assert_eq!(a.to_bits(), 0, "{what}: output {i} of a head without rows");
+                }
+            }
+            let again = case.run(spec, seed ^ 1).unwrap();
+            let same = got
+                .iter()
+                .zip(&again)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{what}: another thread order merged differently");
         }
     }
 }

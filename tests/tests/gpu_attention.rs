@@ -11,6 +11,9 @@
 //!   exactly 0); two softmax scales, `1/sqrt(D)` and 0.3. Every head with rows must have relative
 //!   error `||o − ref|| / ||ref|| <= 1e-3` (fp32 logits, `expf` and accumulation over at most a
 //!   few thousand rows give ~1e-6; the largest error is printed).
+//! - `gpu_attention_split_matches_reference`: the same over 2 to 16 blocks a query head
+//!   (`splits`), the last to arrive merging their partials; one row and no row among them, and
+//!   the arrival counters left zero by every launch (the second launch runs on them).
 //! - `gpu_attention_chain_oracle_select_fetch_attention_{hbm,host}`: B = 3 sequences of
 //!   different lengths (one shorter than `36 + k`, so everything is selected), H = 2, G = 7 with
 //!   D = 128 and G = 16 with D = 96, k = 512, K/V rows in HBM or in mapped host memory. On the
@@ -111,6 +114,14 @@ fn attention_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, spec: AttentionSpec,
         .launch(BATCH as u64, KV_HEADS as u64)
         .expect("attention geometry");
 
+    // A split kernel's scratch: poisoned partials, zero counters that every launch must leave
+    // zero (the second scale's launch runs on what the first left).
+    let partials = gpu
+        .filled::<f32>(spec.partial_words(heads as u64).max(1) as usize, POISON)
+        .expect("partials");
+    let arrivals = gpu
+        .filled::<u32>(spec.arrival_words(heads as u64).max(1) as usize, 0)
+        .expect("arrivals");
     for scale in [default_scale(d) as f32, 0.3f32] {
         let out = gpu.filled::<f32>(heads * d, POISON).expect("out");
         let args = AttentionArgs {
@@ -122,17 +133,26 @@ fn attention_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, spec: AttentionSpec,
             scale,
             out: out.addr(),
             k,
+            partials: partials.addr(),
+            arrivals: arrivals.addr(),
         };
         kernel.launch(gpu, grid, &args).expect("attention launch");
         gpu.synchronize().expect("attention runs");
         let got = out.download().expect("download out");
+        let left = arrivals.download().expect("download arrivals");
         let mut m = Mismatches::new(
             format!(
-                "attention D={d} G={g} threads {} rows/warp {} k={k} scale {scale}",
-                spec.threads, spec.rows_per_warp
+                "attention D={d} G={g} threads {} rows/warp {} splits {} k={k} scale {scale}",
+                spec.threads, spec.rows_per_warp, spec.splits
             ),
             seed,
         );
+        m.check(left.iter().all(|&a| a == 0), || {
+            format!(
+                "arrival counters left {:?}, not zero",
+                &left[..left.len().min(8)]
+            )
+        });
         let mut worst = 0.0f64;
         for qh in 0..heads {
             let kh = qh / g;
@@ -162,8 +182,8 @@ fn attention_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, spec: AttentionSpec,
             });
         }
         eprintln!(
-            "attention D={d} G={g} t{} r{} k={k} scale {scale}: largest relative error {worst:.2e}",
-            spec.threads, spec.rows_per_warp
+            "attention D={d} G={g} t{} r{} s{} k={k} scale {scale}: largest relative error {worst:.2e}",
+            spec.threads, spec.rows_per_warp, spec.splits
         );
         m.finish();
     }
@@ -198,6 +218,36 @@ gpu_test!(gpu_attention_matches_reference, |t| {
             rows_per_warp,
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
+            splits: 1,
+        };
+        let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
+        attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
+    }
+});
+
+gpu_test!(gpu_attention_split_matches_reference, |t| {
+    // (D, G, threads, rows per warp, splits, k); `None` for k draws one. Every launch has a
+    // head with no row, one with one row (fewer rows than splits) and one with a random count.
+    let configs: [(u32, u32, u32, u32, u32, Option<usize>); 9] = [
+        (128, 4, 512, 8, 4, Some(512)),
+        (128, 4, 256, 4, 8, Some(512)),
+        (128, 7, 256, 4, 2, None),
+        (64, 7, 128, 2, 16, None),
+        (96, 16, 256, 4, 3, None),
+        (256, 1, 1024, 8, 5, Some(2048)),
+        (192, 3, 64, 1, 4, Some(0)),
+        (80, 5, 32, 8, 16, Some(7)),
+        (128, 8, 512, 8, 8, None),
+    ];
+    for (head_dim, group, threads, rows_per_warp, splits, k) in configs {
+        let spec = AttentionSpec {
+            head_dim,
+            group,
+            threads,
+            rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
+            splits,
         };
         let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
         attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
@@ -258,6 +308,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             rows_per_warp: 4,
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
+            splits: 1,
         },
     )
     .expect("attention compiles");
@@ -429,6 +480,8 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
                 scale: scale as f32,
                 out: out.addr(),
                 k,
+                partials: 0,
+                arrivals: 0,
             },
         )
         .expect("attention launch");

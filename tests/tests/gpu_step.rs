@@ -30,6 +30,9 @@
 //! - `gpu_step_fused_select_g4`, `gpu_step_fused_select_g7`: the same with its fused form
 //!   (`algorithm: fused`: one launch writes the selection; its arrival counters are the
 //!   workspace's, reused by every step and graph replay).
+//! - `gpu_step_split_attention_g4`, `gpu_step_split_attention_g7`: the first two cases with
+//!   attention over 4 and 3 blocks a query head (`splits`; their arrival counters are the
+//!   workspace's, reused by every step and graph replay).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -42,7 +45,7 @@ use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
     check_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
-    GroupData, SelectRecord, StepCheck,
+    AttentionRecord, GroupData, SelectRecord, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
@@ -303,18 +306,21 @@ fn bits(out: &HostStepOutput) -> Vec<u32> {
 
 /// Which select the decoder of a case runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum SelectVariant {
+enum Tuned {
     /// Whatever the GPU's record (or the default tiles) say.
     Default,
-    /// This variant (256 threads, 4 items), through a [`SelectRecord`].
+    /// This select variant (256 threads, 4 items), through a [`SelectRecord`].
     Only(SelectAlgorithm),
+    /// Attention over this many blocks a query head (256 threads, 4 rows a warp), through an
+    /// [`AttentionRecord`].
+    SplitAttention(u32),
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis) {
-    run_case_with(t, d, group, basis, SelectVariant::Default);
+    run_case_with(t, d, group, basis, Tuned::Default);
 }
 
-fn run_case_with(t: &mut GpuTest, d: usize, group: usize, basis: Basis, select: SelectVariant) {
+fn run_case_with(t: &mut GpuTest, d: usize, group: usize, basis: Basis, select: Tuned) {
     run_case_configured(t, d, group, basis, select, decoder_config());
 }
 
@@ -323,7 +329,7 @@ fn run_case_configured(
     d: usize,
     group: usize,
     basis: Basis,
-    select: SelectVariant,
+    select: Tuned,
     config: DecoderConfig,
 ) {
     let (gpu, test, seed) = (t.gpu.clone(), t.name, t.seed);
@@ -333,9 +339,20 @@ fn run_case_configured(
         .expect("a valid decoder")
         .with_calibration(f.calibration.clone())
         .expect("calibration of the model");
-    if let SelectVariant::Only(algorithm) = select {
-        let tile = Tile::select(256, 4, algorithm);
-        decoder = decoder.with_tuning(Box::new(SelectRecord(tile)));
+    match select {
+        Tuned::Default => {}
+        Tuned::Only(algorithm) => {
+            let tile = Tile::select(256, 4, algorithm);
+            decoder = decoder.with_tuning(Box::new(SelectRecord(tile)));
+        }
+        Tuned::SplitAttention(splits) => {
+            let tile = Tile::Attention {
+                threads: 256,
+                rows_per_warp: 4,
+                splits,
+            };
+            decoder = decoder.with_tuning(Box::new(AttentionRecord(tile)));
+        }
     }
     let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
         .into_iter()
@@ -363,7 +380,7 @@ fn run_case_configured(
                     sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
                     union: true,
                 };
-                if let SelectVariant::Only(algorithm) = select {
+                if let Tuned::Only(algorithm) = select {
                     let plan = decoder
                         .launch_plan(&view, &request)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -373,6 +390,15 @@ fn run_case_configured(
                             "{what}: the record's select is not used"
                         );
                     }
+                }
+                if let Tuned::SplitAttention(splits) = select {
+                    let plan = decoder
+                        .launch_plan(&view, &request)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(
+                        plan.specs.attention.splits, splits,
+                        "{what}: the record's attention is not used"
+                    );
                 }
                 let eager = eager_step(&mut decoder, &view, &batch.queries, request, &what);
                 let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
@@ -496,7 +522,7 @@ gpu_test!(gpu_step_compact_select_g4, |t| {
         D,
         4,
         Basis::Raw,
-        SelectVariant::Only(SelectAlgorithm::Compact),
+        Tuned::Only(SelectAlgorithm::Compact),
     );
 });
 
@@ -506,7 +532,7 @@ gpu_test!(gpu_step_onepass_select_g4, |t| {
         D,
         4,
         Basis::Raw,
-        SelectVariant::Only(SelectAlgorithm::Onepass),
+        Tuned::Only(SelectAlgorithm::Onepass),
     );
 });
 
@@ -516,7 +542,7 @@ gpu_test!(gpu_step_onepass_select_g7, |t| {
         D,
         7,
         Basis::Klt,
-        SelectVariant::Only(SelectAlgorithm::Onepass),
+        Tuned::Only(SelectAlgorithm::Onepass),
     );
 });
 
@@ -526,7 +552,7 @@ gpu_test!(gpu_step_fused_select_g4, |t| {
         D,
         4,
         Basis::Raw,
-        SelectVariant::Only(SelectAlgorithm::Fused),
+        Tuned::Only(SelectAlgorithm::Fused),
     );
 });
 
@@ -536,8 +562,16 @@ gpu_test!(gpu_step_fused_select_g7, |t| {
         D,
         7,
         Basis::Klt,
-        SelectVariant::Only(SelectAlgorithm::Fused),
+        Tuned::Only(SelectAlgorithm::Fused),
     );
+});
+
+gpu_test!(gpu_step_split_attention_g4, |t| {
+    run_case_with(&mut t, D, 4, Basis::Raw, Tuned::SplitAttention(4));
+});
+
+gpu_test!(gpu_step_split_attention_g7, |t| {
+    run_case_with(&mut t, D, 7, Basis::Klt, Tuned::SplitAttention(3));
 });
 
 gpu_test!(gpu_step_rotated_store_g7, |t| {
@@ -641,13 +675,13 @@ gpu_test!(gpu_step_head_shards_equal_the_whole_step, |t| {
 gpu_test!(gpu_step_attention_from_the_store_g4, |t| {
     let mut config = decoder_config();
     config.tiles.attention_rows = AttentionRows::Store;
-    run_case_configured(&mut t, D, 4, Basis::Raw, SelectVariant::Default, config);
+    run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
 });
 
 gpu_test!(gpu_step_attention_from_the_store_g7, |t| {
     let mut config = decoder_config();
     config.tiles.attention_rows = AttentionRows::Store;
-    run_case_configured(&mut t, D, 7, Basis::Klt, SelectVariant::Default, config);
+    run_case_configured(&mut t, D, 7, Basis::Klt, Tuned::Default, config);
 });
 
 // Programmatic dependent launch (`Gpu::set_programmatic_launch`, `FATHOM_PDL=1`): every kernel

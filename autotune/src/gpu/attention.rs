@@ -3,6 +3,7 @@
 //! `fetch` writes them), checked against `reference::attention::attend` before it is
 //! timed.
 
+use codegen::spec::attention::MAX_SPLITS;
 use codegen::spec::Placement;
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use half::bf16;
 use reference::attention::{attend, default_scale};
 use runtime::abi;
 use runtime::gpu::DeviceBuffer;
-use runtime::launch::KernelArgs;
+use runtime::launch::{DevicePtrMut, KernelArgs};
 use runtime::tuning::Variant;
 
 use super::device::{gpu_err, int, launch, Device, Launch};
@@ -35,6 +36,10 @@ struct Prepared {
     sel_pos: DeviceBuffer<i32>,
     sel_count: DeviceBuffer<i32>,
     q_dev: DeviceBuffer<f32>,
+    /// A split tile's partial results (room for [`MAX_SPLITS`] a query head) and arrival
+    /// counters (zero, and left zero by every launch).
+    partials: DeviceBuffer<f32>,
+    arrivals: DeviceBuffer<u32>,
 }
 
 /// Times attention candidates.
@@ -79,7 +84,12 @@ impl AttentionBench {
             let (pos, count) = scores.positions();
             let q = queries(d, g, heads);
             let gpu = &dev.gpu;
+            let query_heads = heads * g;
             self.prepared = Some(Prepared {
+                partials: gpu
+                    .filled::<f32>(query_heads * MAX_SPLITS as usize * (d + 2), 0xff)
+                    .map_err(gpu_err)?,
+                arrivals: gpu.filled::<u32>(query_heads, 0).map_err(gpu_err)?,
                 k_dev: gpu.upload(&k_sel).map_err(gpu_err)?,
                 v_dev: gpu.upload(&v_sel).map_err(gpu_err)?,
                 sel_pos: gpu.upload(&pos).map_err(gpu_err)?,
@@ -132,17 +142,36 @@ impl AttentionBench {
         let geometry = spec
             .launch(1, case.kv_heads as u64)
             .map_err(|e| e.to_string())?;
-        let args = abi::attention::Args {
-            k_sel: p.k_dev.ptr().cast(),
-            v_sel: p.v_dev.ptr().cast(),
-            sel_pos: p.sel_pos.ptr(),
-            sel_count: p.sel_count.ptr(),
-            q: p.q_dev.ptr(),
-            scale: default_scale(case.head_dim) as f32,
-            out: out.ptr_mut(),
-            k: int(p.scores.k, "k")?,
-        }
-        .args();
+        let (scale, k) = (default_scale(case.head_dim) as f32, int(p.scores.k, "k")?);
+        let args = if spec.splits > 1 {
+            abi::attention_split::Args {
+                k_sel: p.k_dev.ptr().cast(),
+                v_sel: p.v_dev.ptr().cast(),
+                sel_pos: p.sel_pos.ptr(),
+                sel_count: p.sel_count.ptr(),
+                q: p.q_dev.ptr(),
+                scale,
+                out: out.ptr_mut(),
+                k,
+                // Scratch the launches own alike: every launch rewrites the partials and
+                // leaves the counters zero.
+                partials: DevicePtrMut::from_addr(p.partials.addr()),
+                arrivals: DevicePtrMut::from_addr(p.arrivals.addr()),
+            }
+            .args()
+        } else {
+            abi::attention::Args {
+                k_sel: p.k_dev.ptr().cast(),
+                v_sel: p.v_dev.ptr().cast(),
+                sel_pos: p.sel_pos.ptr(),
+                sel_count: p.sel_count.ptr(),
+                q: p.q_dev.ptr(),
+                scale,
+                out: out.ptr_mut(),
+                k,
+            }
+            .args()
+        };
         let function = dev.function(spec.into())?;
         Ok((vec![launch(function, geometry, args)?], out))
     }

@@ -53,6 +53,9 @@ impl std::str::FromStr for AttentionRows {
     }
 }
 
+/// Most blocks per query head ([`AttentionSpec::splits`]).
+pub const MAX_SPLITS: u32 = 16;
+
 /// Spec of an attention kernel.
 ///
 /// Launch ABI of `extern "C" __global__ void <kernel_name>(...)`, parameters in order
@@ -78,8 +81,17 @@ impl std::str::FromStr for AttentionRows {
 /// 3. `const int* sel`: `[B*H*G][SC]` token indices, from `select`: row `j` of head `qh` is
 ///    token `sel[qh*SC + j]` of `k_rows[kh]`.
 ///
-/// Grid `(B*H*G)` ([`AttentionSpec::launch`]), block `threads`; static shared memory
-/// `threads/32 * (D + 2) * 4` bytes (at most 33 KiB), no dynamic shared memory.
+/// With `splits` S > 1 two more follow:
+///
+/// 9. `float* partials`: `[B*H*G][S][D + 2]` scratch: each split's running max, sum and
+///    unnormalised output over its share of the rows;
+/// 10. `unsigned int* arrivals`: `[B*H*G]` counters, zero before the first launch (the step's
+///     workspace is allocated zeroed); every launch leaves them zero. The split that finishes
+///     last of its query head merges the S partials in split order and writes `out`.
+///
+/// Grid `(B*H*G, S)` ([`AttentionSpec::launch`]), block `threads`; static shared memory
+/// `threads/32 * (D + 2) * 4` bytes (at most 33 KiB, plus a word with S > 1), no dynamic shared
+/// memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionSpec {
@@ -97,21 +109,54 @@ pub struct AttentionSpec {
     /// The store's K/V row layout, for `rows: store` ([`KvRows`]; absent: separate).
     #[serde(default)]
     pub kv_rows: KvRows,
+    /// Blocks per query head, S: 1..=16 (absent: 1). With one block a head a batch-1 step
+    /// runs `B*H*G` blocks (32 for qwen3-8b) on a GPU of 132 SMs, each over ~550 rows in a
+    /// chain of dependent loads; S blocks take a share of the rows each and the last to finish
+    /// merges their partial softmaxes (flash-decoding's split, in one launch).
+    #[serde(default = "one_split", skip_serializing_if = "is_one_split")]
+    pub splits: u32,
+}
+
+fn one_split() -> u32 {
+    1
+}
+
+fn is_one_split(s: &u32) -> bool {
+    *s == 1
 }
 
 impl AttentionSpec {
-    /// Grid and block for `batch` sequences of `kv_heads` KV heads: one block per query head.
+    /// Grid and block for `batch` sequences of `kv_heads` KV heads: `splits` blocks per query
+    /// head.
     pub fn launch(&self, batch: u64, kv_heads: u64) -> Result<Launch, SizeError> {
         let heads = batch
             .saturating_mul(kv_heads)
             .saturating_mul(u64::from(self.group));
         let x = grid_dim(Self::FAMILY, "batch * kv_heads * group", heads, MAX_GRID_X)?;
-        Ok(Launch::new([x, 1, 1], self.threads))
+        Ok(Launch::new([x, self.splits, 1], self.threads))
     }
 
     /// Static shared memory of one block, in bytes.
     pub fn static_shared_bytes(&self) -> u32 {
-        self.threads / 32 * (self.head_dim + 2) * 4
+        self.threads / 32 * (self.head_dim + 2) * 4 + u32::from(self.splits > 1) * 4
+    }
+
+    /// `f32` words of the `partials` scratch for `heads` query heads (0 with one split).
+    pub fn partial_words(&self, heads: u64) -> u64 {
+        if self.splits > 1 {
+            heads * u64::from(self.splits) * u64::from(self.head_dim + 2)
+        } else {
+            0
+        }
+    }
+
+    /// `u32` arrival counters for `heads` query heads (0 with one split).
+    pub fn arrival_words(&self, heads: u64) -> u64 {
+        if self.splits > 1 {
+            heads
+        } else {
+            0
+        }
     }
 }
 
@@ -130,6 +175,14 @@ impl Family for AttentionSpec {
                 "1..=8",
             ));
         }
+        if !(1..=MAX_SPLITS).contains(&self.splits) {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "splits",
+                self.splits,
+                "1..=16 blocks per query head",
+            ));
+        }
         if self.rows == AttentionRows::Fetched && self.kv_rows != KvRows::Separate {
             return Err(SpecError::new(
                 Self::FAMILY,
@@ -142,14 +195,20 @@ impl Family for AttentionSpec {
         Ok(())
     }
 
-    /// `_store` and the K/V layout's suffix when the rows come from the store; nothing else.
+    /// `_s{S}` with more than one split; `_store` and the K/V layout's suffix when the rows
+    /// come from the store.
     fn kernel_name(&self) -> String {
+        let splits = if self.splits > 1 {
+            format!("_s{}", self.splits)
+        } else {
+            String::new()
+        };
         let rows = match self.rows {
             AttentionRows::Fetched => String::new(),
             AttentionRows::Store => format!("_store{}", self.kv_rows.name_suffix()),
         };
         format!(
-            "fathom_attention_d{}_g{}_t{}_r{}{rows}",
+            "fathom_attention_d{}_g{}_t{}_r{}{splits}{rows}",
             self.head_dim, self.group, self.threads, self.rows_per_warp
         )
     }
@@ -160,6 +219,7 @@ impl Family for AttentionSpec {
         context.insert("group", &self.group);
         context.insert("threads", &self.threads);
         context.insert("rows_per_warp", &self.rows_per_warp);
+        context.insert("splits", &self.splits);
         // A lane's channels are one vector load where D / 32 is 2, 4 or 8; else strided pairs.
         context.insert("strided", &!self.head_dim.is_power_of_two());
         context.insert("rows_store", &(self.rows == AttentionRows::Store));

@@ -2,7 +2,9 @@ use std::collections::BTreeSet;
 
 use codegen::model::presets;
 use codegen::signature::entry_params;
-use codegen::spec::{AppendRowsSpec, ConvertSpec, KvRows, MappedReadSpec};
+use codegen::spec::{
+    AppendRowsSpec, AttentionRows, AttentionSpec, ConvertSpec, KvRows, MappedReadSpec,
+};
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use serde_json::Value;
 
@@ -21,7 +23,7 @@ const FLIPS: [(&str, &[&str]); 6] = [
 ];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,
-/// `rotate` and select `algorithm` value on each spec (those that validate), once per kernel name.
+/// `rotate`, select `algorithm` and attention `splits` value on each spec (those that validate), once per kernel name.
 fn spec_grid() -> Vec<KernelSpec> {
     let mut names = BTreeSet::new();
     let mut grid = Vec::new();
@@ -82,6 +84,20 @@ fn variants(spec: &KernelSpec) -> Vec<KernelSpec> {
     }
     flip("rotate", Value::Bool(true));
     flip("rotate", Value::Bool(false));
+    // Attention over several blocks a query head: `splits` is not serialised at its default,
+    // so it is set here, with both row sources.
+    if let KernelSpec::Attention(a) = spec {
+        for rows in AttentionRows::ALL {
+            out.push(
+                AttentionSpec {
+                    splits: 4,
+                    rows,
+                    ..*a
+                }
+                .into(),
+            );
+        }
+    }
     out
 }
 

@@ -234,8 +234,12 @@ pub(crate) fn record(
                 } else {
                     output(&ws.out)
                 };
-                match plan.specs.attention.rows {
-                    AttentionRows::Fetched => abi::attention::Args {
+                // `dense` selects every token: its row positions are its tokens.
+                let sel = input(if dense { &ws.dense_sel } else { &ws.sel });
+                let (k_rows, v_rows) = (view.k_rows.ptr().cast(), view.v_rows.ptr().cast());
+                let split = plan.specs.attention.splits > 1;
+                match (plan.specs.attention.rows, split) {
+                    (AttentionRows::Fetched, false) => abi::attention::Args {
                         k_sel: input(&ws.k_sel),
                         v_sel: input(&ws.v_sel),
                         sel_pos: input(sel_pos),
@@ -246,16 +250,41 @@ pub(crate) fn record(
                         k: n.k,
                     }
                     .args(),
-                    // `dense` selects every token: its row positions are its tokens.
-                    AttentionRows::Store => abi::attention_store::Args {
-                        k_rows: view.k_rows.ptr().cast(),
-                        v_rows: view.v_rows.ptr().cast(),
-                        sel: input(if dense { &ws.dense_sel } else { &ws.sel }),
+                    (AttentionRows::Fetched, true) => abi::attention_split::Args {
+                        k_sel: input(&ws.k_sel),
+                        v_sel: input(&ws.v_sel),
+                        sel_pos: input(sel_pos),
                         sel_count: input(&ws.sel_count),
                         q: at(inputs.queries),
                         scale: inputs.scale,
                         out,
                         k: n.k,
+                        partials: output(&ws.attention_partials),
+                        arrivals: output(&ws.attention_arrivals),
+                    }
+                    .args(),
+                    (AttentionRows::Store, false) => abi::attention_store::Args {
+                        k_rows,
+                        v_rows,
+                        sel,
+                        sel_count: input(&ws.sel_count),
+                        q: at(inputs.queries),
+                        scale: inputs.scale,
+                        out,
+                        k: n.k,
+                    }
+                    .args(),
+                    (AttentionRows::Store, true) => abi::attention_store_split::Args {
+                        k_rows,
+                        v_rows,
+                        sel,
+                        sel_count: input(&ws.sel_count),
+                        q: at(inputs.queries),
+                        scale: inputs.scale,
+                        out,
+                        k: n.k,
+                        partials: output(&ws.attention_partials),
+                        arrivals: output(&ws.attention_arrivals),
                     }
                     .args(),
                 }

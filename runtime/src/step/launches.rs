@@ -160,6 +160,12 @@ pub struct WorkspaceSizes {
     pub rows: usize,
     /// `f32` `[B][H][G][D]`.
     pub out: usize,
+    /// `f32` `[B*H*G][S][D+2]`: attention's partial results over S blocks a query head (0
+    /// with one).
+    pub attention_partials: usize,
+    /// `u32` per query head: attention's arrival counters (allocated zeroed, left zero by
+    /// every launch; 0 with one block a query head).
+    pub attention_arrivals: usize,
     /// `dense`: `i32` `[B*H][G*k+36]` holding `0, 1, 2 ...` per row (the union of every token).
     pub dense_uni: usize,
     /// `dense`: `i32` `[B*H*G][k+36]` holding `0, 1, 2 ...` per row (every row position).
@@ -193,7 +199,10 @@ impl WorkspaceSizes {
                     + 4 * (self.select_arrivals + self.sel_count + self.uni + self.uni_count),
             ),
             ("rows", 2 * 2 * self.rows),
-            ("out", 4 * self.out),
+            (
+                "out",
+                4 * (self.out + self.attention_partials + self.attention_arrivals),
+            ),
             ("dense", 4 * (self.dense_uni + self.dense_sel)),
             ("pariskv", self.pariskv.bytes()),
         ]
@@ -208,6 +217,7 @@ impl WorkspaceSizes {
             + 4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
             + 4 * (self.select_candidates + self.select_candidate_runs + self.select_arrivals)
             + 4 * (self.sel_count + self.uni + self.uni_count + self.out)
+            + 4 * (self.attention_partials + self.attention_arrivals)
             + 4 * (self.dense_uni + self.dense_sel)
             + self.pariskv.bytes()
     }
@@ -376,7 +386,7 @@ mod footprint_tests {
         // size changes the sum.
         let primes = [
             2usize, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
-            79, 83, 89, 97, 101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157,
+            79, 83, 89, 97, 101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167,
         ];
         let mut p = primes.iter().map(|&x| x * 1000);
         let mut next = || p.next().expect("enough primes");
@@ -402,6 +412,8 @@ mod footprint_tests {
             uni_count: next(),
             rows: next(),
             out: next(),
+            attention_partials: next(),
+            attention_arrivals: next(),
             dense_uni: next(),
             dense_sel: next(),
             pariskv: crate::pariskv::RetrievalSizes {

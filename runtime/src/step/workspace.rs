@@ -61,6 +61,9 @@ pub(crate) struct Workspace {
     pub k_sel: Buf<u16>,
     pub v_sel: Buf<u16>,
     pub out: Buf<f32>,
+    pub attention_partials: Buf<f32>,
+    /// Allocated zeroed and left zero by every attention launch.
+    pub attention_arrivals: Buf<u32>,
     pub dense_uni: Buf<i32>,
     pub dense_sel: Buf<i32>,
     dense_layout: Option<DenseLayout>,
@@ -118,6 +121,8 @@ impl Workspace {
         ensure(gpu, &mut self.k_sel, sizes.rows)?;
         ensure(gpu, &mut self.v_sel, sizes.rows)?;
         ensure(gpu, &mut self.out, sizes.out)?;
+        ensure(gpu, &mut self.attention_partials, sizes.attention_partials)?;
+        ensure(gpu, &mut self.attention_arrivals, sizes.attention_arrivals)?;
         let pk = &sizes.pariskv;
         ensure(gpu, &mut self.pk_q_tilde, pk.q_tilde)?;
         ensure(gpu, &mut self.pk_q_norm, pk.q_norm)?;
@@ -179,6 +184,8 @@ impl Workspace {
             + b(&self.k_sel)
             + b(&self.v_sel)
             + b(&self.out)
+            + b(&self.attention_partials)
+            + b(&self.attention_arrivals)
             + b(&self.dense_uni)
             + b(&self.dense_sel)
             + b(&self.pk_q_tilde)
@@ -226,6 +233,8 @@ impl Workspace {
         k(&self.k_sel, &mut out);
         k(&self.v_sel, &mut out);
         k(&self.out, &mut out);
+        k(&self.attention_partials, &mut out);
+        k(&self.attention_arrivals, &mut out);
         k(&self.dense_uni, &mut out);
         k(&self.dense_sel, &mut out);
         k(&self.pk_q_tilde, &mut out);

@@ -132,7 +132,11 @@ impl Variant {
             Variant::Tile(Tile::Attention {
                 threads,
                 rows_per_warp,
-            }) => format!("attention t{threads} r{rows_per_warp}"),
+                splits,
+            }) => match splits {
+                1 => format!("attention t{threads} r{rows_per_warp}"),
+                s => format!("attention t{threads} r{rows_per_warp} s{s}"),
+            },
             Variant::Tile(Tile::Rerank {
                 threads,
                 vector_loads,

@@ -113,8 +113,14 @@ pub enum Tile {
         #[serde(default, skip_serializing_if = "is_false")]
         fused: bool,
     },
-    /// Threads and rows each warp loads before computing (attention).
-    Attention { threads: u32, rows_per_warp: u32 },
+    /// Threads, rows each warp loads before computing, and blocks per query head (attention;
+    /// `splits` is written only when above 1, so older records read and write back unchanged).
+    Attention {
+        threads: u32,
+        rows_per_warp: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        splits: u32,
+    },
     /// Threads, whether `_score` reads whole rows in 16-byte loads (the ParisKV rerank,
     /// `PariskvRerankSpec::vector_loads`) and whether the top-k runs over many blocks
     /// (`PariskvRerankSpec::select`, `multiblock`; written only when set, so older records read
@@ -130,6 +136,14 @@ pub enum Tile {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
 }
 
 impl Tile {
@@ -204,6 +218,8 @@ pub struct Tiles {
     pub select_algorithm: SelectAlgorithm,
     /// `(threads, rows_per_warp)`.
     pub attention: (u32, u32),
+    /// Attention's blocks per query head (`AttentionSpec::splits`) when no record answers.
+    pub attention_splits: u32,
     /// Where attention reads the selected rows when the store is in HBM: straight from the
     /// store by token (the default: no fetch, and no union unless asked for; 0.20 ms a
     /// qwen3-8b step faster at 32k on the H200, `bench/results/step-h200-2026-12-02-e9a44d1-*`),
@@ -234,6 +250,7 @@ impl Default for Tiles {
             // opt-in until it has run on a GPU.
             select_algorithm: SelectAlgorithm::Radix,
             attention: (256, 4),
+            attention_splits: 1,
             attention_rows: AttentionRows::Store,
             pariskv_threads: crate::pariskv::THREADS,
             // Until the whole-row `_score` is measured on a GPU.

@@ -168,14 +168,16 @@ fn fetch_attention(
         placement: shape.placement,
         kv_rows: shape.kv_rows,
     };
-    let (threads, rows_per_warp) = match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
-        None => tiles.attention,
-        Some(Tile::Attention {
-            threads,
-            rows_per_warp,
-        }) => (threads, rows_per_warp),
-        Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Attention, tile)),
-    };
+    let (threads, rows_per_warp, splits) =
+        match chooser.lookup(TunedFamily::Attention, Placement::Hbm) {
+            None => (tiles.attention.0, tiles.attention.1, tiles.attention_splits),
+            Some(Tile::Attention {
+                threads,
+                rows_per_warp,
+                splits,
+            }) => (threads, rows_per_warp, splits),
+            Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Attention, tile)),
+        };
     // From the store itself only in HBM: the rows in host memory are fetched once, not read
     // by every query head of a group.
     let rows = match shape.placement {
@@ -192,6 +194,7 @@ fn fetch_attention(
             AttentionRows::Store => shape.kv_rows,
             AttentionRows::Fetched => KvRows::Separate,
         },
+        splits,
     };
     Ok((fetch, attention))
 }

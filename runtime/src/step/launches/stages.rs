@@ -284,6 +284,9 @@ impl Stages {
             );
         }
         let launch = attention.launch(bw, bh)?;
+        let heads = bw * bh * attention.group as u64;
+        self.sizes.attention_partials = attention.partial_words(heads) as usize;
+        self.sizes.attention_arrivals = attention.arrival_words(heads) as usize;
         self.push(
             Role::Attention,
             kernel(

@@ -19,6 +19,7 @@ impl Tuning for Record {
             TunedFamily::Attention if self.everything => Some(Tile::Attention {
                 threads: 128,
                 rows_per_warp: 2,
+                splits: 1,
             }),
             _ if self.everything => Some(Tile::Threads(128)),
             _ => None,
@@ -131,6 +132,7 @@ impl Tuning for Asked {
             TunedFamily::Attention => Some(Tile::Attention {
                 threads: 512,
                 rows_per_warp: 8,
+                splits: 4,
             }),
             _ => None,
         }
@@ -171,6 +173,27 @@ fn select_and_attention_winners_change_the_specs_and_their_launches() {
             (after.attention.threads, after.attention.rows_per_warp),
             (512, 8)
         );
+        // A split tile: four blocks a query head, and their partials and counters.
+        assert_eq!((before.attention.splits, after.attention.splits), (1, 4));
+        let query_heads = (s.batch * s.kv_heads * s.group) as u64;
+        assert_eq!(
+            (
+                untuned.sizes.attention_partials,
+                untuned.sizes.attention_arrivals
+            ),
+            (0, 0)
+        );
+        assert_eq!(
+            (
+                tuned.sizes.attention_partials as u64,
+                tuned.sizes.attention_arrivals as u64
+            ),
+            (
+                after.attention.partial_words(query_heads),
+                after.attention.arrival_words(query_heads)
+            )
+        );
+        assert!(tuned.sizes.attention_partials > 0);
         // Everything the record does not answer keeps its default.
         assert_eq!(after.fetch, before.fetch);
         assert_eq!(after.plan, before.plan);
@@ -192,7 +215,8 @@ fn select_and_attention_winners_change_the_specs_and_their_launches() {
                 Role::Attention => {
                     let k = kernel.unwrap();
                     assert_eq!(k.launch.block[0], 512);
-                    assert!(k.entry.ends_with("_t512_r8"), "{}", k.entry);
+                    assert_eq!(k.launch.grid[1], 4);
+                    assert!(k.entry.contains("_t512_r8_s4"), "{}", k.entry);
                 }
                 _ => {}
             }
