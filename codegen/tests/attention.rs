@@ -170,7 +170,8 @@ fn a_split_kernel_takes_its_scratch_and_merges() {
     for spec in store_variants(base()).into_iter().chain([base()]) {
         let one = codegen::render::render(&spec).unwrap();
         let split = codegen::render::render(&AttentionSpec { splits: 3, ..spec }).unwrap();
-        assert!(!one.contains("partials") && !one.contains("SPLITS"));
+        assert!(!one.contains("partials") && !one.contains("arrivals"));
+        assert!(one.contains("constexpr int SPLITS = 1;"));
         assert!(split.contains(
             "int k,\n    float* __restrict__ partials,\n    unsigned int* __restrict__ arrivals)"
         ));

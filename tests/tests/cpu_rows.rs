@@ -585,7 +585,7 @@ impl AttentionCase {
 fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
     let (mut rng, seed) = inputs::rng_and_seed("cpu_rows attention from the store");
     for (d, g, k, threads, rows_per_warp) in
-        [(128, 4, 6, 64, 2), (80, 7, 3, 32, 4), (64, 1, 5, 64, 1)]
+        [(128, 4, 6, 64, 2), (80, 7, 3, 32, 4), (64, 1, 5, 64, 1), (128, 3, 9, 32, 3)]
     {
         let case = AttentionCase::draw(&mut rng, d, g, k);
         let fetched = AttentionSpec {

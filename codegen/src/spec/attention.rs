@@ -84,7 +84,8 @@ pub const MAX_SPLITS: u32 = 16;
 /// With `splits` S > 1 two more follow:
 ///
 /// 9. `float* partials`: `[B*H*G][S][D + 2]` scratch: each split's running max, sum and
-///    unnormalised output over its share of the rows;
+///    unnormalised output over its share of the rows (split `s` takes row slots
+///    `[s*ceil(SC/S), (s+1)*ceil(SC/S))` below `sel_count[qh]`);
 /// 10. `unsigned int* arrivals`: `[B*H*G]` counters, zero before the first launch (the step's
 ///     workspace is allocated zeroed); every launch leaves them zero. The split that finishes
 ///     last of its query head merges the S partials in split order and writes `out`.
