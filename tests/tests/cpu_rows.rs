@@ -11,7 +11,10 @@
 //!   changes;
 //! - `attention` with `rows: store` (the store's rows by token, no fetch): the same output, bit
 //!   for bit, as attention over the fetched rows of the same selection, and the f64 attention
-//!   within fp32 rounding.
+//!   within fp32 rounding;
+//! - `attention` over several blocks a query head (`splits` 2 to 16, both row sources): the
+//!   merged partial softmaxes within fp32 rounding of the f64 attention, the same bits in
+//!   another thread order, the arrival counters left zero.
 //!
 //! Head dimensions 64, 80 (the padded fetch) and 128, both placements (the host kernels load
 //! with `__ldcs`). These need a C++17 compiler (`c++`), not a GPU; the GPU runs the same layouts
@@ -584,9 +587,12 @@ impl AttentionCase {
 #[test]
 fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
     let (mut rng, seed) = inputs::rng_and_seed("cpu_rows attention from the store");
-    for (d, g, k, threads, rows_per_warp) in
-        [(128, 4, 6, 64, 2), (80, 7, 3, 32, 4), (64, 1, 5, 64, 1), (128, 3, 9, 32, 3)]
-    {
+    for (d, g, k, threads, rows_per_warp) in [
+        (128, 4, 6, 64, 2),
+        (80, 7, 3, 32, 4),
+        (64, 1, 5, 64, 1),
+        (128, 3, 9, 32, 3),
+    ] {
         let case = AttentionCase::draw(&mut rng, d, g, k);
         let fetched = AttentionSpec {
             head_dim: d as u32,
