@@ -249,9 +249,9 @@ impl Grid {
                 Variant::Tile(Tile::Attention {
                     threads,
                     rows_per_warp,
-                    ..
+                    splits,
                 }),
-            ) => *threads >= 256 && *rows_per_warp >= 4,
+            ) => *threads >= 128 && *rows_per_warp >= 4 && *splits >= 4,
             (
                 Subject::Kernel(TunedFamily::PariskvRerank),
                 Variant::Tile(Tile::Rerank {
