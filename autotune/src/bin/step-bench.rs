@@ -21,7 +21,7 @@ use clap::Parser;
 fn record(header: &Header, rows: &[Row], largest: usize) -> Record {
     let mut rows = rows.to_vec();
     fill_ratios(&mut rows);
-    let targets = verdicts(&rows, largest)
+    let targets = verdicts(&rows, largest, header.layers)
         .into_iter()
         .map(|v| (v.target, v.outcome))
         .collect();

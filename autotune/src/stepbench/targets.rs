@@ -1,5 +1,6 @@
-//! The targets of issue #6 (batch 1), and of issue #15 the standing host 128k batch-16 cell and
-//! the host 1M HBM footprint, each met or missed by how much, from a run's rows.
+//! The targets of issue #6 (batch 1), and of issue #15 the standing host 128k batch-16 cell, the
+//! host 1M HBM footprint and its sharper speed targets (the ratios to sparq(32), the host 1M
+//! floor, the HBM step per layer), each met or missed by how much, from a run's rows.
 
 use super::figures::SPARQ32;
 use super::record::Row;
@@ -145,8 +146,47 @@ fn speedup(rows: &[Row], context: usize, placement: &str, need: f64) -> Verdict 
 /// not the launches, bounds the step.
 pub const STANDING_BATCH: usize = 16;
 
-/// The verdicts at `largest` (the 1M context when run) for batch 1.
-pub fn verdicts(rows: &[Row], largest: usize) -> Vec<Verdict> {
+/// fathom(48)'s GPU time per layer of a batch-1 step at `context` in HBM at most `most_ms`
+/// (`layers`: the model's).
+fn per_layer(rows: &[Row], context: usize, layers: usize, most_ms: f64) -> Verdict {
+    let target = format!(
+        "hbm {}: fathom(48) at most {:.0} us a layer (issue #15)",
+        label(context),
+        most_ms * 1000.0
+    );
+    let outcome = match find(rows, "fathom(48)", context, "hbm") {
+        Some(r) => match r.gpu_ms {
+            Some(g) if layers > 0 => {
+                let layer = g / layers as f64;
+                let note = steps_note(&[r]);
+                if layer <= most_ms {
+                    format!("met ({:.1} us a layer){note}", layer * 1000.0)
+                } else {
+                    format!(
+                        "missed by {:.2}x ({:.1} us a layer){note}",
+                        layer / most_ms,
+                        layer * 1000.0
+                    )
+                }
+            }
+            _ => "not measured: no GPU time or no layers".into(),
+        },
+        None => "not measured: the cell is missing or did not run".into(),
+    };
+    Verdict { target, outcome }
+}
+
+/// `verdict` with ` (issue #15)` after its target.
+fn of_issue_15(verdict: Verdict) -> Verdict {
+    Verdict {
+        target: format!("{} (issue #15)", verdict.target),
+        ..verdict
+    }
+}
+
+/// The verdicts at `largest` (the 1M context when run) for batch 1; `layers` is the model's
+/// (for the per-layer targets).
+pub fn verdicts(rows: &[Row], largest: usize, layers: usize) -> Vec<Verdict> {
     let mut out = vec![
         speedup(rows, 1 << 20, "host", 2.3),
         speedup(rows, 256 << 10, "host", 2.0),
@@ -161,6 +201,17 @@ pub fn verdicts(rows: &[Row], largest: usize) -> Vec<Verdict> {
     for placement in ["host", "hbm"] {
         out.push(fidelity_136(rows, largest, placement));
     }
+    out.extend(
+        [
+            speedup(rows, 1 << 20, "host", 2.6),
+            speedup(rows, 256 << 10, "host", 2.4),
+            link_floor(rows, 1 << 20, 1, 1.1),
+            speedup(rows, 1 << 20, "hbm", 2.0),
+        ]
+        .map(of_issue_15),
+    );
+    out.push(per_layer(rows, 32 << 10, layers, 0.030));
+    out.push(per_layer(rows, 1 << 20, layers, 0.100));
     out
 }
 

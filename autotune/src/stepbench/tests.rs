@@ -316,7 +316,7 @@ fn targets() {
     rows[6].fidelity = Some(0.02);
     rows[7].fidelity = Some(0.005);
     rows[8].fidelity = Some(0.004);
-    let v = verdicts(&rows, m);
+    let v = verdicts(&rows, m, 36);
     let get = |prefix: &str| {
         v.iter()
             .find(|x| x.target.starts_with(prefix))
@@ -339,8 +339,30 @@ fn targets() {
         f.starts_with("missed by 1.25x") && f.contains("loki(32)"),
         "{f}"
     );
+    // Issue #15's sharper targets, after issue #6's: the same cells, other bounds.
+    assert!(get("host 1m: fathom(48) at least 2.6x").starts_with("met (3.00x)"));
+    assert!(
+        v.iter()
+            .any(|x| x.target
+                == "host 1m: fathom(48) at least 2.6x faster than sparq(32) (issue #15)")
+    );
+    assert!(get("host 256k: fathom(48) at least 2.4x").starts_with("missed by 1.60x"));
+    assert!(get("host 1m: fathom(48) within 1.1x").starts_with("missed by 1.01x (1.11x"));
+    assert!(get("hbm 1m: fathom(48) at least 2x").starts_with("missed by 1.67x"));
+    // 1.0 ms over 36 layers is 27.8 us a layer, under the 1M target's 100.
+    assert!(get("hbm 1m: fathom(48) at most 100 us").starts_with("met (27.8 us a layer)"));
+    assert!(get("hbm 32k: fathom(48) at most 30 us").starts_with("not measured"));
+    rows.push(row("fathom(48)", 32 << 10, "hbm", 1.8));
+    let v32 = verdicts(&rows, m, 36);
+    let o = &v32
+        .iter()
+        .find(|x| x.target.starts_with("hbm 32k: fathom(48) at most 30 us"))
+        .unwrap()
+        .outcome;
+    assert!(o.starts_with("missed by 1.67x (50.0 us a layer)"), "{o}");
+    rows.pop();
     rows[0].gpu_ms = Some(12.0);
-    let v = verdicts(&rows, m);
+    let v = verdicts(&rows, m, 36);
     let o = &v
         .iter()
         .find(|x| x.target.starts_with("host 1m: fathom(48) reads"))
@@ -351,9 +373,9 @@ fn targets() {
     let all_twenty =
         |v: &[super::targets::Verdict]| v.iter().all(|x| !x.outcome.contains("fewer than 20"));
     rows.iter_mut().for_each(|r| r.steps = 20);
-    assert!(all_twenty(&verdicts(&rows, m)));
+    assert!(all_twenty(&verdicts(&rows, m, 36)));
     rows[1].steps = 7;
-    let v = verdicts(&rows, m);
+    let v = verdicts(&rows, m, 36);
     let o = &v
         .iter()
         .find(|x| x.target.starts_with("host 1m: fathom(48) at least"))
@@ -685,7 +707,7 @@ fn the_standing_batch_and_footprint_targets() {
     ]);
     let mut rows = vec![b16, one];
     let get = |rows: &[Row], prefix: &str| {
-        verdicts(rows, m)
+        verdicts(rows, m, 36)
             .into_iter()
             .find(|x| x.target.starts_with(prefix))
             .unwrap_or_else(|| panic!("no target {prefix}"))
