@@ -501,6 +501,59 @@ fn a_select_tile_of_two_variants_is_refused() {
 }
 
 #[test]
+fn an_attention_tile_of_bad_splits_is_refused_naming_them() {
+    struct Splits(u32);
+    impl Tuning for Splits {
+        fn tile(&self, key: &TuneKey) -> Option<Tile> {
+            (key.family == TunedFamily::Attention).then_some(Tile::Attention {
+                threads: 256,
+                rows_per_warp: 4,
+                splits: self.0,
+            })
+        }
+        fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+            None
+        }
+    }
+    let s = shape(4, 10_000, Placement::Hbm);
+    for splits in [0, 17] {
+        let e = plan_of(
+            s,
+            Method::Fathom { bits: 48.0 },
+            None,
+            64,
+            Some(&Splits(splits)),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, StepError::Spec(spec) if spec.field == "splits"),
+            "splits {splits}: {e}"
+        );
+    }
+}
+
+#[test]
+fn attention_tiles_of_older_records_have_one_block_a_head() {
+    let old: Tile =
+        serde_json::from_str(r#"{"attention": {"threads": 512, "rows_per_warp": 8}}"#).unwrap();
+    let one = Tile::Attention {
+        threads: 512,
+        rows_per_warp: 8,
+        splits: 1,
+    };
+    assert_eq!(old, one);
+    // One block a head is written as before; more are written.
+    assert!(!serde_json::to_string(&one).unwrap().contains("splits"));
+    let four = Tile::Attention {
+        threads: 512,
+        rows_per_warp: 8,
+        splits: 4,
+    };
+    let back: Tile = serde_json::from_str(&serde_json::to_string(&four).unwrap()).unwrap();
+    assert_eq!(back, four);
+}
+
+#[test]
 fn select_tiles_of_older_records_are_the_plain_select() {
     let old: Tile =
         serde_json::from_str(r#"{"select": {"threads": 256, "items_per_thread": 16}}"#).unwrap();
