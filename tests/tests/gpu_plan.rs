@@ -359,16 +359,23 @@ gpu_test!(gpu_plan_fathom_matches_reference, |t| {
 
 // The bisection tries 2^LEVELS - 1 midpoints a round, one per warp, LEVELS set by the warps
 // (one level a round for one warp, five for 32; odd warp counts leave warps idle): every block
-// size must reach the serial line bit for bit.
+// size must reach the serial line bit for bit. Up to 128 threads a sequence also has more than
+// twice as many segments as the block has threads, and a partial last one, so that every thread
+// writes the run-table entries of several segments.
 gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
     for threads in [32, 64, 96, 128, 224, 512, 1024] {
         for (g, d, blk) in FEW_SHAPES {
             let block = BlockSize::from_tokens(blk).unwrap();
             let most = d as f64 * (4.0 + block.scale_bits_per_token());
             for budget in [48.0, t.rng.gen_range(min_budget(block)..most).ceil()] {
+                let mut n_stored = vec![3 * blk, 0, 9 * blk];
+                if threads <= 128 {
+                    n_stored.push((2 * threads + 3) * 64 * SEGMENT_WORDS + blk);
+                }
                 let case = Case {
                     budget: budget as f32,
                     threads,
+                    n_stored,
                     ..Case::new(d, g, blk, PlanMethod::Fathom)
                 };
                 check(&t.gpu, &mut t.rng, t.seed, &case);
