@@ -213,7 +213,8 @@ impl Grid {
     /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, from host memory
     /// at 16-128 words and 256-1,024 threads (a tile of host memory needs more loads in flight);
     /// the one-read select only, at 256-1,024 threads and 2-16 items (it won every case, the
-    /// others lose 3x at 1M); attention at 256-1,024 threads and 4 or 8 rows a warp; the rerank's
+    /// others lose 3x at 1M); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
+    /// blocks a query head (every attention winner since the split tiles); the rerank's
     /// whole-row `_score` with the many-block top-k (the winner everywhere) at 128-1,024 threads.
     /// The rest of the grid is small and kept whole. Its candidates are a subset of the full
     /// grid's, so a quick record is the full one's kind and the checksum is the same; the
@@ -251,7 +252,7 @@ impl Grid {
                     rows_per_warp,
                     splits,
                 }),
-            ) => *threads >= 128 && *rows_per_warp >= 4 && *splits >= 4,
+            ) => (128..=256).contains(threads) && *rows_per_warp >= 4 && *splits >= 4,
             (
                 Subject::Kernel(TunedFamily::PariskvRerank),
                 Variant::Tile(Tile::Rerank {
