@@ -93,11 +93,13 @@ pub struct OptIn {
     /// `select-fused`: every select tile also as the fused one-read variant
     /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`).
     pub select_fused: bool,
+    /// `scan-tc`: every scan tile also on the tensor cores (`ScanSpec::tensor_cores`).
+    pub scan_tc: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 1] = ["select-fused"];
+    pub const NAMES: [&'static str; 2] = ["select-fused", "scan-tc"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -119,6 +121,7 @@ impl OptIn {
         for name in names {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
+                "scan-tc" => opt_in.scan_tc = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -133,6 +136,15 @@ impl OptIn {
             }
         }
         Ok(opt_in)
+    }
+
+    /// Whether the scan tiles are tried on the tensor cores too (`scan-tc`).
+    pub fn scan_tensor_cores(self) -> Vec<bool> {
+        if self.scan_tc {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], and the fused one-read
@@ -229,6 +241,7 @@ impl Grid {
                 Variant::Tile(Tile::Scan {
                     tile_words,
                     threads,
+                    ..
                 }),
             ) => match placement {
                 Placement::Hbm => (4..=32).contains(tile_words) && (64..=256).contains(threads),
@@ -336,11 +349,17 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
         Subject::Kernel(TunedFamily::Scan) => SCAN_TILE_WORDS
             .iter()
             .flat_map(|&tile_words| {
-                SCAN_THREADS.iter().map(move |&threads| {
-                    Variant::Tile(Tile::Scan {
-                        tile_words,
-                        threads,
-                    })
+                SCAN_THREADS.iter().flat_map(move |&threads| {
+                    opt_in
+                        .scan_tensor_cores()
+                        .into_iter()
+                        .map(move |tensor_cores| {
+                            Variant::Tile(Tile::Scan {
+                                tile_words,
+                                threads,
+                                tensor_cores,
+                            })
+                        })
                 })
             })
             .collect(),
@@ -464,8 +483,9 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             Tile::Scan {
                 tile_words,
                 threads,
+                tensor_cores,
             },
-        ) => scan_spec(case, tile_words, threads).into(),
+        ) => scan_spec(case, tile_words, threads, tensor_cores).into(),
         (
             TunedFamily::Gather,
             Tile::Gather {
@@ -549,12 +569,13 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
 }
 
 /// The scan spec of a case and tile.
-pub fn scan_spec(case: &Case, tile_words: usize, threads: usize) -> ScanSpec {
+pub fn scan_spec(case: &Case, tile_words: usize, threads: usize, tensor_cores: bool) -> ScanSpec {
     ScanSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
         tile_words,
         threads,
+        tensor_cores,
         ..ScanSpec::new(case.head_dim, case.group, case.placement)
     }
 }

@@ -28,11 +28,17 @@ fn scan_candidates_are_the_valid_part_of_the_grid() {
             let Variant::Tile(Tile::Scan {
                 tile_words,
                 threads,
+                tensor_cores,
             }) = *v
             else {
                 panic!("{v:?}")
             };
-            let ok = scan_spec(&c, tile_words, threads).validate().is_ok();
+            assert!(
+                !tensor_cores,
+                "the tensor-core scan is an opt-in: {}",
+                v.name()
+            );
+            let ok = scan_spec(&c, tile_words, threads, false).validate().is_ok();
             assert_eq!(valid.contains(v), ok, "{}", v.name());
             // Tokens per thread outside 1, 2, 4, 8 never survive.
             if ok {

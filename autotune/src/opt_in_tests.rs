@@ -91,3 +91,67 @@ fn multiblock_candidates_are_the_valid_rerank_specs() {
         assert_eq!(many, 2 * (PARISKV_THREADS.len() - 1));
     }
 }
+
+/// `--opt-in scan-tc`: every scan tile of the default grid also on the tensor cores, each kept
+/// exactly when its spec validates; the default grid and its checksum do not change, and the
+/// plain tile wins a tie.
+#[test]
+fn scan_tc_adds_the_tensor_core_twin_of_every_scan_tile() {
+    use crate::candidates::{candidate_checksum, grid_with, scan_spec};
+    let opt_in = OptIn::parse(&["scan-tc".to_string()]).unwrap();
+    assert!(opt_in.scan_tc);
+    assert_ne!(
+        candidate_checksum(opt_in),
+        candidate_checksum(OptIn::default())
+    );
+    for placement in [Placement::Hbm, Placement::Host] {
+        let subject = Subject::Kernel(TunedFamily::Scan);
+        let plain = grid(subject, placement);
+        let both = grid_with(subject, placement, opt_in);
+        assert_eq!(both.len(), 2 * plain.len());
+        let case = Case {
+            opt_in,
+            grid: Default::default(),
+            subject,
+            head_dim: 128,
+            group: 4,
+            kv_heads: 8,
+            placement,
+            tokens: 1 << 20,
+        };
+        let kept = enumerate(&case);
+        let mut tc_kept = 0;
+        for v in &both {
+            let Variant::Tile(Tile::Scan {
+                tile_words,
+                threads,
+                tensor_cores,
+            }) = *v
+            else {
+                panic!("{v:?}")
+            };
+            let spec = scan_spec(&case, tile_words, threads, tensor_cores);
+            assert_eq!(kept.contains(v), spec.validate().is_ok(), "{}", v.name());
+            if tensor_cores {
+                assert!(v.name().ends_with(" tc"), "{}", v.name());
+                assert!(plain.contains(&Variant::Tile(Tile::Scan {
+                    tile_words,
+                    threads,
+                    tensor_cores: false,
+                })));
+                let twin = Variant::Tile(Tile::Scan {
+                    tile_words,
+                    threads,
+                    tensor_cores: false,
+                });
+                assert!(simplicity(&twin) < simplicity(v), "{}", v.name());
+                tc_kept += usize::from(kept.contains(v));
+            }
+        }
+        // 4 tokens a thread at 64 to 512 threads, and more.
+        assert!(
+            tc_kept >= 4,
+            "{placement:?}: {tc_kept} tensor-core tiles kept"
+        );
+    }
+}

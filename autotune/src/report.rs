@@ -189,6 +189,7 @@ mod tests {
             Variant::Tile(Tile::Scan {
                 tile_words: w,
                 threads: 256,
+                tensor_cores: false,
             })
         };
         let timed = |w: usize, ms: f64| CandidateRecord {

@@ -235,6 +235,7 @@ fn simpler_is_fused_then_fewer_threads_then_smaller_tiles() {
         simplicity(&Variant::Tile(Tile::Scan {
             tile_words,
             threads,
+            tensor_cores: false,
         }))
     };
     assert!(s(64, 256) < s(8, 512));
@@ -273,6 +274,7 @@ fn choose_ignores_disqualified_and_needs_a_timed_candidate() {
         variant: Variant::Tile(Tile::Scan {
             tile_words: 8,
             threads: 64,
+            tensor_cores: false,
         }),
         outcome: Outcome::Disqualified {
             reason: "wrong".into(),

@@ -338,10 +338,12 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
             // the one-read one (newest): another variant wins only when it is faster beyond
             // noise.
             let (kind, threads, size) = match tile {
+                // The plain scan before the tensor-core one (an opt-in).
                 Tile::Scan {
                     tile_words,
                     threads,
-                } => (0, threads, tile_words),
+                    tensor_cores,
+                } => (u8::from(tensor_cores), threads, tile_words),
                 Tile::Gather {
                     loads_in_flight,
                     threads,

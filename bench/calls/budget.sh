@@ -10,3 +10,5 @@ T0=$(date +%s); BUDGET=${BUDGET:-${DEFAULT_BUDGET:-560}}
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 lim() { local a=$1 b; b=$(left); [ "$b" -lt "$a" ] && a=$b; [ "$a" -lt 5 ] && a=5; echo "$a"; }
 el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L/timeline.txt"; }
+#   unpack   the GPU pack (.gpu/pack.tar.xz) into /tmp/fg: B its programs, TESTS its test binaries.
+unpack() { rm -rf /tmp/fg && mkdir -p /tmp/fg && tar xJf "$R/.gpu/pack.tar.xz" -C /tmp/fg && B=/tmp/fg/.gpu/bin TESTS=/tmp/fg/.gpu/tests; }

@@ -22,7 +22,19 @@ const TEMPLATES: &[(&str, &str)] = &[
         "gather.cu.tera",
         include_str!("../../templates/gather.cu.tera"),
     ),
+    (
+        "scan_copies.cuh.tera",
+        include_str!("../../templates/scan_copies.cuh.tera"),
+    ),
+    (
+        "scan_chunks.cuh.tera",
+        include_str!("../../templates/scan_chunks.cuh.tera"),
+    ),
     ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
+    (
+        "scan_tc.cu.tera",
+        include_str!("../../templates/scan_tc.cu.tera"),
+    ),
     (
         "oracle.cu.tera",
         include_str!("../../templates/oracle.cu.tera"),

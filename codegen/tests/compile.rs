@@ -387,3 +387,70 @@ fn snapshot_variant(preset: &str, spec: &KernelSpec) {
         compiled.ptx
     );
 }
+
+/// The tensor-core scan (`templates/scan_tc.cu.tera`) at every group size the grid of the plain
+/// scan samples, several tiles, blocks and head dimensions, both placements and both
+/// architectures: it compiles without a warning, and at the tiles autotune tries for qwen3-8b's
+/// shape ptxas neither spills nor exceeds the static shared memory the spec sized.
+#[test]
+fn tensor_core_scans_compile_without_warnings_or_spills() {
+    let tiles = [(2, 32), (4, 64), (8, 128), (16, 256), (64, 1024)];
+    let mut specs: Vec<ScanSpec> = scan_cells(&[1, 3, 4, 7, 8, 16], &tiles)
+        .into_iter()
+        .filter(|s| (s.head_dim + s.group + s.tile_words + s.block) % 7 == 0)
+        .map(|s| ScanSpec {
+            tensor_cores: true,
+            ..s
+        })
+        .filter(|s| s.validate().is_ok())
+        .collect();
+    for (tile_words, threads) in [(4, 64), (8, 128), (16, 256), (32, 256), (32, 512)] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            specs.push(ScanSpec {
+                tile_words,
+                threads,
+                tensor_cores: true,
+                ..ScanSpec::new(128, 4, placement)
+            });
+        }
+    }
+    assert!(specs.len() > 30, "the grid has {} specs", specs.len());
+    for spec in &specs {
+        spec.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            spec.kernel_name().ends_with("_tc"),
+            "{}",
+            spec.kernel_name()
+        );
+        for arch in ARCHS {
+            let compiled = compile(&(*spec).into(), arch);
+            assert_eq!(
+                compiled.log,
+                "",
+                "{} ({arch}): NVRTC warned",
+                spec.kernel_name()
+            );
+        }
+        if spec.head_dim == 128 && spec.group == 4 && spec.block == 64 {
+            let source = render_any(&(*spec).into()).unwrap();
+            let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+            let entry = [spec.kernel_name()];
+            let r = &codegen::resources::measure(&source, "scan_tc.cu", "sm_90", &options, &entry)
+                .unwrap()[0];
+            assert_eq!(
+                (r.spill_store_bytes, r.spill_load_bytes, r.stack_bytes),
+                (0, 0, 0),
+                "{}: {r:?}",
+                spec.kernel_name()
+            );
+            assert!(
+                r.shared_bytes as usize <= spec.shared_bytes(),
+                "{}: {} bytes of shared memory, the spec sized {}",
+                spec.kernel_name(),
+                r.shared_bytes,
+                spec.shared_bytes()
+            );
+            eprintln!("{}: {r:?}", spec.kernel_name());
+        }
+    }
+}

@@ -198,6 +198,7 @@ fn scan_name_carries_every_field() {
         tile_words: _,
         threads: _,
         placement: _,
+        tensor_cores: _,
     } = s;
     assert_every_field_named(
         s,
@@ -218,6 +219,13 @@ fn scan_name_carries_every_field() {
                 "placement",
                 ScanSpec {
                     placement: Placement::Host,
+                    ..s
+                },
+            ),
+            (
+                "tensor_cores",
+                ScanSpec {
+                    tensor_cores: true,
                     ..s
                 },
             ),

@@ -46,6 +46,7 @@ fn small_specs() -> Vec<KernelSpec> {
             tile_words: 16,
             threads: 256,
             placement: Placement::Hbm,
+            tensor_cores: false,
         }
         .into(),
         SelectSpec {

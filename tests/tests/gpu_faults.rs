@@ -504,6 +504,7 @@ fn scan_record(meta: RecordMeta) -> TuningRecord {
     let variant = Variant::Tile(Tile::Scan {
         tile_words,
         threads,
+        tensor_cores: false,
     });
     let mut record = TuningRecord::new(meta);
     record.insert(EntryRecord {
@@ -653,6 +654,7 @@ gpu_test!(
             Some(Tile::Scan {
                 tile_words,
                 threads,
+                ..
             }) => fit_scan_tile((tile_words, threads), segment_words),
             _ => fit_scan_tile(runtime::tuning::Tiles::default().scan_hbm, segment_words),
         };

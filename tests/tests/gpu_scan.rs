@@ -12,13 +12,10 @@
 //! is compared (at 1M tokens, a random sample, see below); tokens at and past `n_stored` must
 //! keep the scores buffer's poison.
 //!
-//! Tolerance, per score: `|gpu − ref| <= (m + 2)·2⁻²⁴·Σ_c |q_c·x̂_c| + 1e-30`, `m` the active
-//! channels. Why: the kernel forms `coef = fl(q_c · Δ·2^(4−t))` (`Δ·2^(4−t)` is exact in f32,
-//! so one rounding, relative error <= u = 2⁻²⁴) and `f = p + ½ − 2^(t−1)` exactly, then adds
-//! `coef·f` to an f32 accumulator with one fma (one rounding) per active channel. Recursive
-//! summation of `m` terms errs by at most `γ_m·Σ|terms|`, `γ_m = m·u/(1 − m·u)`, and the terms
-//! are within `(1 + u)` of `q_c·x̂_c`, so the error is below `(m + 1)·u·Σ|q_c·x̂_c|` plus
-//! second-order terms; `m + 2` covers those. The f64 reference's own error is ~2⁻⁵³ relative.
+//! Tolerance, per score: `reference::score::scan_tolerance`, which says why. For the plain scan
+//! `|gpu − ref| <= (m + 2)·2⁻²⁴·Σ_c |q_c·x̂_c| + 1e-30`, `m` the active channels; for the
+//! tensor-core one (`ScanSpec::tensor_cores`, weights as fp16 high and low parts) a bound of
+//! `2⁻²¹·(P + 4)` times the pieces' `Δ·2^(2−k)·(|q_c| + max|q|)`, `P` the active pieces.
 //!
 //! Shapes: G = 1, 4, 7, 8, 16 × every D of §1 (`fathom_tests::shapes`) with BLK 32/64/128 cycling and tiles of 1, 2, 4 and
 //! 8 tokens per thread; one block alone; `B = 3` sequences of different lengths (several
@@ -36,7 +33,7 @@
 //! then matches the reference like the scan of the source table.
 
 use codegen::spec::shape::HEAD_DIMS;
-use codegen::spec::{GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
+use codegen::spec::{Family, GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::{random_device_stores, DeviceStore};
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
@@ -48,7 +45,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use reference::model::Basis;
 use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use reference::score::score_stored;
+use reference::score::{scan_tolerance, score_stored};
 use reference::store::{BlockSize, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
 
@@ -94,18 +91,6 @@ fn reference_depths(kind: PlanKind, store: &HeadStore, queries: &[Vec<f64>]) -> 
     }
 }
 
-/// `Σ_c |q_c · x̂_c|` and the tolerance of one score (see the module docs).
-fn tolerance(store: &HeadStore, depths: &[u8], q: &[f64], token: usize) -> f64 {
-    let active = depths.iter().filter(|&&t| t > 0).count();
-    let mass: f64 = depths
-        .iter()
-        .enumerate()
-        .filter(|&(_, &t)| t > 0)
-        .map(|(c, &t)| (q[c] * store.decode(token, c, t)).abs())
-        .sum();
-    (active + 2) as f64 * 2f64.powi(-24) * mass + 1e-30
-}
-
 /// One score against the reference value.
 #[allow(clippy::too_many_arguments)]
 fn check_score(
@@ -116,8 +101,9 @@ fn check_score(
     (b, h, g, token): (usize, usize, usize, usize),
     got: f32,
     want: f64,
+    tensor_cores: bool,
 ) {
-    let bound = tolerance(store, depths, q, token);
+    let bound = scan_tolerance(store, depths, q, token, tensor_cores);
     let error = (f64::from(got) - want).abs();
     bad.check(error <= bound, || {
         format!("b {b} h {h} head {g} token {token}: {got}, want {want} (|error| {error:.3e} > {bound:.3e})")
@@ -136,6 +122,7 @@ fn compare_scores(
     ld_scores: usize,
     label: &str,
     seed: u64,
+    tensor_cores: bool,
 ) {
     let heads = stores[0].len();
     let mut bad = Mismatches::new(format!("{label}: scores"), seed);
@@ -157,6 +144,7 @@ fn compare_scores(
                             (b, h, gi, i),
                             got,
                             want[gi][i],
+                            tensor_cores,
                         );
                     } else {
                         bad.check(got.to_bits() == u32::MAX, || {
@@ -181,6 +169,8 @@ struct ScanCase {
     placement: Placement,
     n_stored: Vec<usize>,
     heads: usize,
+    /// The tensor-core variant (`ScanSpec::tensor_cores`).
+    tensor_cores: bool,
 }
 
 /// Scans the case's random store with reference plans on the CPU-built source run table.
@@ -213,6 +203,7 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         tile_words: case.tile_words,
         threads: case.threads,
         placement: case.placement,
+        tensor_cores: case.tensor_cores,
     };
     let kernel = Kernel::compile(gpu, spec);
     let ld_scores = case.n_stored.iter().max().unwrap() + 64;
@@ -233,7 +224,15 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         case.n_stored
     );
     compare_scores(
-        &scores, &stores, &depths, &queries, g, ld_scores, &label, seed,
+        &scores,
+        &stores,
+        &depths,
+        &queries,
+        g,
+        ld_scores,
+        &label,
+        seed,
+        spec.tensor_cores,
     );
 }
 
@@ -260,6 +259,7 @@ fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
                 placement,
                 n_stored: vec![long, blk, 0],
                 heads: 2,
+                tensor_cores: false,
             });
         }
     }
@@ -296,8 +296,54 @@ gpu_test!(gpu_scan_host_fused_matches_reference, |t| {
             placement: Placement::Host,
             n_stored: vec![blk * t.rng.gen_range(64..160), 0, 2 * blk],
             heads: 2,
+            tensor_cores: false,
         };
         scan_case(&t.gpu, &mut t.rng, t.seed, &case);
+    }
+});
+
+// The tensor-core variant on the shapes of the two tests above (where its registers do not
+// allow the case's tile, 8-word tiles of 128 threads), on one block, and at the HBM default
+// tile; the 1M-token test below runs it too.
+gpu_test!(gpu_scan_tensor_cores_match_reference, |t| {
+    for placement in [Placement::Hbm, Placement::Host] {
+        for case in shapes_cases(&mut t.rng, placement) {
+            let mut case = ScanCase {
+                tensor_cores: true,
+                ..case
+            };
+            let spec = |c: &ScanCase| ScanSpec {
+                tensor_cores: true,
+                tile_words: c.tile_words,
+                threads: c.threads,
+                block: c.blk,
+                segment_words: c.segment_words,
+                ..ScanSpec::new(c.d, c.g, placement)
+            };
+            if spec(&case).validate().is_err() {
+                (case.tile_words, case.threads) = (8, 128);
+            }
+            scan_case(&t.gpu, &mut t.rng, t.seed, &case);
+        }
+    }
+    for blk in [32, 64, 128] {
+        for (tile_words, threads, segment_words) in [(2, 64, 2), (16, 256, 32)] {
+            let case = ScanCase {
+                d: 128,
+                g: 4,
+                blk,
+                segment_words,
+                tile_words,
+                threads,
+                placement: Placement::Hbm,
+                n_stored: vec![blk, 64 * segment_words + blk, 0],
+                heads: 3,
+                tensor_cores: true,
+            };
+            for _ in 0..2 {
+                scan_case(&t.gpu, &mut t.rng, t.seed, &case);
+            }
+        }
     }
 });
 
@@ -314,6 +360,7 @@ gpu_test!(gpu_scan_one_block, |t| {
                 placement,
                 n_stored: vec![blk],
                 heads: 1,
+                tensor_cores: false,
             };
             // Every plan on the one head.
             for _ in 0..PLANS.len() {
@@ -496,6 +543,7 @@ fn staged_pipeline(
             tile_words: 4,
             threads: 128,
             placement: scan_placement,
+            tensor_cores: false,
         };
         let kernel = Kernel::compile(gpu, spec);
         let scores = run_scan(
@@ -511,7 +559,7 @@ fn staged_pipeline(
         );
         let label = format!("{label}, {} on the {what} table", kernel.name());
         compare_scores(
-            &scores, &stores, &depths, &q_store, g, ld_scores, &label, seed,
+            &scores, &stores, &depths, &q_store, g, ld_scores, &label, seed, false,
         );
     }
 }
@@ -677,8 +725,16 @@ gpu_test!(gpu_scan_1m_tokens_hbm_host_and_staged, |t| {
                 );
                 tables.push((staged, Placement::Hbm, "staged"));
             }
-            for (table, scan_placement, what) in &tables {
-                let spec = ScanSpec::new(d, g, *scan_placement);
+            let variants = tables.iter().flat_map(|t| [(t, false), (t, true)]);
+            for ((table, scan_placement, what), tensor_cores) in variants {
+                let mut spec = ScanSpec {
+                    tensor_cores,
+                    ..ScanSpec::new(d, g, *scan_placement)
+                };
+                if spec.validate().is_err() {
+                    // The host default (1,024 threads) has too few registers a thread for it.
+                    (spec.tile_words, spec.threads) = (16, 256);
+                }
                 let kernel = Kernel::compile(&t.gpu, spec);
                 let scores = run_scan(
                     &t.gpu,
@@ -723,6 +779,7 @@ gpu_test!(gpu_scan_1m_tokens_hbm_host_and_staged, |t| {
                             (0, 0, gi, i),
                             row[i],
                             want,
+                            tensor_cores,
                         );
                     }
                 }

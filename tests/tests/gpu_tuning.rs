@@ -79,6 +79,7 @@ gpu_test!(gpu_decoder_uses_the_record_of_this_gpu, |t| {
                 Some(runtime::tuning::Tile::Scan {
                     tile_words,
                     threads,
+                    ..
                 }) => (tile_words, threads),
                 other => panic!("the record has no scan tile for {key:?}: {other:?}"),
             };

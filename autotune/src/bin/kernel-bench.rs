@@ -11,7 +11,8 @@
 //!
 //! and prints a table and a JSON record (GPU, driver, date, commit, every figure).
 //! `--host-memory pinned|registered|vmm2m` picks how the host store is allocated
-//! (`runtime::store::HostMemory`; default `pinned`, `cuMemHostAlloc`).
+//! (`runtime::store::HostMemory`; default `pinned`, `cuMemHostAlloc`); `--tensor-cores` times
+//! every scan tile on the tensor cores too (`ScanSpec::tensor_cores`).
 //!
 //! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
 
@@ -41,6 +42,8 @@ struct Options {
     commit: String,
     budgets: Vec<f32>,
     host_memory: HostMemory,
+    /// Also time every scan tile on the tensor cores (`ScanSpec::tensor_cores`).
+    tensor_cores: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -51,6 +54,7 @@ fn parse_args() -> Result<Options, String> {
         commit: "unknown".into(),
         budgets: vec![48.0],
         host_memory: HostMemory::Pinned,
+        tensor_cores: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -65,6 +69,7 @@ fn parse_args() -> Result<Options, String> {
                     .parse()
                     .map_err(|e| format!("--host-memory: {e}"))?
             }
+            "--tensor-cores" => o.tensor_cores = true,
             "--budgets" => {
                 o.budgets = value()?
                     .split(',')
@@ -74,7 +79,8 @@ fn parse_args() -> Result<Options, String> {
             other => {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
-                     [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--commit HASH]"
+                     [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--tensor-cores] \
+                     [--commit HASH]"
                 ))
             }
         }
@@ -425,7 +431,12 @@ fn run(o: &Options) -> Result<Record, String> {
     };
     let (gather, gather_name) = load(&jit, gather_spec)?;
     let host_tiles = [(64, 1024), (16, 256), (32, 512), (32, 256)];
-    let hbm_tiles = [(16, 256), (8, 256), (8, 128), (16, 512), (32, 512)];
+    let hbm_tiles = [(16, 256), (8, 256), (8, 128), (8, 64), (16, 512), (32, 512)];
+    let variants: &[bool] = if o.tensor_cores {
+        &[false, true]
+    } else {
+        &[false]
+    };
     let mut rows = Vec::new();
     let mut best_hbm: Vec<(String, f64)> = Vec::new();
     for (label, method, budget) in &methods {
@@ -490,14 +501,18 @@ fn run(o: &Options) -> Result<Record, String> {
                 Placement::Hbm => &hbm_tiles,
             };
             let mut best = f64::INFINITY;
-            for &(tile_words, threads) in tiles {
-                let spec = ScanSpec {
+            let specs = tiles.iter().flat_map(|&(tile_words, threads)| {
+                variants.iter().map(move |&tensor_cores| ScanSpec {
                     block: BLOCK,
                     segment_words: SEGMENT_WORDS,
                     tile_words,
                     threads,
+                    tensor_cores,
                     ..ScanSpec::new(d, g, placement)
-                };
+                })
+            });
+            for spec in specs {
+                let (tile_words, threads) = (spec.tile_words, spec.threads);
                 let (function, name) = match load(&jit, spec) {
                     Ok(m) => m,
                     Err(err) => {

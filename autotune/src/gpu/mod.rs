@@ -38,6 +38,7 @@ use codegen::spec::{GatherSpec, KernelSpec, Placement, ScanSpec};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use reference::score::scan_tolerance;
 use reference::store::HeadStore;
 use runtime::abi;
 use runtime::ceilings::Ceilings;
@@ -67,9 +68,10 @@ pub(crate) struct Prepared {
     pub(crate) staging: Staging,
     pub(crate) plan: DevicePlan,
     scores: DeviceBuffer<f32>,
-    /// Token positions compared, and per `(h, g, sample)` the reference score and tolerance.
+    /// Token positions compared, and per `(h, g, sample)` the reference score and the
+    /// tolerances of the plain and the tensor-core scan.
     sample: Vec<usize>,
-    want: Vec<(f64, f64)>,
+    want: Vec<(f64, f64, f64)>,
 }
 
 /// Which bench a case belongs to.
@@ -167,12 +169,16 @@ impl GpuBench {
     /// The scan of `case`'s shape in `placement`: the adopted winner, else the default.
     fn part_scan(&self, case: &Case, placement: Placement) -> ScanSpec {
         let defaults = Tiles::default();
-        let (w, t) = match self.tile(case, TunedFamily::Scan, placement) {
+        let (w, t, tc) = match self.tile(case, TunedFamily::Scan, placement) {
             Some(Tile::Scan {
                 tile_words,
                 threads,
-            }) => (tile_words, threads),
-            _ => fit_scan_tile(defaults.scan(placement, case.group), SEGMENT_WORDS),
+                tensor_cores,
+            }) => (tile_words, threads, tensor_cores),
+            _ => {
+                let (w, t) = fit_scan_tile(defaults.scan(placement, case.group), SEGMENT_WORDS);
+                (w, t, false)
+            }
         };
         scan_spec(
             &Case {
@@ -181,6 +187,7 @@ impl GpuBench {
             },
             w,
             t,
+            tc,
         )
     }
 
@@ -214,7 +221,11 @@ impl GpuBench {
             Variant::Tile(Tile::Scan {
                 tile_words,
                 threads,
-            }) => vec![(scan_spec(case, tile_words, threads).into(), false)],
+                tensor_cores,
+            }) => vec![(
+                scan_spec(case, tile_words, threads, tensor_cores).into(),
+                false,
+            )],
             Variant::Tile(Tile::Gather {
                 loads_in_flight,
                 threads,
@@ -291,8 +302,9 @@ impl GpuBench {
         Ok(out)
     }
 
-    /// Compares the sampled scores with the reference.
-    fn compare(&self, case: &Case) -> Result<(), String> {
+    /// Compares the sampled scores with the reference, within the tolerance of the plain or
+    /// the tensor-core scan.
+    fn compare(&self, case: &Case, tensor_cores: bool) -> Result<(), String> {
         let p = self.prepared()?;
         let scores = p.scores.download().map_err(gpu_err)?;
         let (g, n) = (case.group, case.tokens);
@@ -301,7 +313,8 @@ impl GpuBench {
             for gi in 0..g {
                 let row = &scores[(h * g + gi) * n..(h * g + gi + 1) * n];
                 for &i in &p.sample {
-                    let (want, bound) = p.want[k];
+                    let (want, plain, tc) = p.want[k];
+                    let bound = if tensor_cores { tc } else { plain };
                     k += 1;
                     let got = row[i];
                     // NaN is a mismatch too.
@@ -395,37 +408,38 @@ impl GpuBench {
     }
 }
 
-/// The reference score of each sampled token, with the scan's tolerance: the sum of
-/// `q_c · x̂_c` over the plan's active channels, as `score_stored` forms it from the
+/// The reference score of each sampled token, with the tolerances of the plain and the
+/// tensor-core scan (`reference::score::scan_tolerance`, the bounds of the scan's tests): the
+/// sum of `q_c · x̂_c` over the plan's active channels, as `score_stored` forms it from the
 /// reference's own decode (computed for the sample only: all of a 1M-token head would take
-/// longer than tuning it), and `(m + 2)·2⁻²⁴·Σ|q_c·x̂_c|` (the bound of the scan's tests).
+/// longer than tuning it).
 fn reference_sample(
     stores: &[HeadStore],
     plan: &DevicePlan,
     g: usize,
     sample: &[usize],
-) -> Vec<(f64, f64)> {
+) -> Vec<(f64, f64, f64)> {
     let d = stores[0].layout().head_dim();
     let mut out = Vec::new();
     for (h, store) in stores.iter().enumerate() {
         let depths = &plan.depths[h * d..(h + 1) * d];
-        let active: Vec<(usize, u8)> = depths
-            .iter()
-            .enumerate()
-            .filter(|&(_, &t)| t > 0)
-            .map(|(c, &t)| (c, t))
-            .collect();
         for gi in 0..g {
-            let q = &plan.queries[(h * g + gi) * d..(h * g + gi + 1) * d];
+            let q: Vec<f64> = plan.queries[(h * g + gi) * d..(h * g + gi + 1) * d]
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
             for &i in sample {
-                let (mut sum, mut mass) = (0.0, 0.0);
-                for &(c, t) in &active {
-                    let term = f64::from(q[c]) * store.decode(i, c, t);
-                    sum += term;
-                    mass += term.abs();
-                }
-                let bound = (active.len() + 2) as f64 * 2f64.powi(-24) * mass + 1e-30;
-                out.push((sum, bound));
+                let sum: f64 = depths
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &t)| t > 0)
+                    .map(|(c, &t)| q[c] * store.decode(i, c, t))
+                    .sum();
+                out.push((
+                    sum,
+                    scan_tolerance(store, depths, &q, i, false),
+                    scan_tolerance(store, depths, &q, i, true),
+                ));
             }
         }
     }
@@ -471,7 +485,14 @@ impl Bench for GpuBench {
                     .fill(&self.prepared()?.scores, 0xff)
                     .map_err(gpu_err)?;
                 dev.run_once(&launches)?;
-                self.compare(case)
+                let tensor_cores = matches!(
+                    variant,
+                    Variant::Tile(Tile::Scan {
+                        tensor_cores: true,
+                        ..
+                    })
+                );
+                self.compare(case, tensor_cores)
             }
             Kind::Plan => {
                 let p = self.prepared()?;

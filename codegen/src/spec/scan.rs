@@ -26,6 +26,8 @@ pub const TARGET_BLOCKS: usize = 2048;
 pub const MAX_STRIPE: usize = 8;
 /// The tokens one thread may score: its accumulators are `tokens × G` registers.
 pub const THREAD_TOKENS: [usize; 4] = [1, 2, 4, 8];
+/// Tensor cores: plane pieces per mma k-chunk (the K of m16n8k16).
+pub const TC_K: usize = 16;
 
 /// A scan kernel: one thread block per stripe of consecutive tiles of `tile_words` words (64
 /// tokens each) of one segment of one (sequence, KV head); `launch_dims` sets the stripes.
@@ -58,6 +60,12 @@ pub struct ScanSpec {
     pub threads: usize,
     /// Where the runs live: `hbm` (device memory, incl. staging) or `host` (fused, mapped).
     pub placement: Placement,
+    /// Score on the tensor cores (`templates/scan_tc.cu.tera`): each plane bit is a ±Δ
+    /// fp16 operand and each (plane, head) weight `q·2^(2−k)` an fp16 pair (high and low
+    /// part), multiplied by `mma.sync` m16n8k16 into fp32. An opt-in variant (autotune
+    /// `--opt-in scan-tc`); `false` when absent, so older specs read unchanged.
+    #[serde(default)]
+    pub tensor_cores: bool,
 }
 
 impl ScanSpec {
@@ -80,6 +88,7 @@ impl ScanSpec {
             tile_words,
             threads,
             placement,
+            tensor_cores: false,
         }
     }
 
@@ -110,11 +119,17 @@ impl ScanSpec {
         self.tile_words * shape::WORD_TOKENS / self.block
     }
 
-    /// Registers a thread is expected to need: its accumulators (`tokens × G`), the plane halves
-    /// of one run (`4 × tokens`) and the addresses and counters of the loops.
+    /// Registers a thread is expected to need: its accumulators (`tokens × G`, or the mma
+    /// fragments with tensor cores), the plane halves of one run (`4 × tokens`) and the addresses and counters of the loops.
     fn register_estimate(&self) -> usize {
         let tokens = self.thread_tokens();
-        (32 + tokens * (self.group + 4)).div_ceil(8) * 8
+        if self.tensor_cores {
+            // Each 32-token half a warp owns is two m16 tiles of `n_tiles` fragments of four
+            // fp32 accumulators a lane, and the four plane words of a column pair a lane.
+            (48 + tokens * (8 * self.n_tiles() + 4)).div_ceil(8) * 8
+        } else {
+            (32 + tokens * (self.group + 4)).div_ceil(8) * 8
+        }
     }
 
     /// Thread blocks one multiprocessor is meant to hold at once, bounded by its registers and
@@ -162,16 +177,42 @@ impl ScanSpec {
     /// Static shared memory of the kernel with `plane_cap` plane pieces per buffer (its
     /// `Shared` struct, each member rounded up to 16 bytes).
     fn shared_bytes_for(&self, plane_cap: usize) -> usize {
-        let (d, tw, tb) = (self.head_dim, self.tile_words, self.tile_blocks());
+        let (d, g, tw, tb) = (
+            self.head_dim,
+            self.group,
+            self.tile_words,
+            self.tile_blocks(),
+        );
         let run_cap = self.run_cap();
         let up = |b: usize| b.div_ceil(16) * 16;
-        up(2 * plane_cap * tw * 8)
-            + up(run_cap * tb * self.padded_group() * 4)
-            + up(2 * run_cap * tb * 2)
-            + up(self.group * d * 4)
+        let common = up(2 * run_cap * tb * 2)
+            + up(g * d * 4)
             + up(d * 8) * 2
             + up(d * 4)
-            + up(self.chunk_cap_for(plane_cap) * 28 + 8)
+            + up(self.chunk_cap_for(plane_cap) * 28 + 8);
+        if self.tensor_cores {
+            let k_chunks = plane_cap.div_ceil(TC_K);
+            up(2 * k_chunks * TC_K * self.piece_words() * 4)
+                + up(k_chunks * self.n_tiles() * 32 * 8)
+                + up(k_chunks * tb * 8 * 4)
+                + up(k_chunks * TC_K * 2)
+                + up(g * 4) * 2
+                + common
+        } else {
+            up(2 * plane_cap * tw * 8) + up(run_cap * tb * self.padded_group() * 4) + common
+        }
+    }
+
+    /// Tensor cores: mma n-tiles of 8 columns, two a head (its weights' high and low part).
+    pub fn n_tiles(&self) -> usize {
+        (2 * self.group).div_ceil(8)
+    }
+
+    /// Tensor cores: the shared-memory stride of a plane piece, in 32-bit words: the tile's
+    /// `2 × tile_words` halves and 4 more, so that the four pieces a warp's lanes read at once
+    /// (`2t`, `2t + 1`, `2t + 8`, `2t + 9` of a k-chunk) fall in different banks.
+    fn piece_words(&self) -> usize {
+        2 * self.tile_words + 4
     }
 
     /// Plane pieces (one plane of one run over the tile) staged per buffer: as many as the
@@ -235,6 +276,7 @@ impl Family for ScanSpec {
             tile_words,
             threads,
             placement: _,
+            tensor_cores: _,
         } = *self;
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_group(Self::FAMILY, group)?;
@@ -265,13 +307,48 @@ impl Family for ScanSpec {
                 threads,
                 format!(
                     "{} for a {tile_words}-word tile (1, 2, 4 or 8 tokens per thread)",
-                    if allowed.is_empty() {
-                        "none".to_string()
-                    } else {
-                        allowed.join(", ")
-                    }
+                    listed(&allowed)
                 ),
             ));
+        }
+        if self.tensor_cores {
+            // The mma accumulators grow with tokens per thread and n-tiles: a thread must keep
+            // them in registers (at most 255, and its share of the multiprocessor's).
+            let registers = self.register_estimate();
+            let most = (SM_REGISTERS / threads).min(255);
+            if registers > most {
+                let allowed: Vec<String> = [32, 64, 128, 256, 512, 1024]
+                    .into_iter()
+                    .filter(|&t| {
+                        ScanSpec {
+                            threads: t,
+                            tensor_cores: false,
+                            ..*self
+                        }
+                        .validate()
+                        .is_ok()
+                    })
+                    .filter(|&t| {
+                        let s = ScanSpec {
+                            threads: t,
+                            ..*self
+                        };
+                        s.register_estimate() <= (SM_REGISTERS / t).min(255)
+                    })
+                    .map(|t| t.to_string())
+                    .collect();
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "threads",
+                    threads,
+                    format!(
+                        "{} for the tensor-core scan of a {tile_words}-word tile at G = {group} \
+                         (a thread keeps ~{registers} registers of mma accumulators and plane \
+                         words; at most {most} fit)",
+                        listed(&allowed)
+                    ),
+                ));
+            }
         }
         if self.run_cap() == 0 || self.plane_cap() < 4 {
             return Err(SpecError::new(
@@ -291,19 +368,33 @@ impl Family for ScanSpec {
     /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_scan_d{}_g{}_b{}_s{}_w{}_{}_t{}",
+            "fathom_scan_d{}_g{}_b{}_s{}_w{}_{}_t{}{}",
             self.head_dim,
             self.group,
             self.block,
             self.segment_words,
             self.tile_words,
             self.placement.as_str(),
-            self.threads
+            self.threads,
+            if self.tensor_cores { "_tc" } else { "" }
         )
+    }
+
+    fn template(&self) -> String {
+        if self.tensor_cores {
+            "scan_tc.cu.tera".to_string()
+        } else {
+            "scan.cu.tera".to_string()
+        }
     }
 
     fn context(&self) -> tera::Context {
         let mut c = tera::Context::new();
+        if self.tensor_cores {
+            c.insert("n_tiles", &self.n_tiles());
+            c.insert("piece_words", &self.piece_words());
+            c.insert("k_chunk_cap", &self.plane_cap().div_ceil(TC_K));
+        }
         c.insert("head_dim", &self.head_dim);
         c.insert("group", &self.group);
         c.insert("padded_group", &self.padded_group());
@@ -319,6 +410,15 @@ impl Family for ScanSpec {
         c.insert("min_blocks", &self.min_blocks());
         c.insert("host", &(self.placement == Placement::Host));
         c
+    }
+}
+
+/// The allowed values of an error message: `none`, or a comma-separated list.
+fn listed(allowed: &[String]) -> String {
+    if allowed.is_empty() {
+        "none".to_string()
+    } else {
+        allowed.join(", ")
     }
 }
 

@@ -20,6 +20,7 @@ pub fn scan_cells(groups: &[usize], tiles: &[(usize, usize)]) -> Vec<ScanSpec> {
                             tile_words,
                             threads,
                             placement,
+                            tensor_cores: false,
                         });
                     }
                 }

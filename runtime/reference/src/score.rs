@@ -64,6 +64,53 @@ pub fn score_stored(store: &HeadStore, depths: &[u8], queries: &[Vec<f64>]) -> V
     scores
 }
 
+/// How far a GPU scan's score of stored token `token` may lie from [`score_stored`]'s, for the
+/// plain scan (`tensor_cores = false`) or the tensor-core one; `q` is the head's query in the
+/// store basis (f64 of the f32 the kernel reads).
+///
+/// Plain: `(m + 2)·2⁻²⁴·Σ_c |q_c·x̂_c|`, `m` the active channels. The kernel forms `coef =
+/// fl(q_c · Δ·2^(4−t))` (`Δ·2^(4−t)` is exact in f32, so one rounding, relative error <= u =
+/// 2⁻²⁴) and `f = p + ½ − 2^(t−1)` exactly, then adds `coef·f` to an f32 accumulator with one
+/// fma (one rounding) per active channel. Recursive summation of `m` terms errs by at most
+/// `γ_m·Σ|terms|`, `γ_m = m·u/(1 − m·u)`, and the terms are within `(1 + u)` of `q_c·x̂_c`, so
+/// the error is below `(m + 1)·u·Σ|q_c·x̂_c|` plus second-order terms; `m + 2` covers those.
+///
+/// Tensor cores: `2⁻²¹·(P + 4)·Σ_{c, k<t_c} Δ_c·2^(2−k)·(|q_c| + max_c |q_c|)`, `P` the active
+/// plane pieces. The kernel adds `(±Δ_c)·w` over the pieces `(c, k)`, `w = q_c·2^(2−k)·2^e`
+/// (`2^e` puts `max_c |q_c|` in `[1/16, 1/8)`) held as an fp16 pair `hi + lo`: `|w − hi − lo|
+/// <= 2⁻²²·|w|` where `lo` is normal and `<= 2⁻²⁵` (half a subnormal step; `2⁻²¹·max|q|`
+/// unscaled) where not. `Δ·hi` and `Δ·lo` are exact in fp32; the tensor cores add them
+/// (truncating: ~2 units of 2⁻²⁴ a product over the pieces and the k-chunks' partial sums) and
+/// the high and low columns are added and scaled back once each, so the bound is loose by ~4.
+/// A wrong bit, Δ or plane weight, or a dropped `lo`, errs by `2⁻¹²` of a term or more.
+pub fn scan_tolerance(
+    store: &HeadStore,
+    depths: &[u8],
+    q: &[f64],
+    token: usize,
+    tensor_cores: bool,
+) -> f64 {
+    let active = || depths.iter().enumerate().filter(|&(_, &t)| t > 0);
+    if tensor_cores {
+        let largest = q.iter().fold(0f64, |a, &x| a.max(x.abs()));
+        let pieces: usize = depths.iter().map(|&t| t as usize).sum();
+        let mass: f64 = active()
+            .flat_map(|(c, &t)| (0..i32::from(t)).map(move |k| (c, k)))
+            .map(|(c, k)| {
+                f64::from(store.scale(token, c).to_f32())
+                    * 2f64.powi(2 - k)
+                    * (q[c].abs() + largest)
+            })
+            .sum();
+        (pieces + 4) as f64 * 2f64.powi(-21) * mass + 1e-30
+    } else {
+        let mass: f64 = active()
+            .map(|(c, &t)| (q[c] * store.decode(token, c, t)).abs())
+            .sum();
+        (active().count() + 2) as f64 * 2f64.powi(-24) * mass + 1e-30
+    }
+}
+
 /// Exact scores `q_h · k_i` from bf16 keys (token-major `[n][d]`) for the tokens in `range`
 /// (§4 `oracle`, and the tail of §6). The result has `range.len()` scores per head.
 pub fn score_exact(

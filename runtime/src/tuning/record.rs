@@ -99,7 +99,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    /// A short name carrying every parameter (`scan w16 t256`, `gather l4 t256`,
+    /// A short name carrying every parameter (`scan w16 t256`, `scan w16 t256 tc`, `gather l4 t256`,
     /// `select t256 i16 compact`, `select t512 i8 onepass`, `select t512 i8 onepass fused`, `rerank t256 v16`, `rerank t512 mb`, `transfer fused`);
     /// candidates of one entry have distinct names.
     pub fn name(&self) -> String {
@@ -107,7 +107,11 @@ impl Variant {
             Variant::Tile(Tile::Scan {
                 tile_words,
                 threads,
-            }) => format!("scan w{tile_words} t{threads}"),
+                tensor_cores,
+            }) => format!(
+                "scan w{tile_words} t{threads}{}",
+                if tensor_cores { " tc" } else { "" }
+            ),
             Variant::Tile(Tile::Gather {
                 loads_in_flight,
                 threads,
@@ -428,6 +432,7 @@ mod tests {
         Variant::Tile(Tile::Scan {
             tile_words,
             threads,
+            tensor_cores: false,
         })
     }
 
@@ -472,28 +477,32 @@ mod tests {
             tile(15),
             Some(Tile::Scan {
                 tile_words: 8,
-                threads: 128
+                threads: 128,
+                tensor_cores: false,
             })
         );
         assert_eq!(
             tile(16),
             Some(Tile::Scan {
                 tile_words: 8,
-                threads: 128
+                threads: 128,
+                tensor_cores: false,
             })
         );
         assert_eq!(
             tile(19),
             Some(Tile::Scan {
                 tile_words: 32,
-                threads: 512
+                threads: 512,
+                tensor_cores: false,
             })
         );
         assert_eq!(
             tile(30),
             Some(Tile::Scan {
                 tile_words: 32,
-                threads: 512
+                threads: 512,
+                tensor_cores: false,
             })
         );
         // Another shape or placement has no entry.
@@ -534,7 +543,8 @@ mod tests {
             r.tile(&key(17)),
             Some(Tile::Scan {
                 tile_words: 32,
-                threads: 512
+                threads: 512,
+                tensor_cores: false,
             })
         );
     }
@@ -568,14 +578,16 @@ mod tests {
             old.tile(&key(15)),
             Some(Tile::Scan {
                 tile_words: 16,
-                threads: 256
+                threads: 256,
+                tensor_cores: false,
             })
         );
         assert_eq!(
             old.tile(&key(20)),
             Some(Tile::Scan {
                 tile_words: 32,
-                threads: 512
+                threads: 512,
+                tensor_cores: false,
             })
         );
     }

@@ -91,8 +91,15 @@ pub enum Tile {
     /// Threads per block (plan, oracle, landmark, fetch, and the ParisKV vote and top-C; the
     /// ParisKV rerank in records written before [`Tile::Rerank`], meaning its plain `_score`).
     Threads(u32),
-    /// Words per tile and threads (scan).
-    Scan { tile_words: usize, threads: usize },
+    /// Words per tile, threads and whether it scores on the tensor cores (scan;
+    /// `tensor_cores` is written only when set, so older records read and write back
+    /// unchanged).
+    Scan {
+        tile_words: usize,
+        threads: usize,
+        #[serde(default, skip_serializing_if = "is_false")]
+        tensor_cores: bool,
+    },
     /// Loads in flight and threads (gather).
     Gather {
         loads_in_flight: usize,

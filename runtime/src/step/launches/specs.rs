@@ -255,12 +255,16 @@ fn scan(
         Placement::Hbm
     };
     let default = tiles.scan(placement, shape.group);
-    let (tile_words, threads) = match chooser.lookup(TunedFamily::Scan, placement) {
-        None => fit_scan_tile(default, shape.segment_words),
+    let (tile_words, threads, tensor_cores) = match chooser.lookup(TunedFamily::Scan, placement) {
+        None => {
+            let (tile_words, threads) = fit_scan_tile(default, shape.segment_words);
+            (tile_words, threads, false)
+        }
         Some(Tile::Scan {
             tile_words,
             threads,
-        }) => (tile_words, threads),
+            tensor_cores,
+        }) => (tile_words, threads, tensor_cores),
         Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Scan, tile)),
     };
     Ok(ScanSpec {
@@ -271,6 +275,7 @@ fn scan(
         tile_words,
         threads,
         placement,
+        tensor_cores,
     })
 }
 

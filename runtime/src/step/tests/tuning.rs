@@ -38,6 +38,7 @@ fn tuning_records_set_tiles_and_the_transfer() {
         scan: Some(Tile::Scan {
             tile_words: 32,
             threads: 512,
+            tensor_cores: false,
         }),
         transfer: Some(Transfer::CopyKernel),
         everything: false,
@@ -89,6 +90,7 @@ fn tuning_records_set_tiles_and_the_transfer() {
         scan: Some(Tile::Scan {
             tile_words: 128,
             threads: 1024,
+            tensor_cores: false,
         }),
         transfer: None,
         everything: false,
