@@ -138,6 +138,26 @@ impl OptIn {
         Ok(opt_in)
     }
 
+    /// The opt-ins under which `variant` is a candidate (none for a default candidate): a
+    /// record may hold a winner that only an opt-in run tried (merged with `--merge`).
+    pub fn needed_for(variant: &Variant) -> OptIn {
+        match *variant {
+            Variant::Tile(Tile::Scan {
+                tensor_cores: true, ..
+            }) => OptIn {
+                scan_tc: true,
+                ..OptIn::default()
+            },
+            Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Fused) => {
+                OptIn {
+                    select_fused: true,
+                    ..OptIn::default()
+                }
+            }
+            _ => OptIn::default(),
+        }
+    }
+
     /// Whether the scan tiles are tried on the tensor cores too (`scan-tc`).
     pub fn scan_tensor_cores(self) -> Vec<bool> {
         if self.scan_tc {

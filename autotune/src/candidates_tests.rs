@@ -373,7 +373,8 @@ fn the_quick_grid_is_part_of_the_full_one_and_keeps_every_recorded_h200_winner()
             kv_heads: 8,
             placement: entry.key.placement,
             tokens: 1 << entry.key.context_bucket,
-            opt_in: OptIn::default(),
+            // A winner merged from an opt-in run is a candidate of that opt-in.
+            opt_in: OptIn::needed_for(&winner.variant),
             grid: Grid::Quick,
         };
         assert!(

@@ -132,6 +132,7 @@ fn scan_tc_adds_the_tensor_core_twin_of_every_scan_tile() {
             };
             let spec = scan_spec(&case, tile_words, threads, tensor_cores);
             assert_eq!(kept.contains(v), spec.validate().is_ok(), "{}", v.name());
+            assert_eq!(OptIn::needed_for(v).scan_tc, tensor_cores, "{}", v.name());
             if tensor_cores {
                 assert!(v.name().ends_with(" tc"), "{}", v.name());
                 assert!(plain.contains(&Variant::Tile(Tile::Scan {
