@@ -25,7 +25,7 @@ use reference::step::{step_group, GroupInput, GroupStep, StepConfig};
 use reference::store::HeadStore;
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::step::{
-    Decoder, HostStepOutput, Method, StepGraph, StepOutput, StepRequest, Transfer,
+    Decoder, HostStepOutput, LaunchPlan, Method, StepGraph, StepOutput, StepRequest, Transfer,
 };
 use runtime::tuning::{Tile, TuneKey, TunedFamily, Tuning};
 use runtime::view::LayerView;
@@ -61,6 +61,21 @@ pub struct StepCheck {
     pub rotated: bool,
     /// The largest attention relative error allowed.
     pub max_relative_error: f64,
+    /// Whether the step's scan runs on the tensor cores (`ScanSpec::tensor_cores`): its scores
+    /// then carry that scan's looser bound (`reference::score::scan_tolerance`), and so do the
+    /// ties the selection may break otherwise. [`StepCheck::for_plan`] sets it from the step's
+    /// launch plan.
+    pub tensor_core_scan: bool,
+}
+
+impl StepCheck {
+    /// This check for a step that runs `plan` (whose scan may be on the tensor cores).
+    pub fn for_plan(self, plan: &LaunchPlan) -> StepCheck {
+        StepCheck {
+            tensor_core_scan: plan.specs.scan.is_some_and(|s| s.tensor_cores),
+            ..self
+        }
+    }
 }
 
 /// The reference step of every group for every method, `[method][group]`, computed on all
@@ -159,7 +174,19 @@ pub fn tolerance(
         }
         _ => key,
     };
-    rho * qn * x + 1e-30
+    // The tensor-core scan's bound (`scan_tolerance`) for any plan: at most 4 pieces a channel,
+    // whose weights 2^(2-k) add up to at most 7.5.
+    let tensor_cores =
+        if check.tensor_core_scan && is_plane_method(method) && t < store.stored_tokens() {
+            let largest = q.iter().fold(0f64, |a, &x| a.max(x.abs()));
+            let mass: f64 = (0..d)
+                .map(|c| store.scale(t, c).to_f64() * 7.5 * (q[c].abs() + largest))
+                .sum();
+            (4 * d + 4) as f64 * 2f64.powi(-21) * mass
+        } else {
+            0.0
+        };
+    rho * qn * x + tensor_cores + 1e-30
 }
 
 /// Compares one step's results with the reference of every group, `groups[b*H + h]` and
@@ -362,6 +389,20 @@ pub struct SelectRecord(pub Tile);
 impl Tuning for SelectRecord {
     fn tile(&self, key: &TuneKey) -> Option<Tile> {
         (key.family == TunedFamily::Select).then_some(self.0)
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
+/// A tuning record whose only entry is a scan tile, for both placements: every step that scans
+/// runs it, every other lookup falls back to the default tiles and transfer.
+pub struct ScanRecord(pub Tile);
+
+impl Tuning for ScanRecord {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        (key.family == TunedFamily::Scan).then_some(self.0)
     }
 
     fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {

@@ -374,6 +374,7 @@ fn run_case_with(
         scale: 1.0 / (d as f64).sqrt(),
         rotated: basis == Basis::Klt,
         max_relative_error: MAX_RELATIVE_ERROR,
+        tensor_core_scan: false,
     };
     let methods = methods(basis == Basis::Klt);
     let queries = gpu
@@ -448,9 +449,19 @@ fn run_case_with(
                         sigma2: case.calibrated_sigma2.is_none().then_some(&sigma2),
                         union: true,
                     };
+                    let plan = decoder
+                        .launch_plan(&view, &request)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
                     let eager = eager_step(&mut decoder, &view, &queries, request, &what);
                     let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
-                    check_step(&check, method, &eager, &groups, want, &mut cm);
+                    check_step(
+                        &check.for_plan(&plan),
+                        method,
+                        &eager,
+                        &groups,
+                        want,
+                        &mut cm,
+                    );
                     cm.finish();
                     if placement == Placement::Host {
                         match pinned_steps.get(&transfer) {

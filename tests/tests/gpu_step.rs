@@ -30,6 +30,10 @@
 //! - `gpu_step_fused_select_g4`, `gpu_step_fused_select_g7`: the same with its fused form
 //!   (`algorithm: fused`: one launch writes the selection; its arrival counters are the
 //!   workspace's, reused by every step and graph replay).
+//! - `gpu_step_tensor_core_scan_g4`, `gpu_step_tensor_core_scan_g7`: the first two cases with
+//!   the scan on the tensor cores (`ScanSpec::tensor_cores`, both placements), through a record
+//!   whose only entry it is; ties are then judged within that scan's bound
+//!   (`StepCheck::for_plan`, as every case does from its step's launch plan).
 //! - `gpu_step_split_attention_g4`, `gpu_step_split_attention_g7`: the first two cases with
 //!   attention over 4 and 3 blocks a query head (`splits`; their arrival counters are the
 //!   workspace's, reused by every step and graph replay).
@@ -45,7 +49,7 @@ use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
     check_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
-    AttentionRecord, GroupData, SelectRecord, StepCheck,
+    AttentionRecord, GroupData, ScanRecord, SelectRecord, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
@@ -192,6 +196,7 @@ impl Fixture {
             scale: 1.0 / (self.d as f64).sqrt(),
             rotated: self.basis == Basis::Klt,
             max_relative_error: MAX_RELATIVE_ERROR,
+            tensor_core_scan: false,
         }
     }
 }
@@ -314,6 +319,8 @@ enum Tuned {
     /// Attention over this many blocks a query head (256 threads, 4 rows a warp), through an
     /// [`AttentionRecord`].
     SplitAttention(u32),
+    /// The scan on the tensor cores (8-word tiles of 128 threads), through a [`ScanRecord`].
+    TensorCoreScan,
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis) {
@@ -352,6 +359,14 @@ fn run_case_configured(
                 splits,
             };
             decoder = decoder.with_tuning(Box::new(AttentionRecord(tile)));
+        }
+        Tuned::TensorCoreScan => {
+            let tile = Tile::Scan {
+                tile_words: 8,
+                threads: 128,
+                tensor_cores: true,
+            };
+            decoder = decoder.with_tuning(Box::new(ScanRecord(tile)));
         }
     }
     let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
@@ -400,9 +415,24 @@ fn run_case_configured(
                         "{what}: the record's attention is not used"
                     );
                 }
+                let plan = decoder
+                    .launch_plan(&view, &request)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                if select == Tuned::TensorCoreScan {
+                    if let Some(scan) = plan.specs.scan {
+                        assert!(scan.tensor_cores, "{what}: the record's scan is not used");
+                    }
+                }
                 let eager = eager_step(&mut decoder, &view, &batch.queries, request, &what);
                 let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
-                check_step(&check, method, &eager, &groups, want, &mut cm);
+                check_step(
+                    &check.for_plan(&plan),
+                    method,
+                    &eager,
+                    &groups,
+                    want,
+                    &mut cm,
+                );
                 cm.finish();
 
                 if transfer == Some(Transfer::Memcpy) {
@@ -564,6 +594,14 @@ gpu_test!(gpu_step_fused_select_g7, |t| {
         Basis::Klt,
         Tuned::Only(SelectAlgorithm::Fused),
     );
+});
+
+gpu_test!(gpu_step_tensor_core_scan_g4, |t| {
+    run_case_with(&mut t, D, 4, Basis::Raw, Tuned::TensorCoreScan);
+});
+
+gpu_test!(gpu_step_tensor_core_scan_g7, |t| {
+    run_case_with(&mut t, D, 7, Basis::Klt, Tuned::TensorCoreScan);
 });
 
 gpu_test!(gpu_step_split_attention_g4, |t| {

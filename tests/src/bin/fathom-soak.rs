@@ -233,6 +233,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         scale: 1.0 / (D as f64).sqrt(),
         rotated: false,
         max_relative_error: MAX_RELATIVE_ERROR,
+        tensor_core_scan: false,
     };
     // The appended token, written in place on the stream before each append.
     let token_keys = gpu.filled::<u16>(heads * D, 0)?;
@@ -264,13 +265,15 @@ fn run(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         if let Some(host) = host {
             store.check()?;
+            // The step's scan may be on the tensor cores (a record's entry at long contexts).
+            let plan = decoder.launch_plan(&view, &request)?;
             check_against_reference(
                 &host,
                 &reference,
                 &queries,
                 &sigma2,
                 group,
-                &check,
+                &check.for_plan(&plan),
                 args.bits,
                 step,
                 seed,
