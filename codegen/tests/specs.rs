@@ -397,6 +397,22 @@ fn validation_names_the_field_and_the_allowed_values() {
         "threads",
         "none",
     );
+    // On the tensor cores, 2 tokens a thread at 1024 threads need more than the 64 registers a
+    // thread has; the plain scan takes the tile.
+    let wide = ScanSpec {
+        tile_words: 32,
+        threads: 1024,
+        ..s
+    };
+    wide.validate().unwrap();
+    expect_error(
+        ScanSpec {
+            tensor_cores: true,
+            ..wide
+        },
+        "threads",
+        "256, 512 for the tensor-core scan",
+    );
 }
 
 #[test]

@@ -20,6 +20,7 @@ use half::bf16;
 use reference::attention::attend;
 use reference::klt::Klt;
 use reference::plans::DoubleSparsityCalibration;
+use reference::score::scan_tolerance;
 use reference::select::{LOCAL, SINK};
 use reference::step::{step_group, GroupInput, GroupStep, StepConfig};
 use reference::store::HeadStore;
@@ -174,15 +175,10 @@ pub fn tolerance(
         }
         _ => key,
     };
-    // The tensor-core scan's bound (`scan_tolerance`) for any plan: at most 4 pieces a channel,
-    // whose weights 2^(2-k) add up to at most 7.5.
+    // The tensor-core scan's bound for any plan: that of every channel at depth 4.
     let tensor_cores =
         if check.tensor_core_scan && is_plane_method(method) && t < store.stored_tokens() {
-            let largest = q.iter().fold(0f64, |a, &x| a.max(x.abs()));
-            let mass: f64 = (0..d)
-                .map(|c| store.scale(t, c).to_f64() * 7.5 * (q[c].abs() + largest))
-                .sum();
-            (4 * d + 4) as f64 * 2f64.powi(-21) * mass
+            scan_tolerance(store, &vec![4; d], q, t, true)
         } else {
             0.0
         };
@@ -382,41 +378,14 @@ pub fn is_plane_method(method: Method) -> bool {
     !matches!(method, Method::Landmark | Method::Oracle | Method::Dense)
 }
 
-/// A tuning record whose only entry is a select tile: every step that selects runs it, every
-/// other lookup falls back to the default tiles and transfer.
-pub struct SelectRecord(pub Tile);
+/// A tuning record whose only entry is `.1`, the tile of family `.0` (both placements): every
+/// step that runs that family runs it, every other lookup falls back to the default tiles and
+/// transfer.
+pub struct OnlyTile(pub TunedFamily, pub Tile);
 
-impl Tuning for SelectRecord {
+impl Tuning for OnlyTile {
     fn tile(&self, key: &TuneKey) -> Option<Tile> {
-        (key.family == TunedFamily::Select).then_some(self.0)
-    }
-
-    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
-        None
-    }
-}
-
-/// A tuning record whose only entry is a scan tile, for both placements: every step that scans
-/// runs it, every other lookup falls back to the default tiles and transfer.
-pub struct ScanRecord(pub Tile);
-
-impl Tuning for ScanRecord {
-    fn tile(&self, key: &TuneKey) -> Option<Tile> {
-        (key.family == TunedFamily::Scan).then_some(self.0)
-    }
-
-    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
-        None
-    }
-}
-
-/// A tuning record whose only entry is an attention tile: every step runs it, every other
-/// lookup falls back to the default tiles and transfer.
-pub struct AttentionRecord(pub Tile);
-
-impl Tuning for AttentionRecord {
-    fn tile(&self, key: &TuneKey) -> Option<Tile> {
-        (key.family == TunedFamily::Attention).then_some(self.0)
+        (key.family == self.0).then_some(self.1)
     }
 
     fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {

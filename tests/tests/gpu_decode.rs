@@ -53,7 +53,7 @@ use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::Mismatches;
 use fathom_tests::step_check::{
     check_step, eager_step, methods, reference_steps, replay_difference, replayed, GroupData,
-    SelectRecord, StepCheck,
+    OnlyTile, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, BLOCK, KV_HEADS, LAYER,
@@ -72,7 +72,7 @@ use runtime::jit::Jit;
 use runtime::step::launches::token_capacity;
 use runtime::step::{Calibration, Decoder, Method, StepGraph, StepRequest, Transfer};
 use runtime::store::{HostMemory, KeyStore, KvRows, SequenceId, StoreConfig};
-use runtime::tuning::Tile;
+use runtime::tuning::{Tile, TunedFamily};
 
 const BATCH: usize = 3;
 /// The head dimension of every case but the D = 96 one.
@@ -366,7 +366,7 @@ fn run_case_with(
         .with_calibration(case.calibration.clone())
         .expect("calibration of the model");
     if let Some(tile) = select {
-        decoder = decoder.with_tuning(Box::new(SelectRecord(tile)));
+        decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Select, tile)));
     }
 
     let check = StepCheck {

@@ -173,6 +173,22 @@ struct ScanCase {
     tensor_cores: bool,
 }
 
+impl ScanCase {
+    /// The scan spec of the case.
+    fn spec(&self) -> ScanSpec {
+        ScanSpec {
+            head_dim: self.d,
+            group: self.g,
+            block: self.blk,
+            segment_words: self.segment_words,
+            tile_words: self.tile_words,
+            threads: self.threads,
+            placement: self.placement,
+            tensor_cores: self.tensor_cores,
+        }
+    }
+}
+
 /// Scans the case's random store with reference plans on the CPU-built source run table.
 fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
     let ScanCase { d, g, blk, .. } = *case;
@@ -195,16 +211,7 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         })
         .collect();
     let (runs, _, counts) = run_tables(&shape, &store, &case.n_stored, &depths, None);
-    let spec = ScanSpec {
-        head_dim: d,
-        group: g,
-        block: blk,
-        segment_words: case.segment_words,
-        tile_words: case.tile_words,
-        threads: case.threads,
-        placement: case.placement,
-        tensor_cores: case.tensor_cores,
-    };
+    let spec = case.spec();
     let kernel = Kernel::compile(gpu, spec);
     let ld_scores = case.n_stored.iter().max().unwrap() + 64;
     let scores = run_scan(
@@ -312,15 +319,7 @@ gpu_test!(gpu_scan_tensor_cores_match_reference, |t| {
                 tensor_cores: true,
                 ..case
             };
-            let spec = |c: &ScanCase| ScanSpec {
-                tensor_cores: true,
-                tile_words: c.tile_words,
-                threads: c.threads,
-                block: c.blk,
-                segment_words: c.segment_words,
-                ..ScanSpec::new(c.d, c.g, placement)
-            };
-            if spec(&case).validate().is_err() {
+            if case.spec().validate().is_err() {
                 (case.tile_words, case.threads) = (8, 128);
             }
             scan_case(&t.gpu, &mut t.rng, t.seed, &case);

@@ -49,7 +49,7 @@ use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
     check_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
-    AttentionRecord, GroupData, ScanRecord, SelectRecord, StepCheck,
+    GroupData, OnlyTile, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
@@ -67,7 +67,7 @@ use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
     StepRequest, Transfer,
 };
-use runtime::tuning::Tile;
+use runtime::tuning::{Tile, TunedFamily};
 use runtime::view::LayerView;
 use std::ops::Range;
 use std::sync::Arc;
@@ -314,12 +314,12 @@ fn bits(out: &HostStepOutput) -> Vec<u32> {
 enum Tuned {
     /// Whatever the GPU's record (or the default tiles) say.
     Default,
-    /// This select variant (256 threads, 4 items), through a [`SelectRecord`].
+    /// This select variant (256 threads, 4 items), through an [`OnlyTile`] record.
     Only(SelectAlgorithm),
     /// Attention over this many blocks a query head (256 threads, 4 rows a warp), through an
-    /// [`AttentionRecord`].
+    /// [`OnlyTile`] record.
     SplitAttention(u32),
-    /// The scan on the tensor cores (8-word tiles of 128 threads), through a [`ScanRecord`].
+    /// The scan on the tensor cores (8-word tiles of 128 threads), through an [`OnlyTile`] record.
     TensorCoreScan,
 }
 
@@ -350,7 +350,7 @@ fn run_case_configured(
         Tuned::Default => {}
         Tuned::Only(algorithm) => {
             let tile = Tile::select(256, 4, algorithm);
-            decoder = decoder.with_tuning(Box::new(SelectRecord(tile)));
+            decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Select, tile)));
         }
         Tuned::SplitAttention(splits) => {
             let tile = Tile::Attention {
@@ -358,7 +358,7 @@ fn run_case_configured(
                 rows_per_warp: 4,
                 splits,
             };
-            decoder = decoder.with_tuning(Box::new(AttentionRecord(tile)));
+            decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Attention, tile)));
         }
         Tuned::TensorCoreScan => {
             let tile = Tile::Scan {
@@ -366,7 +366,7 @@ fn run_case_configured(
                 threads: 128,
                 tensor_cores: true,
             };
-            decoder = decoder.with_tuning(Box::new(ScanRecord(tile)));
+            decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Scan, tile)));
         }
     }
     let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
@@ -395,32 +395,27 @@ fn run_case_configured(
                     sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
                     union: true,
                 };
-                if let Tuned::Only(algorithm) = select {
-                    let plan = decoder
-                        .launch_plan(&view, &request)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    if let Some(spec) = plan.specs.select {
-                        assert_eq!(
-                            spec.algorithm, algorithm,
-                            "{what}: the record's select is not used"
-                        );
-                    }
-                }
-                if let Tuned::SplitAttention(splits) = select {
-                    let plan = decoder
-                        .launch_plan(&view, &request)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_eq!(
-                        plan.specs.attention.splits, splits,
-                        "{what}: the record's attention is not used"
-                    );
-                }
                 let plan = decoder
                     .launch_plan(&view, &request)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
-                if select == Tuned::TensorCoreScan {
-                    if let Some(scan) = plan.specs.scan {
-                        assert!(scan.tensor_cores, "{what}: the record's scan is not used");
+                match select {
+                    Tuned::Default => {}
+                    Tuned::Only(algorithm) => {
+                        if let Some(spec) = plan.specs.select {
+                            assert_eq!(
+                                spec.algorithm, algorithm,
+                                "{what}: the record's select is not used"
+                            );
+                        }
+                    }
+                    Tuned::SplitAttention(splits) => assert_eq!(
+                        plan.specs.attention.splits, splits,
+                        "{what}: the record's attention is not used"
+                    ),
+                    Tuned::TensorCoreScan => {
+                        if let Some(scan) = plan.specs.scan {
+                            assert!(scan.tensor_cores, "{what}: the record's scan is not used");
+                        }
                     }
                 }
                 let eager = eager_step(&mut decoder, &view, &batch.queries, request, &what);

@@ -311,11 +311,12 @@ impl Family for ScanSpec {
                 ),
             ));
         }
+        // The mma accumulators grow with tokens per thread and n-tiles: a thread must keep them
+        // in registers (at most 255, and its share of the multiprocessor's).
+        let register_limit = |threads: usize| (SM_REGISTERS / threads).min(255);
         if self.tensor_cores {
-            // The mma accumulators grow with tokens per thread and n-tiles: a thread must keep
-            // them in registers (at most 255, and its share of the multiprocessor's).
             let registers = self.register_estimate();
-            let most = (SM_REGISTERS / threads).min(255);
+            let most = register_limit(threads);
             if registers > most {
                 let allowed: Vec<String> = [32, 64, 128, 256, 512, 1024]
                     .into_iter()
@@ -333,7 +334,7 @@ impl Family for ScanSpec {
                             threads: t,
                             ..*self
                         };
-                        s.register_estimate() <= (SM_REGISTERS / t).min(255)
+                        s.register_estimate() <= register_limit(t)
                     })
                     .map(|t| t.to_string())
                     .collect();
