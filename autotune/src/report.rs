@@ -190,6 +190,7 @@ mod tests {
                 tile_words: w,
                 threads: 256,
                 tensor_cores: false,
+                warp_staged: false,
             })
         };
         let timed = |w: usize, ms: f64| CandidateRecord {

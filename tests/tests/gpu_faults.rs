@@ -505,6 +505,7 @@ fn scan_record(meta: RecordMeta) -> TuningRecord {
         tile_words,
         threads,
         tensor_cores: false,
+        warp_staged: false,
     });
     let mut record = TuningRecord::new(meta);
     record.insert(EntryRecord {

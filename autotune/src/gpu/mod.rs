@@ -169,15 +169,16 @@ impl GpuBench {
     /// The scan of `case`'s shape in `placement`: the adopted winner, else the default.
     fn part_scan(&self, case: &Case, placement: Placement) -> ScanSpec {
         let defaults = Tiles::default();
-        let (w, t, tc) = match self.tile(case, TunedFamily::Scan, placement) {
+        let (w, t, tc, ws) = match self.tile(case, TunedFamily::Scan, placement) {
             Some(Tile::Scan {
                 tile_words,
                 threads,
                 tensor_cores,
-            }) => (tile_words, threads, tensor_cores),
+                warp_staged,
+            }) => (tile_words, threads, tensor_cores, warp_staged),
             _ => {
                 let (w, t) = fit_scan_tile(defaults.scan(placement, case.group), SEGMENT_WORDS);
-                (w, t, false)
+                (w, t, false, false)
             }
         };
         scan_spec(
@@ -188,6 +189,7 @@ impl GpuBench {
             w,
             t,
             tc,
+            ws,
         )
     }
 
@@ -222,8 +224,9 @@ impl GpuBench {
                 tile_words,
                 threads,
                 tensor_cores,
+                warp_staged,
             }) => vec![(
-                scan_spec(case, tile_words, threads, tensor_cores).into(),
+                scan_spec(case, tile_words, threads, tensor_cores, warp_staged).into(),
                 false,
             )],
             Variant::Tile(Tile::Gather {

@@ -108,9 +108,11 @@ impl Variant {
                 tile_words,
                 threads,
                 tensor_cores,
+                warp_staged,
             }) => format!(
-                "scan w{tile_words} t{threads}{}",
-                if tensor_cores { " tc" } else { "" }
+                "scan w{tile_words} t{threads}{}{}",
+                if tensor_cores { " tc" } else { "" },
+                if warp_staged { " ws" } else { "" }
             ),
             Variant::Tile(Tile::Gather {
                 loads_in_flight,
@@ -433,6 +435,7 @@ mod tests {
             tile_words,
             threads,
             tensor_cores: false,
+            warp_staged: false,
         })
     }
 
@@ -479,6 +482,7 @@ mod tests {
                 tile_words: 8,
                 threads: 128,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
         assert_eq!(
@@ -487,6 +491,7 @@ mod tests {
                 tile_words: 8,
                 threads: 128,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
         assert_eq!(
@@ -495,6 +500,7 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
         assert_eq!(
@@ -503,6 +509,7 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
         // Another shape or placement has no entry.
@@ -545,6 +552,7 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
     }
@@ -580,6 +588,7 @@ mod tests {
                 tile_words: 16,
                 threads: 256,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
         assert_eq!(
@@ -588,6 +597,7 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
+                warp_staged: false,
             })
         );
     }

@@ -99,6 +99,9 @@ pub enum Tile {
         threads: usize,
         #[serde(default, skip_serializing_if = "is_false")]
         tensor_cores: bool,
+        /// Each warp stages its own tokens (`ScanSpec::warp_staged`); written only when set.
+        #[serde(default, skip_serializing_if = "is_false")]
+        warp_staged: bool,
     },
     /// Loads in flight and threads (gather).
     Gather {

@@ -255,18 +255,20 @@ fn scan(
         Placement::Hbm
     };
     let default = tiles.scan(placement, shape.group);
-    let (tile_words, threads, tensor_cores) = match chooser.lookup(TunedFamily::Scan, placement) {
-        None => {
-            let (tile_words, threads) = fit_scan_tile(default, shape.segment_words);
-            (tile_words, threads, false)
-        }
-        Some(Tile::Scan {
-            tile_words,
-            threads,
-            tensor_cores,
-        }) => (tile_words, threads, tensor_cores),
-        Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Scan, tile)),
-    };
+    let (tile_words, threads, tensor_cores, warp_staged) =
+        match chooser.lookup(TunedFamily::Scan, placement) {
+            None => {
+                let (tile_words, threads) = fit_scan_tile(default, shape.segment_words);
+                (tile_words, threads, false, false)
+            }
+            Some(Tile::Scan {
+                tile_words,
+                threads,
+                tensor_cores,
+                warp_staged,
+            }) => (tile_words, threads, tensor_cores, warp_staged),
+            Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Scan, tile)),
+        };
     Ok(ScanSpec {
         head_dim: shape.head_dim,
         group: shape.group,
@@ -276,6 +278,7 @@ fn scan(
         threads,
         placement,
         tensor_cores,
+        warp_staged,
     })
 }
 
