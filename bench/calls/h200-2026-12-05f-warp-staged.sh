@@ -33,7 +33,7 @@ sb() {  # sb LABEL RECORD_DIR
 }
 sb committed $R/runtime/records
 sb ws /tmp/rec-ws
-FATHOM_TUNING_DIR=$R/runtime/records timeout -k 10 $(( $(left) - 8 )) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" --batch 1 \
+FATHOM_TUNING_DIR=$R/runtime/records timeout -k 10 $(lim $(( $(left) - 8 ))) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" --batch 1 \
   --commit $C --placement host --contexts 256k,1m --out $L/sb-host > $L/step-bench-host.txt 2>&1; el step-bench host rc=$?
 cd $L && { cat nvidia-smi.txt timeline.txt; grep -hE "^test |test result|FAILED|panicked" gpu_scan.log gpu_step.log gpu_decode.log | head -60
   cat sanitize/summary.txt 2>/dev/null; tail -1 sanitize.txt

@@ -168,29 +168,15 @@ impl GpuBench {
 
     /// The scan of `case`'s shape in `placement`: the adopted winner, else the default.
     fn part_scan(&self, case: &Case, placement: Placement) -> ScanSpec {
-        let defaults = Tiles::default();
-        let (w, t, tc, ws) = match self.tile(case, TunedFamily::Scan, placement) {
-            Some(Tile::Scan {
-                tile_words,
-                threads,
-                tensor_cores,
-                warp_staged,
-            }) => (tile_words, threads, tensor_cores, warp_staged),
-            _ => {
-                let (w, t) = fit_scan_tile(defaults.scan(placement, case.group), SEGMENT_WORDS);
-                (w, t, false, false)
-            }
+        let (w, t) = fit_scan_tile(Tiles::default().scan(placement, case.group), SEGMENT_WORDS);
+        let case = Case {
+            placement,
+            ..case.clone()
         };
-        scan_spec(
-            &Case {
-                placement,
-                ..case.clone()
-            },
-            w,
-            t,
-            tc,
-            ws,
-        )
+        let default = scan_spec(&case, w, t, false, false);
+        self.tile(&case, TunedFamily::Scan, placement)
+            .and_then(|tile| tile.on_scan(default))
+            .unwrap_or(default)
     }
 
     fn part_gather(&self, case: &Case) -> GatherSpec {

@@ -6,7 +6,7 @@
 use std::sync::Once;
 
 use codegen::spec::pariskv::RerankSelect;
-use codegen::spec::{AttentionRows, Placement, SelectAlgorithm};
+use codegen::spec::{AttentionRows, Placement, ScanSpec, SelectAlgorithm};
 use serde::{Deserialize, Serialize};
 
 use super::Transfer;
@@ -165,6 +165,25 @@ impl Tile {
             compact: algorithm == SelectAlgorithm::Compact,
             onepass: algorithm.one_read(),
             fused: algorithm == SelectAlgorithm::Fused,
+        }
+    }
+
+    /// `base` with this scan tile's words, threads and form; `None` for another family's tile.
+    pub fn on_scan(&self, base: ScanSpec) -> Option<ScanSpec> {
+        match *self {
+            Tile::Scan {
+                tile_words,
+                threads,
+                tensor_cores,
+                warp_staged,
+            } => Some(ScanSpec {
+                tile_words,
+                threads,
+                tensor_cores,
+                warp_staged,
+                ..base
+            }),
+            _ => None,
         }
     }
 

@@ -254,22 +254,9 @@ fn scan(
     } else {
         Placement::Hbm
     };
-    let default = tiles.scan(placement, shape.group);
-    let (tile_words, threads, tensor_cores, warp_staged) =
-        match chooser.lookup(TunedFamily::Scan, placement) {
-            None => {
-                let (tile_words, threads) = fit_scan_tile(default, shape.segment_words);
-                (tile_words, threads, false, false)
-            }
-            Some(Tile::Scan {
-                tile_words,
-                threads,
-                tensor_cores,
-                warp_staged,
-            }) => (tile_words, threads, tensor_cores, warp_staged),
-            Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Scan, tile)),
-        };
-    Ok(ScanSpec {
+    let (tile_words, threads) =
+        fit_scan_tile(tiles.scan(placement, shape.group), shape.segment_words);
+    let default = ScanSpec {
         head_dim: shape.head_dim,
         group: shape.group,
         block: shape.block,
@@ -277,9 +264,15 @@ fn scan(
         tile_words,
         threads,
         placement,
-        tensor_cores,
-        warp_staged,
-    })
+        tensor_cores: false,
+        warp_staged: false,
+    };
+    match chooser.lookup(TunedFamily::Scan, placement) {
+        None => Ok(default),
+        Some(tile) => tile
+            .on_scan(default)
+            .ok_or_else(|| TileChooser::mismatch(TunedFamily::Scan, tile)),
+    }
 }
 
 fn landmark(
