@@ -95,14 +95,11 @@ pub struct OptIn {
     pub select_fused: bool,
     /// `scan-tc`: every scan tile also on the tensor cores (`ScanSpec::tensor_cores`).
     pub scan_tc: bool,
-    /// `scan-tc-warp`: every scan tile also on the tensor cores with each warp staging its own
-    /// tokens (`ScanSpec::warp_staged`; tiles of fewer than two scale blocks a warp are refused).
-    pub scan_tc_warp: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 3] = ["select-fused", "scan-tc", "scan-tc-warp"];
+    pub const NAMES: [&'static str; 2] = ["select-fused", "scan-tc"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -125,7 +122,6 @@ impl OptIn {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
                 "scan-tc" => opt_in.scan_tc = true,
-                "scan-tc-warp" => opt_in.scan_tc_warp = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -147,12 +143,6 @@ impl OptIn {
     pub fn needed_for(variant: &Variant) -> OptIn {
         match *variant {
             Variant::Tile(Tile::Scan {
-                warp_staged: true, ..
-            }) => OptIn {
-                scan_tc_warp: true,
-                ..OptIn::default()
-            },
-            Variant::Tile(Tile::Scan {
                 tensor_cores: true, ..
             }) => OptIn {
                 scan_tc: true,
@@ -168,17 +158,13 @@ impl OptIn {
         }
     }
 
-    /// The forms every scan tile is tried in, as `(tensor_cores, warp_staged)`: plain, and on
-    /// the tensor cores with `scan-tc`, warp-staged with `scan-tc-warp`.
-    pub fn scan_forms(self) -> Vec<(bool, bool)> {
-        let mut forms = vec![(false, false)];
+    /// Whether the scan tiles are tried on the tensor cores too (`scan-tc`).
+    pub fn scan_tensor_cores(self) -> Vec<bool> {
         if self.scan_tc {
-            forms.push((true, false));
+            vec![false, true]
+        } else {
+            vec![false]
         }
-        if self.scan_tc_warp {
-            forms.push((true, true));
-        }
-        forms
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], and the fused one-read
@@ -385,14 +371,13 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
             .flat_map(|&tile_words| {
                 SCAN_THREADS.iter().flat_map(move |&threads| {
                     opt_in
-                        .scan_forms()
+                        .scan_tensor_cores()
                         .into_iter()
-                        .map(move |(tensor_cores, warp_staged)| {
+                        .map(move |tensor_cores| {
                             Variant::Tile(Tile::Scan {
                                 tile_words,
                                 threads,
                                 tensor_cores,
-                                warp_staged,
                             })
                         })
                 })
@@ -519,9 +504,8 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
                 tile_words,
                 threads,
                 tensor_cores,
-                warp_staged,
             },
-        ) => scan_spec(case, tile_words, threads, tensor_cores, warp_staged).into(),
+        ) => scan_spec(case, tile_words, threads, tensor_cores).into(),
         (
             TunedFamily::Gather,
             Tile::Gather {
@@ -605,20 +589,13 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
 }
 
 /// The scan spec of a case and tile.
-pub fn scan_spec(
-    case: &Case,
-    tile_words: usize,
-    threads: usize,
-    tensor_cores: bool,
-    warp_staged: bool,
-) -> ScanSpec {
+pub fn scan_spec(case: &Case, tile_words: usize, threads: usize, tensor_cores: bool) -> ScanSpec {
     ScanSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
         tile_words,
         threads,
         tensor_cores,
-        warp_staged,
         ..ScanSpec::new(case.head_dim, case.group, case.placement)
     }
 }

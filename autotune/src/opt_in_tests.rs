@@ -92,27 +92,23 @@ fn multiblock_candidates_are_the_valid_rerank_specs() {
     }
 }
 
-/// `--opt-in scan-tc` and `scan-tc-warp`: every scan tile of the default grid also on the tensor
-/// cores and in its warp-staged form, each kept exactly when its spec validates; the default grid
-/// and its checksum do not change, and the plain tile wins a tie, then the block-staged one.
+/// `--opt-in scan-tc`: every scan tile of the default grid also on the tensor cores, each kept
+/// exactly when its spec validates; the default grid and its checksum do not change, and the
+/// plain tile wins a tie.
 #[test]
-fn scan_tc_adds_the_tensor_core_twins_of_every_scan_tile() {
+fn scan_tc_adds_the_tensor_core_twin_of_every_scan_tile() {
     use crate::candidates::{candidate_checksum, grid_with, scan_spec};
-    let opt_in = OptIn::parse(&["scan-tc".to_string(), "scan-tc-warp".to_string()]).unwrap();
-    assert!(opt_in.scan_tc && opt_in.scan_tc_warp);
-    let tc_only = OptIn::parse(&["scan-tc".to_string()]).unwrap();
-    assert!(!tc_only.scan_tc_warp);
-    let checksums = [OptIn::default(), tc_only, opt_in].map(candidate_checksum);
-    assert!(checksums[0] != checksums[1] && checksums[1] != checksums[2]);
+    let opt_in = OptIn::parse(&["scan-tc".to_string()]).unwrap();
+    assert!(opt_in.scan_tc);
+    assert_ne!(
+        candidate_checksum(opt_in),
+        candidate_checksum(OptIn::default())
+    );
     for placement in [Placement::Hbm, Placement::Host] {
         let subject = Subject::Kernel(TunedFamily::Scan);
         let plain = grid(subject, placement);
-        let all = grid_with(subject, placement, opt_in);
-        assert_eq!(all.len(), 3 * plain.len());
-        assert_eq!(
-            grid_with(subject, placement, tc_only).len(),
-            2 * plain.len()
-        );
+        let both = grid_with(subject, placement, opt_in);
+        assert_eq!(both.len(), 2 * plain.len());
         let case = Case {
             opt_in,
             grid: Default::default(),
@@ -124,57 +120,39 @@ fn scan_tc_adds_the_tensor_core_twins_of_every_scan_tile() {
             tokens: 1 << 20,
         };
         let kept = enumerate(&case);
-        let (mut tc_kept, mut warp_kept) = (0, 0);
-        for v in &all {
+        let mut tc_kept = 0;
+        for v in &both {
             let Variant::Tile(Tile::Scan {
                 tile_words,
                 threads,
                 tensor_cores,
-                warp_staged,
             }) = *v
             else {
                 panic!("{v:?}")
             };
-            let spec = scan_spec(&case, tile_words, threads, tensor_cores, warp_staged);
+            let spec = scan_spec(&case, tile_words, threads, tensor_cores);
             assert_eq!(kept.contains(v), spec.validate().is_ok(), "{}", v.name());
-            let needs = OptIn::needed_for(v);
-            assert_eq!(needs.scan_tc, tensor_cores && !warp_staged, "{}", v.name());
-            assert_eq!(needs.scan_tc_warp, warp_staged, "{}", v.name());
-            let twin = |tensor_cores, warp_staged| {
-                Variant::Tile(Tile::Scan {
+            assert_eq!(OptIn::needed_for(v).scan_tc, tensor_cores, "{}", v.name());
+            if tensor_cores {
+                assert!(v.name().ends_with(" tc"), "{}", v.name());
+                assert!(plain.contains(&Variant::Tile(Tile::Scan {
                     tile_words,
                     threads,
-                    tensor_cores,
-                    warp_staged,
-                })
-            };
-            if tensor_cores {
-                assert!(plain.contains(&twin(false, false)));
-                assert!(
-                    simplicity(&twin(false, false)) < simplicity(v),
-                    "{}",
-                    v.name()
-                );
-            }
-            if tensor_cores && !warp_staged {
-                assert!(v.name().ends_with(" tc"), "{}", v.name());
+                    tensor_cores: false,
+                })));
+                let twin = Variant::Tile(Tile::Scan {
+                    tile_words,
+                    threads,
+                    tensor_cores: false,
+                });
+                assert!(simplicity(&twin) < simplicity(v), "{}", v.name());
                 tc_kept += usize::from(kept.contains(v));
             }
-            if warp_staged {
-                assert!(tensor_cores && v.name().ends_with(" tc ws"), "{}", v.name());
-                assert!(
-                    simplicity(&twin(true, false)) < simplicity(v),
-                    "{}",
-                    v.name()
-                );
-                warp_kept += usize::from(kept.contains(v));
-            }
         }
-        // 4 tokens a thread at 64 to 512 threads, and more; warp staging keeps fewer (two
-        // scale blocks a warp).
+        // 4 tokens a thread at 64 to 512 threads, and more.
         assert!(
-            tc_kept >= 4 && warp_kept >= 3 && warp_kept < tc_kept,
-            "{placement:?}: {tc_kept} tensor-core tiles kept, {warp_kept} warp-staged"
+            tc_kept >= 4,
+            "{placement:?}: {tc_kept} tensor-core tiles kept"
         );
     }
 }

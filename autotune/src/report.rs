@@ -190,7 +190,6 @@ mod tests {
                 tile_words: w,
                 threads: 256,
                 tensor_cores: false,
-                warp_staged: false,
             })
         };
         let timed = |w: usize, ms: f64| CandidateRecord {

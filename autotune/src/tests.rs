@@ -236,7 +236,6 @@ fn simpler_is_fused_then_fewer_threads_then_smaller_tiles() {
             tile_words,
             threads,
             tensor_cores: false,
-            warp_staged: false,
         }))
     };
     assert!(s(64, 256) < s(8, 512));
@@ -276,7 +275,6 @@ fn choose_ignores_disqualified_and_needs_a_timed_candidate() {
             tile_words: 8,
             threads: 64,
             tensor_cores: false,
-            warp_staged: false,
         }),
         outcome: Outcome::Disqualified {
             reason: "wrong".into(),

@@ -338,18 +338,12 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
             // the one-read one (newest): another variant wins only when it is faster beyond
             // noise.
             let (kind, threads, size) = match tile {
-                // The plain scan before the tensor-core one, and that before its warp-staged
-                // form (opt-ins).
+                // The plain scan before the tensor-core one (an opt-in).
                 Tile::Scan {
                     tile_words,
                     threads,
                     tensor_cores,
-                    warp_staged,
-                } => (
-                    u8::from(tensor_cores) + u8::from(warp_staged),
-                    threads,
-                    tile_words,
-                ),
+                } => (u8::from(tensor_cores), threads, tile_words),
                 Tile::Gather {
                     loads_in_flight,
                     threads,

@@ -10,6 +10,9 @@
 # merged one, then host 256k/1M under the committed record with what is left.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=<commit> BUDGET=570 bash bench/calls/h200-2026-12-05f-warp-staged.sh
+# Ran at 15cf27b (summary bench/results/warp-staged-h200-2026-12-05-15cf27b-summary.txt): the warp-staged
+# form was 1-6% slower and was reverted; it is bench/experiments/scan-tc-warp-staged.patch, so the
+# `--warp-staged` and `scan-tc-warp` flags this script passes exist only with that patch applied.
 set -u
 DEFAULT_BUDGET=570 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C

@@ -189,11 +189,7 @@ fn gather_name_carries_every_field() {
 
 #[test]
 fn scan_name_carries_every_field() {
-    // On the tensor cores, so that warp staging is a valid variation.
-    let s = ScanSpec {
-        tensor_cores: true,
-        ..ScanSpec::new(128, 4, Placement::Hbm)
-    };
+    let s = ScanSpec::new(128, 4, Placement::Hbm);
     let ScanSpec {
         head_dim: _,
         group: _,
@@ -203,7 +199,6 @@ fn scan_name_carries_every_field() {
         threads: _,
         placement: _,
         tensor_cores: _,
-        warp_staged: _,
     } = s;
     assert_every_field_named(
         s,
@@ -230,14 +225,7 @@ fn scan_name_carries_every_field() {
             (
                 "tensor_cores",
                 ScanSpec {
-                    tensor_cores: false,
-                    ..s
-                },
-            ),
-            (
-                "warp_staged",
-                ScanSpec {
-                    warp_staged: true,
+                    tensor_cores: true,
                     ..s
                 },
             ),
@@ -425,36 +413,6 @@ fn validation_names_the_field_and_the_allowed_values() {
         "threads",
         "256, 512 for the tensor-core scan",
     );
-    // Warp staging is a form of the tensor-core scan, and a warp's scales of a run must be one
-    // copy of at least 4 bytes: two scale blocks a warp.
-    expect_error(
-        ScanSpec {
-            warp_staged: true,
-            ..s
-        },
-        "warp_staged",
-        "tensor_cores = false",
-    );
-    let tc = ScanSpec {
-        tensor_cores: true,
-        warp_staged: true,
-        tile_words: 8,
-        threads: 128,
-        ..s
-    };
-    tc.validate().unwrap();
-    expect_error(
-        ScanSpec { threads: 256, ..tc },
-        "warp_staged",
-        "a warp covers 64 tokens, two blocks are 128",
-    );
-    ScanSpec {
-        threads: 256,
-        block: 32,
-        ..tc
-    }
-    .validate()
-    .unwrap();
 }
 
 #[test]

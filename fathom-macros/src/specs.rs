@@ -401,7 +401,7 @@ mod tests {
             fields_of("select").unwrap(),
             ["group", "k_max", "threads", "items_per_thread", "algorithm"]
         );
-        assert_eq!(fields_of("scan").unwrap().len(), 9);
+        assert_eq!(fields_of("scan").unwrap().len(), 8);
         assert!(fields_of("nope").is_none());
     }
 
@@ -424,7 +424,7 @@ mod tests {
             defaulted_fields("pariskv_rerank"),
             ["vector_loads", "select"]
         );
-        assert_eq!(defaulted_fields("scan"), ["tensor_cores", "warp_staged"]);
+        assert_eq!(defaulted_fields("scan"), ["tensor_cores"]);
         assert_eq!(defaulted_fields("attention"), ["rows", "kv_rows"]);
         assert!(defaulted_fields("nope").is_empty());
     }

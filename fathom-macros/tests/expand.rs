@@ -47,7 +47,6 @@ fn small_specs() -> Vec<KernelSpec> {
             threads: 256,
             placement: Placement::Hbm,
             tensor_cores: false,
-            warp_staged: false,
         }
         .into(),
         SelectSpec {

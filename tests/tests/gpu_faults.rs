@@ -505,7 +505,6 @@ fn scan_record(meta: RecordMeta) -> TuningRecord {
         tile_words,
         threads,
         tensor_cores: false,
-        warp_staged: false,
     });
     let mut record = TuningRecord::new(meta);
     record.insert(EntryRecord {

@@ -171,8 +171,6 @@ struct ScanCase {
     heads: usize,
     /// The tensor-core variant (`ScanSpec::tensor_cores`).
     tensor_cores: bool,
-    /// Its warp-staged form (`ScanSpec::warp_staged`).
-    warp_staged: bool,
 }
 
 impl ScanCase {
@@ -187,7 +185,6 @@ impl ScanCase {
             threads: self.threads,
             placement: self.placement,
             tensor_cores: self.tensor_cores,
-            warp_staged: self.warp_staged,
         }
     }
 }
@@ -270,7 +267,6 @@ fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
                 n_stored: vec![long, blk, 0],
                 heads: 2,
                 tensor_cores: false,
-                warp_staged: false,
             });
         }
     }
@@ -308,70 +304,46 @@ gpu_test!(gpu_scan_host_fused_matches_reference, |t| {
             n_stored: vec![blk * t.rng.gen_range(64..160), 0, 2 * blk],
             heads: 2,
             tensor_cores: false,
-            warp_staged: false,
         };
         scan_case(&t.gpu, &mut t.rng, t.seed, &case);
     }
 });
 
-// The tensor-core variant, block- and warp-staged, on the shapes of the two tests above (where
-// its registers or the warp staging do not allow the case's tile, 8-word tiles of 128 or 64
-// threads), on one block, at the HBM default tile, at one warp a block and at two; the 1M-token
-// test below runs it too.
+// The tensor-core variant on the shapes of the two tests above (where its registers do not
+// allow the case's tile, 8-word tiles of 128 threads), on one block, and at the HBM default
+// tile; the 1M-token test below runs it too.
 gpu_test!(gpu_scan_tensor_cores_match_reference, |t| {
-    let mut warp_staged_cases = 0;
-    for warp_staged in [false, true] {
-        for placement in [Placement::Hbm, Placement::Host] {
-            for case in shapes_cases(&mut t.rng, placement) {
-                let mut case = ScanCase {
-                    tensor_cores: true,
-                    warp_staged,
-                    ..case
-                };
-                for tile in [(8, 128), (8, 64)] {
-                    if case.spec().validate().is_err() {
-                        (case.tile_words, case.threads) = tile;
-                    }
-                }
-                if case.spec().validate().is_err() {
-                    continue; // 8 tokens a thread at G = 16 exceed a thread's registers
-                }
-                warp_staged_cases += usize::from(warp_staged);
+    for placement in [Placement::Hbm, Placement::Host] {
+        for case in shapes_cases(&mut t.rng, placement) {
+            let mut case = ScanCase {
+                tensor_cores: true,
+                ..case
+            };
+            if case.spec().validate().is_err() {
+                (case.tile_words, case.threads) = (8, 128);
+            }
+            scan_case(&t.gpu, &mut t.rng, t.seed, &case);
+        }
+    }
+    for blk in [32, 64, 128] {
+        for (tile_words, threads, segment_words) in [(2, 64, 2), (16, 256, 32)] {
+            let case = ScanCase {
+                d: 128,
+                g: 4,
+                blk,
+                segment_words,
+                tile_words,
+                threads,
+                placement: Placement::Hbm,
+                n_stored: vec![blk, 64 * segment_words + blk, 0],
+                heads: 3,
+                tensor_cores: true,
+            };
+            for _ in 0..2 {
                 scan_case(&t.gpu, &mut t.rng, t.seed, &case);
             }
         }
-        for blk in [32, 64, 128] {
-            for (tile_words, threads, segment_words) in
-                [(2, 64, 2), (16, 256, 32), (4, 32, 4), (8, 64, 8)]
-            {
-                let case = ScanCase {
-                    d: 128,
-                    g: 4,
-                    blk,
-                    segment_words,
-                    tile_words,
-                    threads,
-                    placement: Placement::Hbm,
-                    n_stored: vec![blk, 64 * segment_words + blk, 0],
-                    heads: 3,
-                    tensor_cores: true,
-                    warp_staged,
-                };
-                if case.spec().validate().is_err() {
-                    assert!(warp_staged, "{:?}", case.spec());
-                    continue; // fewer than two scale blocks a warp
-                }
-                warp_staged_cases += usize::from(warp_staged);
-                for _ in 0..2 {
-                    scan_case(&t.gpu, &mut t.rng, t.seed, &case);
-                }
-            }
-        }
     }
-    assert!(
-        warp_staged_cases >= 40,
-        "{warp_staged_cases} warp-staged cases"
-    );
 });
 
 gpu_test!(gpu_scan_one_block, |t| {
@@ -388,7 +360,6 @@ gpu_test!(gpu_scan_one_block, |t| {
                 n_stored: vec![blk],
                 heads: 1,
                 tensor_cores: false,
-                warp_staged: false,
             };
             // Every plan on the one head.
             for _ in 0..PLANS.len() {
@@ -572,7 +543,6 @@ fn staged_pipeline(
             threads: 128,
             placement: scan_placement,
             tensor_cores: false,
-            warp_staged: false,
         };
         let kernel = Kernel::compile(gpu, spec);
         let scores = run_scan(
@@ -754,13 +724,10 @@ gpu_test!(gpu_scan_1m_tokens_hbm_host_and_staged, |t| {
                 );
                 tables.push((staged, Placement::Hbm, "staged"));
             }
-            let variants = tables
-                .iter()
-                .flat_map(|t| [(t, false, false), (t, true, false), (t, true, true)]);
-            for ((table, scan_placement, what), tensor_cores, warp_staged) in variants {
+            let variants = tables.iter().flat_map(|t| [(t, false), (t, true)]);
+            for ((table, scan_placement, what), tensor_cores) in variants {
                 let mut spec = ScanSpec {
                     tensor_cores,
-                    warp_staged,
                     ..ScanSpec::new(d, g, *scan_placement)
                 };
                 if spec.validate().is_err() {

@@ -319,9 +319,8 @@ enum Tuned {
     /// Attention over this many blocks a query head (256 threads, 4 rows a warp), through an
     /// [`OnlyTile`] record.
     SplitAttention(u32),
-    /// The scan on the tensor cores (8-word tiles of 128 threads; warp-staged, of 64 threads:
-    /// two scale blocks a warp at every block size), through an [`OnlyTile`] record.
-    TensorCoreScan { warp_staged: bool },
+    /// The scan on the tensor cores (8-word tiles of 128 threads), through an [`OnlyTile`] record.
+    TensorCoreScan,
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis) {
@@ -361,12 +360,11 @@ fn run_case_configured(
             };
             decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Attention, tile)));
         }
-        Tuned::TensorCoreScan { warp_staged } => {
+        Tuned::TensorCoreScan => {
             let tile = Tile::Scan {
                 tile_words: 8,
-                threads: if warp_staged { 64 } else { 128 },
+                threads: 128,
                 tensor_cores: true,
-                warp_staged,
             };
             decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Scan, tile)));
         }
@@ -414,12 +412,9 @@ fn run_case_configured(
                         plan.specs.attention.splits, splits,
                         "{what}: the record's attention is not used"
                     ),
-                    Tuned::TensorCoreScan { warp_staged } => {
+                    Tuned::TensorCoreScan => {
                         if let Some(scan) = plan.specs.scan {
-                            assert!(
-                                scan.tensor_cores && scan.warp_staged == warp_staged,
-                                "{what}: the record's scan is not used"
-                            );
+                            assert!(scan.tensor_cores, "{what}: the record's scan is not used");
                         }
                     }
                 }
@@ -597,18 +592,11 @@ gpu_test!(gpu_step_fused_select_g7, |t| {
 });
 
 gpu_test!(gpu_step_tensor_core_scan_g4, |t| {
-    let tuned = Tuned::TensorCoreScan { warp_staged: false };
-    run_case_with(&mut t, D, 4, Basis::Raw, tuned);
+    run_case_with(&mut t, D, 4, Basis::Raw, Tuned::TensorCoreScan);
 });
 
 gpu_test!(gpu_step_tensor_core_scan_g7, |t| {
-    let tuned = Tuned::TensorCoreScan { warp_staged: false };
-    run_case_with(&mut t, D, 7, Basis::Klt, tuned);
-});
-
-gpu_test!(gpu_step_warp_staged_scan_g7, |t| {
-    let tuned = Tuned::TensorCoreScan { warp_staged: true };
-    run_case_with(&mut t, D, 7, Basis::Klt, tuned);
+    run_case_with(&mut t, D, 7, Basis::Klt, Tuned::TensorCoreScan);
 });
 
 gpu_test!(gpu_step_split_attention_g4, |t| {

@@ -12,15 +12,13 @@
 //! and prints a table and a JSON record (GPU, driver, date, commit, every figure).
 //! `--host-memory pinned|registered|vmm2m` picks how the host store is allocated
 //! (`runtime::store::HostMemory`; default `pinned`, `cuMemHostAlloc`); `--tensor-cores` times
-//! every scan tile on the tensor cores too (`ScanSpec::tensor_cores`), `--warp-staged` in its
-//! warp-staged form too (`ScanSpec::warp_staged`).
+//! every scan tile on the tensor cores too (`ScanSpec::tensor_cores`).
 //!
 //! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autotune::candidates::OptIn;
 use codegen::model::preset;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use cudarc::driver::CudaFunction;
@@ -46,8 +44,6 @@ struct Options {
     host_memory: HostMemory,
     /// Also time every scan tile on the tensor cores (`ScanSpec::tensor_cores`).
     tensor_cores: bool,
-    /// Also time every scan tile on the tensor cores, warp-staged (`ScanSpec::warp_staged`).
-    warp_staged: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -59,7 +55,6 @@ fn parse_args() -> Result<Options, String> {
         budgets: vec![48.0],
         host_memory: HostMemory::Pinned,
         tensor_cores: false,
-        warp_staged: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -75,7 +70,6 @@ fn parse_args() -> Result<Options, String> {
                     .map_err(|e| format!("--host-memory: {e}"))?
             }
             "--tensor-cores" => o.tensor_cores = true,
-            "--warp-staged" => o.warp_staged = true,
             "--budgets" => {
                 o.budgets = value()?
                     .split(',')
@@ -86,7 +80,7 @@ fn parse_args() -> Result<Options, String> {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
                      [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--tensor-cores] \
-                     [--warp-staged] [--commit HASH]"
+                     [--commit HASH]"
                 ))
             }
         }
@@ -438,13 +432,11 @@ fn run(o: &Options) -> Result<Record, String> {
     let (gather, gather_name) = load(&jit, gather_spec)?;
     let host_tiles = [(64, 1024), (16, 256), (32, 512), (32, 256)];
     let hbm_tiles = [(16, 256), (8, 256), (8, 128), (8, 64), (16, 512), (32, 512)];
-    // The scan forms `autotune --opt-in scan-tc,scan-tc-warp` would try.
-    let forms = OptIn {
-        scan_tc: o.tensor_cores,
-        scan_tc_warp: o.warp_staged,
-        ..OptIn::default()
-    }
-    .scan_forms();
+    let variants: &[bool] = if o.tensor_cores {
+        &[false, true]
+    } else {
+        &[false]
+    };
     let mut rows = Vec::new();
     let mut best_hbm: Vec<(String, f64)> = Vec::new();
     for (label, method, budget) in &methods {
@@ -510,17 +502,14 @@ fn run(o: &Options) -> Result<Record, String> {
             };
             let mut best = f64::INFINITY;
             let specs = tiles.iter().flat_map(|&(tile_words, threads)| {
-                forms
-                    .iter()
-                    .map(move |&(tensor_cores, warp_staged)| ScanSpec {
-                        block: BLOCK,
-                        segment_words: SEGMENT_WORDS,
-                        tile_words,
-                        threads,
-                        tensor_cores,
-                        warp_staged,
-                        ..ScanSpec::new(d, g, placement)
-                    })
+                variants.iter().map(move |&tensor_cores| ScanSpec {
+                    block: BLOCK,
+                    segment_words: SEGMENT_WORDS,
+                    tile_words,
+                    threads,
+                    tensor_cores,
+                    ..ScanSpec::new(d, g, placement)
+                })
             });
             for spec in specs {
                 let (tile_words, threads) = (spec.tile_words, spec.threads);

@@ -173,7 +173,7 @@ impl GpuBench {
             placement,
             ..case.clone()
         };
-        let default = scan_spec(&case, w, t, false, false);
+        let default = scan_spec(&case, w, t, false);
         self.tile(&case, TunedFamily::Scan, placement)
             .and_then(|tile| tile.on_scan(default))
             .unwrap_or(default)
@@ -210,9 +210,8 @@ impl GpuBench {
                 tile_words,
                 threads,
                 tensor_cores,
-                warp_staged,
             }) => vec![(
-                scan_spec(case, tile_words, threads, tensor_cores, warp_staged).into(),
+                scan_spec(case, tile_words, threads, tensor_cores).into(),
                 false,
             )],
             Variant::Tile(Tile::Gather {

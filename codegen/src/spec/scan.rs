@@ -66,13 +66,6 @@ pub struct ScanSpec {
     /// `--opt-in scan-tc`); `false` when absent, so older specs read unchanged.
     #[serde(default)]
     pub tensor_cores: bool,
-    /// With `tensor_cores`: each warp stages the plane words and scales of its own tokens and
-    /// forms their −Δ operands itself, so a step of a one-chunk plan needs no block-wide barrier
-    /// (a plan of several chunks still meets at each chunk's shared operands). Needs at least two
-    /// scale blocks a warp (`32 · thread_tokens ≥ 2 · block`). Opt-in (autotune `--opt-in
-    /// scan-tc-warp`, kernel-bench `--warp-staged`); `false` when absent.
-    #[serde(default)]
-    pub warp_staged: bool,
 }
 
 impl ScanSpec {
@@ -96,7 +89,6 @@ impl ScanSpec {
             threads,
             placement,
             tensor_cores: false,
-            warp_staged: false,
         }
     }
 
@@ -285,7 +277,6 @@ impl Family for ScanSpec {
             threads,
             placement: _,
             tensor_cores: _,
-            warp_staged,
         } = *self;
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_group(Self::FAMILY, group)?;
@@ -333,7 +324,6 @@ impl Family for ScanSpec {
                         ScanSpec {
                             threads: t,
                             tensor_cores: false,
-                            warp_staged: false,
                             ..*self
                         }
                         .validate()
@@ -361,21 +351,6 @@ impl Family for ScanSpec {
                 ));
             }
         }
-        if warp_staged && !(self.tensor_cores && 2 * block <= 32 * self.thread_tokens()) {
-            return Err(SpecError::new(
-                Self::FAMILY,
-                "warp_staged",
-                warp_staged,
-                format!(
-                    "false, or a tensor-core scan whose warps cover at least two scale blocks \
-                     each (tensor_cores = {}; a warp covers {} tokens, two blocks are {}): \
-                     a warp copies its scales of a run in one 4- to 16-byte copy",
-                    self.tensor_cores,
-                    32 * self.thread_tokens(),
-                    2 * block
-                ),
-            ));
-        }
         if self.run_cap() == 0 || self.plane_cap() < 4 {
             return Err(SpecError::new(
                 Self::FAMILY,
@@ -402,12 +377,7 @@ impl Family for ScanSpec {
             self.tile_words,
             self.placement.as_str(),
             self.threads,
-            match (self.tensor_cores, self.warp_staged) {
-                (true, true) => "_tc_ws",
-                (true, false) => "_tc",
-                (false, true) => "_ws",
-                (false, false) => "",
-            }
+            if self.tensor_cores { "_tc" } else { "" }
         )
     }
 
@@ -425,7 +395,6 @@ impl Family for ScanSpec {
             c.insert("n_tiles", &self.n_tiles());
             c.insert("piece_words", &self.piece_words());
             c.insert("k_chunk_cap", &self.plane_cap().div_ceil(TC_K));
-            c.insert("warp_staged", &self.warp_staged);
         }
         c.insert("head_dim", &self.head_dim);
         c.insert("group", &self.group);

@@ -21,7 +21,6 @@ pub fn scan_cells(groups: &[usize], tiles: &[(usize, usize)]) -> Vec<ScanSpec> {
                             threads,
                             placement,
                             tensor_cores: false,
-                            warp_staged: false,
                         });
                     }
                 }

@@ -108,11 +108,9 @@ impl Variant {
                 tile_words,
                 threads,
                 tensor_cores,
-                warp_staged,
             }) => format!(
-                "scan w{tile_words} t{threads}{}{}",
-                if tensor_cores { " tc" } else { "" },
-                if warp_staged { " ws" } else { "" }
+                "scan w{tile_words} t{threads}{}",
+                if tensor_cores { " tc" } else { "" }
             ),
             Variant::Tile(Tile::Gather {
                 loads_in_flight,
@@ -435,7 +433,6 @@ mod tests {
             tile_words,
             threads,
             tensor_cores: false,
-            warp_staged: false,
         })
     }
 
@@ -482,7 +479,6 @@ mod tests {
                 tile_words: 8,
                 threads: 128,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
         assert_eq!(
@@ -491,7 +487,6 @@ mod tests {
                 tile_words: 8,
                 threads: 128,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
         assert_eq!(
@@ -500,7 +495,6 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
         assert_eq!(
@@ -509,7 +503,6 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
         // Another shape or placement has no entry.
@@ -552,7 +545,6 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
     }
@@ -588,7 +580,6 @@ mod tests {
                 tile_words: 16,
                 threads: 256,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
         assert_eq!(
@@ -597,7 +588,6 @@ mod tests {
                 tile_words: 32,
                 threads: 512,
                 tensor_cores: false,
-                warp_staged: false,
             })
         );
     }

@@ -99,9 +99,6 @@ pub enum Tile {
         threads: usize,
         #[serde(default, skip_serializing_if = "is_false")]
         tensor_cores: bool,
-        /// Each warp stages its own tokens (`ScanSpec::warp_staged`); written only when set.
-        #[serde(default, skip_serializing_if = "is_false")]
-        warp_staged: bool,
     },
     /// Loads in flight and threads (gather).
     Gather {
@@ -175,12 +172,10 @@ impl Tile {
                 tile_words,
                 threads,
                 tensor_cores,
-                warp_staged,
             } => Some(ScanSpec {
                 tile_words,
                 threads,
                 tensor_cores,
-                warp_staged,
                 ..base
             }),
             _ => None,

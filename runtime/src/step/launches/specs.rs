@@ -265,7 +265,6 @@ fn scan(
         threads,
         placement,
         tensor_cores: false,
-        warp_staged: false,
     };
     match chooser.lookup(TunedFamily::Scan, placement) {
         None => Ok(default),
