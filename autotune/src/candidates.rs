@@ -58,6 +58,10 @@ pub const SEGMENT_WORDS: usize = 512;
 pub const SCAN_TILE_WORDS: [usize; 6] = [4, 8, 16, 32, 64, 128];
 /// Threads per block tried for the scan (with the tile, they set tokens per thread).
 pub const SCAN_THREADS: [usize; 5] = [64, 128, 256, 512, 1024];
+/// Every scan tile is tried plain and on the tensor cores (`ScanSpec::tensor_cores`; an opt-in
+/// until the step's tests ran with it on the H200, 2026-12-05), the plain one winning a tie. A
+/// tensor-core tile whose accumulators do not fit a thread's registers is refused by its spec.
+pub const SCAN_TENSOR_CORES: [bool; 2] = [false, true];
 /// The gather's 16-byte loads in flight per thread tried.
 pub const GATHER_LOADS: [usize; 4] = [1, 2, 4, 8];
 /// Threads per block tried for the gather.
@@ -93,17 +97,15 @@ pub struct OptIn {
     /// `select-fused`: every select tile also as the fused one-read variant
     /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`).
     pub select_fused: bool,
-    /// `scan-tc`: every scan tile also on the tensor cores (`ScanSpec::tensor_cores`).
-    pub scan_tc: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 2] = ["select-fused", "scan-tc"];
+    pub const NAMES: [&'static str; 1] = ["select-fused"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
-    pub const GRADUATED: [(&'static str, &'static str); 2] = [
+    pub const GRADUATED: [(&'static str, &'static str); 3] = [
         (
             "select-onepass",
             "the one-read select is in the default grid since it ran on the H200 on 2026-12-02",
@@ -113,6 +115,11 @@ impl OptIn {
             "the rerank's many-block top-k is in the default grid since it ran on the H200 on \
              2026-12-02",
         ),
+        (
+            "scan-tc",
+            "the default grid tries every scan tile on the tensor cores too since the step's \
+             tests ran with it on the H200 on 2026-12-05",
+        ),
     ];
 
     /// The opt-ins named by `names`; an unknown name is refused with the known ones.
@@ -121,7 +128,6 @@ impl OptIn {
         for name in names {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
-                "scan-tc" => opt_in.scan_tc = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -142,28 +148,10 @@ impl OptIn {
     /// record may hold a winner that only an opt-in run tried (merged with `--merge`).
     pub fn needed_for(variant: &Variant) -> OptIn {
         match *variant {
-            Variant::Tile(Tile::Scan {
-                tensor_cores: true, ..
-            }) => OptIn {
-                scan_tc: true,
-                ..OptIn::default()
-            },
             Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Fused) => {
-                OptIn {
-                    select_fused: true,
-                    ..OptIn::default()
-                }
+                OptIn { select_fused: true }
             }
             _ => OptIn::default(),
-        }
-    }
-
-    /// Whether the scan tiles are tried on the tensor cores too (`scan-tc`).
-    pub fn scan_tensor_cores(self) -> Vec<bool> {
-        if self.scan_tc {
-            vec![false, true]
-        } else {
-            vec![false]
         }
     }
 
@@ -242,8 +230,9 @@ impl Grid {
     ///
     /// `--quick` keeps, of the families with the most kernels, the neighbourhood of every
     /// winner recorded on the H200 (2026-12-02, three shapes, three contexts; the tests check
-    /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, from host memory
-    /// at 16-128 words and 256-1,024 threads (a tile of host memory needs more loads in flight);
+    /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, plain and on the
+    /// tensor cores, from host memory at 16-128 words and 256-1,024 threads, plain only (a tile
+    /// of host memory needs more loads in flight than a tensor-core tile's registers allow);
     /// the one-read select only, at 256-1,024 threads and 2-16 items (it won every case, the
     /// others lose 3x at 1M); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
     /// blocks a query head (every attention winner since the split tiles); the rerank's
@@ -261,12 +250,14 @@ impl Grid {
                 Variant::Tile(Tile::Scan {
                     tile_words,
                     threads,
-                    ..
+                    tensor_cores,
                 }),
             ) => match placement {
                 Placement::Hbm => (4..=32).contains(tile_words) && (64..=256).contains(threads),
                 Placement::Host => {
-                    (16..=128).contains(tile_words) && (256..=1024).contains(threads)
+                    !tensor_cores
+                        && (16..=128).contains(tile_words)
+                        && (256..=1024).contains(threads)
                 }
             },
             (
@@ -370,16 +361,13 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
             .iter()
             .flat_map(|&tile_words| {
                 SCAN_THREADS.iter().flat_map(move |&threads| {
-                    opt_in
-                        .scan_tensor_cores()
-                        .into_iter()
-                        .map(move |tensor_cores| {
-                            Variant::Tile(Tile::Scan {
-                                tile_words,
-                                threads,
-                                tensor_cores,
-                            })
+                    SCAN_TENSOR_CORES.iter().map(move |&tensor_cores| {
+                        Variant::Tile(Tile::Scan {
+                            tile_words,
+                            threads,
+                            tensor_cores,
                         })
+                    })
                 })
             })
             .collect(),

@@ -33,12 +33,9 @@ fn scan_candidates_are_the_valid_part_of_the_grid() {
             else {
                 panic!("{v:?}")
             };
-            assert!(
-                !tensor_cores,
-                "the tensor-core scan is an opt-in: {}",
-                v.name()
-            );
-            let ok = scan_spec(&c, tile_words, threads, false).validate().is_ok();
+            let ok = scan_spec(&c, tile_words, threads, tensor_cores)
+                .validate()
+                .is_ok();
             assert_eq!(valid.contains(v), ok, "{}", v.name());
             // Tokens per thread outside 1, 2, 4, 8 never survive.
             if ok {

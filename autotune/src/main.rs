@@ -49,7 +49,7 @@ struct Args {
     quick: bool,
     /// Also try the candidates of NAME, left out of a default run until they have run on a
     /// GPU (repeatable): `select-fused`, the one-read select with its `_final` folded into
-    /// `_chunk`; `scan-tc`, every scan tile also on the tensor cores. The record gets its own candidate checksum: write it to a scratch `--out`
+    /// `_chunk`. The record gets its own candidate checksum: write it to a scratch `--out`
     /// (`--merge` takes its entries into a default record).
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,

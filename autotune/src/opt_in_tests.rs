@@ -1,6 +1,7 @@
 //! The rerank's many-block top-k in the default grid (it was `--opt-in
 //! pariskv-select-multiblock` until it ran on the H200): tried beside every rerank tile whose
-//! spec validates, as the step would build it, and the one-block top-k winning a tie.
+//! spec validates, as the step would build it, and the one-block top-k winning a tie. The scan
+//! on the tensor cores likewise (it was `--opt-in scan-tc`).
 
 use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{Family, KernelSpec, Placement};
@@ -92,25 +93,20 @@ fn multiblock_candidates_are_the_valid_rerank_specs() {
     }
 }
 
-/// `--opt-in scan-tc`: every scan tile of the default grid also on the tensor cores, each kept
-/// exactly when its spec validates; the default grid and its checksum do not change, and the
-/// plain tile wins a tie.
+/// The default scan grid has the tensor-core twin of every tile (`--opt-in scan-tc` until it ran
+/// on the H200), each kept exactly when its spec validates, and the plain tile wins a tie; the
+/// old opt-in's name is refused as graduated.
 #[test]
-fn scan_tc_adds_the_tensor_core_twin_of_every_scan_tile() {
-    use crate::candidates::{candidate_checksum, grid_with, scan_spec};
-    let opt_in = OptIn::parse(&["scan-tc".to_string()]).unwrap();
-    assert!(opt_in.scan_tc);
-    assert_ne!(
-        candidate_checksum(opt_in),
-        candidate_checksum(OptIn::default())
-    );
+fn the_default_scan_grid_has_the_tensor_core_twin_of_every_tile() {
+    use crate::candidates::{scan_spec, SCAN_THREADS, SCAN_TILE_WORDS};
+    let e = OptIn::parse(&["scan-tc".to_string()]).unwrap_err();
+    assert!(e.contains("default grid") && e.contains("drop"), "{e}");
     for placement in [Placement::Hbm, Placement::Host] {
         let subject = Subject::Kernel(TunedFamily::Scan);
-        let plain = grid(subject, placement);
-        let both = grid_with(subject, placement, opt_in);
-        assert_eq!(both.len(), 2 * plain.len());
+        let all = grid(subject, placement);
+        assert_eq!(all.len(), 2 * SCAN_TILE_WORDS.len() * SCAN_THREADS.len());
         let case = Case {
-            opt_in,
+            opt_in: OptIn::default(),
             grid: Default::default(),
             subject,
             head_dim: 128,
@@ -121,7 +117,7 @@ fn scan_tc_adds_the_tensor_core_twin_of_every_scan_tile() {
         };
         let kept = enumerate(&case);
         let mut tc_kept = 0;
-        for v in &both {
+        for v in &all {
             let Variant::Tile(Tile::Scan {
                 tile_words,
                 threads,
@@ -132,19 +128,15 @@ fn scan_tc_adds_the_tensor_core_twin_of_every_scan_tile() {
             };
             let spec = scan_spec(&case, tile_words, threads, tensor_cores);
             assert_eq!(kept.contains(v), spec.validate().is_ok(), "{}", v.name());
-            assert_eq!(OptIn::needed_for(v).scan_tc, tensor_cores, "{}", v.name());
+            assert_eq!(OptIn::needed_for(v), OptIn::default(), "{}", v.name());
             if tensor_cores {
                 assert!(v.name().ends_with(" tc"), "{}", v.name());
-                assert!(plain.contains(&Variant::Tile(Tile::Scan {
-                    tile_words,
-                    threads,
-                    tensor_cores: false,
-                })));
                 let twin = Variant::Tile(Tile::Scan {
                     tile_words,
                     threads,
                     tensor_cores: false,
                 });
+                assert!(all.contains(&twin), "{}", v.name());
                 assert!(simplicity(&twin) < simplicity(v), "{}", v.name());
                 tc_kept += usize::from(kept.contains(v));
             }
