@@ -62,8 +62,8 @@ pub struct ScanSpec {
     pub placement: Placement,
     /// Score on the tensor cores (`templates/scan_tc.cu.tera`): each plane bit is a ±Δ
     /// fp16 operand and each (plane, head) weight `q·2^(2−k)` an fp16 pair (high and low
-    /// part), multiplied by `mma.sync` m16n8k16 into fp32. An opt-in variant (autotune
-    /// `--opt-in scan-tc`); `false` when absent, so older specs read unchanged.
+    /// part), multiplied by `mma.sync` m16n8k16 into fp32. Autotune tries every scan tile
+    /// both ways; `false` when absent, so older specs read unchanged.
     #[serde(default)]
     pub tensor_cores: bool,
 }
