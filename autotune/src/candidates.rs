@@ -230,9 +230,10 @@ impl Grid {
     ///
     /// `--quick` keeps, of the families with the most kernels, the neighbourhood of every
     /// winner recorded on the H200 (2026-12-02, three shapes, three contexts; the tests check
-    /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, plain and on the
-    /// tensor cores, from host memory at 16-128 words and 256-1,024 threads, plain only (a tile
-    /// of host memory needs more loads in flight than a tensor-core tile's registers allow);
+    /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, on the tensor
+    /// cores at 4-8 words and 64-128 threads (where it has won, at 1M), from host memory at
+    /// 16-128 words and 256-1,024 threads, plain only (a tile of host memory needs more loads
+    /// in flight than a tensor-core tile's registers allow);
     /// the one-read select only, at 256-1,024 threads and 2-16 items (it won every case, the
     /// others lose 3x at 1M); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
     /// blocks a query head (every attention winner since the split tiles); the rerank's
@@ -253,6 +254,9 @@ impl Grid {
                     tensor_cores,
                 }),
             ) => match placement {
+                Placement::Hbm if *tensor_cores => {
+                    (4..=8).contains(tile_words) && (64..=128).contains(threads)
+                }
                 Placement::Hbm => (4..=32).contains(tile_words) && (64..=256).contains(threads),
                 Placement::Host => {
                     !tensor_cores
