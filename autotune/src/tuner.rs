@@ -338,7 +338,7 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
             // the one-read one (newest): another variant wins only when it is faster beyond
             // noise.
             let (kind, threads, size) = match tile {
-                // The plain scan before the tensor-core one (an opt-in).
+                // The plain scan before the tensor-core one (fewer moving parts wins a tie).
                 Tile::Scan {
                     tile_words,
                     threads,
