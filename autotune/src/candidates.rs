@@ -97,11 +97,15 @@ pub struct OptIn {
     /// `select-fused`: every select tile also as the fused one-read variant
     /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`).
     pub select_fused: bool,
+    /// `pariskv-decode-table`: every rerank tile also with `_score`'s operands in tables laid
+    /// out for it (`PariskvRerankSpec::decode_table`: no stack array of levels, no bank
+    /// conflicts on `q̃`).
+    pub pariskv_decode_table: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 1] = ["select-fused"];
+    pub const NAMES: [&'static str; 2] = ["select-fused", "pariskv-decode-table"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -128,6 +132,7 @@ impl OptIn {
         for name in names {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
+                "pariskv-decode-table" => opt_in.pariskv_decode_table = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -149,8 +154,17 @@ impl OptIn {
     pub fn needed_for(variant: &Variant) -> OptIn {
         match *variant {
             Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Fused) => {
-                OptIn { select_fused: true }
+                OptIn {
+                    select_fused: true,
+                    ..OptIn::default()
+                }
             }
+            Variant::Tile(Tile::Rerank {
+                decode_table: true, ..
+            }) => OptIn {
+                pariskv_decode_table: true,
+                ..OptIn::default()
+            },
             _ => OptIn::default(),
         }
     }
@@ -163,6 +177,16 @@ impl OptIn {
             algorithms.push(SelectAlgorithm::Fused);
         }
         algorithms
+    }
+
+    /// The rerank `_score` operand layouts tried for every tile: as they are, and with
+    /// `pariskv-decode-table` in tables laid out for it too.
+    pub fn rerank_decode_tables(self) -> Vec<bool> {
+        if self.pariskv_decode_table {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
     }
 }
 
@@ -287,6 +311,7 @@ impl Grid {
                     threads,
                     vector_loads,
                     multiblock,
+                    ..
                 }),
             ) => *vector_loads && *multiblock && *threads >= 128,
             _ => true,
@@ -397,20 +422,25 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
         Subject::Kernel(TunedFamily::PariskvVote | TunedFamily::PariskvTopc) => {
             threads(&PARISKV_THREADS)
         }
-        Subject::Kernel(TunedFamily::PariskvRerank) => PARISKV_THREADS
-            .iter()
-            .flat_map(|&threads| {
-                RERANK_VECTOR_LOADS.iter().flat_map(move |&vector_loads| {
-                    RERANK_MULTIBLOCK.iter().map(move |&multiblock| {
-                        Variant::Tile(Tile::Rerank {
-                            threads,
-                            vector_loads,
-                            multiblock,
-                        })
-                    })
-                })
-            })
-            .collect(),
+        Subject::Kernel(TunedFamily::PariskvRerank) => {
+            let decode_tables = opt_in.rerank_decode_tables();
+            let mut variants = Vec::new();
+            for &threads in &PARISKV_THREADS {
+                for &vector_loads in &RERANK_VECTOR_LOADS {
+                    for &multiblock in &RERANK_MULTIBLOCK {
+                        for &decode_table in &decode_tables {
+                            variants.push(Variant::Tile(Tile::Rerank {
+                                threads,
+                                vector_loads,
+                                multiblock,
+                                decode_table,
+                            }));
+                        }
+                    }
+                }
+            }
+            variants
+        }
         Subject::Kernel(TunedFamily::Select) => SELECT_THREADS
             .iter()
             .flat_map(|&threads| {
@@ -526,24 +556,17 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             threads,
         }
         .into(),
-        (TunedFamily::PariskvRerank, Tile::Threads(threads)) => {
-            rerank_spec(case, threads, false, RerankSelect::Single).into()
-        }
-        (
-            TunedFamily::PariskvRerank,
+        (TunedFamily::PariskvRerank, Tile::Threads(threads)) => rerank_spec(
+            case,
             Tile::Rerank {
                 threads,
-                vector_loads,
-                multiblock,
+                vector_loads: false,
+                multiblock: false,
+                decode_table: false,
             },
-        ) => {
-            let select = if multiblock {
-                RerankSelect::Multiblock
-            } else {
-                RerankSelect::Single
-            };
-            rerank_spec(case, threads, vector_loads, select).into()
-        }
+        )?
+        .into(),
+        (TunedFamily::PariskvRerank, tile @ Tile::Rerank { .. }) => rerank_spec(case, tile)?.into(),
         (
             TunedFamily::Select,
             tile @ Tile::Select {
@@ -603,23 +626,31 @@ pub fn gather_spec(case: &Case, loads_in_flight: usize, threads: usize) -> Gathe
     }
 }
 
-/// The rerank spec of a case, its threads, `_score` variant and top-k, at the decoder's
-/// `k_max`.
-pub fn rerank_spec(
-    case: &Case,
-    threads: u32,
-    vector_loads: bool,
-    select: RerankSelect,
-) -> PariskvRerankSpec {
-    PariskvRerankSpec {
+/// The rerank spec of a case and a `Rerank` tile, at the decoder's `k_max`.
+pub fn rerank_spec(case: &Case, tile: Tile) -> Result<PariskvRerankSpec, String> {
+    let Tile::Rerank {
+        threads,
+        vector_loads,
+        multiblock,
+        decode_table,
+    } = tile
+    else {
+        return Err(format!("{tile:?} is not a rerank tile"));
+    };
+    Ok(PariskvRerankSpec {
         head_dim: case.head_dim as u32,
         group: case.group as u32,
         k_max: bench_k_max() as u32,
         threads,
         placement: case.placement,
         vector_loads,
-        select,
-    }
+        select: if multiblock {
+            RerankSelect::Multiblock
+        } else {
+            RerankSelect::Single
+        },
+        decode_table,
+    })
 }
 
 /// The plan kernel every store is planned with, and whose threads are tuned: `fathom` without

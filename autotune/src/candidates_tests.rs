@@ -171,6 +171,7 @@ fn pariskv_subjects_follow_the_steps_lookups() {
                 threads: defaults.pariskv_threads,
                 vector_loads: defaults.rerank_vector_loads,
                 multiblock: false,
+                decode_table: false,
             },
             _ => Tile::Threads(defaults.pariskv_threads),
         });
@@ -191,6 +192,7 @@ fn pariskv_subjects_follow_the_steps_lookups() {
                     threads: 256,
                     vector_loads: true,
                     multiblock: false,
+                    decode_table: false,
                 };
                 assert!(enumerate(&c).contains(&Variant::Tile(wide)));
                 match tile_spec(&c, &Variant::Tile(wide)).unwrap() {

@@ -49,8 +49,10 @@ struct Args {
     quick: bool,
     /// Also try the candidates of NAME, left out of a default run until they have run on a
     /// GPU (repeatable): `select-fused`, the one-read select with its `_final` folded into
-    /// `_chunk`. The record gets its own candidate checksum: write it to a scratch `--out`
-    /// (`--merge` takes its entries into a default record).
+    /// `_chunk`; `pariskv-decode-table`, the ParisKV rerank's `_score` with its decoded nibbles
+    /// and `q̃` in shared-memory tables laid out for it. The record gets its own candidate
+    /// checksum: write it to a scratch `--out` (`--merge` takes its entries into a default
+    /// record).
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,
     /// The most timed runs per candidate (default 25, 10 with --quick; after 5, a candidate

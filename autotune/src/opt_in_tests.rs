@@ -38,12 +38,14 @@ fn the_default_rerank_grid_has_both_top_k_variants_of_every_tile() {
                 threads,
                 vector_loads,
                 multiblock: true,
+                decode_table: false,
             }) = *v
             {
                 let single = Variant::Tile(Tile::Rerank {
                     threads,
                     vector_loads,
                     multiblock: false,
+                    decode_table: false,
                 });
                 assert!(all.contains(&single), "{}", single.name());
             }
@@ -63,6 +65,7 @@ fn multiblock_candidates_are_the_valid_rerank_specs() {
                     threads,
                     vector_loads,
                     multiblock: true,
+                    decode_table: false,
                 };
                 let variant = Variant::Tile(tile);
                 let spec = match tile_spec(&c, &variant).unwrap() {
@@ -85,6 +88,7 @@ fn multiblock_candidates_are_the_valid_rerank_specs() {
                     threads,
                     vector_loads,
                     multiblock: false,
+                    decode_table: false,
                 });
                 assert!(simplicity(&single) < simplicity(&variant));
             }
@@ -146,5 +150,72 @@ fn the_default_scan_grid_has_the_tensor_core_twin_of_every_tile() {
             tc_kept >= 4,
             "{placement:?}: {tc_kept} tensor-core tiles kept"
         );
+    }
+}
+
+/// `--opt-in pariskv-decode-table` tries every rerank tile also with `_score`'s operands in
+/// tables (`PariskvRerankSpec::decode_table`); a default run never does, the tile without them
+/// wins a tie, and a recorded winner that needs it says so.
+#[test]
+fn the_decode_table_opt_in_twins_every_rerank_tile() {
+    let opt_in = OptIn::parse(&["pariskv-decode-table".to_string()]).unwrap();
+    assert!(opt_in.pariskv_decode_table && !opt_in.select_fused);
+    assert_ne!(
+        crate::candidates::candidate_checksum(opt_in),
+        crate::candidates::candidate_checksum(OptIn::default())
+    );
+    for placement in [Placement::Hbm, Placement::Host] {
+        let subject = Subject::Kernel(TunedFamily::PariskvRerank);
+        let default = grid(subject, placement);
+        let with = crate::candidates::grid_with(subject, placement, opt_in);
+        assert_eq!(with.len(), 2 * default.len());
+        let c = Case {
+            opt_in,
+            ..rerank_case(placement)
+        };
+        for v in &with {
+            let Variant::Tile(Tile::Rerank {
+                threads,
+                vector_loads,
+                multiblock,
+                decode_table,
+            }) = *v
+            else {
+                panic!("{v:?}");
+            };
+            assert_eq!(default.contains(v), !decode_table, "{}", v.name());
+            assert_eq!(v.name().ends_with(" dt"), decode_table, "{}", v.name());
+            assert_eq!(
+                OptIn::needed_for(v),
+                if decode_table {
+                    opt_in
+                } else {
+                    OptIn::default()
+                }
+            );
+            if !decode_table {
+                continue;
+            }
+            let plain = Variant::Tile(Tile::Rerank {
+                threads,
+                vector_loads,
+                multiblock,
+                decode_table: false,
+            });
+            assert!(simplicity(&plain) < simplicity(v));
+            match tile_spec(&c, v).unwrap() {
+                KernelSpec::PariskvRerank(s) => {
+                    assert_eq!(
+                        (s.threads, s.vector_loads, s.decode_table, s.placement),
+                        (threads, vector_loads, true, placement)
+                    );
+                    assert_eq!(s.select == RerankSelect::Multiblock, multiblock);
+                    assert!(s.kernel_name().ends_with("_dt"), "{}", s.kernel_name());
+                    // The same tiles validate with and without the tables.
+                    assert_eq!(enumerate(&c).contains(v), enumerate(&c).contains(&plain));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

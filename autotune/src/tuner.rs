@@ -370,14 +370,16 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     threads as usize,
                     rows_per_warp as usize,
                 ),
-                // Likewise the plain `_score` before the whole-row one, and the one-block top-k
-                // before the many-block one.
+                // Likewise the plain `_score` before the whole-row one, the one-block top-k
+                // before the many-block one, and `_score`'s operands as they are before their
+                // tables.
                 Tile::Rerank {
                     threads,
                     vector_loads,
                     multiblock,
+                    decode_table,
                 } => (
-                    u8::from(vector_loads) + 2 * u8::from(multiblock),
+                    u8::from(vector_loads) + 2 * u8::from(multiblock) + 4 * u8::from(decode_table),
                     threads as usize,
                     0,
                 ),

@@ -178,6 +178,22 @@ pub fn emit(
     out: &Path,
 ) -> Result<Manifest, EmitError> {
     let (kernels, manifest) = build_model(model, options, arch)?;
+    let mut files = Vec::new();
+    for k in &kernels {
+        let name = k.spec.kernel_name();
+        files.push((format!("{name}.cu"), k.source.clone().into_bytes()));
+        files.push((format!("{name}.ptx"), k.ptx.clone().into_bytes()));
+    }
+    let json = serde_json::to_string_pretty(&manifest).expect("the manifest is plain data");
+    files.push(("manifest.json".into(), (json + "\n").into_bytes()));
+    write_dir(out, &files)?;
+    Ok(manifest)
+}
+
+/// Writes `files` (name, bytes) into the directory `out` in one step: into a temporary directory
+/// beside it that is renamed into place (replacing `out` as a whole), so that on any error `out`
+/// is left as it was.
+pub fn write_dir(out: &Path, files: &[(String, Vec<u8>)]) -> Result<(), EmitError> {
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -190,22 +206,16 @@ pub fn emit(
     let staging = parent.join(format!(".{stem}.partial-{}", std::process::id()));
     let result = (|| {
         std::fs::create_dir(&staging).map_err(io("creating", &staging))?;
-        for k in &kernels {
-            let name = k.spec.kernel_name();
-            let cu = staging.join(format!("{name}.cu"));
-            std::fs::write(&cu, &k.source).map_err(io("writing", &cu))?;
-            let ptx = staging.join(format!("{name}.ptx"));
-            std::fs::write(&ptx, &k.ptx).map_err(io("writing", &ptx))?;
+        for (name, bytes) in files {
+            let path = staging.join(name);
+            std::fs::write(&path, bytes).map_err(io("writing", &path))?;
         }
-        let path = staging.join("manifest.json");
-        let json = serde_json::to_string_pretty(&manifest).expect("the manifest is plain data");
-        std::fs::write(&path, json + "\n").map_err(io("writing", &path))?;
         replace_dir(&staging, out)
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    result.map(|()| manifest)
+    result
 }
 
 /// The error of an I/O `action` on `path`, for `map_err`.

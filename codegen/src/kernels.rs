@@ -89,6 +89,7 @@ fn pariskv_specs(d: u32, g: u32) -> Vec<KernelSpec> {
                 placement,
                 vector_loads: false,
                 select: Default::default(),
+                decode_table: false,
             }
             .into(),
         );

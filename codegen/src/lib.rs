@@ -9,6 +9,7 @@
 
 pub mod emit;
 pub mod kernels;
+pub mod machine_code;
 pub mod model;
 pub mod nvrtc;
 pub mod render;

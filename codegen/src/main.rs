@@ -3,11 +3,17 @@
 //! `codegen emit --model qwen3-8b --out DIR [--arch sm_90]` (or `--config config.json`) writes
 //! one `.cu` and one `.ptx` per kernel of the model's default set, and `manifest.json`. Nothing
 //! is written unless every kernel renders and compiles.
+//!
+//! `codegen machine-code --specs specs.json --out DIR [--arch sm_90]` compiles the kernel specs
+//! of a JSON file (one, or a list, spelled as a tuning record's: `{"family": "scan", ...}`) to
+//! machine code: `<name>.cu`, `<name>.cubin` (`nvdisasm -c` prints its SASS) and
+//! `resources.json`, and prints what each entry point uses, local memory first.
 
 use clap::{Args, Parser, Subcommand};
 use codegen::emit::emit;
+use codegen::machine_code::{self, MachineCode};
 use codegen::model::{self, ModelShape};
-use codegen::KernelSetOptions;
+use codegen::{KernelSetOptions, KernelSpec};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -22,6 +28,23 @@ struct Cli {
 enum Command {
     /// Render and compile a model's kernels into a directory.
     Emit(EmitArgs),
+    /// Compile kernel specs to machine code (CUBIN) and report their registers, shared and local
+    /// memory, no GPU needed.
+    MachineCode(MachineCodeArgs),
+}
+
+#[derive(Args)]
+struct MachineCodeArgs {
+    /// A JSON file of one kernel spec or a list of them, as a tuning record or
+    /// `resources.json` spells them: `{"family": "scan", "head_dim": 128, ...}`.
+    #[arg(long)]
+    specs: PathBuf,
+    /// Output directory (created, or replaced as a whole).
+    #[arg(long)]
+    out: PathBuf,
+    /// Target architecture: a real one (`sm_XY`), whose machine code ptxas makes.
+    #[arg(long, default_value = "sm_90")]
+    arch: String,
 }
 
 #[derive(Args)]
@@ -61,19 +84,7 @@ fn run(args: EmitArgs) -> Result<(), String> {
         block: args.block,
         segment_words: args.segment_words,
     };
-    let manifest = emit(&shape, &options, &args.arch, &args.out).map_err(|e| {
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !message.contains(&text) {
-                message.push_str(": ");
-                message.push_str(&text);
-            }
-            source = s.source();
-        }
-        message
-    })?;
+    let manifest = emit(&shape, &options, &args.arch, &args.out).map_err(|e| chain(&e))?;
     println!(
         "wrote {} kernels for {} ({}) to {}",
         manifest.kernels.len(),
@@ -88,21 +99,93 @@ fn run(args: EmitArgs) -> Result<(), String> {
             most.registers, most.entry
         );
     }
-    for r in entries.filter(|r| r.spills()) {
+    for r in entries.filter(|r| r.spills() || r.stack_bytes > 0) {
         println!(
-            "note: {} spills to local memory ({} bytes stored, {} loaded, {} registers)",
-            r.entry, r.spill_store_bytes, r.spill_load_bytes, r.registers
+            "note: {} keeps data in local memory ({} bytes of stack frame, {} bytes spilled, {} \
+             loaded back, {} registers): an array indexed at run time or registers spilled; \
+             `codegen machine-code` gives its SASS",
+            r.entry, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes, r.registers
         );
     }
     Ok(())
 }
 
+/// The specs of a `--specs` file: one spec or a list.
+fn read_specs(path: &std::path::Path) -> Result<Vec<KernelSpec>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+    let items = match value {
+        serde_json::Value::Array(items) => items,
+        one => vec![one],
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            serde_json::from_value::<KernelSpec>(item).map_err(|e| {
+                format!(
+                    "{} item {i} is not a kernel spec ({e}); a spec names its family and every \
+                     field of it, e.g. {{\"family\": \"scan\", \"head_dim\": 128, \"group\": 4, \
+                     \"block\": 64, \"segment_words\": 512, \"tile_words\": 8, \"threads\": \
+                     128, \"placement\": \"hbm\"}}",
+                    path.display()
+                )
+            })
+        })
+        .collect()
+}
+
+fn machine_code(args: MachineCodeArgs) -> Result<(), String> {
+    let specs = read_specs(&args.specs)?;
+    if specs.is_empty() {
+        return Err(format!("{} holds no kernel spec", args.specs.display()));
+    }
+    let mut kernels: Vec<MachineCode> = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        eprintln!("[{}/{}] {}", i + 1, specs.len(), spec.kernel_name());
+        kernels.push(machine_code::build(spec, &args.arch).map_err(|e| chain(&e))?);
+    }
+    machine_code::write(&args.out, &kernels).map_err(|e| chain(&e))?;
+    for k in &kernels {
+        for r in &k.resources {
+            println!("{}", machine_code::describe(r));
+        }
+    }
+    println!(
+        "wrote {} kernels ({}) to {}: <name>.cu, <name>.cubin (SASS: nvdisasm -c), resources.json",
+        kernels.len(),
+        args.arch,
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// An error with its sources, each once.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    message
+}
+
 fn main() -> ExitCode {
-    let Command::Emit(args) = Cli::parse().command;
-    match run(args) {
+    let (what, result) = match Cli::parse().command {
+        Command::Emit(args) => ("emit", run(args)),
+        Command::MachineCode(args) => ("machine-code", machine_code(args)),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("codegen emit: {message}; nothing was written");
+            eprintln!("codegen {what}: {message}; nothing was written");
             ExitCode::FAILURE
         }
     }

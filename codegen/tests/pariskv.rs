@@ -61,6 +61,7 @@ fn rerank() -> PariskvRerankSpec {
         placement: Placement::Hbm,
         vector_loads: false,
         select: RerankSelect::Single,
+        decode_table: false,
     }
 }
 
@@ -98,6 +99,7 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
                     placement,
                     vector_loads: false,
                     select: RerankSelect::Single,
+                    decode_table: false,
                 };
                 specs.push((s.into(), vec![s.score_entry(), s.select_entry()]));
                 // The many-block top-k wherever a block holds two k_max.
@@ -193,6 +195,7 @@ mod rerank_family {
                 } else {
                     RerankSelect::Single
                 },
+                decode_table: head_dim == 128 && group == 4,
             },
         ),
         alternatives: [
@@ -203,6 +206,7 @@ mod rerank_family {
             ("placement", json!("host")),
             ("vector_loads", json!(true)),
             ("select", json!("multiblock")),
+            ("decode_table", json!(true)),
         ],
         bad_fields: [
             ("head_dim", json!(136)),

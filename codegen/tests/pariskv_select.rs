@@ -29,6 +29,7 @@ fn single() -> PariskvRerankSpec {
         placement: Placement::Hbm,
         vector_loads: false,
         select: RerankSelect::Single,
+        decode_table: false,
     }
 }
 

@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(defaulted_fields("select"), ["algorithm"]);
         assert_eq!(
             defaulted_fields("pariskv_rerank"),
-            ["vector_loads", "select"]
+            ["vector_loads", "select", "decode_table"]
         );
         assert_eq!(defaulted_fields("scan"), ["tensor_cores"]);
         assert_eq!(defaulted_fields("attention"), ["rows", "kv_rows"]);

@@ -200,6 +200,18 @@ pub struct RetrievalHost {
     pub selection: SelectHost,
 }
 
+/// How the rerank of [`PariskvKernels::load_variant`] scores and selects (the default kernel
+/// set's when `default()`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RerankVariant {
+    /// `_score` reads whole rows in 16-byte loads ([`PariskvRerankSpec::vector_loads`]).
+    pub vector_loads: bool,
+    /// The top-k ([`PariskvRerankSpec::select`]).
+    pub select: RerankSelect,
+    /// `_score`'s operands in tables laid out for it ([`PariskvRerankSpec::decode_table`]).
+    pub decode_table: bool,
+}
+
 impl PariskvKernels {
     /// Renders and compiles the five families for `head_dim`, `group`, `k_max` and `placement`
     /// (the default kernel set's rerank).
@@ -216,22 +228,18 @@ impl PariskvKernels {
             group,
             k_max,
             placement,
-            false,
-            RerankSelect::Single,
+            RerankVariant::default(),
         )
     }
 
-    /// As [`PariskvKernels::load`], with the rerank's `_score` reading whole rows in 16-byte
-    /// loads when `vector_loads` ([`PariskvRerankSpec::vector_loads`]) and its top-k found as
-    /// `select` says ([`PariskvRerankSpec::select`]).
+    /// As [`PariskvKernels::load`], with the rerank's `_score` and top-k as `variant` says.
     pub fn load_variant(
         gpu: &Gpu,
         head_dim: u32,
         group: u32,
         k_max: u32,
         placement: Placement,
-        vector_loads: bool,
-        select: RerankSelect,
+        variant: RerankVariant,
     ) -> Result<Self, KernelError> {
         let index = PariskvIndexSpec {
             head_dim,
@@ -255,8 +263,9 @@ impl PariskvKernels {
             k_max,
             threads: THREADS,
             placement,
-            vector_loads,
-            select,
+            vector_loads: variant.vector_loads,
+            select: variant.select,
+            decode_table: variant.decode_table,
         };
         let modules = [
             compile(gpu, &index)?,

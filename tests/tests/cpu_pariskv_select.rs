@@ -34,6 +34,7 @@ fn spec(head_dim: u32, group: u32, k_max: u32, threads: u32) -> PariskvRerankSpe
         placement: Placement::Hbm,
         vector_loads: false,
         select: RerankSelect::Multiblock,
+        decode_table: false,
     }
 }
 

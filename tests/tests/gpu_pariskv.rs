@@ -17,10 +17,12 @@
 //! centroids tie); grids of one block; an append after a prefill; a non-finite key and a weight
 //! overflow reported through `status` with nothing written for that token. Every output buffer
 //! is poisoned first, so an element that should not be written and is, or should be and is not,
-//! is caught. The retrieval cases run three times: with the default rerank, with its whole-row
-//! `_score` (`PariskvRerankSpec::vector_loads`, 16-byte loads of the code and weight rows), and
-//! with its many-block top-k (`PariskvRerankSpec::select`, `multiblock`, at `k_max` = 512 so
-//! that a 30k-token sequence spans several `_chunk` blocks and `k = 512` needs two `_merge`s).
+//! is caught. The retrieval cases run with the default rerank, with its whole-row `_score`
+//! (`PariskvRerankSpec::vector_loads`, 16-byte loads of the code and weight rows), with its
+//! many-block top-k (`PariskvRerankSpec::select`, `multiblock`, at `k_max` = 512 so that a
+//! 30k-token sequence spans several `_chunk` blocks and `k = 512` needs two `_merge`s), and with
+//! `_score`'s operands in tables laid out for it (`PariskvRerankSpec::decode_table`, both
+//! `_score` forms).
 
 use codegen::spec::launch::Launch;
 use codegen::spec::pariskv::{
@@ -29,7 +31,7 @@ use codegen::spec::pariskv::{
 use codegen::spec::{Family, Placement};
 use fathom_tests::kit::GpuTest;
 use fathom_tests::pariskv_kernels::{
-    device_signs, DeviceIndex, HostIndex, PariskvKernels, RetrievalArgs,
+    device_signs, DeviceIndex, HostIndex, PariskvKernels, RerankVariant, RetrievalArgs,
 };
 use fathom_tests::select_kernels::{
     check_selection, with_grid_x, HeadTable, Mismatches, POISON_I32, POISON_U16,
@@ -310,30 +312,22 @@ struct Case {
     lengths: Vec<usize>,
     k: usize,
     one_block_grids: bool,
-    /// The rerank's whole-row `_score` (`PariskvRerankSpec::vector_loads`).
-    vector_loads: bool,
-    /// The rerank's top-k (`PariskvRerankSpec::select`).
-    select: RerankSelect,
+    /// The rerank's `_score` and top-k.
+    rerank: RerankVariant,
 }
 
 fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
     let (d, g) = (case.d as usize, case.g as usize);
-    let k_max = match case.select {
+    let k_max = match case.rerank.select {
         RerankSelect::Single => K_MAX,
         RerankSelect::Multiblock => MULTIBLOCK_K_MAX,
     };
-    let kernels = PariskvKernels::load_variant(
-        gpu,
-        case.d,
-        case.g,
-        k_max,
-        case.placement,
-        case.vector_loads,
-        case.select,
-    )
-    .unwrap();
-    assert_eq!(kernels.rerank.vector_loads, case.vector_loads);
-    assert_eq!(kernels.rerank.select, case.select);
+    let kernels =
+        PariskvKernels::load_variant(gpu, case.d, case.g, k_max, case.placement, case.rerank)
+            .unwrap();
+    assert_eq!(kernels.rerank.vector_loads, case.rerank.vector_loads);
+    assert_eq!(kernels.rerank.select, case.rerank.select);
+    assert_eq!(kernels.rerank.decode_table, case.rerank.decode_table);
     let batch = case.lengths.len();
     let capacity = case.lengths.iter().copied().max().unwrap_or(0).max(1);
     let keys = head_keys(rng, &case.lengths, d);
@@ -508,13 +502,17 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
 }
 
 gpu_test!(retrieval_matches_the_reference, |t| {
-    retrieval_cases(&mut t, false, RerankSelect::Single);
+    retrieval_cases(&mut t, RerankVariant::default());
 });
 
 // The same cases with the rerank's whole-row `_score`: every `ŝ` bit-equal to the reference,
 // and the same selection.
 gpu_test!(retrieval_with_whole_row_loads_matches_the_reference, |t| {
-    retrieval_cases(&mut t, true, RerankSelect::Single);
+    let rerank = RerankVariant {
+        vector_loads: true,
+        ..RerankVariant::default()
+    };
+    retrieval_cases(&mut t, rerank);
 });
 
 // The same cases with the rerank's many-block top-k (`_chunk`, `_merge`, `_write` in place of
@@ -522,11 +520,33 @@ gpu_test!(retrieval_with_whole_row_loads_matches_the_reference, |t| {
 gpu_test!(
     retrieval_with_many_block_select_matches_the_reference,
     |t| {
-        retrieval_cases(&mut t, false, RerankSelect::Multiblock);
+        let rerank = RerankVariant {
+            select: RerankSelect::Multiblock,
+            ..RerankVariant::default()
+        };
+        retrieval_cases(&mut t, rerank);
     }
 );
 
-fn retrieval_cases(t: &mut GpuTest, vector_loads: bool, select: RerankSelect) {
+// The same cases with `_score`'s operands in tables laid out for it
+// (`PariskvRerankSpec::decode_table`), in both `_score` forms (the whole-row one with the
+// many-block top-k, as the H200 record runs it): every `ŝ` bit-equal to the reference.
+gpu_test!(retrieval_with_decode_tables_matches_the_reference, |t| {
+    for vector_loads in [false, true] {
+        let rerank = RerankVariant {
+            vector_loads,
+            select: if vector_loads {
+                RerankSelect::Multiblock
+            } else {
+                RerankSelect::Single
+            },
+            decode_table: true,
+        };
+        retrieval_cases(&mut t, rerank);
+    }
+});
+
+fn retrieval_cases(t: &mut GpuTest, rerank: RerankVariant) {
     let ks = [16usize, 100, 512, 0];
     let mut i = 0;
     for placement in [Placement::Hbm, Placement::Host] {
@@ -558,8 +578,7 @@ fn retrieval_cases(t: &mut GpuTest, vector_loads: bool, select: RerankSelect) {
                     lengths,
                     k,
                     one_block_grids: i % 3 == 1,
-                    vector_loads,
-                    select,
+                    rerank,
                 };
                 retrieval_case(&t.gpu, &mut t.rng, t.seed, &case);
                 i += 1;

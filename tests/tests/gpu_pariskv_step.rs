@@ -367,6 +367,20 @@ gpu_test!(gpu_pariskv_step_d128_g4_many_block_select, |t| {
     run_case_with(&mut t, 128, 4, tiles, KvRows::Separate);
 });
 
+// D = 128, G = 4 with the rerank's `_score` reading its operands from shared-memory tables
+// (`Tiles::rerank_decode_table`, `PariskvRerankSpec::decode_table`) in both `_score` forms: the
+// same selections, eager and in a captured graph.
+gpu_test!(gpu_pariskv_step_d128_g4_decode_tables, |t| {
+    for rerank_vector_loads in [false, true] {
+        let tiles = Tiles {
+            rerank_decode_table: true,
+            rerank_vector_loads,
+            ..Tiles::default()
+        };
+        run_case_with(&mut t, 128, 4, tiles, KvRows::Separate);
+    }
+});
+
 // The index built from K/V-adjacent rows (its keys `2*D` apart), D = 96 padded, both
 // placements.
 gpu_test!(gpu_pariskv_step_adjacent_rows_d96_g4, |t| {

@@ -515,6 +515,14 @@ pub struct PariskvRerankSpec {
     /// [`RerankSelect::Single`] when absent from a serialised spec.
     #[serde(default)]
     pub select: RerankSelect,
+    /// `_score` reads its operands from shared memory laid out for it (name suffix `_dt`): the
+    /// 16 decoded nibbles in a table (the 8 levels indexed by a run-time nibble are otherwise a
+    /// stack array that ptxas stores to local memory again before every read) and `q̃` skewed
+    /// by one double every 32 channels (the whole-row lanes of a candidate read channels 32
+    /// apart). The same `ŝ`, bit for bit. Opt-in until timed on a GPU
+    /// (`autotune --opt-in pariskv-decode-table`); `false` when absent from a serialised spec.
+    #[serde(default)]
+    pub decode_table: bool,
 }
 
 /// Lanes of a warp that score one candidate in the `vector_loads` variant of `_score`: one
@@ -599,14 +607,15 @@ impl Family for PariskvRerankSpec {
 
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}{}{}",
+            "fathom_pariskv_rerank_d{}_g{}_k{}_t{}_{}{}{}{}",
             self.head_dim,
             self.group,
             self.k_max,
             self.threads,
             self.placement.as_str(),
             if self.vector_loads { "_v16" } else { "" },
-            self.select.name_suffix()
+            self.select.name_suffix(),
+            if self.decode_table { "_dt" } else { "" }
         )
     }
 
@@ -616,6 +625,7 @@ impl Family for PariskvRerankSpec {
         context.insert("k_max", &self.k_max);
         context.insert("placement", self.placement.as_str());
         context.insert("vector_loads", &self.vector_loads);
+        context.insert("decode_table", &self.decode_table);
         context.insert("lanes", &rerank_lanes(self.head_dim));
         context.insert("select", self.select.as_str());
         context.insert("select_items", &select_items(self.threads, self.k_max));

@@ -257,6 +257,7 @@ mod tests {
             placement: Placement::Hbm,
             vector_loads: false,
             select: RerankSelect::Multiblock,
+            decode_table: false,
         }
     }
 

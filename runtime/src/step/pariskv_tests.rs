@@ -420,33 +420,38 @@ fn rerank_tiles_choose_the_whole_row_score() {
             tuning: Some(tuning),
         })
     };
-    let tile = |threads, vector_loads, multiblock| {
+    let tile = |threads, vector_loads, multiblock, decode_table| {
         One(
             TunedFamily::PariskvRerank,
             Tile::Rerank {
                 threads,
                 vector_loads,
                 multiblock,
+                decode_table,
             },
         )
     };
-    let rerank = |threads, vector_loads| tile(threads, vector_loads, false);
+    let rerank = |threads, vector_loads| tile(threads, vector_loads, false, false);
     use RerankSelect::{Multiblock, Single};
-    for (record, want, select) in [
-        (rerank(512, true), (512, true), Single),
-        (rerank(64, false), (64, false), Single),
+    for (record, want, select, decode_table) in [
+        (rerank(512, true), (512, true), Single, false),
+        (rerank(64, false), (64, false), Single, false),
         (
             One(TunedFamily::PariskvRerank, Tile::Threads(128)),
             (128, false),
             Single,
+            false,
         ),
-        (tile(256, true, true), (256, true), Multiblock),
-        (tile(32, false, true), (32, false), Multiblock),
+        (tile(256, true, true, false), (256, true), Multiblock, false),
+        (tile(32, false, true, false), (32, false), Multiblock, false),
+        (tile(256, true, true, true), (256, true), Multiblock, true),
+        (tile(128, false, false, true), (128, false), Single, true),
     ] {
         let tuned = plan(&record).unwrap();
         let r = tuned.specs.pariskv.unwrap().rerank;
         assert_eq!((r.threads, r.vector_loads), want);
         assert_eq!(r.select, select);
+        assert_eq!(r.decode_table, decode_table);
         let score = tuned
             .operations
             .iter()
@@ -460,6 +465,7 @@ fn rerank_tiles_choose_the_whole_row_score() {
     }
     assert!(!Tiles::default().rerank_vector_loads);
     assert_eq!(Tiles::default().rerank_select, Single);
+    assert!(!Tiles::default().rerank_decode_table);
     // At k_max = 2048, 32 threads of at most 32 candidates cannot hold two k_max a block.
     let fallback = launch_plan(&PlanInputs {
         shape: s,
@@ -469,7 +475,7 @@ fn rerank_tiles_choose_the_whole_row_score() {
         k_max: 2048,
         union: true,
         tiles: &Tiles::default(),
-        tuning: Some(&tile(32, false, true)),
+        tuning: Some(&tile(32, false, true, false)),
     })
     .unwrap();
     let r = fallback.specs.pariskv.unwrap().rerank;

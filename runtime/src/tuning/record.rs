@@ -145,10 +145,12 @@ impl Variant {
                 threads,
                 vector_loads,
                 multiblock,
+                decode_table,
             }) => format!(
-                "rerank t{threads}{}{}",
+                "rerank t{threads}{}{}{}",
                 if vector_loads { " v16" } else { "" },
-                if multiblock { " mb" } else { "" }
+                if multiblock { " mb" } else { "" },
+                if decode_table { " dt" } else { "" }
             ),
             Variant::Transfer(t) => format!("transfer {}", t.as_str()),
         }

@@ -129,15 +129,18 @@ pub enum Tile {
         splits: u32,
     },
     /// Threads, whether `_score` reads whole rows in 16-byte loads (the ParisKV rerank,
-    /// `PariskvRerankSpec::vector_loads`) and whether the top-k runs over many blocks
-    /// (`PariskvRerankSpec::select`, `multiblock`; written only when set, so older records read
-    /// and write back unchanged).
+    /// `PariskvRerankSpec::vector_loads`), whether the top-k runs over many blocks
+    /// (`PariskvRerankSpec::select`, `multiblock`) and whether `_score` reads its operands from
+    /// tables laid out for it (`PariskvRerankSpec::decode_table`; both written only when set, so
+    /// older records read and write back unchanged).
     Rerank {
         threads: u32,
         #[serde(default)]
         vector_loads: bool,
         #[serde(default, skip_serializing_if = "is_false")]
         multiblock: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        decode_table: bool,
     },
 }
 
@@ -256,6 +259,8 @@ pub struct Tiles {
     pub rerank_vector_loads: bool,
     /// How the ParisKV rerank finds its top-k: one block per KV head, or many.
     pub rerank_select: RerankSelect,
+    /// Whether the ParisKV rerank's `_score` reads its operands from tables laid out for it.
+    pub rerank_decode_table: bool,
 }
 
 impl Default for Tiles {
@@ -281,6 +286,8 @@ impl Default for Tiles {
             rerank_vector_loads: false,
             // Until the many-block top-k is measured on a GPU.
             rerank_select: RerankSelect::Single,
+            // Until the decode table is measured on a GPU.
+            rerank_decode_table: false,
         }
     }
 }

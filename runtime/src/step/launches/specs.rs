@@ -67,31 +67,40 @@ impl TileChooser<'_> {
         }
     }
 
-    /// The rerank's threads, whether its `_score` reads whole rows and how it finds its top-k:
-    /// a `Rerank` tile, or the `Threads` tile of a record written before it (the plain
-    /// `_score` and the one-block top-k).
+    /// The rerank's tile: a `Rerank` tile, or the `Threads` tile of a record written before it
+    /// (the plain `_score` and the one-block top-k); `default` (the same tile with its threads
+    /// left unset) when no record answers.
     fn rerank(
         &mut self,
         placement: Placement,
-        default: (u32, bool, RerankSelect),
-    ) -> Result<(u32, bool, RerankSelect), StepError> {
+        default: PariskvRerankSpec,
+    ) -> Result<PariskvRerankSpec, StepError> {
         let family = TunedFamily::PariskvRerank;
         match self.lookup(family, placement) {
             None => Ok(default),
-            Some(Tile::Threads(t)) => Ok((t, false, RerankSelect::Single)),
+            Some(Tile::Threads(threads)) => Ok(PariskvRerankSpec {
+                threads,
+                vector_loads: false,
+                select: RerankSelect::Single,
+                decode_table: false,
+                ..default
+            }),
             Some(Tile::Rerank {
                 threads,
                 vector_loads,
                 multiblock,
-            }) => Ok((
+                decode_table,
+            }) => Ok(PariskvRerankSpec {
                 threads,
                 vector_loads,
-                if multiblock {
+                select: if multiblock {
                     RerankSelect::Multiblock
                 } else {
                     RerankSelect::Single
                 },
-            )),
+                decode_table,
+                ..default
+            }),
             Some(tile) => Err(Self::mismatch(family, tile)),
         }
     }
@@ -300,19 +309,19 @@ fn pariskv_specs(
     let placement = shape.placement;
     let default = inputs.tiles.pariskv_threads;
     let tiles = inputs.tiles;
-    let (rerank_threads, vector_loads, select) = chooser.rerank(
+    let mut rerank = chooser.rerank(
         placement,
-        (default, tiles.rerank_vector_loads, tiles.rerank_select),
+        PariskvRerankSpec {
+            head_dim,
+            group,
+            k_max: inputs.k_max as u32,
+            threads: default,
+            placement,
+            vector_loads: tiles.rerank_vector_loads,
+            select: tiles.rerank_select,
+            decode_table: tiles.rerank_decode_table,
+        },
     )?;
-    let mut rerank = PariskvRerankSpec {
-        head_dim,
-        group,
-        k_max: inputs.k_max as u32,
-        threads: rerank_threads,
-        placement,
-        vector_loads,
-        select,
-    };
     // A many-block top-k that cannot hold two k_max a block at these threads (a tile tuned at
     // a smaller k_max) falls back to the one-block top-k: the outputs are the same.
     if rerank.validate().is_err() {

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue #15 item 5 (pariskv(100) in HBM at 1M: 1.72 ms a layer, 0.68 asked). The rerank's `_score`
+# re-stores a 64-byte table of the 8 levels to local memory before every nibble it decodes (SASS
+# of 2026-12-05, third session: 4 STL.128 + LDL.64 a nibble, ~8 KB of local stores a candidate,
+# ~6.9 GB a layer at 1M), which is why the rerank takes 1.69 ms where its 81 MB of index rows
+# would take ~30 us. `PariskvRerankSpec::decode_table` (`_dt`, opt-in) reads the decoded nibbles
+# and a bank-skewed q~ from shared memory instead; exact on the CPU (cpu_pariskv_score), not yet
+# run on a GPU. This call: (1) its GPU tests (the retrieval against the reference, the step), (2) autotune's rerank with the opt-in (every tile
+# with and without the tables, one run), (3) step-bench pariskv(100) and fathom(48) in HBM at
+# 32k and 1M under the committed record and under it with the opt-in run's entries merged, and
+# from host at 1M likewise. On a GPU other than the H200 the committed record does not fit: the
+# "committed" runs then use the runtime's default tiles, and the merged record is the opt-in run's.
+# From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=<commit> BUDGET=560 bash bench/calls/h200-next-pariskv-decode-table.sh
+set -u
+DEFAULT_BUDGET=560 . bench/calls/budget.sh
+C=${C:-unknown}; export FATHOM_COMMIT=$C
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
+unpack; el unpacked
+export FATHOM_KERNEL_CACHE=/tmp/kc-dt
+( cd /tmp/fg/.gpu && timeout -k 10 $(lim 200) ./tests/gpu_pariskv-test --ignored --test-threads=1 \
+    retrieval_with_decode_tables_matches_the_reference > $L/gpu_pariskv.log 2>&1 )
+el gpu_pariskv decode tables rc=$?
+( cd /tmp/fg/.gpu && timeout -k 10 $(lim 120) ./tests/gpu_pariskv_step-test --ignored --test-threads=1 \
+    gpu_pariskv_step_d128_g4_decode_tables > $L/gpu_pariskv_step.log 2>&1 )
+el gpu_pariskv_step decode tables rc=$?
+timeout -k 10 $(lim 150) $B/autotune --model qwen3-8b --only pariskv_rerank --opt-in pariskv-decode-table \
+  --timings --out $L/tune-dt > $L/autotune-dt.txt 2>&1
+el autotune rerank opt-in rc=$?
+REC=$(ls $L/tune-dt/*.json 2>/dev/null | head -1)
+mkdir -p $L/merged
+if [ -n "$REC" ]; then
+  NAME=$(basename $REC)
+  [ -f $R/runtime/records/$NAME ] && cp $R/runtime/records/$NAME $L/merged/$NAME
+  if [ -f $L/merged/$NAME ]; then
+    $B/autotune --merge $REC --into $L/merged/$NAME > $L/merge.txt 2>&1
+  else
+    cp $REC $L/merged/$NAME
+  fi
+  el merged $NAME rc=$?
+fi
+sb() {  # sb LABEL PLACEMENT CONTEXTS [env...]
+  local label=$1 placement=$2 contexts=$3; shift 3
+  env "$@" timeout -k 10 $(lim $(( $(left) / 3 ))) $B/step-bench --model qwen3-8b --methods "pariskv(100),fathom(48)" \
+    --contexts $contexts --placement $placement --batch 1 --no-standing --out $L/sb-$label --commit $C > $L/step-bench-$label.txt 2>&1
+  el step-bench $label rc=$?
+}
+if [ $(left) -gt 90 ]; then
+  sb committed-hbm hbm 32k,1m
+  sb dt-hbm hbm 32k,1m FATHOM_TUNING_DIR=$L/merged
+fi
+if [ $(left) -gt 60 ]; then
+  sb committed-host host 1m
+  sb dt-host host 1m FATHOM_TUNING_DIR=$L/merged
+fi
+cd $L && { cat nvidia-smi.txt timeline.txt
+  grep -hE "^test |test result|panicked" gpu_pariskv.log gpu_pariskv_step.log | head -20
+  echo "== autotune (rerank, opt-in)"; grep -E "^autotune:|disqualified|rerank" autotune-dt.txt | head -40; tail -9 autotune-dt.txt
+  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^pariskv|record" $f; done; } > $OUT/summary.txt 2>&1
+tar czf $OUT/pariskv-dt.tgz -C $OUT logs && rm -rf $L
+cat $OUT/summary.txt
