@@ -5,10 +5,11 @@
 # ~6.9 GB a layer at 1M), which is why the rerank takes 1.69 ms where its 81 MB of index rows
 # would take ~30 us. `PariskvRerankSpec::decode_table` (`_dt`, opt-in) reads the decoded nibbles
 # and a bank-skewed q~ from shared memory instead; exact on the CPU (cpu_pariskv_score), not yet
-# run on a GPU. This call: (1) its GPU tests (the retrieval against the reference, the step), (2) autotune's rerank with the opt-in (every tile
-# with and without the tables, one run), (3) step-bench pariskv(100) and fathom(48) in HBM at
-# 32k and 1M under the committed record and under it with the opt-in run's entries merged, and
-# from host at 1M likewise. On a GPU other than the H200 the committed record does not fit: the
+# run on a GPU. This call: (1) its GPU tests (the retrieval against the reference, the step),
+# (2) autotune's rerank with the opt-in (every tile with and without the tables, one run), (3) step-bench pariskv(100) and fathom(48) in HBM at
+# 32k and 1M under the committed record and under it with the opt-in run's entries merged, (4)
+# ncu's time per kernel of the pariskv(100) HBM 1M step both ways, and (5) step-bench from host
+# at 1M both ways. On a GPU other than the H200 the committed record does not fit: the
 # "committed" runs then use the runtime's default tiles, and the merged record is the opt-in run's.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=<commit> BUDGET=560 bash bench/calls/h200-next-pariskv-decode-table.sh
@@ -49,6 +50,16 @@ if [ $(left) -gt 90 ]; then
   sb committed-hbm hbm 32k,1m
   sb dt-hbm hbm 32k,1m FATHOM_TUNING_DIR=$L/merged
 fi
+# Where a pariskv(100) HBM layer's time goes at 1M, per kernel, without and with the tables (so
+# the call says what bounds the rerank even if the tables are not the whole story).
+for label in committed dt; do
+  [ $(left) -gt 70 ] || break
+  extra=""; [ $label = dt ] && extra="FATHOM_TUNING_DIR=$L/merged"
+  env $extra timeout -k 10 $(lim 60) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 3000 \
+    $B/step-bench --model qwen3-8b --methods "pariskv(100)" --batch 1 --placement hbm --steps 3 --slots 1 --no-standing --contexts 1m --out $L/ncu-sb-$label > $L/ncu-$label.csv 2> $L/ncu-$label.err
+  el ncu $label rc=$?
+  python3 $R/bench/calls/ncu-kernel-times.py $L/ncu-$label.csv "pariskv(100) HBM 1M step, $label, $C" > $L/ncu-$label.txt 2>&1
+done
 if [ $(left) -gt 60 ]; then
   sb committed-host host 1m
   sb dt-host host 1m FATHOM_TUNING_DIR=$L/merged
@@ -56,6 +67,7 @@ fi
 cd $L && { cat nvidia-smi.txt timeline.txt
   grep -hE "^test |test result|panicked" gpu_pariskv.log gpu_pariskv_step.log | head -20
   echo "== autotune (rerank, opt-in)"; grep -E "^autotune:|disqualified|rerank" autotune-dt.txt | head -40; tail -9 autotune-dt.txt
-  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^pariskv|record" $f; done; } > $OUT/summary.txt 2>&1
+  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^pariskv|record" $f; done
+  for f in ncu-*.txt; do echo "== $f"; head -14 $f; done; } > $OUT/summary.txt 2>&1
 tar czf $OUT/pariskv-dt.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
