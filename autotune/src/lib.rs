@@ -21,6 +21,7 @@
 
 pub mod candidates;
 pub mod gpu;
+pub mod machine_code;
 pub mod records;
 pub mod report;
 pub mod selection;

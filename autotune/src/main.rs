@@ -11,7 +11,7 @@
 //! every candidate's achieved bandwidth beside the record.
 //!
 //! `cargo run --release -p autotune -- [--model qwen3-8b] [--config path/to/config.json] [--only scan/hbm/128k] [--quick] [--timings]`
-//! `cargo run --release -p autotune -- --report runtime/records/nvidia-h200.json` (no GPU)
+//! `cargo run --release -p autotune -- --report runtime/records/nvidia-h200.json [--machine-code DIR]` (no GPU)
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -72,6 +72,14 @@ struct Args {
     /// it (no GPU needed).
     #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out", "timings", "opt_in"])]
     report: Option<std::path::PathBuf>,
+    /// With `--report`: also compile every winner's kernel to machine code (NVRTC, no GPU) into
+    /// DIR (`<name>.cu`, `<name>.cubin` for `nvdisasm -c`, `resources.json`) and list each entry
+    /// point's registers, shared and local memory, those with local memory first.
+    #[arg(long, value_name = "DIR", requires = "report")]
+    machine_code: Option<std::path::PathBuf>,
+    /// The architecture `--machine-code` compiles for (a real one, `sm_XY`).
+    #[arg(long, default_value = "sm_90", requires = "machine_code")]
+    arch: String,
     /// Tune nothing: put every entry of the record FROM (a partial run written to a scratch
     /// `--out`) in place of the same key's entry of the record given by `--into`, and rewrite
     /// that record and its plot (no GPU needed). The headers must match but for the candidate
@@ -174,7 +182,15 @@ impl Observer for Reporter {
 
 fn run(args: &Args) -> Result<(), String> {
     if let Some(path) = &args.report {
-        return report(path);
+        report(path)?;
+        if let Some(dir) = &args.machine_code {
+            let record = TuningRecord::read(path).map_err(|e| e.to_string())?;
+            for line in autotune::machine_code::report(&record, &args.arch, dir)? {
+                println!("{line}");
+            }
+            eprintln!("autotune: machine code of the winners in {}", dir.display());
+        }
+        return Ok(());
     }
     if let (Some(from), Some(into)) = (&args.merge, &args.into) {
         return merge(from, into);
