@@ -3,7 +3,7 @@
 //! reference index's `estimate`, bit for bit: one thread a candidate and whole rows
 //! (`vector_loads`), each with its operands as they are and in tables laid out for it
 //! (`decode_table`: the decoded nibbles in shared memory, `q̃` skewed every 32 channels), at
-//! every padded dimension (D = 64, 96 → 128, 128, 256), with counts of 0, 1, a partial warp and
+//! every padded dimension (D = 64, 96 → 128, 128, 256; D = 128 in the host placement's form), with counts of 0, 1, a partial warp and
 //! several blocks, on the spec's grid and on one block that must stride. Nothing past a head's
 //! count is written. `mutations_are_caught` breaks the tables and checks that these cases
 //! notice. These tests need a C++17 compiler (`c++`), not a GPU; on a GPU
@@ -182,7 +182,12 @@ fn spec(head_dim: u32, vector_loads: bool, decode_table: bool) -> PariskvRerankS
         group: 4,
         k_max: 64,
         threads: 64,
-        placement: Placement::Hbm,
+        // D = 128 reads mapped host memory's way (`__ldcs`), the others device memory's.
+        placement: if head_dim == 128 {
+            Placement::Host
+        } else {
+            Placement::Hbm
+        },
         vector_loads,
         select: RerankSelect::Single,
         decode_table,
