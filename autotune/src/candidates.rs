@@ -44,7 +44,7 @@ use codegen::spec::{
 use reference::select::paper_k;
 use runtime::step::{DecoderConfig, Transfer};
 use runtime::tuning::context_bucket;
-use runtime::tuning::{EntryKey, Subject, Variant};
+use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
 use runtime::tuning::{Tile, TunedFamily};
 use sha2::{Digest, Sha256};
 
@@ -328,6 +328,25 @@ impl Case {
             group: self.group,
             placement: self.placement,
             context_bucket: context_bucket(self.tokens),
+        }
+    }
+
+    /// The case of a record entry's key, at the entry's context, with the opt-ins its winner
+    /// needs (one merged from an opt-in run is a candidate of that opt-in) and `grid`. The KV
+    /// heads are not part of the key: `kv_heads` is what the caller builds inputs for.
+    pub fn of_entry(entry: &EntryRecord, kv_heads: usize, grid: Grid) -> Case {
+        Case {
+            subject: entry.key.subject,
+            head_dim: entry.key.head_dim,
+            group: entry.key.group,
+            kv_heads,
+            placement: entry.key.placement,
+            tokens: 1 << entry.key.context_bucket,
+            opt_in: entry
+                .winner
+                .as_ref()
+                .map_or_else(OptIn::default, |w| OptIn::needed_for(&w.variant)),
+            grid,
         }
     }
 }

@@ -365,17 +365,7 @@ fn the_quick_grid_is_part_of_the_full_one_and_keeps_every_recorded_h200_winner()
         let Some(winner) = &entry.winner else {
             continue;
         };
-        let quick = Case {
-            subject: entry.key.subject,
-            head_dim: entry.key.head_dim,
-            group: entry.key.group,
-            kv_heads: 8,
-            placement: entry.key.placement,
-            tokens: 1 << entry.key.context_bucket,
-            // A winner merged from an opt-in run is a candidate of that opt-in.
-            opt_in: OptIn::needed_for(&winner.variant),
-            grid: Grid::Quick,
-        };
+        let quick = Case::of_entry(entry, 8, Grid::Quick);
         assert!(
             enumerate(&quick).contains(&winner.variant),
             "{}: the winner {} is outside the quick grid",

@@ -30,16 +30,7 @@ pub fn winning_specs(record: &TuningRecord) -> Result<Vec<Winning>, String> {
         if !matches!(winner.variant, Variant::Tile(_)) {
             continue;
         }
-        let case = Case {
-            subject: entry.key.subject,
-            head_dim: entry.key.head_dim,
-            group: entry.key.group,
-            kv_heads: 1,
-            placement: entry.key.placement,
-            tokens: entry.tokens,
-            opt_in: Default::default(),
-            grid: Default::default(),
-        };
+        let case = Case::of_entry(entry, 1, Default::default());
         let spec = tile_spec(&case, &winner.variant)
             .map_err(|e| format!("{}: winner {}: {e}", entry.key, winner.name))?;
         by_name
