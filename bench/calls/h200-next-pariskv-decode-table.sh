@@ -55,7 +55,7 @@ fi
 for label in committed dt; do
   [ $(left) -gt 70 ] || break
   extra=""; [ $label = dt ] && extra="FATHOM_TUNING_DIR=$L/merged"
-  env $extra timeout -k 10 $(lim 60) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 3000 \
+  env $extra timeout -k 10 $(lim 60) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:'pariskv_(query|vote|topc|rerank)|attention|fetch' --launch-count 3000 \
     $B/step-bench --model qwen3-8b --methods "pariskv(100)" --batch 1 --placement hbm --steps 3 --slots 1 --no-standing --contexts 1m --out $L/ncu-sb-$label > $L/ncu-$label.csv 2> $L/ncu-$label.err
   el ncu $label rc=$?
   python3 $R/bench/calls/ncu-kernel-times.py $L/ncu-$label.csv "pariskv(100) HBM 1M step, $label, $C" > $L/ncu-$label.txt 2>&1
