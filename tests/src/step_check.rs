@@ -314,6 +314,44 @@ pub fn eager_step(
     out.download().unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// What one step is checked against: the step check (its ties are then judged as the step's
+/// launch plan says, [`StepCheck::for_plan`]), the reference inputs of every query group and
+/// the reference step of each.
+pub struct Expected<'a> {
+    pub check: &'a StepCheck,
+    pub groups: &'a [GroupData<'a>],
+    pub want: &'a [GroupStep],
+}
+
+/// The launch plan of `request` over `view`, then the step run eagerly ([`eager_step`]) and
+/// checked against `expected` under the plan ([`check_step`]); its mismatches are reported
+/// as `label` with `seed`. Returns the plan and the step for the caller's further checks.
+pub fn checked_eager_step(
+    decoder: &mut Decoder,
+    view: &LayerView<'_>,
+    queries: &DeviceBuffer<f32>,
+    request: StepRequest<'_>,
+    expected: &Expected<'_>,
+    label: &str,
+    seed: u64,
+) -> (LaunchPlan, HostStepOutput) {
+    let plan = decoder
+        .launch_plan(view, &request)
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    let eager = eager_step(decoder, view, queries, request, label);
+    let mut m = Mismatches::new(label, seed);
+    check_step(
+        &expected.check.for_plan(&plan),
+        request.method,
+        &eager,
+        expected.groups,
+        expected.want,
+        &mut m,
+    );
+    m.finish();
+    (plan, eager)
+}
+
 /// What a replay of `graph` writes, its outputs poisoned first (`dense`: the step of `dense`,
 /// see [`poison`]) so that nothing left by an earlier step passes for it.
 pub fn replayed(gpu: &Gpu, graph: &StepGraph, dense: bool) -> HostStepOutput {

@@ -52,7 +52,7 @@ use codegen::spec::{Placement, SelectAlgorithm};
 use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::Mismatches;
 use fathom_tests::step_check::{
-    check_step, eager_step, methods, reference_steps, replay_difference, replayed, GroupData,
+    checked_eager_step, methods, reference_steps, replay_difference, replayed, Expected, GroupData,
     OnlyTile, StepCheck,
 };
 use fathom_tests::step_setup::{
@@ -428,6 +428,11 @@ fn run_case_with(
         let references = reference_steps(&groups, &methods, &check);
 
         for (mi, (&method, want)) in methods.iter().zip(&references).enumerate() {
+            let expected = Expected {
+                check: &check,
+                groups: &groups,
+                want,
+            };
             // The `pinned` host store's eager steps, which the other host stores must equal.
             let mut pinned_steps = HashMap::new();
             for (p, (store, ids)) in stores.iter().zip(&ids).enumerate() {
@@ -449,20 +454,15 @@ fn run_case_with(
                         sigma2: case.calibrated_sigma2.is_none().then_some(&sigma2),
                         union: true,
                     };
-                    let plan = decoder
-                        .launch_plan(&view, &request)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    let eager = eager_step(&mut decoder, &view, &queries, request, &what);
-                    let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
-                    check_step(
-                        &check.for_plan(&plan),
-                        method,
-                        &eager,
-                        &groups,
-                        want,
-                        &mut cm,
+                    let (_, eager) = checked_eager_step(
+                        &mut decoder,
+                        &view,
+                        &queries,
+                        request,
+                        &expected,
+                        &format!("{test}: {what}"),
+                        seed,
                     );
-                    cm.finish();
                     if placement == Placement::Host {
                         match pinned_steps.get(&transfer) {
                             None => {

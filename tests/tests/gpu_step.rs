@@ -48,8 +48,8 @@ use fathom_tests::device_store::DeviceStore;
 use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
-    check_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
-    GroupData, OnlyTile, StepCheck,
+    checked_eager_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
+    Expected, GroupData, OnlyTile, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
@@ -379,6 +379,11 @@ fn run_case_configured(
     let check = f.check();
     let references = reference_steps(&groups, &methods, &check);
     for (&method, want) in methods.iter().zip(&references) {
+        let expected = Expected {
+            check: &check,
+            groups: &groups,
+            want,
+        };
         for batch in &batches {
             for transfer in transfers(batch.placement, method) {
                 let what = format!(
@@ -395,9 +400,15 @@ fn run_case_configured(
                     sigma2: (!f.calibrated_sigma2).then_some(&batch.sigma2),
                     union: true,
                 };
-                let plan = decoder
-                    .launch_plan(&view, &request)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let (plan, eager) = checked_eager_step(
+                    &mut decoder,
+                    &view,
+                    &batch.queries,
+                    request,
+                    &expected,
+                    &format!("{test}: {what}"),
+                    seed,
+                );
                 match select {
                     Tuned::Default => {}
                     Tuned::Only(algorithm) => {
@@ -418,17 +429,6 @@ fn run_case_configured(
                         }
                     }
                 }
-                let eager = eager_step(&mut decoder, &view, &batch.queries, request, &what);
-                let mut cm = Mismatches::new(format!("{test}: {what}"), seed);
-                check_step(
-                    &check.for_plan(&plan),
-                    method,
-                    &eager,
-                    &groups,
-                    want,
-                    &mut cm,
-                );
-                cm.finish();
 
                 if transfer == Some(Transfer::Memcpy) {
                     assert!(
