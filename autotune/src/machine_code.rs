@@ -91,6 +91,12 @@ mod tests {
         )))
         .unwrap();
         let winning = winning_specs(&record).unwrap();
+        // A virtual architecture has no machine code: refused before anything is written.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("mc");
+        let e = report(&record, "compute_90", &out).unwrap_err();
+        assert!(e.contains("virtual architecture"), "{e}");
+        assert!(!out.exists());
         let tiles = record
             .entries
             .iter()

@@ -116,15 +116,15 @@ fn merge(from: &std::path::Path, into: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `--report`: the table and plot of a record already written.
-fn report(path: &std::path::Path) -> Result<(), String> {
+/// `--report`: the table and plot of a record already written; returns the record.
+fn report(path: &std::path::Path) -> Result<TuningRecord, String> {
     let record = TuningRecord::read(path).map_err(|e| e.to_string())?;
     println!("{}", summary_table(&record));
     let svg = path.with_extension("svg");
     std::fs::write(&svg, bandwidth_svg(&record, record.ceilings.as_ref()))
         .map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
     eprintln!("autotune: plot {}", svg.display());
-    Ok(())
+    Ok(record)
 }
 
 /// What a run shows as it goes: a progress bar, one tick per candidate, on a terminal; else
@@ -182,9 +182,8 @@ impl Observer for Reporter {
 
 fn run(args: &Args) -> Result<(), String> {
     if let Some(path) = &args.report {
-        report(path)?;
+        let record = report(path)?;
         if let Some(dir) = &args.machine_code {
-            let record = TuningRecord::read(path).map_err(|e| e.to_string())?;
             for line in autotune::machine_code::report(&record, &args.arch, dir)? {
                 println!("{line}");
             }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue #15 item 5 (pariskv(100) in HBM at 1M: 1.72 ms a layer, 0.68 asked). The rerank's `_score`
+# Issue #15 item 5 (pariskv(100) in HBM at 1M: 0.68 ms a layer asked; the rerank alone takes 1.69
+# in the committed record, and pariskv(100) was last step-benched at 9f1f740). The rerank's `_score`
 # re-stores a 64-byte table of the 8 levels to local memory before every nibble it decodes (SASS
 # of 2026-12-05, third session: 4 STL.128 + LDL.64 a nibble, ~8 KB of local stores a candidate,
 # ~6.9 GB a layer at 1M), which is why the rerank takes 1.69 ms where its 81 MB of index rows

@@ -98,13 +98,19 @@ pub fn sha256_hex(text: &str) -> String {
         .collect()
 }
 
-/// Renders and compiles one spec for `arch`.
-pub fn build_kernel(spec: &KernelSpec, arch: &str) -> Result<EmittedKernel, EmitError> {
+/// The kernel name and rendered source of `spec`.
+pub fn render_kernel(spec: &KernelSpec) -> Result<(String, String), EmitError> {
     let name = spec.kernel_name();
     let source = render_any(spec).map_err(|source| EmitError::Render {
         name: name.clone(),
         source,
     })?;
+    Ok((name, source))
+}
+
+/// Renders and compiles one spec for `arch`.
+pub fn build_kernel(spec: &KernelSpec, arch: &str) -> Result<EmittedKernel, EmitError> {
+    let (name, source) = render_kernel(spec)?;
     let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
     let compiled = nvrtc::compile(&source, &format!("{name}.cu"), arch, &options)
         .map_err(|source| EmitError::Compile { name, source })?;

@@ -11,9 +11,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::emit::{write_dir, EmitError, COMPILE_OPTIONS};
+use crate::emit::{render_kernel, write_dir, EmitError, COMPILE_OPTIONS};
 use crate::nvrtc;
-use crate::render::render_any;
 use crate::resources::{self, EntryResources};
 use crate::spec::KernelSpec;
 
@@ -38,11 +37,7 @@ struct Row<'a> {
 
 /// Renders `spec` and compiles it for the real architecture `arch` (`sm_XY`).
 pub fn build(spec: &KernelSpec, arch: &str) -> Result<MachineCode, EmitError> {
-    let name = spec.kernel_name();
-    let source = render_any(spec).map_err(|source| EmitError::Render {
-        name: name.clone(),
-        source,
-    })?;
+    let (name, source) = render_kernel(spec)?;
     let file = format!("{name}.cu");
     let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
     let resources = resources::measure(&source, &file, arch, &options, &spec.entry_points())

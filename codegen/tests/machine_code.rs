@@ -24,16 +24,21 @@ fn rerank(decode_table: bool) -> PariskvRerankSpec {
     }
 }
 
-/// `codegen machine-code --specs SPECS --out OUT`.
-fn machine_code(specs: &Path, out: &Path) -> std::process::Output {
+/// `codegen machine-code --specs SPECS --out OUT [EXTRA...]`.
+fn machine_code_with(specs: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_codegen"))
         .arg("machine-code")
         .arg("--specs")
         .arg(specs)
         .arg("--out")
         .arg(out)
+        .args(extra)
         .output()
         .unwrap()
+}
+
+fn machine_code(specs: &Path, out: &Path) -> std::process::Output {
+    machine_code_with(specs, out, &[])
 }
 
 #[derive(serde::Deserialize)]
@@ -104,6 +109,11 @@ fn a_file_that_is_not_a_list_of_specs_writes_nothing_and_says_what_a_spec_is() {
         ("{\"family\": \"nope\"}", "unknown variant `nope`"),
         ("not json", "is not JSON"),
         ("[]", "holds no kernel spec"),
+        (
+            "{\"family\": \"scan\", \"head_dim\": 128, \"group\": 4, \"block\": 64, \
+             \"segment_words\": 512, \"tile_words\": 8, \"threads\": 100, \"placement\": \"hbm\"}",
+            "`threads` is 100; allowed: a multiple of 32",
+        ),
     ] {
         let file = dir.path().join("specs.json");
         std::fs::write(&file, text).unwrap();
@@ -114,6 +124,15 @@ fn a_file_that_is_not_a_list_of_specs_writes_nothing_and_says_what_a_spec_is() {
         assert!(stderr.contains("nothing was written"), "{stderr}");
         assert!(!out.exists(), "{text}");
     }
+    // A virtual architecture has no machine code: ptxas does not run for it.
+    let file = dir.path().join("specs.json");
+    let spec: KernelSpec = rerank(true).into();
+    std::fs::write(&file, serde_json::to_string(&spec).unwrap()).unwrap();
+    let o = machine_code_with(&file, &out, &["--arch", "compute_90"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("virtual architecture"), "{stderr}");
+    assert!(!out.exists());
     let missing = dir.path().join("absent.json");
     let o = machine_code(&missing, &out);
     assert_eq!(o.status.code(), Some(1));
