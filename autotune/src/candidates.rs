@@ -101,11 +101,14 @@ pub struct OptIn {
     /// out for it (`PariskvRerankSpec::decode_table`: no stack array of levels, no bank
     /// conflicts on `q̃`).
     pub pariskv_decode_table: bool,
+    /// `select-peaks`: every select tile also as the one-read variant whose blocks take their
+    /// top-k from the peaks of their shares ([`SelectAlgorithm::Peaks`]).
+    pub select_peaks: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 2] = ["select-fused", "pariskv-decode-table"];
+    pub const NAMES: [&'static str; 3] = ["select-fused", "pariskv-decode-table", "select-peaks"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -133,6 +136,7 @@ impl OptIn {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
                 "pariskv-decode-table" => opt_in.pariskv_decode_table = true,
+                "select-peaks" => opt_in.select_peaks = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -159,6 +163,12 @@ impl OptIn {
                     ..OptIn::default()
                 }
             }
+            Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Peaks) => {
+                OptIn {
+                    select_peaks: true,
+                    ..OptIn::default()
+                }
+            }
             Variant::Tile(Tile::Rerank {
                 decode_table: true, ..
             }) => OptIn {
@@ -169,12 +179,15 @@ impl OptIn {
         }
     }
 
-    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], and the fused one-read
-    /// variant with `select-fused`.
+    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
+    /// variant with `select-fused`, and the peaks one with `select-peaks`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
             algorithms.push(SelectAlgorithm::Fused);
+        }
+        if self.select_peaks {
+            algorithms.push(SelectAlgorithm::Peaks);
         }
         algorithms
     }

@@ -210,7 +210,15 @@ fn pariskv_subjects_follow_the_steps_lookups() {
 #[test]
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
-    for opt_in in [OptIn::default(), OptIn::parse(&[]).unwrap(), fused] {
+    let peaks = OptIn::parse(&["select-peaks".to_string()]).unwrap();
+    let both = OptIn::parse(&["select-fused".to_string(), "select-peaks".to_string()]).unwrap();
+    for opt_in in [
+        OptIn::default(),
+        OptIn::parse(&[]).unwrap(),
+        fused,
+        peaks,
+        both,
+    ] {
         let c = Case {
             opt_in,
             ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
@@ -237,15 +245,17 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && threads >= 64
                         && items_per_thread.is_power_of_two()
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
-                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused);
+                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
+                        && (algorithm != SelectAlgorithm::Peaks || opt_in.select_peaks);
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
             }
         }
         // Multiples of 32 up to 1,024 threads, 1 to 32 items, the plain and compacting
         // variants: the spec's whole domain; the one-read variants wherever their buffer holds
-        // k_max = 2048 (from 64 threads on).
-        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 2);
+        // k_max = 2048 (from 64 threads on), the peaks one where its block also fits 48 KiB of
+        // shared memory (all but 576, 640, 672, 768, 800, 896, 928, 960 and 992 threads).
+        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 2 + 22 * 32);
         // The runtime's default select tile is among the candidates.
         let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
@@ -254,9 +264,9 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
             items_per_thread,
             defaults.select_algorithm,
         ))));
-        // Every tile is tried as each of the three variants, and as the fused one with
-        // `select-fused`.
-        let variants = if opt_in.select_fused { 4 } else { 3 };
+        // Every tile is tried as each of the three variants, as the fused one with
+        // `select-fused` and as the peaks one with `select-peaks`.
+        let variants = 3 + usize::from(opt_in.select_fused) + usize::from(opt_in.select_peaks);
         assert_eq!(valid.len(), 20 * variants);
     }
 }

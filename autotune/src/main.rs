@@ -50,7 +50,9 @@ struct Args {
     /// Also try the candidates of NAME, left out of a default run until they have run on a
     /// GPU (repeatable): `select-fused`, the one-read select with its `_final` folded into
     /// `_chunk`; `pariskv-decode-table`, the ParisKV rerank's `_score` with its decoded nibbles
-    /// and `q̃` in shared-memory tables laid out for it. The record gets its own candidate
+    /// and `q̃` in shared-memory tables laid out for it; `select-peaks`, the one-read select
+    /// whose blocks read their shares once for each tile's peak and then only the tiles that
+    /// can hold the top-k. The record gets its own candidate
     /// checksum: write it to a scratch `--out` (`--merge` takes its entries into a default
     /// record).
     #[arg(long = "opt-in", value_name = "NAME")]

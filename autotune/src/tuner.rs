@@ -355,8 +355,12 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     compact,
                     onepass,
                     fused,
+                    peaks,
                 } => (
-                    u8::from(compact) + 2 * u8::from(onepass) + u8::from(fused),
+                    u8::from(compact)
+                        + 2 * u8::from(onepass)
+                        + u8::from(fused)
+                        + 2 * u8::from(peaks),
                     threads as usize,
                     items_per_thread as usize,
                 ),

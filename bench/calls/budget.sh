@@ -12,3 +12,18 @@ lim() { local a=$1 b; b=$(left); [ "$b" -lt "$a" ] && a=$b; [ "$a" -lt 5 ] && a=
 el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L/timeline.txt"; }
 #   unpack   the GPU pack (.gpu/pack.tar.xz) into /tmp/fg: B its programs, TESTS its test binaries.
 unpack() { rm -rf /tmp/fg && mkdir -p /tmp/fg && tar xJf "$R/.gpu/pack.tar.xz" -C /tmp/fg && B=/tmp/fg/.gpu/bin TESTS=/tmp/fg/.gpu/tests; }
+#   merged_record RUN MERGED   the record of a scratch autotune run (RUN/*.json) merged by key into
+#                              a copy of the committed record of the same name, in MERGED (the
+#                              run's record alone where none is committed): FATHOM_TUNING_DIR=MERGED.
+merged_record() {
+  local rec name
+  rec=$(ls "$1"/*.json 2>/dev/null | head -1); mkdir -p "$2"
+  [ -n "$rec" ] || return 1
+  name=$(basename "$rec")
+  if [ -f "$R/runtime/records/$name" ]; then
+    cp "$R/runtime/records/$name" "$2/$name" && "$B/autotune" --merge "$rec" --into "$2/$name" > "$2.merge.txt" 2>&1
+  else
+    cp "$rec" "$2/$name"
+  fi
+  el "merged $name rc=$?"
+}

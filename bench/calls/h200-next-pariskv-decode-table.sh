@@ -29,18 +29,7 @@ el gpu_pariskv_step decode tables rc=$?
 timeout -k 10 $(lim 150) $B/autotune --model qwen3-8b --only pariskv_rerank --opt-in pariskv-decode-table \
   --timings --out $L/tune-dt > $L/autotune-dt.txt 2>&1
 el autotune rerank opt-in rc=$?
-REC=$(ls $L/tune-dt/*.json 2>/dev/null | head -1)
-mkdir -p $L/merged
-if [ -n "$REC" ]; then
-  NAME=$(basename $REC)
-  [ -f $R/runtime/records/$NAME ] && cp $R/runtime/records/$NAME $L/merged/$NAME
-  if [ -f $L/merged/$NAME ]; then
-    $B/autotune --merge $REC --into $L/merged/$NAME > $L/merge.txt 2>&1
-  else
-    cp $REC $L/merged/$NAME
-  fi
-  el merged $NAME rc=$?
-fi
+merged_record $L/tune-dt $L/merged
 sb() {  # sb LABEL PLACEMENT CONTEXTS [env...]
   local label=$1 placement=$2 contexts=$3; shift 3
   env "$@" timeout -k 10 $(lim $(( $(left) / 3 ))) $B/step-bench --model qwen3-8b --methods "pariskv(100),fathom(48)" \

@@ -64,6 +64,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_onepass_common.cuh.tera"),
     ),
     (
+        "select_peaks.cuh.tera",
+        include_str!("../../templates/select_peaks.cuh.tera"),
+    ),
+    (
         "select_onepass.cu.tera",
         include_str!("../../templates/select_onepass.cu.tera"),
     ),

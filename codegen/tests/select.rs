@@ -473,6 +473,24 @@ fn the_onepass_buffer_holds_k_max_and_fits_shared_memory() {
             assert!(buffer >= 4096, "{threads}: {buffer}");
         }
         assert!(spec.onepass_shared_bytes() <= 48 * 1024, "{threads}");
+        // The peaks form adds a bit per peak tile and a segment's list of hot tiles (whole
+        // words of bits, at least one): it fits at every power of two, and where it does not
+        // fit (some other thread counts) its spec is refused, naming the threads.
+        let peaks = SelectSpec {
+            algorithm: SelectAlgorithm::Peaks,
+            ..spec
+        };
+        assert!(
+            peaks.hot_tiles() >= 32 && peaks.hot_tiles().is_multiple_of(32),
+            "{threads}"
+        );
+        assert!(peaks.onepass_shared_bytes() > spec.onepass_shared_bytes());
+        let fits = peaks.onepass_shared_bytes() <= 48 * 1024;
+        assert!(fits || !threads.is_power_of_two(), "{threads}");
+        match peaks.validate() {
+            Ok(()) => assert!(fits, "{threads}"),
+            Err(e) => assert!(!fits && e.to_string().contains("threads"), "{threads}: {e}"),
+        }
         let fits = SelectSpec {
             k_max: buffer.min(4096) as u32,
             ..spec

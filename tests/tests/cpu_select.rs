@@ -1,5 +1,6 @@
-//! The one-read selects (`algorithm: onepass`, and `fused`, whose last block per query head
-//! does `_final`'s work) run on the CPU, exactly as rendered (`cpu_cuda`:
+//! The one-read selects (`algorithm: onepass`; `fused`, whose last block per query head
+//! does `_final`'s work; `peaks`, whose blocks take their top-k from the peaks of their shares)
+//! run on the CPU, exactly as rendered (`cpu_cuda`:
 //! every CUDA thread a fiber, switched in a seeded random order where threads wait for each
 //! other), against the reference `Selection::from_scores`: identical `sel`, `sel_count`, `uni`,
 //! `uni_count`, `sel_pos` the reference's row positions, nothing written past the counts
@@ -10,7 +11,8 @@
 //! and many blocks per query head: odd tiles (3 items: scalar loads; 2: pairs), score rows
 //! that are not 16-byte aligned (the stride is `max_n + 7`), lengths at every boundary of
 //! `36 + k`, k from 0 to `k_max`, G = 1, 4, 7, 8, 16, every score family, ties wider than the block
-//! buffer. `onepass_mutations_are_caught` and `fused_mutations_are_caught` then break the
+//! buffer; peak tiles wider than a warp's loads. `onepass_mutations_are_caught`,
+//! `fused_mutations_are_caught` and `peaks_mutations_are_caught` then break the
 //! rendered sources in the places a mistake is easy and check that these cases notice each one
 //! (the fused variant's arrival counters must also be left zero: `check_selection`).
 
@@ -33,13 +35,17 @@ fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Selec
     }
 }
 
-/// Both one-read variants of a tile.
-fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 2] {
+/// The one-read variants of a tile: onepass, fused, peaks.
+fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 3] {
     let spec = onepass(group, k_max, threads, items_per_thread);
     [
         spec,
         SelectSpec {
             algorithm: SelectAlgorithm::Fused,
+            ..spec
+        },
+        SelectSpec {
+            algorithm: SelectAlgorithm::Peaks,
             ..spec
         },
     ]
@@ -390,7 +396,7 @@ fn assert_caught(spec: SelectSpec, mutations: &[(&str, &str, &str)]) {
 /// judge.)
 #[test]
 fn fused_mutations_are_caught() {
-    let [_, spec] = one_read(4, 40, 32, 4);
+    let [_, spec, _] = one_read(4, 40, 32, 4);
     assert_caught(
         spec,
         &[
@@ -426,4 +432,118 @@ fn fused_mutations_are_caught() {
             ),
         ],
     );
+}
+
+/// The peaks variant's own steps, broken one at a time: its 32-thread block lists 512 hot tiles
+/// a segment, and the 23,002-token row of one block has 719 peak tiles of 32 tokens, so the
+/// second segment is exercised.
+#[test]
+fn peaks_mutations_are_caught() {
+    let [_, _, spec] = one_read(4, 40, 32, 4);
+    assert_caught(
+        spec,
+        &[
+            (
+                "the floor at the (k-1)-th peak",
+                "kth_key(s, peak, (unsigned int)kk)",
+                "kth_key(s, peak, (unsigned int)kk - 1u)",
+            ),
+            (
+                "a tile whose peak is the k-th taken as cold",
+                "peak[q] >= kth_peak && peak[q] != 0u",
+                "peak[q] > kth_peak && peak[q] != 0u",
+            ),
+            (
+                "a peak over half its tile",
+                "for (int w = 1; w < lanes; w <<= 1)",
+                "for (int w = 1; w < lanes / 2; w <<= 1)",
+            ),
+            (
+                "a load's peak put on the next tile",
+                "atomicMax(&s.key[(VEC * (l - begin)) >> shift], m);",
+                "atomicMax(&s.key[min((VEC * (l - begin + 1)) >> shift, CAP - 1)], m);",
+            ),
+            (
+                "the window's scores in the peaks",
+                "if (first >= lo && first + VEC <= hi) {",
+                "if (first >= lo) {",
+            ),
+            (
+                "the block's last load left out of the hot tiles",
+                "if (at < tokens) {",
+                "if (at + VEC < tokens) {",
+            ),
+            (
+                "the second segment of peak tiles skipped",
+                "for (int seg = 0; seg * HOT_CAP < peaks; ++seg) {",
+                "for (int seg = 0; seg < 1; ++seg) {",
+            ),
+            (
+                "a listed tile's number not made relative to its segment",
+                "(unsigned short)(w * 32 + __ffs(bits) - 1 - seg * HOT_CAP);",
+                "(unsigned short)(w * 32 + __ffs(bits) - 1);",
+            ),
+            (
+                "a hot tile's position taken from the wrong end of its tile",
+                "+ (p & p_mask);\n                    tile.first[j]",
+                "+ (p_mask - (p & p_mask));\n                    tile.first[j]",
+            ),
+        ],
+    );
+}
+
+/// The peaks variant's barriers, each removed where only several warps can tell (see
+/// `onepass_multiwarp_mutations_are_caught`). (The barrier between setting the hot bits and
+/// listing them is not among them: a listing that counts another warp's bits before they are
+/// set reads the emulator's poison, all ones, and only leaves gaps of tiles past the share,
+/// which read nothing; on a GPU it would read the last block's bits.)
+#[test]
+fn peaks_multiwarp_mutations_are_caught() {
+    let [_, _, spec] = one_read(4, 40, 256, 2);
+    assert_caught(
+        spec,
+        &[
+            (
+                "the peaks read before every warp has written its own",
+                "    __syncthreads();\n\n    // K, and the hot tiles' bits.",
+                "\n    // K, and the hot tiles' bits.",
+            ),
+            (
+                "a segment's list read before it is whole",
+                "    __syncthreads();\n    return (int)total;",
+                "    return (int)total;",
+            ),
+        ],
+    );
+}
+
+/// Peak tiles wider than a warp's loads (a share of more than 32 x CAP tokens, as a block of a
+/// long sequence in a large batch gets): a tile's peak is then gathered over several warps'
+/// loads and rounds by the shared atomic alone. 32 and 64 threads (buffers of 1,024 and 2,048),
+/// float4 and scalar loads, one block per query head over 150k to 260k tokens: tiles of 128 to
+/// 256 tokens.
+#[test]
+fn peaks_tiles_wider_than_a_warp() {
+    let (mut rng, seed) = inputs::rng_and_seed("peaks_tiles_wider_than_a_warp");
+    let families = [Scores::Gaussian, Scores::SmallIntegers, Scores::Straddle];
+    let mut failures = Vec::new();
+    for (threads, items) in [(32, 4), (64, 1)] {
+        let spec = SelectSpec {
+            algorithm: SelectAlgorithm::Peaks,
+            ..onepass(1, 16, threads, items)
+        };
+        let select = CpuSelect::build(spec).expect("builds");
+        for k in [1, 16] {
+            let lengths = [rng.gen_range(150_000..260_000)];
+            failures.extend(case(
+                &select,
+                &mut rng,
+                seed,
+                (&lengths, 1, Some(1)),
+                k,
+                &families,
+            ));
+        }
+    }
+    assert_none(failures);
 }

@@ -7,9 +7,11 @@
 //! row positions, `uni[sel_pos[j]] == sel[j]`, and nothing written past the counts (the outputs
 //! and the workspaces are poisoned before the launches). See `check_selection`.
 //!
-//! Every case runs the three variants of its tile on the same scores: the plain (radix) select,
-//! the compacting one and the one-read one (`SelectSpec::algorithm`), which must give exactly
-//! the same outputs. The one-read variant's logic is also run on the CPU by `cpu_select.rs`.
+//! Every case runs every variant of its tile on the same scores (`SelectSpec::algorithm`): the
+//! plain (radix) select, the compacting one, the one-read one, its fused form and its peaks
+//! form, which must give exactly the same outputs (`FATHOM_SELECT_ALGORITHMS=peaks` runs only
+//! the variants it names). The one-read variants' logic is also run on the CPU by
+//! `cpu_select.rs`.
 //!
 //! Coverage:
 //! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8, 16; B = 3 sequences of different lengths
@@ -127,10 +129,28 @@ fn select_case(
     }
 }
 
-/// The three variants of one tile: plain, compacting, one-read.
+/// Every variant of one tile (`SelectAlgorithm::ALL`: plain, compacting, one-read, fused,
+/// peaks), or those that `FATHOM_SELECT_ALGORITHMS` names (comma-separated, as specs spell
+/// them), for a call that tests one new variant without the others' time.
 fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<SelectKernels> {
+    let only = std::env::var("FATHOM_SELECT_ALGORITHMS").ok();
+    let wanted = |algorithm: &SelectAlgorithm| match &only {
+        None => true,
+        Some(names) => {
+            let names: Vec<&str> = names.split(',').map(str::trim).collect();
+            for name in &names {
+                assert!(
+                    SelectAlgorithm::ALL.iter().any(|a| a.as_str() == *name),
+                    "FATHOM_SELECT_ALGORITHMS names `{name}`; known: {:?}",
+                    SelectAlgorithm::ALL.map(|a| a.as_str())
+                );
+            }
+            names.contains(&algorithm.as_str())
+        }
+    };
     SelectAlgorithm::ALL
         .into_iter()
+        .filter(wanted)
         .map(|algorithm| {
             let spec = SelectSpec {
                 group,
@@ -270,7 +290,11 @@ gpu_test!(gpu_select_compact_sources_and_fallbacks, |t| {
     ];
     for (g, threads, items) in [(4, 256, 16), (7, 1024, 1)] {
         let variants = load(&t.gpu, g, 1024, threads, items);
-        let candidates = variants[1].spec.candidates() as usize;
+        let Some(compact) = variants.iter().find(|v| v.spec.compact()) else {
+            eprintln!("the compacting variant is not among FATHOM_SELECT_ALGORITHMS: not run");
+            return;
+        };
+        let candidates = compact.spec.candidates() as usize;
         assert!(
             WIDE_TIES > candidates,
             "the wide ties overflow the candidates"

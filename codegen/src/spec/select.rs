@@ -37,6 +37,16 @@
 //! finishes last (a counter per query head, [`SelectPlan::arrival_words`], zeroed when allocated
 //! and left zero by every launch) takes the top-k of the slots. Two launches, one of them the
 //! union (which the step launches only when something reads it).
+//!
+//! The peaks variant ([`SelectAlgorithm::Peaks`], `select_onepass.cu.tera` with
+//! `select_peaks.cuh.tera`) is the one-read select, its launches, workspaces and entry points,
+//! with another block top-k: a `_chunk` block first streams its share once for the largest key
+//! of each peak tile (P tokens, the least power of two that leaves at most the buffer's size of
+//! them), finds the k-th largest peak K in shared memory, and then reads only the tiles whose
+//! peak reaches K (about k of them), behind the floor K. The k tiles of the largest peaks hold k
+//! tokens of keys at least K, so no token of the share's top-k is in another tile or below K.
+//! The share's other tiles cost one max and one shuffle tree a load, not the running floor's
+//! compare, vote and append.
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -66,6 +76,8 @@ pub const CANDIDATES_PER_K: u64 = 8;
 pub const ONEPASS_BUFFER: u64 = 4096;
 /// Most buffer entries one thread holds in registers while the buffer is compacted.
 pub const ONEPASS_MAX_PER_THREAD: u64 = 32;
+/// Static shared memory a block may declare (48 KiB).
+pub const MAX_STATIC_SHARED: u64 = 48 * 1024;
 /// Blocks the one-read variant's `_chunk` pass aims for over all query heads of a launch: two
 /// per SM of a 132-SM H200, one wave with enough loads in flight to read HBM at its rate. A
 /// query head gets `floor(ONEPASS_TARGET_BLOCKS / heads)` blocks (so that the blocks fit one
@@ -89,15 +101,21 @@ pub enum SelectAlgorithm {
     /// The one-read select whose last block per query head selects from the blocks'
     /// candidates: two launches (`select_fused.cu.tera`).
     Fused,
+    /// The one-read select whose blocks find their top-k from the peaks of their shares: one
+    /// streaming read of the scores for each peak tile's largest key, then only the tiles whose
+    /// peak reaches the k-th largest peak, behind it: three launches
+    /// (`select_onepass.cu.tera` with `select_peaks.cuh.tera`).
+    Peaks,
 }
 
 impl SelectAlgorithm {
     /// Every algorithm, in the order the tuner tries them.
-    pub const ALL: [SelectAlgorithm; 4] = [
+    pub const ALL: [SelectAlgorithm; 5] = [
         SelectAlgorithm::Radix,
         SelectAlgorithm::Compact,
         SelectAlgorithm::Onepass,
         SelectAlgorithm::Fused,
+        SelectAlgorithm::Peaks,
     ];
 
     /// The name as specs, kernel names and tuning records spell it.
@@ -107,6 +125,7 @@ impl SelectAlgorithm {
             SelectAlgorithm::Compact => "compact",
             SelectAlgorithm::Onepass => "onepass",
             SelectAlgorithm::Fused => "fused",
+            SelectAlgorithm::Peaks => "peaks",
         }
     }
 
@@ -118,12 +137,16 @@ impl SelectAlgorithm {
             SelectAlgorithm::Compact => "_compact",
             SelectAlgorithm::Onepass => "_onepass",
             SelectAlgorithm::Fused => "_fused",
+            SelectAlgorithm::Peaks => "_peaks",
         }
     }
 
     /// Whether this is one of the one-read variants (a block top-k per share of the tokens).
     pub fn one_read(self) -> bool {
-        matches!(self, SelectAlgorithm::Onepass | SelectAlgorithm::Fused)
+        matches!(
+            self,
+            SelectAlgorithm::Onepass | SelectAlgorithm::Fused | SelectAlgorithm::Peaks
+        )
     }
 }
 
@@ -376,7 +399,9 @@ const fn with_candidates<const N: usize, const M: usize>(
 ///   `chunks` the `_chunk` grid's x;
 /// - `<name>_union`: as above.
 ///
-/// Launch order: `_chunk`, `_final`, `_union` ([`SelectStage::ONEPASS_ORDER`]).
+/// Launch order: `_chunk`, `_final`, `_union` ([`SelectStage::ONEPASS_ORDER`]). The peaks
+/// variant (`algorithm: peaks`, name suffix `_peaks`) has the same entry points, workspaces and
+/// order.
 ///
 /// The fused one-read variant (`algorithm: fused`, name suffix `_fused`) has the one-read
 /// workspaces and `arrivals` (one `u32` per query head, [`SelectPlan::arrival_words`], zero
@@ -414,7 +439,7 @@ impl SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => &SelectStage::ORDER,
             SelectAlgorithm::Compact => &SelectStage::COMPACT_ORDER,
-            SelectAlgorithm::Onepass => &SelectStage::ONEPASS_ORDER,
+            SelectAlgorithm::Onepass | SelectAlgorithm::Peaks => &SelectStage::ONEPASS_ORDER,
             SelectAlgorithm::Fused => &SelectStage::FUSED_ORDER,
         }
     }
@@ -439,7 +464,7 @@ impl SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => STATE_WORDS,
             SelectAlgorithm::Compact => COMPACT_STATE_WORDS,
-            SelectAlgorithm::Onepass | SelectAlgorithm::Fused => 0,
+            SelectAlgorithm::Onepass | SelectAlgorithm::Fused | SelectAlgorithm::Peaks => 0,
         }
     }
 
@@ -453,10 +478,23 @@ impl SelectSpec {
 
     /// Static shared memory of one-read block, in bytes: the buffer's keys and indices, the
     /// 2,048-bin histogram, five words per warp (a compaction's two counts, a tile's survivors
-    /// by parity, the digit search's scan) and a radix pass's two result words.
+    /// by parity, the digit search's scan) and a radix pass's two result words; with `peaks`
+    /// also a bit per peak tile, a segment's list of hot tiles ([`SelectSpec::hot_tiles`]
+    /// `u16`s) and the block scan's words.
     pub fn onepass_shared_bytes(&self) -> u64 {
         let warps = u64::from(self.threads) / 32;
-        8 * self.onepass_buffer() + 4 * 2048 + 4 * (5 * warps + 2)
+        let peaks = if self.algorithm == SelectAlgorithm::Peaks {
+            self.onepass_buffer() / 8 + 2 * self.hot_tiles() + 4 * (warps + 1)
+        } else {
+            0
+        };
+        8 * self.onepass_buffer() + 4 * 2048 + 4 * (5 * warps + 2) + peaks
+    }
+
+    /// Hot tiles the `peaks` block lists at once (`HOT_CAP`): half the buffer, in whole words
+    /// of bits, at most 2,048.
+    pub fn hot_tiles(&self) -> u64 {
+        (self.onepass_buffer() / 64 * 32).min(2048)
     }
 
     /// Blocks per query head of the one-read variant's `_chunk`, for `heads` query heads of at
@@ -648,6 +686,20 @@ impl Family for SelectSpec {
                     ),
                 ));
             }
+            let shared = self.onepass_shared_bytes();
+            if shared > MAX_STATIC_SHARED {
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "threads",
+                    self.threads,
+                    format!(
+                        "a thread count whose {} block fits {MAX_STATIC_SHARED} bytes of static \
+                         shared memory ({shared} needed; every power of two from 32 to 1024 \
+                         does)",
+                        self.algorithm.as_str()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -669,7 +721,7 @@ impl Family for SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => "select.cu.tera".into(),
             SelectAlgorithm::Compact => "select_compact.cu.tera".into(),
-            SelectAlgorithm::Onepass => "select_onepass.cu.tera".into(),
+            SelectAlgorithm::Onepass | SelectAlgorithm::Peaks => "select_onepass.cu.tera".into(),
             SelectAlgorithm::Fused => "select_fused.cu.tera".into(),
         }
     }
@@ -683,10 +735,11 @@ impl Family for SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => {}
             SelectAlgorithm::Compact => context.insert("candidates", &self.candidates()),
-            SelectAlgorithm::Onepass | SelectAlgorithm::Fused => {
+            SelectAlgorithm::Onepass | SelectAlgorithm::Fused | SelectAlgorithm::Peaks => {
                 context.insert("buffer", &self.onepass_buffer())
             }
         }
+        context.insert("peaks", &(self.algorithm == SelectAlgorithm::Peaks));
         context
     }
 }

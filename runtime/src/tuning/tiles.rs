@@ -108,8 +108,10 @@ pub enum Tile {
     /// Threads, scores per thread per chunk, and which variant runs (select): the compacting
     /// one (`compact`; `false` in records written before it existed), the one-read one
     /// (`onepass`; written only when set, so older records read and write back unchanged),
-    /// that one with its `_final` folded into `_chunk` (`onepass` and `fused`, likewise), or
-    /// with none the plain one. A tile never sets `compact` with another.
+    /// that one with its `_final` folded into `_chunk` (`onepass` and `fused`, likewise), that
+    /// one with its blocks' top-k from the peaks of their shares (`onepass` and `peaks`,
+    /// likewise), or with none the plain one. A tile never sets `compact` with another, nor
+    /// `fused` with `peaks`.
     Select {
         threads: u32,
         items_per_thread: u32,
@@ -119,6 +121,8 @@ pub enum Tile {
         onepass: bool,
         #[serde(default, skip_serializing_if = "is_false")]
         fused: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        peaks: bool,
     },
     /// Threads, rows each warp loads before computing, and blocks per query head (attention;
     /// `splits` is written only when above 1, so older records read and write back unchanged).
@@ -165,6 +169,7 @@ impl Tile {
             compact: algorithm == SelectAlgorithm::Compact,
             onepass: algorithm.one_read(),
             fused: algorithm == SelectAlgorithm::Fused,
+            peaks: algorithm == SelectAlgorithm::Peaks,
         }
     }
 
@@ -192,26 +197,37 @@ impl Tile {
                 compact: false,
                 onepass: false,
                 fused: false,
+                peaks: false,
                 ..
             } => Some(SelectAlgorithm::Radix),
             Tile::Select {
                 compact: true,
                 onepass: false,
                 fused: false,
+                peaks: false,
                 ..
             } => Some(SelectAlgorithm::Compact),
             Tile::Select {
                 compact: false,
                 onepass: true,
                 fused: false,
+                peaks: false,
                 ..
             } => Some(SelectAlgorithm::Onepass),
             Tile::Select {
                 compact: false,
                 onepass: true,
                 fused: true,
+                peaks: false,
                 ..
             } => Some(SelectAlgorithm::Fused),
+            Tile::Select {
+                compact: false,
+                onepass: true,
+                fused: false,
+                peaks: true,
+                ..
+            } => Some(SelectAlgorithm::Peaks),
             _ => None,
         }
     }

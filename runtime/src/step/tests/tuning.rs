@@ -371,7 +371,11 @@ fn default_tiles_can_ask_for_the_compact_select() {
 /// plan's `select_chunks` (which `_final` is given).
 #[test]
 fn the_one_read_selects_plan_their_launches_and_slots() {
-    for algorithm in [SelectAlgorithm::Onepass, SelectAlgorithm::Fused] {
+    for algorithm in [
+        SelectAlgorithm::Onepass,
+        SelectAlgorithm::Fused,
+        SelectAlgorithm::Peaks,
+    ] {
         one_read_plans(algorithm);
     }
 }
@@ -465,7 +469,7 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
 
 #[test]
 fn a_select_tile_of_two_variants_is_refused() {
-    struct Conflicting(bool, bool, bool);
+    struct Conflicting(bool, bool, bool, bool);
     impl Tuning for Conflicting {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
             (key.family == TunedFamily::Select).then_some(Tile::Select {
@@ -474,6 +478,7 @@ fn a_select_tile_of_two_variants_is_refused() {
                 compact: self.0,
                 onepass: self.1,
                 fused: self.2,
+                peaks: self.3,
             })
         }
         fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
@@ -481,13 +486,16 @@ fn a_select_tile_of_two_variants_is_refused() {
         }
     }
     let s = shape(4, 10_000, Placement::Hbm);
-    // Compacting and one-read; compacting and fused; fused without one-read.
+    // Compacting and one-read; compacting and fused; fused without one-read; fused and peaks;
+    // peaks without one-read.
     for flags in [
-        (true, true, false),
-        (true, true, true),
-        (false, false, true),
+        (true, true, false, false),
+        (true, true, true, false),
+        (false, false, true, false),
+        (false, true, true, true),
+        (false, false, false, true),
     ] {
-        let tuning = Conflicting(flags.0, flags.1, flags.2);
+        let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3);
         let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&tuning)).unwrap_err();
         assert!(
             matches!(
@@ -581,4 +589,10 @@ fn select_tiles_of_older_records_are_the_plain_select() {
     assert_eq!(serde_json::from_str::<Tile>(spelled).unwrap(), fused);
     assert_eq!(fused.select_algorithm(), Some(SelectAlgorithm::Fused));
     assert_eq!(Variant::Tile(fused).name(), "select t512 i8 onepass fused");
+    let peaks = Tile::select(512, 8, SelectAlgorithm::Peaks);
+    let spelled = r#"{"select":{"threads":512,"items_per_thread":8,"compact":false,"onepass":true,"peaks":true}}"#;
+    assert_eq!(serde_json::to_string(&peaks).unwrap(), spelled);
+    assert_eq!(serde_json::from_str::<Tile>(spelled).unwrap(), peaks);
+    assert_eq!(peaks.select_algorithm(), Some(SelectAlgorithm::Peaks));
+    assert_eq!(Variant::Tile(peaks).name(), "select t512 i8 onepass peaks");
 }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue #15 item 1 (the select, 32 x 1M at k = 512: 50 us asked, 90 measured). The one-read
+# select's `_chunk` is bound by its tile loop's instructions (~190 a warp a tile: compare, vote,
+# append, cuts) because its running floor rises slowly: at 1M most warp-tiles still hold a
+# survivor. `algorithm: peaks` (opt-in, `autotune --opt-in select-peaks`; exact on the CPU,
+# `cpu_select`, not yet run on a GPU) streams each block's share once for the largest key of
+# every peak tile (a max, a few shuffles, a shared atomic a load), takes the k-th largest peak
+# as its floor and then reads only the tiles whose peak reaches it (1/8 of the share at 1M;
+# ~k + 6% survivors on Gaussian scores, so at most one cut). Predicted: 32 x 1M ~50-60 us (one
+# read at HBM's rate, ~38 us, plus ~5 us of hot tiles and `_final`'s ~10), 32k about as today.
+# This call: (1) gpu_select with only the peaks variant, the step's peaks tests, compute-sanitizer
+# on the short and boundary lengths; (2) autotune's select (qwen3-8b, HBM) with the opt-in, so
+# onepass and peaks are timed in one run; (3) step-bench fathom(48) and sparq(32) in HBM at 32k
+# and 1M under the committed record and under it with the opt-in run's entries merged.
+# From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=<commit> BUDGET=400 bash bench/calls/h200-next-select-peaks.sh
+set -u
+DEFAULT_BUDGET=400 . bench/calls/budget.sh
+C=${C:-unknown}; export FATHOM_COMMIT=$C
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
+unpack; el unpacked
+export FATHOM_KERNEL_CACHE=/tmp/kc-peaks
+( cd /tmp/fg/.gpu && FATHOM_SELECT_ALGORITHMS=peaks timeout -k 10 $(lim 120) ./tests/gpu_select-test --ignored \
+    --test-threads=1 > $L/gpu_select.log 2>&1 )
+el gpu_select peaks rc=$?
+( cd /tmp/fg/.gpu && timeout -k 10 $(lim 60) ./tests/gpu_step-test --ignored --test-threads=1 peaks_select \
+    > $L/gpu_step.log 2>&1 )
+el gpu_step peaks rc=$?
+mkdir -p $L/sanitize
+( cd /tmp/fg && cp -r $R/scripts . && FATHOM_SELECT_ALGORITHMS=peaks OUT=$L/sanitize timeout -k 10 $(lim 70) \
+    bash scripts/sanitize.sh --tests gpu_select --jobs 4 --timeout 60 gpu_select_short_and_boundary_lengths \
+    > $L/sanitize.txt 2>&1 )
+el sanitize rc=$?
+timeout -k 10 $(lim 90) $B/autotune --model qwen3-8b --only select/hbm --opt-in select-peaks --timings \
+  --out $L/tune-peaks > $L/autotune-peaks.txt 2>&1
+el autotune select opt-in rc=$?
+merged_record $L/tune-peaks $L/merged
+sb() {  # sb LABEL [env...]
+  local label=$1; shift
+  env "$@" timeout -k 10 $(lim $(( $(left) / 2 ))) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" \
+    --contexts 32k,1m --placement hbm --batch 1 --no-standing --out $L/sb-$label --commit $C > $L/step-bench-$label.txt 2>&1
+  el step-bench $label rc=$?
+}
+if [ $(left) -gt 60 ]; then
+  sb committed
+  sb peaks FATHOM_TUNING_DIR=$L/merged
+fi
+cd $L && { cat nvidia-smi.txt timeline.txt
+  grep -hE "^test |test result|panicked|not run" gpu_select.log gpu_step.log | head -20
+  cat sanitize/summary.txt 2>/dev/null; tail -2 sanitize.txt
+  echo "== autotune (select, opt-in)"; grep -E "^select|disqualified|peaks|onepass" autotune-peaks.txt | head -60; tail -6 autotune-peaks.txt
+  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^sparq|record" $f; done; } > $OUT/summary.txt 2>&1
+tar czf $OUT/select-peaks.tgz -C $OUT logs && rm -rf $L
+cat $OUT/summary.txt
