@@ -12,6 +12,10 @@
 # ncu's time per kernel of the pariskv(100) HBM 1M step both ways, and (5) step-bench from host
 # at 1M both ways. On a GPU other than the H200 the committed record does not fit: the
 # "committed" runs then use the runtime's default tiles, and the merged record is the opt-in run's.
+# The "dt" runs also split the query kernel over one block a subspace (`--pariskv-query-blocks
+# 16`, `PariskvQuerySpec::subspace_blocks`; exact on the CPU, `cpu_pariskv_query`): one block a
+# KV head ranks 16 subspaces in turn, ~45 us a layer at every context by its SASS; ncu's
+# per-kernel times tell the two changes apart (`pariskv_query` against `pariskv_rerank`).
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=<commit> BUDGET=560 bash bench/calls/h200-next-pariskv-decode-table.sh
 set -u
@@ -20,20 +24,22 @@ C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
 export FATHOM_KERNEL_CACHE=/tmp/kc-dt
-( cd /tmp/fg/.gpu && timeout -k 10 $(lim 200) ./tests/gpu_pariskv-test --ignored --test-threads=1 \
-    retrieval_with_decode_tables_matches_the_reference > $L/gpu_pariskv.log 2>&1 )
-el gpu_pariskv decode tables rc=$?
+( cd /tmp/fg/.gpu && timeout -k 10 $(lim 220) ./tests/gpu_pariskv-test --ignored --test-threads=1 \
+    retrieval_with_decode_tables_matches_the_reference retrieval_with_split_query_matches_the_reference \
+    > $L/gpu_pariskv.log 2>&1 )
+el gpu_pariskv decode tables, split query rc=$?
 ( cd /tmp/fg/.gpu && timeout -k 10 $(lim 120) ./tests/gpu_pariskv_step-test --ignored --test-threads=1 \
-    gpu_pariskv_step_d128_g4_decode_tables > $L/gpu_pariskv_step.log 2>&1 )
-el gpu_pariskv_step decode tables rc=$?
+    gpu_pariskv_step_d128_g4_decode_tables gpu_pariskv_step_d128_g4_split_query > $L/gpu_pariskv_step.log 2>&1 )
+el gpu_pariskv_step decode tables, split query rc=$?
 timeout -k 10 $(lim 150) $B/autotune --model qwen3-8b --only pariskv_rerank --opt-in pariskv-decode-table \
   --timings --out $L/tune-dt > $L/autotune-dt.txt 2>&1
 el autotune rerank opt-in rc=$?
 merged_record $L/tune-dt $L/merged
+split() { case $1 in dt*) echo "--pariskv-query-blocks 16";; esac; }  # the "dt" runs split the query
 sb() {  # sb LABEL PLACEMENT CONTEXTS [env...]
   local label=$1 placement=$2 contexts=$3; shift 3
   env "$@" timeout -k 10 $(lim $(( $(left) / 3 ))) $B/step-bench --model qwen3-8b --methods "pariskv(100),fathom(48)" \
-    --contexts $contexts --placement $placement --batch 1 --no-standing --out $L/sb-$label --commit $C > $L/step-bench-$label.txt 2>&1
+    --contexts $contexts --placement $placement --batch 1 --no-standing $(split $label) --out $L/sb-$label --commit $C > $L/step-bench-$label.txt 2>&1
   el step-bench $label rc=$?
 }
 if [ $(left) -gt 90 ]; then
@@ -46,7 +52,7 @@ for label in committed dt; do
   [ $(left) -gt 70 ] || break
   extra=""; [ $label = dt ] && extra="FATHOM_TUNING_DIR=$L/merged"
   env $extra timeout -k 10 $(lim 60) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:'pariskv_(query|vote|topc|rerank)|attention|fetch' --launch-count 3000 \
-    $B/step-bench --model qwen3-8b --methods "pariskv(100)" --batch 1 --placement hbm --steps 3 --slots 1 --no-standing --contexts 1m --out $L/ncu-sb-$label > $L/ncu-$label.csv 2> $L/ncu-$label.err
+    $B/step-bench --model qwen3-8b --methods "pariskv(100)" --batch 1 --placement hbm --steps 3 --slots 1 --no-standing $(split $label) --contexts 1m --out $L/ncu-sb-$label > $L/ncu-$label.csv 2> $L/ncu-$label.err
   el ncu $label rc=$?
   python3 $R/bench/calls/ncu-kernel-times.py $L/ncu-$label.csv "pariskv(100) HBM 1M step, $label, $C" > $L/ncu-$label.txt 2>&1
 done

@@ -54,10 +54,7 @@ fn plan_methods(basis: Basis) -> Vec<PlanMethod> {
 /// both placements, the query and the top-C. Empty when ParisKV does not support `d` (it is an
 /// optional method, so such a model simply has no ParisKV kernels).
 fn pariskv_specs(d: u32, g: u32) -> Vec<KernelSpec> {
-    let query = PariskvQuerySpec {
-        head_dim: d,
-        group: g,
-    };
+    let query = PariskvQuerySpec::new(d, g);
     if query.validate().is_err() {
         return Vec::new();
     }

@@ -31,10 +31,7 @@ fn index() -> PariskvIndexSpec {
 }
 
 fn query() -> PariskvQuerySpec {
-    PariskvQuerySpec {
-        head_dim: 128,
-        group: 4,
-    }
+    PariskvQuerySpec::new(128, 4)
 }
 
 fn vote() -> PariskvVoteSpec {
@@ -114,7 +111,7 @@ fn grid() -> Vec<(KernelSpec, Vec<String>)> {
             }
         }
         for group in [1, 4, 7, 8, 16] {
-            let s = PariskvQuerySpec { head_dim, group };
+            let s = PariskvQuerySpec::new(head_dim, group);
             specs.push((s.into(), vec![s.kernel_name()]));
         }
         for threads in [32, 256, 1024] {

@@ -83,6 +83,9 @@ struct Block {
     ucontext_t scheduler;
     Fiber* current = nullptr;
     std::function<void()> body;
+    // __syncthreads_count: the predicates of the threads at the barrier, and once it opens,
+    // their sum (read by every thread before any can reach the next barrier).
+    int barrier_count = 0, barrier_result = 0;
 };
 
 inline Block*& block() {
@@ -118,6 +121,12 @@ inline void syncthreads(int line) {
     f->state = State::Barrier;
     f->line = line;
     yield();
+}
+
+inline int syncthreads_count(int predicate, int line) {
+    block()->barrier_count += predicate != 0;
+    syncthreads(line);
+    return block()->barrier_result;
 }
 
 inline unsigned long long collective(Op op, unsigned int mask, unsigned long long value, int arg,
@@ -280,6 +289,8 @@ inline void launch(dim3 grid, dim3 threads, const std::function<void()>& body) {
                     if (at_barrier + done == threads.x) {
                         if (done > 0) fail("some threads returned while others wait at __syncthreads", line);
                         for (Fiber& f : b.fibers) f.state = State::Run;
+                        b.barrier_result = b.barrier_count;
+                        b.barrier_count = 0;
                         continue;
                     }
                     if (!ran) fail("every thread waits for something that cannot happen", line);
@@ -306,6 +317,7 @@ inline void seed(unsigned long long s) { rng().seed(s); }
 #define blockDim (fathom_cpu::block_dim())
 #define gridDim (fathom_cpu::grid_dim())
 #define __syncthreads() fathom_cpu::syncthreads(__LINE__)
+#define __syncthreads_count(pred) fathom_cpu::syncthreads_count((pred), __LINE__)
 #define __ballot_sync(mask, pred) \
     ((unsigned int)fathom_cpu::collective(fathom_cpu::Op::Ballot, (mask), (pred) ? 1 : 0, 0, __LINE__))
 #define __match_any_sync(mask, v) \
@@ -376,6 +388,9 @@ inline long long __double_as_longlong(double d) {
 // multiply-add in its baseline, so nothing is contracted).
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
 inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
     const unsigned int old = *p;
     *p = old + v;

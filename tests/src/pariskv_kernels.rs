@@ -210,6 +210,9 @@ pub struct RerankVariant {
     pub select: RerankSelect,
     /// `_score`'s operands in tables laid out for it ([`PariskvRerankSpec::decode_table`]).
     pub decode_table: bool,
+    /// Blocks of the query kernel per KV head ([`PariskvQuerySpec::subspace_blocks`]); 0 is
+    /// one, more than the subspaces one a subspace.
+    pub query_blocks: u32,
 }
 
 impl PariskvKernels {
@@ -247,7 +250,10 @@ impl PariskvKernels {
             placement,
             kv_rows: codegen::spec::KvRows::Separate,
         };
-        let query = PariskvQuerySpec { head_dim, group };
+        let query = PariskvQuerySpec {
+            subspace_blocks: variant.query_blocks.clamp(1, subspaces(head_dim)),
+            ..PariskvQuerySpec::new(head_dim, group)
+        };
         let vote = PariskvVoteSpec {
             head_dim,
             threads: THREADS,

@@ -22,7 +22,8 @@
 //! many-block top-k (`PariskvRerankSpec::select`, `multiblock`, at `k_max` = 512 so that a
 //! 30k-token sequence spans several `_chunk` blocks and `k = 512` needs two `_merge`s), and with
 //! `_score`'s operands in tables laid out for it (`PariskvRerankSpec::decode_table`, both
-//! `_score` forms).
+//! `_score` forms), and with the query kernel's subspaces split over several blocks a KV head
+//! (`PariskvQuerySpec::subspace_blocks`: 3, and one a subspace).
 
 use codegen::spec::launch::Launch;
 use codegen::spec::pariskv::{
@@ -328,6 +329,10 @@ fn retrieval_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &Case) {
     assert_eq!(kernels.rerank.vector_loads, case.rerank.vector_loads);
     assert_eq!(kernels.rerank.select, case.rerank.select);
     assert_eq!(kernels.rerank.decode_table, case.rerank.decode_table);
+    assert_eq!(
+        kernels.query.subspace_blocks,
+        case.rerank.query_blocks.clamp(1, subspaces(case.d))
+    );
     let batch = case.lengths.len();
     let capacity = case.lengths.iter().copied().max().unwrap_or(0).max(1);
     let keys = head_keys(rng, &case.lengths, d);
@@ -541,6 +546,21 @@ gpu_test!(retrieval_with_decode_tables_matches_the_reference, |t| {
                 RerankSelect::Single
             },
             decode_table: true,
+            ..RerankVariant::default()
+        };
+        retrieval_cases(&mut t, rerank);
+    }
+});
+
+// The same cases with the query kernel's subspaces split over several blocks a KV head
+// (`PariskvQuerySpec::subspace_blocks`): three (uneven shares) and one a subspace (at every
+// padded dimension: 8, 16 or 32). The query side (q̃, ||q̄||, tiers, the zeroed histogram) and
+// the selection bit-equal to the reference.
+gpu_test!(retrieval_with_split_query_matches_the_reference, |t| {
+    for query_blocks in [3, 32] {
+        let rerank = RerankVariant {
+            query_blocks,
+            ..RerankVariant::default()
         };
         retrieval_cases(&mut t, rerank);
     }

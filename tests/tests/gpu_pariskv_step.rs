@@ -381,6 +381,17 @@ gpu_test!(gpu_pariskv_step_d128_g4_decode_tables, |t| {
     }
 });
 
+// D = 128, G = 4 with the query kernel split over one block a subspace
+// (`Tiles::pariskv_query_blocks`, `PariskvQuerySpec::subspace_blocks`): the same selections,
+// eager and in a captured graph.
+gpu_test!(gpu_pariskv_step_d128_g4_split_query, |t| {
+    let tiles = Tiles {
+        pariskv_query_blocks: 16,
+        ..Tiles::default()
+    };
+    run_case_with(&mut t, 128, 4, tiles, KvRows::Separate);
+});
+
 // The index built from K/V-adjacent rows (its keys `2*D` apart), D = 96 padded, both
 // placements.
 gpu_test!(gpu_pariskv_step_adjacent_rows_d96_g4, |t| {

@@ -42,6 +42,11 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         "separate" => stem,
         other => format!("{stem}-kv{other}"),
     };
+    // Likewise a run with the ParisKV query split over several blocks a head.
+    let stem = match h.pariskv_query_blocks {
+        1 => stem,
+        blocks => format!("{stem}-pkq{blocks}"),
+    };
     let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{stem}.json"));
     std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;

@@ -538,10 +538,7 @@ fn prepare(
     let (h64, cap64) = (heads as u64, capacity as u64);
     let e = |e: codegen::spec::launch::SizeError| e.to_string();
     let (d32, g32) = (d as u32, g as u32);
-    let query = PariskvQuerySpec {
-        head_dim: d32,
-        group: g32,
-    };
+    let query = PariskvQuerySpec::new(d32, g32);
     let vote = PariskvVoteSpec {
         head_dim: d32,
         threads: THREADS,

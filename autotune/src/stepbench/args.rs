@@ -70,6 +70,10 @@ pub struct Args {
     /// rows by token, no fetch; the runtime's default) or fetched (into staging first).
     #[arg(long, default_value = "store")]
     pub attention_rows: String,
+    /// Blocks of the ParisKV query kernel per KV head, each ranking a share of the subspaces
+    /// (1, the runtime's default: every subspace in turn; at most one a subspace is used).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pariskv_query_blocks: u32,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -103,6 +107,8 @@ pub struct Options {
     pub host_memory: HostMemory,
     pub kv_rows: KvRows,
     pub attention_rows: AttentionRows,
+    /// `--pariskv-query-blocks`.
+    pub pariskv_query_blocks: u32,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -328,6 +334,7 @@ impl Options {
             host_memory: args.host_memory.parse()?,
             kv_rows: args.kv_rows.parse()?,
             attention_rows: args.attention_rows.parse()?,
+            pariskv_query_blocks: args.pariskv_query_blocks,
         })
     }
 

@@ -141,6 +141,10 @@ pub struct Header {
     /// before the option).
     #[serde(default = "fetched")]
     pub attention_rows: String,
+    /// Blocks of the ParisKV query kernel per KV head (1 in records written before the
+    /// option).
+    #[serde(default = "one_block")]
+    pub pariskv_query_blocks: u32,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,
@@ -171,6 +175,10 @@ fn separate() -> String {
 
 fn fetched() -> String {
     "fetched".into()
+}
+
+fn one_block() -> u32 {
+    1
 }
 
 /// A whole run.

@@ -300,6 +300,7 @@ impl Bench {
             host_memory: self.options.host_memory.to_string(),
             kv_rows: self.options.kv_rows.to_string(),
             attention_rows: self.options.attention_rows.to_string(),
+            pariskv_query_blocks: self.options.pariskv_query_blocks,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -800,9 +801,11 @@ pub fn run(
     Ok((header, rows))
 }
 
-/// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`.
+/// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`
+/// and the ParisKV query's blocks from `--pariskv-query-blocks`.
 fn decoder_config(options: &Options) -> DecoderConfig {
     let mut config = DecoderConfig::default();
     config.tiles.attention_rows = options.attention_rows;
+    config.tiles.pariskv_query_blocks = options.pariskv_query_blocks;
     config
 }

@@ -302,7 +302,9 @@ impl Family for PariskvIndexSpec {
 /// 9. `unsigned int* vote_hist`: `[B][H][6 NS + 1]`, zeroed here for `pariskv_vote`.
 /// 10. `int num_kv_heads`: `H`.
 ///
-/// Grid `(H, B)` ([`PariskvQuerySpec::launch`]), block [`QUERY_THREADS`].
+/// Grid `(H, B, subspace_blocks)` ([`PariskvQuerySpec::launch`]), block [`QUERY_THREADS`].
+/// Block `z` of a head ranks subspaces `[z NS / blocks, (z + 1) NS / blocks)`; block 0 writes
+/// `q_tilde`, `q_norm` and the zeroed `vote_hist`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PariskvQuerySpec {
@@ -310,14 +312,41 @@ pub struct PariskvQuerySpec {
     pub head_dim: u32,
     /// `G`, query heads per KV head: 1..=16.
     pub group: u32,
+    /// Blocks per (sequence, KV head), each ranking a share of the `NS = D_pad / 8` subspaces:
+    /// 1..=NS; 1 when absent from a serialised spec (and then not written), name suffix
+    /// `_s{n}` above 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub subspace_blocks: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl PariskvQuerySpec {
+    /// One block per (sequence, KV head), every subspace in turn.
+    pub fn new(head_dim: u32, group: u32) -> Self {
+        PariskvQuerySpec {
+            head_dim,
+            group,
+            subspace_blocks: 1,
+        }
+    }
+
+    /// Subspaces of a query, `NS = D_pad / 8`.
+    pub fn subspaces(&self) -> u32 {
+        subspaces(self.head_dim)
+    }
+
     /// Launch for `batch` sequences of `kv_heads` KV heads.
     pub fn launch(&self, batch: u64, kv_heads: u64) -> Result<Launch, SizeError> {
         let y = grid_dim(Self::FAMILY, "batch", batch, MAX_GRID_YZ)?;
         let x = grid_dim(Self::FAMILY, "kv_heads", kv_heads, MAX_GRID_X)?;
-        Ok(Launch::new([x, y, 1], QUERY_THREADS))
+        Ok(Launch::new([x, y, self.subspace_blocks], QUERY_THREADS))
     }
 }
 
@@ -326,16 +355,38 @@ impl Family for PariskvQuerySpec {
 
     fn validate(&self) -> Result<(), SpecError> {
         check_head_dim(Self::FAMILY, self.head_dim)?;
-        checks::group(Self::FAMILY, self.group)
+        checks::group(Self::FAMILY, self.group)?;
+        let subspaces = self.subspaces();
+        if !(1..=subspaces).contains(&self.subspace_blocks) {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "subspace_blocks",
+                self.subspace_blocks,
+                format!(
+                    "1..={subspaces} (the subspaces of a {}-dimensional query)",
+                    self.head_dim
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn kernel_name(&self) -> String {
-        format!("fathom_pariskv_query_d{}_g{}", self.head_dim, self.group)
+        let split = if self.subspace_blocks > 1 {
+            format!("_s{}", self.subspace_blocks)
+        } else {
+            String::new()
+        };
+        format!(
+            "fathom_pariskv_query_d{}_g{}{split}",
+            self.head_dim, self.group
+        )
     }
 
     fn context(&self) -> tera::Context {
         let mut context = common_context(self.head_dim, QUERY_THREADS);
         context.insert("group", &self.group);
+        context.insert("subspace_blocks", &self.subspace_blocks);
         context
     }
 }

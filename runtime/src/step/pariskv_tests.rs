@@ -68,6 +68,16 @@ fn shape(batch: usize, group: usize, max_tokens: usize, placement: Placement) ->
 }
 
 fn plan(shape: StepShape, k: usize, request_k: usize) -> Result<super::LaunchPlan, StepError> {
+    plan_with(shape, k, request_k, &Tiles::default())
+}
+
+/// [`plan`] with `tiles` in place of the defaults.
+fn plan_with(
+    shape: StepShape,
+    k: usize,
+    request_k: usize,
+    tiles: &Tiles,
+) -> Result<super::LaunchPlan, StepError> {
     let scoring = Scoring::of(Method::Pariskv { k }, shape.head_dim, 64, Basis::Raw)?;
     launch_plan(&PlanInputs {
         shape,
@@ -76,7 +86,7 @@ fn plan(shape: StepShape, k: usize, request_k: usize) -> Result<super::LaunchPla
         k: request_k,
         k_max: K_MAX,
         union: true,
-        tiles: &Tiles::default(),
+        tiles,
         tuning: None,
     })
 }
@@ -480,6 +490,26 @@ fn rerank_tiles_choose_the_whole_row_score() {
     .unwrap();
     let r = fallback.specs.pariskv.unwrap().rerank;
     assert_eq!((r.threads, r.select), (32, Single));
+    // The query kernel: one block a head by default; split as the tiles ask, at most one block
+    // a subspace (16 at D = 128), its launch's z the blocks.
+    assert_eq!(Tiles::default().pariskv_query_blocks, 1);
+    for (asked, used) in [(1, 1), (5, 5), (16, 16), (40, 16)] {
+        let tiles = Tiles {
+            pariskv_query_blocks: asked,
+            ..Tiles::default()
+        };
+        let split = plan_with(s, 100, 7, &tiles).unwrap();
+        let q = split.specs.pariskv.unwrap().query;
+        assert_eq!(q.subspace_blocks, used, "{asked}");
+        let op = split
+            .operations
+            .iter()
+            .find(|op| op.role == Role::Pariskv(Stage::Query))
+            .and_then(|op| op.kernel.as_ref())
+            .unwrap();
+        assert_eq!(op.entry, q.kernel_name());
+        assert_eq!(op.launch.grid[2], used, "{asked}");
+    }
     assert!(matches!(
         plan(&One(TunedFamily::PariskvVote, rerank(256, true).1)),
         Err(StepError::Tuning {
@@ -523,22 +553,11 @@ fn the_many_block_top_k_replaces_the_select_launch() {
     // k = 500 and 512 at 256 threads: 1,024 candidates a block, two slots a merge.
     for (k, tokens, merges) in [(100, 9_000, 0), (500, 200_000, 4), (512, 2_000_000, 7)] {
         let s = shape(1, 4, tokens, Placement::Hbm);
-        let scoring = Scoring::of(Method::Pariskv { k }, 128, 64, Basis::Raw).unwrap();
         let tiles = Tiles {
             rerank_select: RerankSelect::Multiblock,
             ..Tiles::default()
         };
-        let p = launch_plan(&PlanInputs {
-            shape: s,
-            scoring,
-            transfer: None,
-            k: 7,
-            k_max: K_MAX,
-            union: true,
-            tiles: &tiles,
-            tuning: None,
-        })
-        .unwrap();
+        let p = plan_with(s, k, 7, &tiles).unwrap();
         let rerank = p.specs.pariskv.unwrap().rerank;
         assert_eq!(rerank.select, RerankSelect::Multiblock);
         let ld_cand = p.sizes.pariskv.ld_cand as u64;

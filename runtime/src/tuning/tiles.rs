@@ -277,6 +277,9 @@ pub struct Tiles {
     pub rerank_select: RerankSelect,
     /// Whether the ParisKV rerank's `_score` reads its operands from tables laid out for it.
     pub rerank_decode_table: bool,
+    /// Blocks of the ParisKV query kernel per KV head (`PariskvQuerySpec::subspace_blocks`),
+    /// each ranking a share of the subspaces; at most one a subspace is used.
+    pub pariskv_query_blocks: u32,
 }
 
 impl Default for Tiles {
@@ -304,6 +307,8 @@ impl Default for Tiles {
             rerank_select: RerankSelect::Single,
             // Until the decode table is measured on a GPU.
             rerank_decode_table: false,
+            // One block a head, every subspace in turn, until the split is measured on a GPU.
+            pariskv_query_blocks: 1,
         }
     }
 }

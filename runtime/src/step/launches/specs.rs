@@ -4,7 +4,7 @@
 //! `untuned` list names what a record did not answer.
 
 use codegen::model::Basis;
-use codegen::spec::pariskv::RerankSelect;
+use codegen::spec::pariskv::{self, RerankSelect};
 use codegen::spec::{
     AttentionRows, AttentionSpec, Family, FetchSpec, GatherSpec, KernelSpec, KvRows, LandmarkSpec,
     OracleSpec, PariskvQuerySpec, PariskvRerankSpec, PariskvTopcSpec, PariskvVoteSpec, Placement,
@@ -328,7 +328,12 @@ fn pariskv_specs(
         rerank.select = RerankSelect::Single;
     }
     Ok(PariskvSpecs {
-        query: PariskvQuerySpec { head_dim, group },
+        query: PariskvQuerySpec {
+            subspace_blocks: tiles
+                .pariskv_query_blocks
+                .clamp(1, pariskv::subspaces(head_dim)),
+            ..PariskvQuerySpec::new(head_dim, group)
+        },
         vote: PariskvVoteSpec {
             head_dim,
             threads: chooser.threads(TunedFamily::PariskvVote, placement, default)?,
