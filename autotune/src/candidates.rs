@@ -102,7 +102,8 @@ pub struct OptIn {
     /// conflicts on `q̃`).
     pub pariskv_decode_table: bool,
     /// `select-peaks`: every select tile also as the one-read variant whose blocks take their
-    /// top-k from the peaks of their shares ([`SelectAlgorithm::Peaks`]).
+    /// top-k from the peaks of their shares ([`SelectAlgorithm::Peaks`]), and as its one-block
+    /// form ([`SelectAlgorithm::PeaksHead`]).
     pub select_peaks: bool,
 }
 
@@ -163,7 +164,7 @@ impl OptIn {
                     ..OptIn::default()
                 }
             }
-            Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Peaks) => {
+            Variant::Tile(tile) if tile.select_algorithm().is_some_and(SelectAlgorithm::peaks) => {
                 OptIn {
                     select_peaks: true,
                     ..OptIn::default()
@@ -180,14 +181,14 @@ impl OptIn {
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
-    /// variant with `select-fused`, and the peaks one with `select-peaks`.
+    /// variant with `select-fused`, and the two peaks ones with `select-peaks`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
             algorithms.push(SelectAlgorithm::Fused);
         }
         if self.select_peaks {
-            algorithms.push(SelectAlgorithm::Peaks);
+            algorithms.extend([SelectAlgorithm::Peaks, SelectAlgorithm::PeaksHead]);
         }
         algorithms
     }

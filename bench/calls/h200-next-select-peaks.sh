@@ -8,6 +8,9 @@
 # as its floor and then reads only the tiles whose peak reaches it (1/8 of the share at 1M;
 # ~k + 6% survivors on Gaussian scores, so at most one cut). Predicted: 32 x 1M ~50-60 us (one
 # read at HBM's rate, ~38 us, plus ~5 us of hot tiles and `_final`'s ~10), 32k about as today.
+# Its one-block form (`algorithm: peaks_head`, in the same opt-in) gives each query head one
+# block that writes the selection itself (two launches, no `_final`): at 32k, where the
+# one-read select is two ~11 us latency chains (`_chunk`, `_final`), predicted ~8-10 us.
 # This call: (1) gpu_select with only the peaks variant, the step's peaks tests, compute-sanitizer
 # on the short and boundary lengths; (2) autotune's select (qwen3-8b, HBM) with the opt-in, so
 # onepass and peaks are timed in one run; (3) step-bench fathom(48) and sparq(32) in HBM at 32k
@@ -20,14 +23,14 @@ C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
 export FATHOM_KERNEL_CACHE=/tmp/kc-peaks
-( cd /tmp/fg/.gpu && FATHOM_SELECT_ALGORITHMS=peaks timeout -k 10 $(lim 120) ./tests/gpu_select-test --ignored \
+( cd /tmp/fg/.gpu && FATHOM_SELECT_ALGORITHMS=peaks,peaks_head timeout -k 10 $(lim 120) ./tests/gpu_select-test --ignored \
     --test-threads=1 > $L/gpu_select.log 2>&1 )
 el gpu_select peaks rc=$?
-( cd /tmp/fg/.gpu && timeout -k 10 $(lim 60) ./tests/gpu_step-test --ignored --test-threads=1 peaks_select \
+( cd /tmp/fg/.gpu && timeout -k 10 $(lim 60) ./tests/gpu_step-test --ignored --test-threads=1 peaks \
     > $L/gpu_step.log 2>&1 )
 el gpu_step peaks rc=$?
 mkdir -p $L/sanitize
-( cd /tmp/fg && cp -r $R/scripts . && FATHOM_SELECT_ALGORITHMS=peaks OUT=$L/sanitize timeout -k 10 $(lim 70) \
+( cd /tmp/fg && cp -r $R/scripts . && FATHOM_SELECT_ALGORITHMS=peaks,peaks_head OUT=$L/sanitize timeout -k 10 $(lim 70) \
     bash scripts/sanitize.sh --tests gpu_select --jobs 4 --timeout 60 gpu_select_short_and_boundary_lengths \
     > $L/sanitize.txt 2>&1 )
 el sanitize rc=$?

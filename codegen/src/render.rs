@@ -68,6 +68,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_peaks.cuh.tera"),
     ),
     (
+        "select_peaks_head.cu.tera",
+        include_str!("../../templates/select_peaks_head.cu.tera"),
+    ),
+    (
         "select_onepass.cu.tera",
         include_str!("../../templates/select_onepass.cu.tera"),
     ),

@@ -124,7 +124,8 @@ fn ptx_snapshots() {
 /// The compacting and the one-read selects are not in the default sets (the compacting one is a
 /// tuning choice, the one-read ones too): their source and PTX for the default select tile of
 /// qwen3-8b (G = 4), and the one-read variants' for qwen2.5-7b (G = 7) and llama-3.1-70b
-/// (G = 8, the unfused one) too, are snapshotted here (the peaks one for G = 4 and 7).
+/// (G = 8, the unfused one) too, are snapshotted here (the peaks one for G = 4 and 7, its
+/// one-block form for G = 4).
 #[test]
 fn select_variant_snapshots() {
     for (preset, algorithm) in [
@@ -136,6 +137,7 @@ fn select_variant_snapshots() {
         ("qwen2.5-7b", SelectAlgorithm::Fused),
         ("qwen3-8b", SelectAlgorithm::Peaks),
         ("qwen2.5-7b", SelectAlgorithm::Peaks),
+        ("qwen3-8b", SelectAlgorithm::PeaksHead),
     ] {
         let shape = model::preset(preset).unwrap();
         let plain = kernels_for(&shape, &KernelSetOptions::default())

@@ -8,7 +8,8 @@
 //! placements and methods, which the template bakes in, but not in their parameters, except
 //! the compacting select (`select_compact`), whose chunked stages also take the candidates,
 //! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
-//! form (`select_fused`), whose `_chunk` also writes the selection, attention over several
+//! form (`select_fused`), whose `_chunk` also writes the selection, the one-block peaks select
+//! (`select_peaks_head`), whose `_chunk` writes only the selection, attention over several
 //! blocks a query head (`attention_split`, `attention_store_split`: its partials and arrival
 //! counters), and the
 //! rerank's many-block top-k (`pariskv_rerank_mb`: `_chunk`, `_merge`, `_write`).
@@ -34,6 +35,8 @@ fathom_macros::abi! {
                                 algorithm = onepass);
         select_fused = select(group = 4, k_max = 2048, threads = 256, items_per_thread = 16,
                               algorithm = fused);
+        select_peaks_head = select(group = 4, k_max = 2048, threads = 256,
+                                   items_per_thread = 16, algorithm = peaks_head);
         fetch = fetch(head_dim = 128, group = 4, threads = 256, placement = hbm);
         attention = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4);
         attention_store = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4,

@@ -3,7 +3,7 @@
 
 use codegen::render::render;
 use codegen::spec::select::{SelectParam, SelectStage};
-use codegen::spec::{Family, SelectSpec};
+use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
 
 use crate::cpu_cuda::{Entry, Launch, Program, Value};
 use crate::select_kernels::SelectHost;
@@ -21,7 +21,8 @@ pub struct CpuSelectArgs<'a> {
     pub max_tokens: usize,
     /// The one-read variant's blocks per query head in place of `SelectSpec::plan`'s choice
     /// (its kernels are correct for any number), so that a short test row can still be many
-    /// times a block's buffer.
+    /// times a block's buffer. The one-block peaks variant has one a query head whatever this
+    /// says.
     pub chunks: Option<u64>,
 }
 
@@ -81,7 +82,8 @@ impl CpuSelect {
                 a.k as u64,
             )
             .map_err(|e| e.to_string())?;
-        if let Some(chunks) = a.chunks {
+        let one_block = spec.algorithm == SelectAlgorithm::PeaksHead;
+        if let Some(chunks) = a.chunks.filter(|_| !one_block) {
             assert!(
                 spec.algorithm.one_read(),
                 "only the one-read selects take chunks"

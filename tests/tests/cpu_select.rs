@@ -35,8 +35,8 @@ fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Selec
     }
 }
 
-/// The one-read variants of a tile: onepass, fused, peaks.
-fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 3] {
+/// The one-read variants of a tile: onepass, fused, peaks, peaks with one block a query head.
+fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 4] {
     let spec = onepass(group, k_max, threads, items_per_thread);
     [
         spec,
@@ -46,6 +46,10 @@ fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [Sel
         },
         SelectSpec {
             algorithm: SelectAlgorithm::Peaks,
+            ..spec
+        },
+        SelectSpec {
+            algorithm: SelectAlgorithm::PeaksHead,
             ..spec
         },
     ]
@@ -396,7 +400,7 @@ fn assert_caught(spec: SelectSpec, mutations: &[(&str, &str, &str)]) {
 /// judge.)
 #[test]
 fn fused_mutations_are_caught() {
-    let [_, spec, _] = one_read(4, 40, 32, 4);
+    let [_, spec, _, _] = one_read(4, 40, 32, 4);
     assert_caught(
         spec,
         &[
@@ -439,7 +443,7 @@ fn fused_mutations_are_caught() {
 /// second segment is exercised.
 #[test]
 fn peaks_mutations_are_caught() {
-    let [_, _, spec] = one_read(4, 40, 32, 4);
+    let [_, _, spec, _] = one_read(4, 40, 32, 4);
     assert_caught(
         spec,
         &[
@@ -499,7 +503,7 @@ fn peaks_mutations_are_caught() {
 /// which read nothing; on a GPU it would read the last block's bits.)
 #[test]
 fn peaks_multiwarp_mutations_are_caught() {
-    let [_, _, spec] = one_read(4, 40, 256, 2);
+    let [_, _, spec, _] = one_read(4, 40, 256, 2);
     assert_caught(
         spec,
         &[
@@ -527,9 +531,12 @@ fn peaks_tiles_wider_than_a_warp() {
     let (mut rng, seed) = inputs::rng_and_seed("peaks_tiles_wider_than_a_warp");
     let families = [Scores::Gaussian, Scores::SmallIntegers, Scores::Straddle];
     let mut failures = Vec::new();
-    for (threads, items) in [(32, 4), (64, 1)] {
+    for (threads, items, algorithm) in [
+        (32, 4, SelectAlgorithm::Peaks),
+        (64, 1, SelectAlgorithm::PeaksHead),
+    ] {
         let spec = SelectSpec {
-            algorithm: SelectAlgorithm::Peaks,
+            algorithm,
             ..onepass(1, 16, threads, items)
         };
         let select = CpuSelect::build(spec).expect("builds");
@@ -546,4 +553,31 @@ fn peaks_tiles_wider_than_a_warp() {
         }
     }
     assert_none(failures);
+}
+
+/// The one-block peaks variant's own steps (its block top-k is the peaks variant's, whose
+/// mutations are caught above), broken one at a time.
+#[test]
+fn peaks_head_mutations_are_caught() {
+    let [_, _, _, spec] = one_read(4, 40, 32, 4);
+    assert_caught(
+        spec,
+        &[
+            (
+                "the top-k not written",
+                "    write_top_k(s, r, out);\n}",
+                "}",
+            ),
+            (
+                "the selection written at another query head's row",
+                "int* out = sel + (size_t)head * (kk + ALWAYS);",
+                "int* out = sel + (size_t)(head ^ 1) * (kk + ALWAYS);",
+            ),
+            (
+                "a query head's sequence taken as the first",
+                "const int b = head / (num_kv_heads * G);\n    const int n = n_total[b] > 0 ? n_total[b] : 0;\n    const int kk = clamp_k(k);\n    int* out",
+                "const int b = 0 * head / (num_kv_heads * G);\n    const int n = n_total[b] > 0 ? n_total[b] : 0;\n    const int kk = clamp_k(k);\n    int* out",
+            ),
+        ],
+    );
 }

@@ -611,6 +611,26 @@ gpu_test!(gpu_step_peaks_select_g7, |t| {
     );
 });
 
+gpu_test!(gpu_step_peaks_head_select_g4, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        4,
+        Basis::Raw,
+        Tuned::Only(SelectAlgorithm::PeaksHead),
+    );
+});
+
+gpu_test!(gpu_step_peaks_head_select_g7, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        7,
+        Basis::Klt,
+        Tuned::Only(SelectAlgorithm::PeaksHead),
+    );
+});
+
 gpu_test!(gpu_step_tensor_core_scan_g4, |t| {
     run_case_with(&mut t, D, 4, Basis::Raw, Tuned::TensorCoreScan);
 });

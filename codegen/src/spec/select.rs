@@ -46,7 +46,10 @@
 //! peak reaches K (about k of them), behind the floor K. The k tiles of the largest peaks hold k
 //! tokens of keys at least K, so no token of the share's top-k is in another tile or below K.
 //! The share's other tiles cost one max and one shuffle tree a load, not the running floor's
-//! compare, vote and append.
+//! compare, vote and append. Its one-block form ([`SelectAlgorithm::PeaksHead`],
+//! `select_peaks_head.cu.tera`) gives each query head one block, whose top-k is the answer: it
+//! writes the selection itself, so a selection is two launches (`_chunk`, `_union`) and no
+//! slots; meant for short contexts, where the one-read select's `_final` is a launch of latency.
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -106,16 +109,21 @@ pub enum SelectAlgorithm {
     /// peak reaches the k-th largest peak, behind it: three launches
     /// (`select_onepass.cu.tera` with `select_peaks.cuh.tera`).
     Peaks,
+    /// The peaks select with one block a query head, which writes the selection itself (no
+    /// slots, no `_final`): two launches, one of them the union (`select_peaks_head.cu.tera`).
+    #[serde(rename = "peaks_head")]
+    PeaksHead,
 }
 
 impl SelectAlgorithm {
     /// Every algorithm, in the order the tuner tries them.
-    pub const ALL: [SelectAlgorithm; 5] = [
+    pub const ALL: [SelectAlgorithm; 6] = [
         SelectAlgorithm::Radix,
         SelectAlgorithm::Compact,
         SelectAlgorithm::Onepass,
         SelectAlgorithm::Fused,
         SelectAlgorithm::Peaks,
+        SelectAlgorithm::PeaksHead,
     ];
 
     /// The name as specs, kernel names and tuning records spell it.
@@ -126,6 +134,7 @@ impl SelectAlgorithm {
             SelectAlgorithm::Onepass => "onepass",
             SelectAlgorithm::Fused => "fused",
             SelectAlgorithm::Peaks => "peaks",
+            SelectAlgorithm::PeaksHead => "peaks_head",
         }
     }
 
@@ -138,6 +147,7 @@ impl SelectAlgorithm {
             SelectAlgorithm::Onepass => "_onepass",
             SelectAlgorithm::Fused => "_fused",
             SelectAlgorithm::Peaks => "_peaks",
+            SelectAlgorithm::PeaksHead => "_peaks_head",
         }
     }
 
@@ -145,8 +155,16 @@ impl SelectAlgorithm {
     pub fn one_read(self) -> bool {
         matches!(
             self,
-            SelectAlgorithm::Onepass | SelectAlgorithm::Fused | SelectAlgorithm::Peaks
+            SelectAlgorithm::Onepass
+                | SelectAlgorithm::Fused
+                | SelectAlgorithm::Peaks
+                | SelectAlgorithm::PeaksHead
         )
+    }
+
+    /// Whether the blocks take their top-k from the peaks of their shares.
+    pub fn peaks(self) -> bool {
+        matches!(self, SelectAlgorithm::Peaks | SelectAlgorithm::PeaksHead)
     }
 }
 
@@ -401,7 +419,15 @@ const fn with_candidates<const N: usize, const M: usize>(
 ///
 /// Launch order: `_chunk`, `_final`, `_union` ([`SelectStage::ONEPASS_ORDER`]). The peaks
 /// variant (`algorithm: peaks`, name suffix `_peaks`) has the same entry points, workspaces and
-/// order.
+/// order. Its one-block form (`algorithm: peaks_head`, name suffix `_peaks_head`) has no
+/// workspace but the union's:
+///
+/// - `<name>_chunk(const float* scores, int ld_scores, const int* n_total, int k, int* sel,
+///   int* sel_count, int num_kv_heads)`: grid `(1, B*H*G)`; block `qh` writes `sel` and
+///   `sel_count` of its query head;
+/// - `<name>_union`: as above.
+///
+/// Launch order: `_chunk`, `_union` ([`SelectStage::FUSED_ORDER`]).
 ///
 /// The fused one-read variant (`algorithm: fused`, name suffix `_fused`) has the one-read
 /// workspaces and `arrivals` (one `u32` per query head, [`SelectPlan::arrival_words`], zero
@@ -440,7 +466,7 @@ impl SelectSpec {
             SelectAlgorithm::Radix => &SelectStage::ORDER,
             SelectAlgorithm::Compact => &SelectStage::COMPACT_ORDER,
             SelectAlgorithm::Onepass | SelectAlgorithm::Peaks => &SelectStage::ONEPASS_ORDER,
-            SelectAlgorithm::Fused => &SelectStage::FUSED_ORDER,
+            SelectAlgorithm::Fused | SelectAlgorithm::PeaksHead => &SelectStage::FUSED_ORDER,
         }
     }
 
@@ -464,7 +490,10 @@ impl SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => STATE_WORDS,
             SelectAlgorithm::Compact => COMPACT_STATE_WORDS,
-            SelectAlgorithm::Onepass | SelectAlgorithm::Fused | SelectAlgorithm::Peaks => 0,
+            SelectAlgorithm::Onepass
+            | SelectAlgorithm::Fused
+            | SelectAlgorithm::Peaks
+            | SelectAlgorithm::PeaksHead => 0,
         }
     }
 
@@ -483,7 +512,7 @@ impl SelectSpec {
     /// `u16`s) and the block scan's words.
     pub fn onepass_shared_bytes(&self) -> u64 {
         let warps = u64::from(self.threads) / 32;
-        let peaks = if self.algorithm == SelectAlgorithm::Peaks {
+        let peaks = if self.algorithm.peaks() {
             self.onepass_buffer() / 8 + 2 * self.hot_tiles() + 4 * (warps + 1)
         } else {
             0
@@ -541,6 +570,9 @@ impl SelectSpec {
                 SelCount,
                 NumKvHeads,
             ],
+            (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::PeaksHead => {
+                &[Scores, LdScores, NTotal, K, Sel, SelCount, NumKvHeads]
+            }
             (SelectStage::Chunk, _) => &[
                 Scores,
                 LdScores,
@@ -606,11 +638,15 @@ impl SelectSpec {
         )?;
         let kv = grid_dim(Self::FAMILY, "batch * kv_heads", kv, MAX_GRID_X)?;
         let onepass = self.algorithm.one_read();
-        let chunks = if onepass {
+        let chunks = if self.algorithm == SelectAlgorithm::PeaksHead {
+            1
+        } else if onepass {
             self.onepass_chunks(u64::from(heads), max_tokens)
         } else {
             blocks_for(max_tokens, self.chunk())
         };
+        // The one-block variant writes the selection from its block: no slots.
+        let slots = self.algorithm != SelectAlgorithm::PeaksHead;
         let x = grid_dim(Self::FAMILY, "max_tokens / chunk", chunks, MAX_GRID_X)?;
         let per_head = Launch::new([heads, 1, 1], self.threads);
         let chunked = Launch::new([x, heads, 1], self.threads);
@@ -635,10 +671,16 @@ impl SelectSpec {
         Ok(SelectPlan {
             launches,
             state_words: heads * self.state_words_per_head(),
-            chunk_count_words: heads * chunks * if onepass { 1 } else { 2 },
+            chunk_count_words: if slots {
+                heads * chunks * if onepass { 1 } else { 2 }
+            } else {
+                0
+            },
             candidate_words: heads
                 * 2
-                * if onepass {
+                * if !slots {
+                    0
+                } else if onepass {
                     chunks * k
                 } else {
                     self.candidates()
@@ -723,6 +765,7 @@ impl Family for SelectSpec {
             SelectAlgorithm::Compact => "select_compact.cu.tera".into(),
             SelectAlgorithm::Onepass | SelectAlgorithm::Peaks => "select_onepass.cu.tera".into(),
             SelectAlgorithm::Fused => "select_fused.cu.tera".into(),
+            SelectAlgorithm::PeaksHead => "select_peaks_head.cu.tera".into(),
         }
     }
 
@@ -735,11 +778,15 @@ impl Family for SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => {}
             SelectAlgorithm::Compact => context.insert("candidates", &self.candidates()),
-            SelectAlgorithm::Onepass | SelectAlgorithm::Fused | SelectAlgorithm::Peaks => {
-                context.insert("buffer", &self.onepass_buffer())
-            }
+            SelectAlgorithm::Onepass
+            | SelectAlgorithm::Fused
+            | SelectAlgorithm::Peaks
+            | SelectAlgorithm::PeaksHead => context.insert("buffer", &self.onepass_buffer()),
         }
-        context.insert("peaks", &(self.algorithm == SelectAlgorithm::Peaks));
+        context.insert("peaks", &self.algorithm.peaks());
+        // Whether `_chunk` writes slots for a `_final` (all one-read forms but the one-block
+        // peaks select, which writes the selection).
+        context.insert("slots", &(self.algorithm != SelectAlgorithm::PeaksHead));
         context
     }
 }

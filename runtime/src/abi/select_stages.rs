@@ -6,7 +6,7 @@
 use codegen::spec::select::SelectStage;
 use codegen::spec::SelectAlgorithm;
 
-use super::kernels::{select, select_compact, select_fused, select_onepass};
+use super::kernels::{select, select_compact, select_fused, select_onepass, select_peaks_head};
 use crate::gpu::Arg;
 use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 
@@ -124,6 +124,18 @@ pub fn select_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuf
             num_kv_heads: b.num_kv_heads,
         }
         .args(),
+        (SelectStage::Chunk, _) if algorithm == SelectAlgorithm::PeaksHead => {
+            select_peaks_head::ChunkArgs {
+                scores: b.scores,
+                ld_scores: b.ld_scores,
+                n_total: b.n_total,
+                k: b.k,
+                sel: b.sel,
+                sel_count: b.sel_count,
+                num_kv_heads: b.num_kv_heads,
+            }
+            .args()
+        }
         (SelectStage::Chunk, _) => select_onepass::ChunkArgs {
             scores: b.scores,
             ld_scores: b.ld_scores,

@@ -16,7 +16,17 @@ use super::SIGNATURES;
 const FLIPS: [(&str, &[&str]); 6] = [
     ("placement", &["hbm", "host"]),
     ("mode", &["bulk", "append"]),
-    ("algorithm", &["radix", "compact", "onepass", "fused"]),
+    (
+        "algorithm",
+        &[
+            "radix",
+            "compact",
+            "onepass",
+            "fused",
+            "peaks",
+            "peaks_head",
+        ],
+    ),
     ("select", &["single", "multiblock"]),
     ("kv_rows", &["separate", "adjacent"]),
     ("rows", &["fetched", "store"]),

@@ -110,8 +110,9 @@ pub enum Tile {
     /// (`onepass`; written only when set, so older records read and write back unchanged),
     /// that one with its `_final` folded into `_chunk` (`onepass` and `fused`, likewise), that
     /// one with its blocks' top-k from the peaks of their shares (`onepass` and `peaks`,
-    /// likewise), or with none the plain one. A tile never sets `compact` with another, nor
-    /// `fused` with `peaks`.
+    /// likewise), that one with one block a query head writing the selection (`onepass`,
+    /// `fused` and `peaks`), or with none the plain one. A tile never sets `compact` with
+    /// another.
     Select {
         threads: u32,
         items_per_thread: u32,
@@ -168,8 +169,11 @@ impl Tile {
             items_per_thread,
             compact: algorithm == SelectAlgorithm::Compact,
             onepass: algorithm.one_read(),
-            fused: algorithm == SelectAlgorithm::Fused,
-            peaks: algorithm == SelectAlgorithm::Peaks,
+            fused: matches!(
+                algorithm,
+                SelectAlgorithm::Fused | SelectAlgorithm::PeaksHead
+            ),
+            peaks: algorithm.peaks(),
         }
     }
 
@@ -228,6 +232,13 @@ impl Tile {
                 peaks: true,
                 ..
             } => Some(SelectAlgorithm::Peaks),
+            Tile::Select {
+                compact: false,
+                onepass: true,
+                fused: true,
+                peaks: true,
+                ..
+            } => Some(SelectAlgorithm::PeaksHead),
             _ => None,
         }
     }

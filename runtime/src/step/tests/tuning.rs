@@ -375,6 +375,7 @@ fn the_one_read_selects_plan_their_launches_and_slots() {
         SelectAlgorithm::Onepass,
         SelectAlgorithm::Fused,
         SelectAlgorithm::Peaks,
+        SelectAlgorithm::PeaksHead,
     ] {
         one_read_plans(algorithm);
     }
@@ -432,9 +433,11 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
             stages.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
             spec.stages()
         );
+        // The one-block peaks select: one block a query head, which writes the selection.
+        let one_block = algorithm == SelectAlgorithm::PeaksHead;
         assert_eq!(
             stages.len(),
-            if algorithm == SelectAlgorithm::Fused {
+            if algorithm == SelectAlgorithm::Fused || one_block {
                 2
             } else {
                 3
@@ -442,12 +445,15 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
         );
         assert_eq!(plan.select_chunks as u64, want.chunks);
         assert_eq!(stages[0].1[0] as usize, plan.select_chunks);
+        assert_eq!(plan.select_chunks == 1, one_block);
         let z = plan.sizes;
         assert_eq!(z.select_state, 0);
         assert_eq!(z.select_candidate_runs, 0);
         assert_eq!(z.select_candidates as u64, want.candidate_words);
         assert_eq!(z.chunk_counts as u64, want.chunk_count_words);
-        assert_eq!(z.select_candidates, b * h * g * plan.select_chunks * k * 2);
+        let slots = if one_block { 0 } else { plan.select_chunks };
+        assert_eq!(z.select_candidates, b * h * g * slots * k * 2);
+        assert_eq!(z.chunk_counts, b * h * g * slots);
         assert_eq!(z.select_arrivals as u64, want.arrival_words);
         let arrivals = if algorithm == SelectAlgorithm::Fused {
             b * h * g
@@ -486,14 +492,15 @@ fn a_select_tile_of_two_variants_is_refused() {
         }
     }
     let s = shape(4, 10_000, Placement::Hbm);
-    // Compacting and one-read; compacting and fused; fused without one-read; fused and peaks;
-    // peaks without one-read.
+    // Compacting and one-read; compacting and fused; fused without one-read; compacting with
+    // the one-block peaks flags; peaks without one-read; fused peaks without one-read.
     for flags in [
         (true, true, false, false),
         (true, true, true, false),
         (false, false, true, false),
-        (false, true, true, true),
+        (true, true, true, true),
         (false, false, false, true),
+        (false, false, true, true),
     ] {
         let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3);
         let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&tuning)).unwrap_err();
