@@ -14,11 +14,12 @@
 # This call: (1) gpu_select with only the peaks variant, the step's peaks tests, compute-sanitizer
 # on the short and boundary lengths; (2) autotune's select (qwen3-8b, HBM) with the opt-in, so
 # onepass and peaks are timed in one run; (3) step-bench fathom(48) and sparq(32) in HBM at 32k
-# and 1M under the committed record and under it with the opt-in run's entries merged.
+# and 1M under the committed record and under it with the opt-in run's entries merged; (4) ncu's
+# time, DRAM throughput and instructions of each select kernel in the 1M step with the merged record.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=<commit> BUDGET=400 bash bench/calls/h200-next-select-peaks.sh
+#   C=<commit> BUDGET=450 bash bench/calls/h200-next-select-peaks.sh
 set -u
-DEFAULT_BUDGET=400 . bench/calls/budget.sh
+DEFAULT_BUDGET=450 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
@@ -48,10 +49,23 @@ if [ $(left) -gt 60 ]; then
   sb committed
   sb peaks FATHOM_TUNING_DIR=$L/merged
 fi
+# Where the select's time goes at 1M under the merged record (which select kernels run, and
+# how long each takes, with DRAM throughput: is phase 1 at HBM's rate?).
+if [ $(left) -gt 50 ]; then
+  FATHOM_TUNING_DIR=$L/merged timeout -k 10 $(lim 45) ncu --clock-control none --csv \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum \
+    -k regex:'select' --launch-count 400 $B/step-bench --model qwen3-8b --methods "fathom(48)" --batch 1 \
+    --placement hbm --steps 3 --slots 1 --no-standing --contexts 1m --out $L/ncu-sb > $L/ncu-select.csv 2> $L/ncu-select.err
+  el ncu select rc=$?
+  python3 $R/bench/calls/ncu-kernel-times.py $L/ncu-select.csv "select kernels, fathom(48) HBM 1M step, merged record, $C" \
+    > $L/ncu-select.txt 2>&1
+fi
 cd $L && { cat nvidia-smi.txt timeline.txt
   grep -hE "^test |test result|panicked|not run" gpu_select.log gpu_step.log | head -20
   cat sanitize/summary.txt 2>/dev/null; tail -2 sanitize.txt
   echo "== autotune (select, opt-in)"; grep -E "^select|disqualified|peaks|onepass" autotune-peaks.txt | head -60; tail -6 autotune-peaks.txt
-  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^sparq|record" $f; done; } > $OUT/summary.txt 2>&1
+  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^sparq|record" $f; done
+  echo "== ncu"; head -12 ncu-select.txt 2>/dev/null
+  grep -h "dram__throughput" ncu-select.csv 2>/dev/null | head -8; } > $OUT/summary.txt 2>&1
 tar czf $OUT/select-peaks.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
