@@ -12,8 +12,6 @@ DEFAULT_BUDGET=560 . bench/calls/budget.sh
 C=${C:-unknown}
 . bench/calls/model-site.sh
 cd /tmp
-EVAL="python3 -m fathom.eval --model-dir $M --gguf smollm2.gguf --no-speed --no-teacher-forced --samples 24 --commit $C --host-methods="
-METHODS="dense,oracle,fathom(24),fathom(46),sparq(16),pariskv(100)"
 T=$(lim 300); timeout -k 10 $T $EVAL --methods "$METHODS" --contexts 2k --k 256 --time-budget $(( T - 30 )) --out-dir $L/ruler2k-k256 > $L/eval-2k-k256.txt 2>&1; el eval 2k k256 rc=$?
 T=$(( $(left) - 15 ))
 if [ "$T" -gt 75 ]; then
