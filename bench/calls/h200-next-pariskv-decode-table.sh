@@ -14,7 +14,7 @@
 # "committed" runs then use the runtime's default tiles, and the merged record is the opt-in run's.
 # The "dt" runs also split the query kernel over one block a subspace (`--pariskv-query-blocks
 # 16`, `PariskvQuerySpec::subspace_blocks`; exact on the CPU, `cpu_pariskv_query`): one block a
-# KV head ranks 16 subspaces in turn, ~45 us a layer at every context by its SASS; ncu's
+# KV head ranks 16 subspaces in turn, ~45 us a layer at every context by its structure; ncu's
 # per-kernel times tell the two changes apart (`pariskv_query` against `pariskv_rerank`).
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=<commit> BUDGET=560 bash bench/calls/h200-next-pariskv-decode-table.sh
