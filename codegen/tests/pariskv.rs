@@ -334,6 +334,39 @@ fn a_head_dimension_off_the_subspaces_is_refused_with_the_reason() {
     }
 }
 
+/// The query kernel's blocks a head: 1 to one a subspace (`NS = D_pad / 8`); none, or more
+/// than the subspaces, is refused naming the field and the range; the split's name says it.
+#[test]
+fn query_subspace_blocks_out_of_range_are_refused_with_the_range() {
+    for (d, ns) in [(64, 8), (96, 16), (128, 16), (256, 32)] {
+        for blocks in [1, 3, ns] {
+            let q = PariskvQuerySpec {
+                subspace_blocks: blocks,
+                ..PariskvQuerySpec::new(d, 4)
+            };
+            q.validate().unwrap();
+            assert_eq!(
+                q.kernel_name().ends_with(&format!("_s{blocks}")),
+                blocks > 1
+            );
+            assert_eq!(q.launch(2, 3).unwrap().grid, [3, 2, blocks]);
+        }
+        for blocks in [0, ns + 1] {
+            let e = PariskvQuerySpec {
+                subspace_blocks: blocks,
+                ..PariskvQuerySpec::new(d, 4)
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("subspace_blocks") && e.contains(&format!("1..={ns}")),
+                "{d} {blocks}: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_spec_of_the_grid_renders_its_entries() {
     for (spec, entries) in grid() {
