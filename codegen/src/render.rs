@@ -30,6 +30,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "scan_chunks.cuh.tera",
         include_str!("../../templates/scan_chunks.cuh.tera"),
     ),
+    (
+        "scan_peaks.cuh.tera",
+        include_str!("../../templates/scan_peaks.cuh.tera"),
+    ),
     ("scan.cu.tera", include_str!("../../templates/scan.cu.tera")),
     (
         "scan_tc.cu.tera",

@@ -199,6 +199,7 @@ fn scan_name_carries_every_field() {
         threads: _,
         placement: _,
         tensor_cores: _,
+        peaks: _,
     } = s;
     assert_every_field_named(
         s,
@@ -229,6 +230,7 @@ fn scan_name_carries_every_field() {
                     ..s
                 },
             ),
+            ("peaks", ScanSpec { peaks: true, ..s }),
         ],
     );
 }

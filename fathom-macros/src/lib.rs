@@ -42,7 +42,7 @@
 //!     let gpu = jit.gpu().clone();
 //!     let spec = ScanSpec { head_dim: 128, group: 7, block: 64, segment_words: 512,
 //!                           tile_words: 16, threads: 256, placement: Placement::Hbm,
-//!                           tensor_cores: false };
+//!                           tensor_cores: false, peaks: false };
 //!     let kernel = jit.kernel(&spec.into())?;
 //!     let scan = kernel.function(k::FATHOM_SCAN_D128_G7_B64_S512_W16_HBM_T256_ENTRY)?;
 //!     let gpu = &*gpu;

@@ -424,7 +424,7 @@ mod tests {
             defaulted_fields("pariskv_rerank"),
             ["vector_loads", "select", "decode_table"]
         );
-        assert_eq!(defaulted_fields("scan"), ["tensor_cores"]);
+        assert_eq!(defaulted_fields("scan"), ["tensor_cores", "peaks"]);
         assert_eq!(defaulted_fields("attention"), ["rows", "kv_rows"]);
         assert!(defaulted_fields("nope").is_empty());
     }

@@ -47,6 +47,7 @@ fn small_specs() -> Vec<KernelSpec> {
             threads: 256,
             placement: Placement::Hbm,
             tensor_cores: false,
+            peaks: false,
         }
         .into(),
         SelectSpec {

@@ -6,7 +6,8 @@
 //!
 //! One line per distinct signature of a family: the kernels of one family differ in sizes,
 //! placements and methods, which the template bakes in, but not in their parameters, except
-//! the compacting select (`select_compact`), whose chunked stages also take the candidates,
+//! the scan that also writes the peaks of its 32-token halves (`scan_peaks`: `peaks`,
+//! `ld_peaks` after `ld_scores`), the compacting select (`select_compact`), whose chunked stages also take the candidates,
 //! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
 //! form (`select_fused`), whose `_chunk` also writes the selection, the one-block peaks select
 //! (`select_peaks_head`), whose `_chunk` writes only the selection, attention over several
@@ -25,6 +26,8 @@ fathom_macros::abi! {
                         threads = 256);
         scan = scan(head_dim = 128, group = 4, block = 64, segment_words = 512,
                     tile_words = 16, threads = 256, placement = hbm);
+        scan_peaks = scan(head_dim = 128, group = 4, block = 64, segment_words = 512,
+                          tile_words = 16, threads = 256, placement = hbm, peaks = true);
         oracle = oracle(head_dim = 128, group = 4, threads = 256, placement = hbm);
         landmark = landmark(head_dim = 128, group = 4, threads = 256, placement = hbm);
         select = select(group = 4, k_max = 2048, threads = 256, items_per_thread = 16,

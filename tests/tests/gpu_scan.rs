@@ -185,6 +185,7 @@ impl ScanCase {
             threads: self.threads,
             placement: self.placement,
             tensor_cores: self.tensor_cores,
+            peaks: false,
         }
     }
 }
@@ -543,6 +544,7 @@ fn staged_pipeline(
             threads: 128,
             placement: scan_placement,
             tensor_cores: false,
+            peaks: false,
         };
         let kernel = Kernel::compile(gpu, spec);
         let scores = run_scan(

@@ -43,7 +43,13 @@ pub const TC_K: usize = 16;
 /// int n_heads,                      // H
 /// float* scores,                    // [B][H][G][ld_scores]; tokens 0 .. n_stored[b] written
 /// int ld_scores
+/// unsigned int* peaks,              // only with `peaks`: [B][H][G][ld_peaks], see below
+/// int ld_peaks                      // only with `peaks`
 /// ```
+///
+/// With `peaks`, entry `[b][h][g][i]` of `peaks` gets the largest order key (`order_key` of
+/// `templates/select_common.cuh.tera`) of the scores of 32-token half `i` (tokens `32i ..
+/// 32i + 31`) below `n_stored[b]`; halves with no such token are not written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ScanSpec {
     /// `D`.
@@ -66,6 +72,14 @@ pub struct ScanSpec {
     /// both ways; `false` when absent, so older specs read unchanged.
     #[serde(default)]
     pub tensor_cores: bool,
+    /// Also write the peak of every 32-token half (`peaks`, `ld_peaks` after `ld_scores`): for
+    /// each (sequence, KV head, query head) row and half `i` holding a token below `n_stored`,
+    /// the largest order key (that of `templates/select_common.cuh.tera`: a larger score has
+    /// a larger key, -0 and +0 one key) of the half's scores, so a select can skip the halves
+    /// that cannot hold its k-th score without reading their scores. Kernel name suffix `_pk`;
+    /// `false` when absent, so older specs read unchanged.
+    #[serde(default)]
+    pub peaks: bool,
 }
 
 impl ScanSpec {
@@ -89,6 +103,7 @@ impl ScanSpec {
             threads,
             placement,
             tensor_cores: false,
+            peaks: false,
         }
     }
 
@@ -277,6 +292,7 @@ impl Family for ScanSpec {
             threads,
             placement: _,
             tensor_cores: _,
+            peaks: _,
         } = *self;
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_group(Self::FAMILY, group)?;
@@ -369,7 +385,7 @@ impl Family for ScanSpec {
     /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_scan_d{}_g{}_b{}_s{}_w{}_{}_t{}{}",
+            "fathom_scan_d{}_g{}_b{}_s{}_w{}_{}_t{}{}{}",
             self.head_dim,
             self.group,
             self.block,
@@ -377,7 +393,8 @@ impl Family for ScanSpec {
             self.tile_words,
             self.placement.as_str(),
             self.threads,
-            if self.tensor_cores { "_tc" } else { "" }
+            if self.tensor_cores { "_tc" } else { "" },
+            if self.peaks { "_pk" } else { "" }
         )
     }
 
@@ -410,6 +427,8 @@ impl Family for ScanSpec {
         c.insert("scale_copy", &self.scale_copy());
         c.insert("min_blocks", &self.min_blocks());
         c.insert("host", &(self.placement == Placement::Host));
+        c.insert("tensor_cores", &self.tensor_cores);
+        c.insert("peaks", &self.peaks);
         c
     }
 }

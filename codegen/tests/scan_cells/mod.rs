@@ -21,6 +21,7 @@ pub fn scan_cells(groups: &[usize], tiles: &[(usize, usize)]) -> Vec<ScanSpec> {
                             threads,
                             placement,
                             tensor_cores: false,
+                            peaks: false,
                         });
                     }
                 }

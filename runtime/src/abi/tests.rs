@@ -33,7 +33,8 @@ const FLIPS: [(&str, &[&str]); 6] = [
 ];
 
 /// The kernel sets of every preset, block and segment size, with every placement, mode,
-/// `rotate`, select `algorithm` and attention `splits` value on each spec (those that validate), once per kernel name.
+/// `rotate`, select `algorithm`, scan `tensor_cores` and `peaks` and attention `splits` value on
+/// each spec (those that validate), once per kernel name.
 fn spec_grid() -> Vec<KernelSpec> {
     let mut names = BTreeSet::new();
     let mut grid = Vec::new();
@@ -94,6 +95,19 @@ fn variants(spec: &KernelSpec) -> Vec<KernelSpec> {
     }
     flip("rotate", Value::Bool(true));
     flip("rotate", Value::Bool(false));
+    // The scan's flags: on the tensor cores, writing the peaks of its halves, and both.
+    flip("tensor_cores", Value::Bool(true));
+    flip("peaks", Value::Bool(true));
+    if let KernelSpec::Scan(s) = spec {
+        out.push(
+            codegen::spec::ScanSpec {
+                tensor_cores: true,
+                peaks: true,
+                ..*s
+            }
+            .into(),
+        );
+    }
     // Attention over several blocks a query head: `splits` is not serialised at its default,
     // so it is set here, with both row sources.
     if let KernelSpec::Attention(a) = spec {

@@ -274,6 +274,7 @@ fn scan(
         threads,
         placement,
         tensor_cores: false,
+        peaks: false,
     };
     match chooser.lookup(TunedFamily::Scan, placement) {
         None => Ok(default),
