@@ -458,3 +458,88 @@ fn tensor_core_scans_compile_without_warnings_or_spills() {
         }
     }
 }
+
+/// The scans that also write the peaks of their halves (`ScanSpec::peaks`), plain and on the
+/// tensor cores, at G = 4 and 7, both placements, several tiles and a few other shapes: they
+/// compile without a warning for both architectures (the plain one's `__reduce_max_sync` is
+/// sm_80's `redux.sync`), and where the same kernel without peaks keeps nothing in local memory
+/// the peaks one keeps nothing there either (ptxas at sm_90).
+#[test]
+fn peaks_scans_compile_without_warnings_or_new_local_memory() {
+    let tiles = [(4, 64), (8, 128), (16, 256), (32, 512), (64, 1024)];
+    let mut specs = Vec::new();
+    for group in [4, 7] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for tensor_cores in [false, true] {
+                for (tile_words, threads) in tiles {
+                    specs.push(ScanSpec {
+                        tile_words,
+                        threads,
+                        tensor_cores,
+                        peaks: true,
+                        ..ScanSpec::new(128, group, placement)
+                    });
+                }
+            }
+        }
+    }
+    for (head_dim, group, block, tensor_cores) in [
+        (64, 3, 32, false),
+        (256, 8, 128, true),
+        (96, 1, 64, true),
+        (192, 16, 32, false),
+    ] {
+        specs.push(ScanSpec {
+            block,
+            tensor_cores,
+            peaks: true,
+            ..ScanSpec::new(head_dim, group, Placement::Hbm)
+        });
+    }
+    specs.retain(|s| s.validate().is_ok());
+    assert!(specs.len() >= 30, "the grid has {} specs", specs.len());
+    let options: Vec<String> = COMPILE_OPTIONS
+        .iter()
+        .map(|o| o.to_string())
+        .chain(["--ptxas-options=-v".to_string()])
+        .collect();
+    let resources = |spec: ScanSpec| {
+        let source = render_any(&spec.into()).unwrap();
+        let name = spec.kernel_name();
+        let compiled = nvrtc::compile(&source, &format!("{name}.cu"), "sm_90", &options)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            !compiled.log.contains("warning"),
+            "{name}: {}",
+            compiled.log
+        );
+        codegen::resources::parse_entry(&compiled.log, &name).unwrap()
+    };
+    for spec in &specs {
+        let name = spec.kernel_name();
+        assert!(name.ends_with("_pk"), "{name}");
+        let compiled = compile(&(*spec).into(), "sm_80");
+        assert_eq!(compiled.log, "", "{name} (sm_80): NVRTC warned");
+        assert!(compiled.ptx.contains(&format!(".entry {name}(")), "{name}");
+        let with = resources(*spec);
+        let without = resources(ScanSpec {
+            peaks: false,
+            ..*spec
+        });
+        if !without.spills() && without.stack_bytes == 0 {
+            assert!(
+                !with.spills() && with.stack_bytes == 0,
+                "{name}: {with:?}, without peaks {without:?}"
+            );
+        }
+        eprintln!(
+            "{name}: {} registers, stack {} spill {} (without peaks {}, {}, {})",
+            with.registers,
+            with.stack_bytes,
+            with.spill_store_bytes,
+            without.registers,
+            without.stack_bytes,
+            without.spill_store_bytes
+        );
+    }
+}

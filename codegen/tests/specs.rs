@@ -453,6 +453,66 @@ fn scan_reads_planes_by_depth_class_with_unrolled_plane_loops() {
     assert_eq!(source.matches("__funnelshift_r(").count(), 10);
 }
 
+/// `peaks`: the name's last suffix (`_pk`, after `_tc`), `false` when a spec omits it, and only
+/// its kernels take the peaks (parameters after `ld_scores`, the helper of
+/// `scan_peaks.cuh.tera`).
+#[test]
+fn scan_peaks_is_named_defaulted_and_only_in_its_kernels() {
+    let plain = ScanSpec::new(128, 4, Placement::Hbm);
+    let tc = ScanSpec {
+        tensor_cores: true,
+        ..plain
+    };
+    let name = |s: ScanSpec| s.kernel_name();
+    assert_eq!(
+        name(ScanSpec {
+            peaks: true,
+            ..plain
+        }),
+        format!("{}_pk", name(plain))
+    );
+    assert_eq!(
+        name(ScanSpec { peaks: true, ..tc }),
+        format!("{}_pk", name(tc))
+    );
+    assert!(name(ScanSpec { peaks: true, ..tc }).ends_with("_tc_pk"));
+
+    let json = r#"{"family": "scan", "head_dim": 128, "group": 4, "block": 64,
+        "segment_words": 512, "tile_words": 16, "threads": 256, "placement": "hbm"}"#;
+    let read: KernelSpec = serde_json::from_str(json).unwrap();
+    assert_eq!(read, KernelSpec::Scan(plain));
+    let json = r#"{"family": "scan", "head_dim": 128, "group": 4, "block": 64,
+        "segment_words": 512, "tile_words": 16, "threads": 256, "placement": "hbm",
+        "tensor_cores": true, "peaks": true}"#;
+    let read: KernelSpec = serde_json::from_str(json).unwrap();
+    let both = ScanSpec { peaks: true, ..tc };
+    assert_eq!(read, KernelSpec::Scan(both));
+    let back: KernelSpec = serde_json::from_str(&serde_json::to_string(&read).unwrap()).unwrap();
+    assert_eq!(back, read);
+
+    for spec in [plain, tc] {
+        let without = render(&spec).unwrap();
+        let with = render(&ScanSpec {
+            peaks: true,
+            ..spec
+        })
+        .unwrap();
+        assert!(!without.contains("peaks") && !without.contains("fathom_raw_key"));
+        assert!(
+            with.contains("    int ld_scores,\n    unsigned int* peaks,\n    int ld_peaks)\n{"),
+            "{}",
+            name(spec)
+        );
+        let helper = if spec.tensor_cores {
+            "fathom_store_peak("
+        } else {
+            "fathom_store_peaks("
+        };
+        // Defined once, called once.
+        assert_eq!(with.matches(helper).count(), 2, "{}", name(spec));
+    }
+}
+
 #[test]
 fn kernel_specs_round_trip_through_json() {
     for spec in kernels_for(

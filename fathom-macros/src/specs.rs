@@ -401,7 +401,7 @@ mod tests {
             fields_of("select").unwrap(),
             ["group", "k_max", "threads", "items_per_thread", "algorithm"]
         );
-        assert_eq!(fields_of("scan").unwrap().len(), 8);
+        assert_eq!(fields_of("scan").unwrap().len(), 9);
         assert!(fields_of("nope").is_none());
     }
 

@@ -527,6 +527,47 @@ pub fn run_scan(
     download(&scores, "scores")
 }
 
+/// Runs a scan that also writes the peaks of its 32-token halves (`ScanSpec::peaks`, the
+/// `runtime::abi::scan_peaks` arguments): the scores as [`run_scan`] returns them, and the peaks
+/// `[B][H][G][ld_peaks]`, every entry `peaks_poison` before the launch.
+#[allow(clippy::too_many_arguments)]
+pub fn run_scan_peaks(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    spec: &ScanSpec,
+    shape: &TableShape,
+    runs: &DeviceBuffer<u64>,
+    class_count: &DeviceBuffer<u32>,
+    q_store: &DeviceBuffer<f32>,
+    n_stored: &DeviceBuffer<i32>,
+    (ld_scores, ld_peaks): (usize, usize),
+    peaks_poison: u32,
+) -> (Vec<f32>, Vec<u32>) {
+    assert!(spec.peaks, "{}: a scan without peaks", kernel.name());
+    let rows = shape.batch * shape.heads * spec.group;
+    let mut scores = poisoned::<f32>(gpu, rows * ld_scores, "scores");
+    let mut peaks = upload(gpu, &vec![peaks_poison; rows * ld_peaks], "peaks");
+    let args = abi::scan_peaks::Args {
+        runs: runs.ptr(),
+        class_count: class_count.ptr(),
+        q_store: q_store.ptr(),
+        n_stored: n_stored.ptr(),
+        max_seg: shape.max_seg as i32,
+        n_heads: shape.heads as i32,
+        scores: scores.ptr_mut(),
+        ld_scores: ld_scores as i32,
+        peaks: peaks.ptr_mut(),
+        ld_peaks: ld_peaks as i32,
+    }
+    .args();
+    kernel.launch(
+        gpu,
+        spec.launch_dims(shape.batch, shape.heads, shape.max_seg),
+        &args,
+    );
+    (download(&scores, "scores"), download(&peaks, "peaks"))
+}
+
 /// Writable segments for the encode kernel: `B*H*max_seg` segments of one layout in two device
 /// buffers (poisoned), and the segment tables that point into them.
 pub struct EncodeTarget {

@@ -26,6 +26,16 @@
 //! 1M × 4 scores per plan would dominate the test's time. The reference store itself is built
 //! from all 1M keys.
 //!
+//! Peaks (`ScanSpec::peaks`, `templates/scan_peaks.cuh.tera`): a scan with peaks writes the same
+//! scores, bit for bit, as the scan without (and so matches the reference as it does), and
+//! every 32-token half holding a scored token gets the largest `order_key` (computed here,
+//! `order_key` below, bit-exact with `templates/select_common.cuh.tera`'s) of the kernel's own
+//! scores of that half; every other entry keeps the buffer's poison (0xDEADBEEF). Checked for the
+//! plain and tensor-core scans, both placements, G = 4 and 7, 1 to 8 tokens a thread and the
+//! default tiles, lengths that stop inside a half and a tile (the stores hold whole blocks; the
+//! scan is told fewer tokens), one block and none, on every plan; and on a third of the shape
+//! cases of the tests above.
+//!
 //! Gather: after the plan kernel (`fathom(48)`, `sparq(32)`) writes the source and staged run
 //! tables, gather copies every active run; the staging equals the source runs word for word
 //! and scale for scale, and every other staging word and scale (inactive slots, segments past
@@ -37,8 +47,8 @@ use codegen::spec::{Family, GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpe
 use fathom_tests::device_store::{random_device_stores, DeviceStore};
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
-    download, run_gather, run_plan, run_scan, run_tables, slot_order, upload, Kernel, Mismatches,
-    PlanInputs, Staging, TableShape,
+    download, run_gather, run_plan, run_scan, run_scan_peaks, run_tables, slot_order, upload,
+    Kernel, Mismatches, PlanInputs, Staging, TableShape,
 };
 use fathom_tests::{gpu_test, inputs};
 use rand::seq::SliceRandom;
@@ -110,11 +120,12 @@ fn check_score(
     });
 }
 
-/// Compares every score of every stored token with `score_stored`, and checks the poison past
-/// `n_stored` (up to `ld_scores`).
+/// Compares every score of the first `n_scored[b]` tokens with `score_stored`, and checks the
+/// poison past them (up to `ld_scores`).
 #[allow(clippy::too_many_arguments)]
 fn compare_scores(
     scores: &[f32],
+    n_scored: &[usize],
     stores: &[Vec<HeadStore>],
     depths: &[Vec<Vec<u8>>],
     queries: &[f32],
@@ -135,7 +146,7 @@ fn compare_scores(
             for gi in 0..g {
                 let row = &scores[(bh * g + gi) * ld_scores..(bh * g + gi + 1) * ld_scores];
                 for (i, &got) in row.iter().enumerate() {
-                    if i < store.stored_tokens() {
+                    if i < n_scored[b] {
                         check_score(
                             &mut bad,
                             store,
@@ -158,6 +169,153 @@ fn compare_scores(
     bad.assert_none();
 }
 
+/// The order key of `templates/select_common.cuh.tera`'s `order_key`, bit for bit: a larger
+/// score has a larger key, -0 and +0 share one, and a NaN is placed by its bits (a positive one
+/// above +inf, a negative one below -inf).
+fn order_key(s: f32) -> u32 {
+    let bits = match s.to_bits() {
+        0x8000_0000 => 0,
+        bits => bits,
+    };
+    if bits & 0x8000_0000 != 0 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    }
+}
+
+/// What a peaks buffer holds before the scan: no key of a score the tests make (it would be
+/// a score of about 6e18).
+const PEAKS_POISON: u32 = 0xDEAD_BEEF;
+
+/// Checks the peaks `[B][H][G][ld_peaks]` against the kernel's own `scores`: entry `i` of a row
+/// is the largest order key of its scores of tokens `32i .. 32i + 31` below `n_scored[b]`, or
+/// the poison where the half holds no such token.
+#[allow(clippy::too_many_arguments)]
+fn check_peaks(
+    scores: &[f32],
+    peaks: &[u32],
+    n_scored: &[usize],
+    heads: usize,
+    g: usize,
+    (ld_scores, ld_peaks): (usize, usize),
+    label: &str,
+    seed: u64,
+) {
+    let mut bad = Mismatches::new(format!("{label}: peaks"), seed);
+    for (b, &n) in n_scored.iter().enumerate() {
+        for h in 0..heads {
+            for gi in 0..g {
+                let row = (b * heads + h) * g + gi;
+                let scores = &scores[row * ld_scores..(row + 1) * ld_scores];
+                let peaks = &peaks[row * ld_peaks..(row + 1) * ld_peaks];
+                for (i, &got) in peaks.iter().enumerate() {
+                    let half = 32 * i..(32 * i + 32).min(n);
+                    let want = if half.is_empty() {
+                        PEAKS_POISON
+                    } else {
+                        scores[half].iter().map(|&s| order_key(s)).max().unwrap()
+                    };
+                    bad.check(got == want, || {
+                        format!(
+                            "b {b} h {h} head {gi} half {i} (tokens {}..{}, n {n}): \
+                             {got:#010x}, want {want:#010x}",
+                            32 * i,
+                            32 * i + 32
+                        )
+                    });
+                }
+            }
+        }
+    }
+    bad.assert_none();
+}
+
+#[test]
+fn order_key_orders_scores_as_the_select_does() {
+    assert_eq!(order_key(0.0), 0x8000_0000);
+    assert_eq!(order_key(-0.0), order_key(0.0));
+    assert_eq!(order_key(1.0), 0xbf80_0000);
+    assert_eq!(order_key(-1.0), 0x407f_ffff);
+    let ascending = [
+        f32::NEG_INFINITY,
+        f32::MIN,
+        -2.5,
+        -1.0,
+        -f32::MIN_POSITIVE,
+        -f32::from_bits(1),
+        0.0,
+        f32::from_bits(1),
+        f32::MIN_POSITIVE,
+        1.0,
+        2.5,
+        f32::MAX,
+        f32::INFINITY,
+    ];
+    for pair in ascending.windows(2) {
+        assert!(
+            order_key(pair[0]) < order_key(pair[1]),
+            "{} {}",
+            pair[0],
+            pair[1]
+        );
+    }
+    // NaNs by their bits, as the CUDA function maps them.
+    let nan = f32::from_bits(0x7fc0_0000);
+    let negative_nan = f32::from_bits(0xffc0_0000);
+    assert_eq!(order_key(nan), 0xffc0_0000);
+    assert!(order_key(nan) > order_key(f32::INFINITY));
+    assert_eq!(order_key(negative_nan), 0x003f_ffff);
+    assert!(order_key(negative_nan) < order_key(f32::NEG_INFINITY));
+    assert_eq!(order_key(f32::from_bits(u32::MAX)), 0);
+}
+
+/// The kernels take the largest raw key (`fathom_raw_key`: order_key but -0 at 0x7fffffff) and
+/// map 0x7fffffff to +0's key once per half (`fathom_peak_key`): the same as the largest
+/// order key over any set of scores, tokens past `n_stored` counting as key 0.
+#[test]
+fn the_kernels_raw_keys_give_the_largest_order_key() {
+    let raw_key = |s: f32| {
+        let bits = s.to_bits();
+        bits ^ (((bits as i32) >> 31) as u32 | 0x8000_0000)
+    };
+    let peak_key = |raw: u32| if raw == 0x7fff_ffff { 0x8000_0000 } else { raw };
+    let values = [
+        -0.0,
+        0.0,
+        -1.0,
+        1.0,
+        -f32::from_bits(1),
+        f32::from_bits(1),
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        f32::from_bits(0x7fc0_0000),
+        f32::from_bits(0xffc0_0000),
+        f32::from_bits(u32::MAX),
+        -3.5e-20,
+    ];
+    for (i, &s) in values.iter().enumerate() {
+        let order = order_key(s);
+        if s.to_bits() != 0x8000_0000 {
+            assert_eq!(raw_key(s), order, "{s}");
+        }
+        // Every set of up to three of the values.
+        for &t in &values[i..] {
+            for &u in &values {
+                let set = [s, t, u];
+                let want = set.iter().map(|&x| order_key(x)).max().unwrap();
+                let got = peak_key(set.iter().map(|&x| raw_key(x)).max().unwrap());
+                assert_eq!(got, want, "{set:?}");
+            }
+        }
+    }
+    // A half of one -0 and tokens past n_stored (raw key 0).
+    assert_eq!(
+        peak_key([raw_key(-0.0), 0, 0].into_iter().max().unwrap()),
+        order_key(-0.0)
+    );
+}
+
 /// A scan check: shape, tiling, placement and the batch's stored lengths.
 struct ScanCase {
     d: usize,
@@ -171,6 +329,9 @@ struct ScanCase {
     heads: usize,
     /// The tensor-core variant (`ScanSpec::tensor_cores`).
     tensor_cores: bool,
+    /// Also with peaks (`ScanSpec::peaks`): the scan runs without and with them, the scores the
+    /// same bit for bit and the peaks checked (`check_peaks`).
+    peaks: bool,
 }
 
 impl ScanCase {
@@ -185,19 +346,25 @@ impl ScanCase {
             threads: self.threads,
             placement: self.placement,
             tensor_cores: self.tensor_cores,
-            peaks: false,
+            peaks: self.peaks,
         }
     }
 }
 
-/// Scans the case's random store with reference plans on the CPU-built source run table.
+/// Scans the case's random store with reference plans on the CPU-built source run table. The
+/// stores hold whole blocks (`n_stored` rounded up); the scan is told `n_stored`.
 fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
     let ScanCase { d, g, blk, .. } = *case;
     let (batch, heads) = (case.n_stored.len(), case.heads);
     let layout =
         StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), case.segment_words).unwrap();
+    let stored: Vec<usize> = case
+        .n_stored
+        .iter()
+        .map(|&n| n.next_multiple_of(blk))
+        .collect();
     let (stores, store, shape) =
-        random_device_stores(gpu, rng, layout, case.placement, &case.n_stored, heads);
+        random_device_stores(gpu, rng, layout, case.placement, &stored, heads);
     let queries = inputs::vectors(rng, batch * heads * g, d);
     let offset = rng.gen_range(0..PLANS.len());
     let depths: Vec<Vec<Vec<u8>>> = (0..batch)
@@ -211,8 +378,18 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
                 .collect()
         })
         .collect();
-    let (runs, _, counts) = run_tables(&shape, &store, &case.n_stored, &depths, None);
-    let spec = case.spec();
+    let (runs, _, counts) = run_tables(&shape, &store, &stored, &depths, None);
+    let n_scored: Vec<i32> = case.n_stored.iter().map(|&n| n as i32).collect();
+    let (runs, counts, q_store, n_scored_buffer) = (
+        upload(gpu, &runs, "runs"),
+        upload(gpu, &counts, "class_count"),
+        upload(gpu, &queries, "q_store"),
+        upload(gpu, &n_scored, "n_stored"),
+    );
+    let spec = ScanSpec {
+        peaks: false,
+        ..case.spec()
+    };
     let kernel = Kernel::compile(gpu, spec);
     let ld_scores = case.n_stored.iter().max().unwrap() + 64;
     let scores = run_scan(
@@ -220,10 +397,10 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         &kernel,
         &spec,
         &shape,
-        &upload(gpu, &runs, "runs"),
-        &upload(gpu, &counts, "class_count"),
-        &upload(gpu, &queries, "q_store"),
-        &store.n_stored,
+        &runs,
+        &counts,
+        &q_store,
+        &n_scored_buffer,
         ld_scores,
     );
     let label = format!(
@@ -233,6 +410,7 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
     );
     compare_scores(
         &scores,
+        &case.n_stored,
         &stores,
         &depths,
         &queries,
@@ -241,6 +419,51 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         &label,
         seed,
         spec.tensor_cores,
+    );
+    if !case.peaks {
+        return;
+    }
+    let spec = case.spec();
+    let kernel = Kernel::compile(gpu, spec);
+    // One more half than the longest row needs: its entries stay poison.
+    let ld_peaks = ld_scores.div_ceil(32) + 1;
+    let (peak_scores, peaks) = run_scan_peaks(
+        gpu,
+        &kernel,
+        &spec,
+        &shape,
+        &runs,
+        &counts,
+        &q_store,
+        &n_scored_buffer,
+        (ld_scores, ld_peaks),
+        PEAKS_POISON,
+    );
+    let label = format!(
+        "{} n_stored {:?} plans from {offset}",
+        kernel.name(),
+        case.n_stored
+    );
+    let mut bad = Mismatches::new(format!("{label}: scores with peaks"), seed);
+    for (i, (with, without)) in peak_scores.iter().zip(&scores).enumerate() {
+        bad.check(with.to_bits() == without.to_bits(), || {
+            format!(
+                "row {} token {}: {with} with peaks, {without} without",
+                i / ld_scores,
+                i % ld_scores
+            )
+        });
+    }
+    bad.assert_none();
+    check_peaks(
+        &peak_scores,
+        &peaks,
+        &case.n_stored,
+        heads,
+        g,
+        (ld_scores, ld_peaks),
+        &label,
+        seed,
     );
 }
 
@@ -268,6 +491,7 @@ fn shapes_cases(rng: &mut impl Rng, placement: Placement) -> Vec<ScanCase> {
                 n_stored: vec![long, blk, 0],
                 heads: 2,
                 tensor_cores: false,
+                peaks: (i + j) % 3 == 0,
             });
         }
     }
@@ -305,6 +529,7 @@ gpu_test!(gpu_scan_host_fused_matches_reference, |t| {
             n_stored: vec![blk * t.rng.gen_range(64..160), 0, 2 * blk],
             heads: 2,
             tensor_cores: false,
+            peaks: false,
         };
         scan_case(&t.gpu, &mut t.rng, t.seed, &case);
     }
@@ -339,6 +564,7 @@ gpu_test!(gpu_scan_tensor_cores_match_reference, |t| {
                 n_stored: vec![blk, 64 * segment_words + blk, 0],
                 heads: 3,
                 tensor_cores: true,
+                peaks: false,
             };
             for _ in 0..2 {
                 scan_case(&t.gpu, &mut t.rng, t.seed, &case);
@@ -361,10 +587,61 @@ gpu_test!(gpu_scan_one_block, |t| {
                 n_stored: vec![blk],
                 heads: 1,
                 tensor_cores: false,
+                peaks: false,
             };
             // Every plan on the one head.
             for _ in 0..PLANS.len() {
                 scan_case(&t.gpu, &mut t.rng, t.seed, &case);
+            }
+        }
+    }
+});
+
+// Peaks (`ScanSpec::peaks`) at their edges: plain and tensor-core scans, HBM and host, G = 4 and
+// 7, 1, 2, 4 and 8 tokens a thread and the default tile of the placement; in each batch a row of
+// several 4,096-token segments that stops inside a 32-token half (odd), one of 45 tokens (a
+// half and a part, inside the first tile), one block, and none; 3 heads a sequence, so the plans
+// (fathom, sparq, all depth 4, all depth 0) each fall on two rows.
+gpu_test!(gpu_scan_peaks_are_the_largest_keys_of_each_half, |t| {
+    let segment_words = 64;
+    for tensor_cores in [false, true] {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for g in [4, 7] {
+                let default = ScanSpec::new(128, g, placement);
+                let tiles = [
+                    (2, 128),
+                    (4, 128),
+                    (8, 64),
+                    (16, 256),
+                    (default.tile_words, default.threads),
+                ];
+                for (k, (tile_words, threads)) in tiles.into_iter().enumerate() {
+                    let blk = [32, 64, 128][k % 3];
+                    let seg_tokens = 64 * segment_words;
+                    let long = (blk
+                        * t.rng
+                            .gen_range(2 * seg_tokens / blk + 1..3 * seg_tokens / blk)
+                        - t.rng.gen_range(1..32))
+                        | 1;
+                    let mut case = ScanCase {
+                        d: 128,
+                        g,
+                        blk,
+                        segment_words,
+                        tile_words,
+                        threads,
+                        placement,
+                        n_stored: vec![long, 45, blk, 0],
+                        heads: 3,
+                        tensor_cores,
+                        peaks: true,
+                    };
+                    if case.spec().validate().is_err() {
+                        // The tensor cores' registers do not allow the tile.
+                        (case.tile_words, case.threads) = (8, 128);
+                    }
+                    scan_case(&t.gpu, &mut t.rng, t.seed, &case);
+                }
             }
         }
     }
@@ -560,7 +837,7 @@ fn staged_pipeline(
         );
         let label = format!("{label}, {} on the {what} table", kernel.name());
         compare_scores(
-            &scores, &stores, &depths, &q_store, g, ld_scores, &label, seed, false,
+            &scores, &n_stored, &stores, &depths, &q_store, g, ld_scores, &label, seed, false,
         );
     }
 }

@@ -12,7 +12,9 @@
 //! and prints a table and a JSON record (GPU, driver, date, commit, every figure).
 //! `--host-memory pinned|registered|vmm2m` picks how the host store is allocated
 //! (`runtime::store::HostMemory`; default `pinned`, `cuMemHostAlloc`); `--tensor-cores` times
-//! every scan tile on the tensor cores too (`ScanSpec::tensor_cores`).
+//! every scan tile on the tensor cores too (`ScanSpec::tensor_cores`); `--scan-peaks` times every
+//! scan kernel also with the peaks of its 32-token halves (`ScanSpec::peaks`, name `_pk`, into a
+//! buffer of `⌈ld_scores / 32⌉` keys a row), beside the same kernel without, for the overhead.
 //!
 //! `cargo run --release -p autotune --bin kernel-bench -- --commit $(git rev-parse --short HEAD)`
 
@@ -44,9 +46,15 @@ struct Options {
     host_memory: HostMemory,
     /// Also time every scan tile on the tensor cores (`ScanSpec::tensor_cores`).
     tensor_cores: bool,
+    /// Also time every scan kernel writing the peaks of its halves (`ScanSpec::peaks`).
+    scan_peaks: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
+    parse(std::env::args().skip(1))
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut o = Options {
         model: "qwen3-8b".into(),
         tokens: 1 << 20,
@@ -55,8 +63,8 @@ fn parse_args() -> Result<Options, String> {
         budgets: vec![48.0],
         host_memory: HostMemory::Pinned,
         tensor_cores: false,
+        scan_peaks: false,
     };
-    let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
@@ -70,6 +78,7 @@ fn parse_args() -> Result<Options, String> {
                     .map_err(|e| format!("--host-memory: {e}"))?
             }
             "--tensor-cores" => o.tensor_cores = true,
+            "--scan-peaks" => o.scan_peaks = true,
             "--budgets" => {
                 o.budgets = value()?
                     .split(',')
@@ -80,7 +89,7 @@ fn parse_args() -> Result<Options, String> {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
                      [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--tensor-cores] \
-                     [--commit HASH]"
+                     [--scan-peaks] [--commit HASH]"
                 ))
             }
         }
@@ -424,6 +433,13 @@ fn run(o: &Options) -> Result<Record, String> {
     methods.push(("sparq(32)".into(), PlanMethod::Sparq { r: 32 }, 0.0));
     let ld_scores = o.tokens;
     let scores = gpu.filled::<f32>(heads * g * ld_scores, 0xff).map_err(e)?;
+    // The peaks of every 32-token half of every row, for `--scan-peaks`.
+    let ld_peaks = ld_scores.div_ceil(32);
+    let peaks = if o.scan_peaks {
+        Some(gpu.filled::<u32>(heads * g * ld_peaks, 0xff).map_err(e)?)
+    } else {
+        None
+    };
     let gather_spec = GatherSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
@@ -433,6 +449,11 @@ fn run(o: &Options) -> Result<Record, String> {
     let host_tiles = [(64, 1024), (16, 256), (32, 512), (32, 256)];
     let hbm_tiles = [(16, 256), (8, 256), (8, 128), (8, 64), (16, 512), (32, 512)];
     let variants: &[bool] = if o.tensor_cores {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let peaks_variants: &[bool] = if o.scan_peaks {
         &[false, true]
     } else {
         &[false]
@@ -502,13 +523,16 @@ fn run(o: &Options) -> Result<Record, String> {
             };
             let mut best = f64::INFINITY;
             let specs = tiles.iter().flat_map(|&(tile_words, threads)| {
-                variants.iter().map(move |&tensor_cores| ScanSpec {
-                    block: BLOCK,
-                    segment_words: SEGMENT_WORDS,
-                    tile_words,
-                    threads,
-                    tensor_cores,
-                    ..ScanSpec::new(d, g, placement)
+                variants.iter().flat_map(move |&tensor_cores| {
+                    peaks_variants.iter().map(move |&peaks| ScanSpec {
+                        block: BLOCK,
+                        segment_words: SEGMENT_WORDS,
+                        tile_words,
+                        threads,
+                        tensor_cores,
+                        peaks,
+                        ..ScanSpec::new(d, g, placement)
+                    })
                 })
             });
             for spec in specs {
@@ -520,28 +544,50 @@ fn run(o: &Options) -> Result<Record, String> {
                         continue;
                     }
                 };
-                let args = abi::scan::Args {
-                    runs: p.runs.ptr(),
-                    class_count: p.class_count.ptr(),
-                    q_store: p.q_store.ptr(),
-                    n_stored: store.n_stored.ptr(),
-                    max_seg: segments as i32,
-                    n_heads: heads as i32,
-                    // Every tile writes the same scores buffer, one launch at a time.
-                    scores: scores.shared_ptr_mut(),
-                    ld_scores: ld_scores as i32,
-                }
-                .args();
+                let args = match (spec.peaks, &peaks) {
+                    (true, Some(peaks)) => abi::scan_peaks::Args {
+                        runs: p.runs.ptr(),
+                        class_count: p.class_count.ptr(),
+                        q_store: p.q_store.ptr(),
+                        n_stored: store.n_stored.ptr(),
+                        max_seg: segments as i32,
+                        n_heads: heads as i32,
+                        // Every tile writes the same scores and peaks, one launch at a time.
+                        scores: scores.shared_ptr_mut(),
+                        ld_scores: ld_scores as i32,
+                        peaks: peaks.shared_ptr_mut(),
+                        ld_peaks: ld_peaks as i32,
+                    }
+                    .args(),
+                    _ => abi::scan::Args {
+                        runs: p.runs.ptr(),
+                        class_count: p.class_count.ptr(),
+                        q_store: p.q_store.ptr(),
+                        n_stored: store.n_stored.ptr(),
+                        max_seg: segments as i32,
+                        n_heads: heads as i32,
+                        // Every tile writes the same scores buffer, one launch at a time.
+                        scores: scores.shared_ptr_mut(),
+                        ld_scores: ld_scores as i32,
+                    }
+                    .args(),
+                };
                 let (grid, block, shared) = spec.launch_dims(1, heads, segments);
                 let ms = time(&gpu, o.reps, &|| {
                     gpu.launch(&function, grid, block, shared, &args)
                 })
                 .map_err(e)?;
-                let what = match placement {
-                    Placement::Host => "fused scan",
-                    Placement::Hbm => "hbm scan",
+                let what = match (placement, spec.peaks) {
+                    (Placement::Host, false) => "fused scan",
+                    (Placement::Host, true) => "fused scan pk",
+                    (Placement::Hbm, false) => "hbm scan",
+                    (Placement::Hbm, true) => "hbm scan pk",
                 };
-                best = best.min(push(name, what, ms, &function, threads as u32));
+                let ms = push(name, what, ms, &function, threads as u32);
+                if !spec.peaks {
+                    // The speedup over sparq(32) compares the scans without peaks.
+                    best = best.min(ms);
+                }
             }
             if placement == Placement::Hbm {
                 best_hbm.push((label.clone(), best));
@@ -602,5 +648,27 @@ fn main() -> std::process::ExitCode {
             eprintln!("kernel-bench: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(args: &[&str]) -> Result<Options, String> {
+        parse(args.iter().map(|a| a.to_string()))
+    }
+
+    #[test]
+    fn scan_peaks_is_off_unless_asked() {
+        let o = parsed(&[]).unwrap();
+        assert!(!o.scan_peaks && !o.tensor_cores);
+        let o = parsed(&["--scan-peaks", "--tokens", "65536"]).unwrap();
+        assert!(o.scan_peaks && !o.tensor_cores);
+        assert_eq!(o.tokens, 65536);
+        let o = parsed(&["--tensor-cores", "--scan-peaks"]).unwrap();
+        assert!(o.scan_peaks && o.tensor_cores);
+        let usage = parsed(&["--peaks"]).err().unwrap();
+        assert!(usage.contains("[--scan-peaks]"), "{usage}");
     }
 }
