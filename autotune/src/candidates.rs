@@ -105,11 +105,20 @@ pub struct OptIn {
     /// top-k from the peaks of their shares ([`SelectAlgorithm::Peaks`]), and as its one-block
     /// form ([`SelectAlgorithm::PeaksHead`]).
     pub select_peaks: bool,
+    /// `select-scan-peaks`: every select tile also as both peaks forms reading the peaks the
+    /// scan writes ([`SelectAlgorithm::ScanPeaks`], [`SelectAlgorithm::ScanPeaksHead`]; the
+    /// case stands in for the scan, so their time leaves out the scan's share).
+    pub select_scan_peaks: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 3] = ["select-fused", "pariskv-decode-table", "select-peaks"];
+    pub const NAMES: [&'static str; 4] = [
+        "select-fused",
+        "pariskv-decode-table",
+        "select-peaks",
+        "select-scan-peaks",
+    ];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -138,6 +147,7 @@ impl OptIn {
                 "select-fused" => opt_in.select_fused = true,
                 "pariskv-decode-table" => opt_in.pariskv_decode_table = true,
                 "select-peaks" => opt_in.select_peaks = true,
+                "select-scan-peaks" => opt_in.select_scan_peaks = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -164,6 +174,16 @@ impl OptIn {
                     ..OptIn::default()
                 }
             }
+            Variant::Tile(tile)
+                if tile
+                    .select_algorithm()
+                    .is_some_and(SelectAlgorithm::scan_peaks) =>
+            {
+                OptIn {
+                    select_scan_peaks: true,
+                    ..OptIn::default()
+                }
+            }
             Variant::Tile(tile) if tile.select_algorithm().is_some_and(SelectAlgorithm::peaks) => {
                 OptIn {
                     select_peaks: true,
@@ -181,7 +201,8 @@ impl OptIn {
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
-    /// variant with `select-fused`, and the two peaks ones with `select-peaks`.
+    /// variant with `select-fused`, the two peaks ones with `select-peaks`, and the two reading
+    /// the scan's peaks with `select-scan-peaks`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
@@ -189,6 +210,9 @@ impl OptIn {
         }
         if self.select_peaks {
             algorithms.extend([SelectAlgorithm::Peaks, SelectAlgorithm::PeaksHead]);
+        }
+        if self.select_scan_peaks {
+            algorithms.extend([SelectAlgorithm::ScanPeaks, SelectAlgorithm::ScanPeaksHead]);
         }
         algorithms
     }

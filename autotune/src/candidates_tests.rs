@@ -212,12 +212,14 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
     let peaks = OptIn::parse(&["select-peaks".to_string()]).unwrap();
     let both = OptIn::parse(&["select-fused".to_string(), "select-peaks".to_string()]).unwrap();
+    let scan_peaks = OptIn::parse(&["select-scan-peaks".to_string()]).unwrap();
     for opt_in in [
         OptIn::default(),
         OptIn::parse(&[]).unwrap(),
         fused,
         peaks,
         both,
+        scan_peaks,
     ] {
         let c = Case {
             opt_in,
@@ -246,7 +248,8 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && items_per_thread.is_power_of_two()
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
                         && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
-                        && (!algorithm.peaks() || opt_in.select_peaks);
+                        && (!algorithm.peaks() || algorithm.scan_peaks() || opt_in.select_peaks)
+                        && (!algorithm.scan_peaks() || opt_in.select_scan_peaks);
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
             }
@@ -254,8 +257,9 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         // Multiples of 32 up to 1,024 threads, 1 to 32 items, the plain and compacting
         // variants: the spec's whole domain; the one-read variants wherever their buffer holds
         // k_max = 2048 (from 64 threads on), the two peaks ones where their block also fits 48
-        // KiB of shared memory (all but 576, 640, 672, 768, 800, 896, 928, 960 and 992 threads).
-        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 2 + 22 * 32 * 2);
+        // KiB of shared memory (all but 576, 640, 672, 768, 800, 896, 928, 960 and 992 threads),
+        // as the two reading the scan's peaks.
+        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 2 + 22 * 32 * 4);
         // The runtime's default select tile is among the candidates.
         let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
@@ -265,8 +269,12 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
             defaults.select_algorithm,
         ))));
         // Every tile is tried as each of the three variants, as the fused one with
-        // `select-fused` and as the two peaks ones with `select-peaks`.
-        let variants = 3 + usize::from(opt_in.select_fused) + 2 * usize::from(opt_in.select_peaks);
+        // `select-fused`, as the two peaks ones with `select-peaks` and as the two reading the
+        // scan's peaks with `select-scan-peaks`.
+        let variants = 3
+            + usize::from(opt_in.select_fused)
+            + 2 * usize::from(opt_in.select_peaks)
+            + 2 * usize::from(opt_in.select_scan_peaks);
         assert_eq!(valid.len(), 20 * variants);
     }
 }

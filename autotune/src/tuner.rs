@@ -356,11 +356,13 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     onepass,
                     fused,
                     peaks,
+                    scan_peaks,
                 } => (
                     u8::from(compact)
                         + 2 * u8::from(onepass)
                         + u8::from(fused)
-                        + 2 * u8::from(peaks),
+                        + 2 * u8::from(peaks)
+                        + 2 * u8::from(scan_peaks),
                     threads as usize,
                     items_per_thread as usize,
                 ),

@@ -138,6 +138,9 @@ fn select_variant_snapshots() {
         ("qwen3-8b", SelectAlgorithm::Peaks),
         ("qwen2.5-7b", SelectAlgorithm::Peaks),
         ("qwen3-8b", SelectAlgorithm::PeaksHead),
+        ("qwen3-8b", SelectAlgorithm::ScanPeaks),
+        ("qwen2.5-7b", SelectAlgorithm::ScanPeaks),
+        ("qwen3-8b", SelectAlgorithm::ScanPeaksHead),
     ] {
         let shape = model::preset(preset).unwrap();
         let plain = kernels_for(&shape, &KernelSetOptions::default())

@@ -317,8 +317,24 @@ fn the_rendered_signatures_follow_params() {
         SelectParam::Uni => "int* __restrict__ uni",
         SelectParam::UniCount => "uni_count",
         SelectParam::Arrivals => "arrivals",
+        SelectParam::NStored => "n_stored",
+        SelectParam::Peaks => "unsigned int* __restrict__ peaks",
+        SelectParam::LdPeaks => "int ld_peaks",
     };
-    for spec in [base(), compact(), onepass(), fused()] {
+    let with = |algorithm| SelectSpec {
+        algorithm,
+        ..onepass()
+    };
+    for spec in [
+        base(),
+        compact(),
+        onepass(),
+        fused(),
+        with(SelectAlgorithm::Peaks),
+        with(SelectAlgorithm::PeaksHead),
+        with(SelectAlgorithm::ScanPeaks),
+        with(SelectAlgorithm::ScanPeaksHead),
+    ] {
         let source = codegen::render::render(&spec).unwrap();
         for &stage in spec.stages() {
             let entry = format!("{}(", spec.entry(stage));

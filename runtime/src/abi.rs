@@ -10,7 +10,9 @@
 //! `ld_peaks` after `ld_scores`), the compacting select (`select_compact`), whose chunked stages also take the candidates,
 //! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
 //! form (`select_fused`), whose `_chunk` also writes the selection, the one-block peaks select
-//! (`select_peaks_head`), whose `_chunk` writes only the selection, attention over several
+//! (`select_peaks_head`), whose `_chunk` writes only the selection, both peaks forms reading the
+//! scan's peaks (`select_scan_peaks`, `select_scan_peaks_head`: their `_chunk` also takes
+//! `n_stored`, `peaks` and `ld_peaks`), attention over several
 //! blocks a query head (`attention_split`, `attention_store_split`: its partials and arrival
 //! counters), and the
 //! rerank's many-block top-k (`pariskv_rerank_mb`: `_chunk`, `_merge`, `_write`).
@@ -40,6 +42,10 @@ fathom_macros::abi! {
                               algorithm = fused);
         select_peaks_head = select(group = 4, k_max = 2048, threads = 256,
                                    items_per_thread = 16, algorithm = peaks_head);
+        select_scan_peaks = select(group = 4, k_max = 2048, threads = 256,
+                                   items_per_thread = 16, algorithm = scan_peaks);
+        select_scan_peaks_head = select(group = 4, k_max = 2048, threads = 256,
+                                        items_per_thread = 16, algorithm = scan_peaks_head);
         fetch = fetch(head_dim = 128, group = 4, threads = 256, placement = hbm);
         attention = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4);
         attention_store = attention(head_dim = 128, group = 4, threads = 256, rows_per_warp = 4,

@@ -213,7 +213,9 @@ impl Program {
         let text = format!("#include \"cuda_host.h\"\n{source}\n{}", driver(&entries));
         let header = fs::read_to_string(header_dir().join("cuda_host.h"))
             .map_err(|e| format!("cuda_host.h: {e}"))?;
-        let hash = sha256_hex(&format!("{header}\n{text}"));
+        // More compiler flags for a debugging run, e.g. `-g -fsanitize=address`.
+        let extra = std::env::var("FATHOM_CPU_CUDA_FLAGS").unwrap_or_default();
+        let hash = sha256_hex(&format!("{header}\n{extra}\n{text}"));
         let dir = work_dir();
         fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let binary = dir.join(format!("prog-{}", &hash[..24]));
@@ -223,7 +225,9 @@ impl Program {
             fs::write(&cpp, &text).map_err(|e| format!("{}: {e}", cpp.display()))?;
             let tmp = dir.join(format!("tmp-{unique}"));
             let out = Command::new("c++")
-                .args(["-std=c++17", "-O2", "-w", "-I"])
+                .args(["-std=c++17", "-O2", "-w"])
+                .args(extra.split_whitespace())
+                .arg("-I")
                 .arg(header_dir())
                 .arg(&cpp)
                 .arg("-o")

@@ -2,6 +2,7 @@
 //! (`gpu_select.rs`) and the CPU (`cpu_select.rs`) runs of the select kernels, so that both
 //! check the same cases.
 
+use codegen::spec::peaks;
 use rand::Rng;
 use reference::select::Selection;
 
@@ -86,4 +87,56 @@ pub fn boundary_lengths(k: usize) -> Vec<usize> {
         ALWAYS + k + 2,
         2 * (ALWAYS + k),
     ]
+}
+
+/// Tokens the scan scored of each sequence, for a scan-peaks select: all, all but a tail (up
+/// to two scale blocks, as between encodes), whole blocks of 64, none, or any number.
+pub fn draw_n_stored(rng: &mut impl Rng, n_total: &[i32]) -> Vec<i32> {
+    n_total
+        .iter()
+        .map(|&n| match rng.gen_range(0..5) {
+            0 => n,
+            1 => (n - rng.gen_range(1..128)).max(0),
+            2 => n - n % 64,
+            3 => 0,
+            _ => rng.gen_range(0..=n.max(0)),
+        })
+        .collect()
+}
+
+/// The scores as a scan-peaks select reads them, their stride, the peaks and their stride,
+/// from score rows `scores` (`[B*H*G][ld]`) of which the scan scored the first
+/// `n_stored[row / heads_per_sequence]` tokens. The select needs 16-byte aligned rows: they are
+/// copied to a stride rounded up to a multiple of 32 (as the step's capacity is). The peaks of
+/// every half holding a stored token are what the scan writes (`codegen::spec::peaks`); every
+/// other word is junk (0, all ones or random, from `seed`), which the kernel must never read.
+pub fn scan_peaks_layout(
+    scores: &[f32],
+    ld: usize,
+    n_stored: &[i32],
+    heads_per_sequence: usize,
+    seed: u64,
+) -> (Vec<f32>, usize, Vec<u32>, usize) {
+    let aligned = ld.div_ceil(32).max(1) * 32;
+    let rows = scores.len() / ld.max(1);
+    let mut laid = vec![0.0f32; rows * aligned];
+    for (row, src) in scores.chunks(ld.max(1)).enumerate() {
+        laid[row * aligned..row * aligned + src.len()].copy_from_slice(src);
+    }
+    let ld_peaks = peaks::ld_peaks(aligned);
+    let mut junk = seed | 1;
+    let mut half = vec![0u32; rows * ld_peaks];
+    for (i, word) in half.iter_mut().enumerate() {
+        junk ^= junk << 13;
+        junk ^= junk >> 7;
+        junk ^= junk << 17;
+        *word = match i % 3 {
+            0 => 0,
+            1 => u32::MAX,
+            _ => junk as u32,
+        };
+    }
+    let stored = |row: usize| n_stored[row / heads_per_sequence.max(1)].max(0) as usize;
+    peaks::half_peaks(&laid, aligned, stored, &mut half, ld_peaks);
+    (laid, aligned, half, ld_peaks)
 }

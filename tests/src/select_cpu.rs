@@ -3,9 +3,10 @@
 
 use codegen::render::render;
 use codegen::spec::select::{SelectParam, SelectStage};
-use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
+use codegen::spec::{Family, SelectSpec};
 
 use crate::cpu_cuda::{Entry, Launch, Program, Value};
+use crate::select_case::scan_peaks_layout;
 use crate::select_kernels::SelectHost;
 
 /// What a selection reads, on the host.
@@ -15,6 +16,9 @@ pub struct CpuSelectArgs<'a> {
     pub ld_scores: usize,
     /// `[B]`.
     pub n_total: &'a [i32],
+    /// `[B]` tokens the scan scored (scan-peaks variants: the peaks of their halves are
+    /// written as the scan would, every other peak word holds junk).
+    pub n_stored: &'a [i32],
     pub k: usize,
     pub kv_heads: usize,
     /// The largest `n_total` (it sizes the chunked grids).
@@ -48,6 +52,8 @@ enum Buf {
     SelCount,
     Uni,
     UniCount,
+    NStored,
+    Peaks,
 }
 
 impl CpuSelect {
@@ -82,7 +88,7 @@ impl CpuSelect {
                 a.k as u64,
             )
             .map_err(|e| e.to_string())?;
-        let one_block = spec.algorithm == SelectAlgorithm::PeaksHead;
+        let one_block = spec.algorithm.one_block();
         if let Some(chunks) = a.chunks.filter(|_| !one_block) {
             assert!(
                 spec.algorithm.one_read(),
@@ -101,8 +107,13 @@ impl CpuSelect {
         let group = spec.group as usize;
         let words = |w: u64| usize::try_from(w).expect("sizes fit usize");
         let poison = |n: usize| vec![u32::MAX; n];
+        let (scores, ld_scores, peaks, ld_peaks) = if spec.algorithm.scan_peaks() {
+            scan_peaks_layout(a.scores, a.ld_scores, a.n_stored, a.kv_heads * group, seed)
+        } else {
+            (a.scores.to_vec(), a.ld_scores, Vec::new(), 0)
+        };
         let mut buffers: Vec<Vec<u32>> = vec![
-            a.scores.iter().map(|s| s.to_bits()).collect(),
+            scores.iter().map(|s| s.to_bits()).collect(),
             a.n_total.iter().map(|&n| n as u32).collect(),
             poison(words(plan.state_words)),
             poison(words(plan.chunk_count_words)),
@@ -115,6 +126,8 @@ impl CpuSelect {
             poison(batch * a.kv_heads * group),
             poison(words(plan.uni_words)),
             poison(batch * a.kv_heads),
+            a.n_stored.iter().map(|&n| n as u32).collect(),
+            peaks,
         ];
         let launches: Vec<Launch> = plan
             .launches
@@ -128,7 +141,7 @@ impl CpuSelect {
                     .iter()
                     .map(|&param| match param {
                         SelectParam::Scores => Value::Buffer(Buf::Scores as usize),
-                        SelectParam::LdScores => Value::Int(a.ld_scores as i64),
+                        SelectParam::LdScores => Value::Int(ld_scores as i64),
                         SelectParam::NTotal => Value::Buffer(Buf::NTotal as usize),
                         SelectParam::K => Value::Int(a.k as i64),
                         SelectParam::Pass => Value::Int(i64::from(stage.pass().unwrap_or(0))),
@@ -145,6 +158,9 @@ impl CpuSelect {
                         SelectParam::Uni => Value::Buffer(Buf::Uni as usize),
                         SelectParam::UniCount => Value::Buffer(Buf::UniCount as usize),
                         SelectParam::Arrivals => Value::Buffer(Buf::Arrivals as usize),
+                        SelectParam::NStored => Value::Buffer(Buf::NStored as usize),
+                        SelectParam::Peaks => Value::Buffer(Buf::Peaks as usize),
+                        SelectParam::LdPeaks => Value::Int(ld_peaks as i64),
                     })
                     .collect(),
             })

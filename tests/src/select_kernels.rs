@@ -167,6 +167,12 @@ pub struct SelectArgs {
     pub ld_scores: usize,
     /// `[B]` tokens per sequence.
     pub n_total: u64,
+    /// `[B]` tokens the scan scored (scan-peaks variants; 0 for the others).
+    pub n_stored: u64,
+    /// `[B][H][G][ld_peaks]` the peaks the scan wrote (scan-peaks variants; 0 for the others).
+    pub peaks: u64,
+    /// Row stride of `peaks`, in words.
+    pub ld_peaks: usize,
     /// The run-time k (at most the spec's `k_max`).
     pub k: usize,
     /// `B`.
@@ -281,6 +287,9 @@ impl SelectKernels {
             scores: DevicePtr::from_addr(a.scores),
             ld_scores: i32_of(a.ld_scores, "ld_scores"),
             n_total: DevicePtr::from_addr(a.n_total),
+            n_stored: DevicePtr::from_addr(a.n_stored),
+            peaks: DevicePtr::from_addr(a.peaks),
+            ld_peaks: i32_of(a.ld_peaks, "ld_peaks"),
             k: i32_of(a.k, "k"),
             num_kv_heads: i32_of(a.kv_heads, "num_kv_heads"),
             chunks: i32_of(words(plan.chunks), "chunks"),

@@ -421,6 +421,22 @@ pub fn is_plane_method(method: Method) -> bool {
 /// transfer.
 pub struct OnlyTile(pub TunedFamily, pub Tile);
 
+/// A tuning that answers with these tiles for their families and nothing else.
+pub struct OnlyTiles(pub Vec<(TunedFamily, Tile)>);
+
+impl Tuning for OnlyTiles {
+    fn tile(&self, key: &TuneKey) -> Option<Tile> {
+        self.0
+            .iter()
+            .find(|(family, _)| *family == key.family)
+            .map(|&(_, tile)| tile)
+    }
+
+    fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+        None
+    }
+}
+
 impl Tuning for OnlyTile {
     fn tile(&self, key: &TuneKey) -> Option<Tile> {
         (key.family == self.0).then_some(self.1)

@@ -18,7 +18,7 @@
 
 use codegen::spec::{SelectAlgorithm, SelectSpec};
 use fathom_tests::inputs;
-use fathom_tests::select_case::{boundary_lengths, SelectCase};
+use fathom_tests::select_case::{boundary_lengths, draw_n_stored, SelectCase};
 use fathom_tests::select_cpu::{CpuSelect, CpuSelectArgs};
 use fathom_tests::select_kernels::{check_selection, Mismatches, ALWAYS};
 use fathom_tests::select_scores::{Scores, FAMILIES};
@@ -35,8 +35,9 @@ fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Selec
     }
 }
 
-/// The one-read variants of a tile: onepass, fused, peaks, peaks with one block a query head.
-fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 4] {
+/// The one-read variants of a tile: onepass, fused, peaks, peaks with one block a query head,
+/// and both peaks forms reading the scan's peaks.
+fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 6] {
     let spec = onepass(group, k_max, threads, items_per_thread);
     [
         spec,
@@ -52,7 +53,25 @@ fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [Sel
             algorithm: SelectAlgorithm::PeaksHead,
             ..spec
         },
+        SelectSpec {
+            algorithm: SelectAlgorithm::ScanPeaks,
+            ..spec
+        },
+        SelectSpec {
+            algorithm: SelectAlgorithm::ScanPeaksHead,
+            ..spec
+        },
     ]
+}
+
+/// Tokens the scan scored of each sequence for a scan-peaks select (`draw_n_stored`);
+/// `n_total` itself for the other variants (which do not read it), without drawing.
+fn n_stored_for(spec: SelectSpec, rng: &mut impl Rng, n_total: &[i32]) -> Vec<i32> {
+    if spec.algorithm.scan_peaks() {
+        draw_n_stored(rng, n_total)
+    } else {
+        n_total.to_vec()
+    }
 }
 
 /// One selection over `lengths` (one per sequence) of `kv_heads` KV heads with run-time `k`,
@@ -68,9 +87,10 @@ fn case(
 ) -> Option<String> {
     let g = select.spec.group as usize;
     let c = SelectCase::draw(rng, lengths, kv_heads, g, k, families);
+    let n_stored = n_stored_for(select.spec, rng, &c.n_total);
     let what = format!(
-        "{} on the CPU: k={k} H={kv_heads} chunks {chunks:?} lengths {lengths:?}, families \
-         {:?}",
+        "{} on the CPU: k={k} H={kv_heads} chunks {chunks:?} lengths {lengths:?} (stored \
+         {n_stored:?}), families {:?}",
         select.name(),
         c.families
     );
@@ -79,6 +99,7 @@ fn case(
             scores: &c.scores,
             ld_scores: c.ld,
             n_total: &c.n_total,
+            n_stored: &n_stored,
             k,
             kv_heads,
             max_tokens: c.max_n,
@@ -400,7 +421,7 @@ fn assert_caught(spec: SelectSpec, mutations: &[(&str, &str, &str)]) {
 /// judge.)
 #[test]
 fn fused_mutations_are_caught() {
-    let [_, spec, _, _] = one_read(4, 40, 32, 4);
+    let [_, spec, ..] = one_read(4, 40, 32, 4);
     assert_caught(
         spec,
         &[
@@ -443,7 +464,7 @@ fn fused_mutations_are_caught() {
 /// second segment is exercised.
 #[test]
 fn peaks_mutations_are_caught() {
-    let [_, _, spec, _] = one_read(4, 40, 32, 4);
+    let [_, _, spec, ..] = one_read(4, 40, 32, 4);
     assert_caught(
         spec,
         &[
@@ -503,14 +524,23 @@ fn peaks_mutations_are_caught() {
 /// which read nothing; on a GPU it would read the last block's bits.)
 #[test]
 fn peaks_multiwarp_mutations_are_caught() {
-    let [_, _, spec, _] = one_read(4, 40, 256, 2);
+    let [_, _, peaks, _, scan_peaks, _] = one_read(4, 40, 256, 2);
+    assert_caught(
+        scan_peaks,
+        &[(
+            "the scan's peaks read before every warp has folded its own",
+            "    __syncthreads();\n    return top_k_of_hot(",
+            "    return top_k_of_hot(",
+        )],
+    );
+    let spec = peaks;
     assert_caught(
         spec,
         &[
             (
                 "the peaks read before every warp has written its own",
-                "    __syncthreads();\n\n    // K, and the hot tiles' bits.",
-                "\n    // K, and the hot tiles' bits.",
+                "    __syncthreads();\n    return top_k_of_hot(",
+                "    return top_k_of_hot(",
             ),
             (
                 "a segment's list read before it is whole",
@@ -534,6 +564,8 @@ fn peaks_tiles_wider_than_a_warp() {
     for (threads, items, algorithm) in [
         (32, 4, SelectAlgorithm::Peaks),
         (64, 1, SelectAlgorithm::PeaksHead),
+        (32, 4, SelectAlgorithm::ScanPeaks),
+        (64, 2, SelectAlgorithm::ScanPeaksHead),
     ] {
         let spec = SelectSpec {
             algorithm,
@@ -559,7 +591,7 @@ fn peaks_tiles_wider_than_a_warp() {
 /// mutations are caught above), broken one at a time.
 #[test]
 fn peaks_head_mutations_are_caught() {
-    let [_, _, _, spec] = one_read(4, 40, 32, 4);
+    let [_, _, _, spec, ..] = one_read(4, 40, 32, 4);
     assert_caught(
         spec,
         &[
@@ -579,5 +611,100 @@ fn peaks_head_mutations_are_caught() {
                 "const int b = 0 * head / (num_kv_heads * G);\n    const int n = n_total[b] > 0 ? n_total[b] : 0;\n    const int kk = clamp_k(k);\n    int* out",
             ),
         ],
+    );
+}
+
+/// The scan-peaks variant's own steps (it shares the hot tiles with the peaks variant, whose
+/// mutations are caught above), broken one at a time: which halves it takes from the scan and
+/// which from the scores. The peak words the scan did not write hold junk (`CpuSelect::run`),
+/// and the cases store all, some or none of each row.
+#[test]
+fn scan_peaks_mutations_are_caught() {
+    let [.., spec, _] = one_read(4, 40, 32, 4);
+    assert_eq!(spec.algorithm, SelectAlgorithm::ScanPeaks);
+    assert_caught(
+        spec,
+        &[
+            (
+                "the sink's half taken from the scan",
+                "half < h1 && half >= 1 && half < stored_end",
+                "half < h1 && half >= 0 && half < stored_end",
+            ),
+            (
+                "halves past n_stored taken from the scan",
+                "const int stored_end = min(max(n_stored, 0), hi) / 32;",
+                "const int stored_end = hi / 32;",
+            ),
+            (
+                "the sink's scores in its half's peak",
+                "token >= lo && token < hi ? order_key(row[token])",
+                "token < hi ? order_key(row[token])",
+            ),
+            (
+                "only the sink's half taken from the scores",
+                "for (int u = warp; u < others; u += WARPS) {",
+                "for (int u = warp; u < sink_half; u += WARPS) {",
+            ),
+            (
+                "a block's share one half short",
+                "const int h1 = min(h0 + share, end_half);",
+                "const int h1 = min(h0 + share, end_half - 1);",
+            ),
+        ],
+    );
+}
+
+/// A half that holds both middle and window tokens must be taken from the scores: the scan's
+/// peak of it counts the window (which `Straddle` scores above everything, so a floor at it
+/// would drop the true top-k). Rows whose middle does not end on a half, every token stored.
+#[test]
+fn scan_peaks_window_half_is_taken_from_the_scores() {
+    let [.., spec, _] = one_read(4, 40, 32, 4);
+    let source = codegen::render::render(&spec).expect("renders");
+    let from = "const int stored_end = min(max(n_stored, 0), hi) / 32;";
+    assert_eq!(
+        source.matches(from).count(),
+        1,
+        "`{from}` once in the source"
+    );
+    let mutant = source.replacen(from, "const int stored_end = max(n_stored, 0) / 32;", 1);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(MUTATION_SEED);
+    let mut caught = false;
+    for (name, source) in [("as rendered", &source), ("mutated", &mutant)] {
+        let select = CpuSelect::build_source(spec, source).expect("builds");
+        for k in [1, 2, 5] {
+            let lengths: Vec<usize> = (0..3)
+                .map(|_| 32 * rng.gen_range(40..200) + rng.gen_range(1..32))
+                .collect();
+            let c = SelectCase::draw(&mut rng, &lengths, 1, 4, k, &[Scores::Straddle]);
+            let run = select.run(
+                &CpuSelectArgs {
+                    scores: &c.scores,
+                    ld_scores: c.ld,
+                    n_total: &c.n_total,
+                    n_stored: &c.n_total,
+                    k,
+                    kv_heads: 1,
+                    max_tokens: c.max_n,
+                    chunks: Some(1),
+                },
+                1,
+            );
+            // A wrong selection may also make the union's run fail (it trusts `sel`).
+            let report = run.map_or_else(Some, |got| {
+                let mut m = Mismatches::new(format!("{name}: k={k} lengths {lengths:?}"), 1);
+                check_selection(&got, &c.reference, &mut m);
+                m.report()
+            });
+            match (name, report) {
+                ("as rendered", Some(report)) => panic!("{report}"),
+                ("mutated", Some(_)) => caught = true,
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        caught,
+        "the window's half taken from the scan went unnoticed"
     );
 }

@@ -44,7 +44,7 @@
 use codegen::spec::select::COMPACT_SOURCE_WORD;
 use codegen::spec::{Family, SelectAlgorithm, SelectSpec};
 use fathom_tests::gpu_test;
-use fathom_tests::select_case::{boundary_lengths, SelectCase};
+use fathom_tests::select_case::{boundary_lengths, draw_n_stored, scan_peaks_layout, SelectCase};
 use fathom_tests::select_kernels::{
     check_selection, Mismatches, SelectArgs, SelectKernels, ALWAYS,
 };
@@ -87,16 +87,32 @@ fn select_case(
 
     let scores = gpu.upload(&c.scores).expect("upload scores");
     let n_total = gpu.upload(&c.n_total).expect("upload n_total");
+    // The scan-peaks variants read aligned rows and the peaks a scan of some of each
+    // sequence's tokens would write (junk elsewhere).
+    let n_stored = draw_n_stored(rng, &c.n_total);
+    let (laid, ld_laid, peaks, ld_peaks) =
+        scan_peaks_layout(&c.scores, ld, &n_stored, kv_heads * g, seed);
+    let laid = gpu.upload(&laid).expect("upload aligned scores");
+    let peaks = gpu.upload(&peaks).expect("upload peaks");
+    let n_stored_dev = gpu.upload(&n_stored).expect("upload n_stored");
     let mut sources = Vec::new();
     for kernels in variants {
         assert_eq!(kernels.spec.group as usize, g, "the variants share a group");
+        let scan_peaks = kernels.spec.algorithm.scan_peaks();
         let out = kernels
             .run(
                 gpu,
                 &SelectArgs {
-                    scores: scores.addr(),
-                    ld_scores: ld,
+                    scores: if scan_peaks {
+                        laid.addr()
+                    } else {
+                        scores.addr()
+                    },
+                    ld_scores: if scan_peaks { ld_laid } else { ld },
                     n_total: n_total.addr(),
+                    n_stored: n_stored_dev.addr(),
+                    peaks: peaks.addr(),
+                    ld_peaks,
                     k,
                     batch,
                     kv_heads,
@@ -106,13 +122,13 @@ fn select_case(
             .expect("select runs");
         let got = out.download().expect("download selection");
         let mut m = Mismatches::new(
-        format!(
-            "select {what}: {} G={g} H={kv_heads} k={k} lengths {lengths:?}, score families by query head \
-             {used:?}",
+            format!(
+            "select {what}: {} G={g} H={kv_heads} k={k} lengths {lengths:?} (scan-peaks stored \
+             {n_stored:?}), score families by query head {used:?}",
             kernels.spec.kernel_name()
         ),
-        seed,
-    );
+            seed,
+        );
         check_selection(&got, &c.reference, &mut m);
         m.finish();
         if kernels.spec.compact() {

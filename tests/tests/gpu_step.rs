@@ -30,6 +30,13 @@
 //! - `gpu_step_fused_select_g4`, `gpu_step_fused_select_g7`: the same with its fused form
 //!   (`algorithm: fused`: one launch writes the selection; its arrival counters are the
 //!   workspace's, reused by every step and graph replay).
+//! - `gpu_step_scan_peaks_select_g4/_g7`, `gpu_step_scan_peaks_head_select_g4`,
+//!   `gpu_step_scan_peaks_tensor_core_scan_g4`, `gpu_step_scan_peaks_head_tensor_core_scan_g7`:
+//!   the selects that read the peaks the scan wrote (`algorithm: scan_peaks`,
+//!   `scan_peaks_head`), after the plain scan or the tensor-core one (which then write peaks,
+//!   `ScanSpec::peaks`; the tail past `n_stored` is the oracle's, which the select reads from the
+//!   scores), through a record of those tiles; the methods without a plane scan run the
+//!   peaks select that reads the scores.
 //! - `gpu_step_tensor_core_scan_g4`, `gpu_step_tensor_core_scan_g7`: the first two cases with
 //!   the scan on the tensor cores (`ScanSpec::tensor_cores`, both placements), through a record
 //!   whose only entry it is; ties are then judged within that scan's bound
@@ -49,7 +56,7 @@ use fathom_tests::kit::GpuTest;
 use fathom_tests::select_kernels::{HeadTable, Mismatches};
 use fathom_tests::step_check::{
     checked_eager_step, eager_step, methods, poison, reference_steps, replay_difference, replayed,
-    Expected, GroupData, OnlyTile, StepCheck,
+    Expected, GroupData, OnlyTile, OnlyTiles, StepCheck,
 };
 use fathom_tests::step_setup::{
     decoder_config, model, short_lengths, transfers, HeadCalibration, KV_HEADS, K_MAX, LAYER,
@@ -321,6 +328,10 @@ enum Tuned {
     SplitAttention(u32),
     /// The scan on the tensor cores (8-word tiles of 128 threads), through an [`OnlyTile`] record.
     TensorCoreScan,
+    /// A select reading the scan's peaks (256 threads, 4 items) after the plain scan or (with
+    /// `true`) the tensor-core one, through an [`OnlyTiles`] record: the plane methods' scans
+    /// then write the peaks, the others run the peaks select that reads the scores.
+    ScanPeaks(SelectAlgorithm, bool),
 }
 
 fn run_case(t: &mut GpuTest, d: usize, group: usize, basis: Basis) {
@@ -367,6 +378,18 @@ fn run_case_configured(
                 tensor_cores: true,
             };
             decoder = decoder.with_tuning(Box::new(OnlyTile(TunedFamily::Scan, tile)));
+        }
+        Tuned::ScanPeaks(algorithm, tensor_cores) => {
+            let mut tiles = vec![(TunedFamily::Select, Tile::select(256, 4, algorithm))];
+            if tensor_cores {
+                let scan = Tile::Scan {
+                    tile_words: 8,
+                    threads: 128,
+                    tensor_cores: true,
+                };
+                tiles.push((TunedFamily::Scan, scan));
+            }
+            decoder = decoder.with_tuning(Box::new(OnlyTiles(tiles)));
         }
     }
     let batches: Vec<DeviceBatch> = [Placement::Hbm, Placement::Host]
@@ -426,6 +449,20 @@ fn run_case_configured(
                     Tuned::TensorCoreScan => {
                         if let Some(scan) = plan.specs.scan {
                             assert!(scan.tensor_cores, "{what}: the record's scan is not used");
+                        }
+                    }
+                    Tuned::ScanPeaks(algorithm, tensor_cores) => {
+                        let select = plan.specs.select.map(|s| s.algorithm);
+                        match plan.specs.scan {
+                            Some(scan) => {
+                                assert_eq!(select, Some(algorithm), "{what}: the record's select");
+                                assert!(scan.peaks, "{what}: the scan writes no peaks");
+                                assert_eq!(scan.tensor_cores, tensor_cores, "{what}: the scan");
+                            }
+                            None => assert!(
+                                select.is_none_or(|a| a == algorithm.without_scan_peaks()),
+                                "{what}: a method without a plane scan runs {select:?}"
+                            ),
                         }
                     }
                 }
@@ -629,6 +666,31 @@ gpu_test!(gpu_step_peaks_head_select_g7, |t| {
         Basis::Klt,
         Tuned::Only(SelectAlgorithm::PeaksHead),
     );
+});
+
+gpu_test!(gpu_step_scan_peaks_select_g4, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaks, false);
+    run_case_with(&mut t, D, 4, Basis::Raw, select);
+});
+
+gpu_test!(gpu_step_scan_peaks_select_g7, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaks, false);
+    run_case_with(&mut t, D, 7, Basis::Klt, select);
+});
+
+gpu_test!(gpu_step_scan_peaks_head_select_g4, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaksHead, false);
+    run_case_with(&mut t, D, 4, Basis::Raw, select);
+});
+
+gpu_test!(gpu_step_scan_peaks_tensor_core_scan_g4, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaks, true);
+    run_case_with(&mut t, D, 4, Basis::Raw, select);
+});
+
+gpu_test!(gpu_step_scan_peaks_head_tensor_core_scan_g7, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaksHead, true);
+    run_case_with(&mut t, D, 7, Basis::Klt, select);
 });
 
 gpu_test!(gpu_step_tensor_core_scan_g4, |t| {

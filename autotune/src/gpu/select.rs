@@ -3,7 +3,7 @@
 //! score stride) on fresh random scores, checked exactly against `reference::select`
 //! before it is timed.
 
-use codegen::spec::Placement;
+use codegen::spec::{peaks, Placement};
 use std::sync::Arc;
 
 use codegen::spec::KernelSpec;
@@ -24,6 +24,9 @@ struct Prepared {
     scores: DeviceBuffer<f32>,
     /// `[1]`: the sequence's tokens.
     n_total: DeviceBuffer<i32>,
+    /// `[H][G][ld_peaks]`: what the scan would write for the scan-peaks variants (every token
+    /// stored), whose time here leaves out the scan's share of writing them.
+    peaks: DeviceBuffer<u32>,
     capacity: usize,
 }
 
@@ -78,9 +81,13 @@ impl SelectBench {
             for (qh, row) in host.scores.iter().enumerate() {
                 laid[qh * capacity..qh * capacity + n].copy_from_slice(row);
             }
+            let ld_peaks = peaks::ld_peaks(capacity);
+            let mut half = vec![0u32; heads * g * ld_peaks];
+            peaks::half_peaks(&laid, capacity, |_| n, &mut half, ld_peaks);
             self.prepared = Some(Prepared {
                 scores: dev.gpu.upload(&laid).map_err(gpu_err)?,
                 n_total: dev.gpu.upload(&[n as i32]).map_err(gpu_err)?,
+                peaks: dev.gpu.upload(&half).map_err(gpu_err)?,
                 host,
                 capacity,
             });
@@ -155,6 +162,9 @@ impl SelectBench {
             scores: p.scores.ptr(),
             ld_scores: i32_of(p.capacity, "ld_scores")?,
             n_total: p.n_total.ptr(),
+            n_stored: p.n_total.ptr(),
+            peaks: p.peaks.ptr(),
+            ld_peaks: i32_of(peaks::ld_peaks(p.capacity), "ld_peaks")?,
             k: i32_of(k, "k")?,
             num_kv_heads: i32_of(heads, "num_kv_heads")?,
             chunks: i32_of(words(plan.chunks)?, "chunks")?,

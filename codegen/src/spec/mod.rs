@@ -19,6 +19,7 @@ pub mod method;
 pub mod oracle;
 pub mod pariskv;
 mod pariskv_select;
+pub mod peaks;
 mod row;
 pub mod select;
 

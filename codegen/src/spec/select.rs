@@ -50,6 +50,12 @@
 //! `select_peaks_head.cu.tera`) gives each query head one block, whose top-k is the answer: it
 //! writes the selection itself, so a selection is two launches (`_chunk`, `_union`) and no
 //! slots; meant for short contexts, where the one-read select's `_final` is a launch of latency.
+//!
+//! Both peaks forms also come reading the peaks the scan wrote ([`SelectAlgorithm::ScanPeaks`],
+//! [`SelectAlgorithm::ScanPeaksHead`]; `ScanSpec::peaks`): the largest key of every 32-token
+//! half the scan scored, so a block reads its share's peaks (1/32 of its scores), forms from the
+//! scores only the halves they cannot stand for (the sink's, the window's, the tail past
+//! `n_stored`), and then its hot tiles: about 1/8 of the scores at 1M tokens instead of all.
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -113,17 +119,31 @@ pub enum SelectAlgorithm {
     /// slots, no `_final`): two launches, one of them the union (`select_peaks_head.cu.tera`).
     #[serde(rename = "peaks_head")]
     PeaksHead,
+    /// The peaks select reading the peaks the scan wrote (`ScanSpec::peaks`: the largest key
+    /// of every 32-token half it scored) instead of streaming the scores for them: each block
+    /// reads its share's peaks, recomputes from the scores only the halves the scan's cannot
+    /// stand for (the sink's, the window's, those past `n_stored`), then reads only its hot
+    /// tiles (`select_onepass.cu.tera` with `select_peaks.cuh.tera`). Its `_chunk` also takes
+    /// `n_stored`, `peaks` and `ld_peaks`; score rows must be 16-byte aligned.
+    #[serde(rename = "scan_peaks")]
+    ScanPeaks,
+    /// [`SelectAlgorithm::ScanPeaks`] with one block a query head, as
+    /// [`SelectAlgorithm::PeaksHead`] (`select_peaks_head.cu.tera`).
+    #[serde(rename = "scan_peaks_head")]
+    ScanPeaksHead,
 }
 
 impl SelectAlgorithm {
     /// Every algorithm, in the order the tuner tries them.
-    pub const ALL: [SelectAlgorithm; 6] = [
+    pub const ALL: [SelectAlgorithm; 8] = [
         SelectAlgorithm::Radix,
         SelectAlgorithm::Compact,
         SelectAlgorithm::Onepass,
         SelectAlgorithm::Fused,
         SelectAlgorithm::Peaks,
         SelectAlgorithm::PeaksHead,
+        SelectAlgorithm::ScanPeaks,
+        SelectAlgorithm::ScanPeaksHead,
     ];
 
     /// The name as specs, kernel names and tuning records spell it.
@@ -135,6 +155,8 @@ impl SelectAlgorithm {
             SelectAlgorithm::Fused => "fused",
             SelectAlgorithm::Peaks => "peaks",
             SelectAlgorithm::PeaksHead => "peaks_head",
+            SelectAlgorithm::ScanPeaks => "scan_peaks",
+            SelectAlgorithm::ScanPeaksHead => "scan_peaks_head",
         }
     }
 
@@ -148,6 +170,8 @@ impl SelectAlgorithm {
             SelectAlgorithm::Fused => "_fused",
             SelectAlgorithm::Peaks => "_peaks",
             SelectAlgorithm::PeaksHead => "_peaks_head",
+            SelectAlgorithm::ScanPeaks => "_scan_peaks",
+            SelectAlgorithm::ScanPeaksHead => "_scan_peaks_head",
         }
     }
 
@@ -159,12 +183,47 @@ impl SelectAlgorithm {
                 | SelectAlgorithm::Fused
                 | SelectAlgorithm::Peaks
                 | SelectAlgorithm::PeaksHead
+                | SelectAlgorithm::ScanPeaks
+                | SelectAlgorithm::ScanPeaksHead
         )
     }
 
     /// Whether the blocks take their top-k from the peaks of their shares.
     pub fn peaks(self) -> bool {
-        matches!(self, SelectAlgorithm::Peaks | SelectAlgorithm::PeaksHead)
+        matches!(
+            self,
+            SelectAlgorithm::Peaks
+                | SelectAlgorithm::PeaksHead
+                | SelectAlgorithm::ScanPeaks
+                | SelectAlgorithm::ScanPeaksHead
+        )
+    }
+
+    /// Whether `_chunk` reads the peaks the scan wrote (`ScanSpec::peaks`): only a method
+    /// whose scores come from the plane scan can use it.
+    pub fn scan_peaks(self) -> bool {
+        matches!(
+            self,
+            SelectAlgorithm::ScanPeaks | SelectAlgorithm::ScanPeaksHead
+        )
+    }
+
+    /// Whether one block a query head writes the selection itself (no slots, no `_final`).
+    pub fn one_block(self) -> bool {
+        matches!(
+            self,
+            SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead
+        )
+    }
+
+    /// The same algorithm reading the scores for its peaks: what a method whose scores do not
+    /// come from the plane scan runs in place of a scan-peaks select.
+    pub fn without_scan_peaks(self) -> SelectAlgorithm {
+        match self {
+            SelectAlgorithm::ScanPeaks => SelectAlgorithm::Peaks,
+            SelectAlgorithm::ScanPeaksHead => SelectAlgorithm::PeaksHead,
+            other => other,
+        }
     }
 }
 
@@ -297,6 +356,14 @@ pub enum SelectParam {
     Uni,
     /// `int* uni_count`.
     UniCount,
+    /// `const int* n_stored` (scan-peaks variants): `[B]` tokens the scan scored, whose
+    /// whole halves' peaks it wrote.
+    NStored,
+    /// `const unsigned* peaks` (scan-peaks variants): `[B*H*G][ld_peaks]` the largest key of
+    /// each 32-token half the scan scored (`ScanSpec::peaks`).
+    Peaks,
+    /// `int ld_peaks` (scan-peaks variants): the row stride of `peaks`, in words.
+    LdPeaks,
 }
 
 /// Everything a caller allocates and launches for one selection of a layer.
@@ -427,7 +494,10 @@ const fn with_candidates<const N: usize, const M: usize>(
 ///   `sel_count` of its query head;
 /// - `<name>_union`: as above.
 ///
-/// Launch order: `_chunk`, `_union` ([`SelectStage::FUSED_ORDER`]).
+/// Launch order: `_chunk`, `_union` ([`SelectStage::FUSED_ORDER`]). The two reading the scan's
+/// peaks (`algorithm: scan_peaks`, `scan_peaks_head`; name suffixes `_scan_peaks`,
+/// `_scan_peaks_head`) are these two with `const int* n_stored, const unsigned* peaks, int
+/// ld_peaks` after `n_total` in `_chunk`, and rows of `scores` 16-byte aligned.
 ///
 /// The fused one-read variant (`algorithm: fused`, name suffix `_fused`) has the one-read
 /// workspaces and `arrivals` (one `u32` per query head, [`SelectPlan::arrival_words`], zero
@@ -465,8 +535,12 @@ impl SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => &SelectStage::ORDER,
             SelectAlgorithm::Compact => &SelectStage::COMPACT_ORDER,
-            SelectAlgorithm::Onepass | SelectAlgorithm::Peaks => &SelectStage::ONEPASS_ORDER,
-            SelectAlgorithm::Fused | SelectAlgorithm::PeaksHead => &SelectStage::FUSED_ORDER,
+            SelectAlgorithm::Onepass | SelectAlgorithm::Peaks | SelectAlgorithm::ScanPeaks => {
+                &SelectStage::ONEPASS_ORDER
+            }
+            SelectAlgorithm::Fused
+            | SelectAlgorithm::PeaksHead
+            | SelectAlgorithm::ScanPeaksHead => &SelectStage::FUSED_ORDER,
         }
     }
 
@@ -493,7 +567,9 @@ impl SelectSpec {
             SelectAlgorithm::Onepass
             | SelectAlgorithm::Fused
             | SelectAlgorithm::Peaks
-            | SelectAlgorithm::PeaksHead => 0,
+            | SelectAlgorithm::PeaksHead
+            | SelectAlgorithm::ScanPeaks
+            | SelectAlgorithm::ScanPeaksHead => 0,
         }
     }
 
@@ -573,6 +649,21 @@ impl SelectSpec {
             (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::PeaksHead => {
                 &[Scores, LdScores, NTotal, K, Sel, SelCount, NumKvHeads]
             }
+            (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::ScanPeaksHead => &[
+                Scores, LdScores, NTotal, NStored, Peaks, LdPeaks, K, Sel, SelCount, NumKvHeads,
+            ],
+            (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::ScanPeaks => &[
+                Scores,
+                LdScores,
+                NTotal,
+                NStored,
+                Peaks,
+                LdPeaks,
+                K,
+                Candidates,
+                ChunkCounts,
+                NumKvHeads,
+            ],
             (SelectStage::Chunk, _) => &[
                 Scores,
                 LdScores,
@@ -638,7 +729,7 @@ impl SelectSpec {
         )?;
         let kv = grid_dim(Self::FAMILY, "batch * kv_heads", kv, MAX_GRID_X)?;
         let onepass = self.algorithm.one_read();
-        let chunks = if self.algorithm == SelectAlgorithm::PeaksHead {
+        let chunks = if self.algorithm.one_block() {
             1
         } else if onepass {
             self.onepass_chunks(u64::from(heads), max_tokens)
@@ -646,7 +737,7 @@ impl SelectSpec {
             blocks_for(max_tokens, self.chunk())
         };
         // The one-block variant writes the selection from its block: no slots.
-        let slots = self.algorithm != SelectAlgorithm::PeaksHead;
+        let slots = !self.algorithm.one_block();
         let x = grid_dim(Self::FAMILY, "max_tokens / chunk", chunks, MAX_GRID_X)?;
         let per_head = Launch::new([heads, 1, 1], self.threads);
         let chunked = Launch::new([x, heads, 1], self.threads);
@@ -763,9 +854,13 @@ impl Family for SelectSpec {
         match self.algorithm {
             SelectAlgorithm::Radix => "select.cu.tera".into(),
             SelectAlgorithm::Compact => "select_compact.cu.tera".into(),
-            SelectAlgorithm::Onepass | SelectAlgorithm::Peaks => "select_onepass.cu.tera".into(),
+            SelectAlgorithm::Onepass | SelectAlgorithm::Peaks | SelectAlgorithm::ScanPeaks => {
+                "select_onepass.cu.tera".into()
+            }
             SelectAlgorithm::Fused => "select_fused.cu.tera".into(),
-            SelectAlgorithm::PeaksHead => "select_peaks_head.cu.tera".into(),
+            SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead => {
+                "select_peaks_head.cu.tera".into()
+            }
         }
     }
 
@@ -781,12 +876,15 @@ impl Family for SelectSpec {
             SelectAlgorithm::Onepass
             | SelectAlgorithm::Fused
             | SelectAlgorithm::Peaks
-            | SelectAlgorithm::PeaksHead => context.insert("buffer", &self.onepass_buffer()),
+            | SelectAlgorithm::PeaksHead
+            | SelectAlgorithm::ScanPeaks
+            | SelectAlgorithm::ScanPeaksHead => context.insert("buffer", &self.onepass_buffer()),
         }
         context.insert("peaks", &self.algorithm.peaks());
+        context.insert("scan_peaks", &self.algorithm.scan_peaks());
         // Whether `_chunk` writes slots for a `_final` (all one-read forms but the one-block
-        // peaks select, which writes the selection).
-        context.insert("slots", &(self.algorithm != SelectAlgorithm::PeaksHead));
+        // peaks selects, which write the selection).
+        context.insert("slots", &!self.algorithm.one_block());
         context
     }
 }

@@ -6,7 +6,10 @@
 use codegen::spec::select::SelectStage;
 use codegen::spec::SelectAlgorithm;
 
-use super::kernels::{select, select_compact, select_fused, select_onepass, select_peaks_head};
+use super::kernels::{
+    select, select_compact, select_fused, select_onepass, select_peaks_head, select_scan_peaks,
+    select_scan_peaks_head,
+};
 use crate::gpu::Arg;
 use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
 
@@ -19,6 +22,13 @@ pub struct SelectBuffers {
     pub ld_scores: i32,
     /// `[B]` tokens per sequence.
     pub n_total: DevicePtr<i32>,
+    /// `[B]` tokens the scan scored (scan-peaks variants).
+    pub n_stored: DevicePtr<i32>,
+    /// `[B][H][G][ld_peaks]` the largest key of every 32-token half the scan scored
+    /// (scan-peaks variants; `ScanSpec::peaks`).
+    pub peaks: DevicePtr<u32>,
+    /// Row stride of `peaks`, in words.
+    pub ld_peaks: i32,
     /// The run-time k.
     pub k: i32,
     /// `H`.
@@ -136,6 +146,36 @@ pub fn select_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuf
             }
             .args()
         }
+        (SelectStage::Chunk, _) if algorithm == SelectAlgorithm::ScanPeaks => {
+            select_scan_peaks::ChunkArgs {
+                scores: b.scores,
+                ld_scores: b.ld_scores,
+                n_total: b.n_total,
+                n_stored: b.n_stored,
+                peaks: b.peaks,
+                ld_peaks: b.ld_peaks,
+                k: b.k,
+                candidates: b.candidates,
+                chunk_counts: b.chunk_counts,
+                num_kv_heads: b.num_kv_heads,
+            }
+            .args()
+        }
+        (SelectStage::Chunk, _) if algorithm == SelectAlgorithm::ScanPeaksHead => {
+            select_scan_peaks_head::ChunkArgs {
+                scores: b.scores,
+                ld_scores: b.ld_scores,
+                n_total: b.n_total,
+                n_stored: b.n_stored,
+                peaks: b.peaks,
+                ld_peaks: b.ld_peaks,
+                k: b.k,
+                sel: b.sel,
+                sel_count: b.sel_count,
+                num_kv_heads: b.num_kv_heads,
+            }
+            .args()
+        }
         (SelectStage::Chunk, _) => select_onepass::ChunkArgs {
             scores: b.scores,
             ld_scores: b.ld_scores,
@@ -220,6 +260,9 @@ mod tests {
             scores: DevicePtr::from_addr(1),
             ld_scores: 2,
             n_total: DevicePtr::from_addr(3),
+            n_stored: DevicePtr::from_addr(19),
+            peaks: DevicePtr::from_addr(20),
+            ld_peaks: 21,
             k: 4,
             num_kv_heads: 6,
             chunks: 17,
@@ -267,6 +310,9 @@ mod tests {
                         P::Uni => 15,
                         P::UniCount => 16,
                         P::Arrivals => 18,
+                        P::NStored => 19,
+                        P::Peaks => 20,
+                        P::LdPeaks => 21,
                     })
                     .collect();
                 let got: Vec<u64> = select_args(algorithm, stage, &b)

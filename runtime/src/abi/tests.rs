@@ -25,6 +25,8 @@ const FLIPS: [(&str, &[&str]); 6] = [
             "fused",
             "peaks",
             "peaks_head",
+            "scan_peaks",
+            "scan_peaks_head",
         ],
     ),
     ("select", &["single", "multiblock"]),

@@ -158,17 +158,36 @@ pub(crate) fn record(
                 n_heads: n.heads,
             }
             .args(),
-            Role::Scan { staged } => abi::scan::Args {
-                runs: input(if staged { &ws.staged_runs } else { &ws.runs }),
-                class_count: input(&ws.class_count),
-                q_store: input(&ws.q_store),
-                n_stored: view.n_stored.ptr(),
-                max_seg: n.max_seg,
-                n_heads: n.heads,
-                scores: output(&ws.scores),
-                ld_scores: n.ld,
+            Role::Scan { staged } => {
+                let runs = input(if staged { &ws.staged_runs } else { &ws.runs });
+                if plan.specs.scan.is_some_and(|scan| scan.peaks) {
+                    abi::scan_peaks::Args {
+                        runs,
+                        class_count: input(&ws.class_count),
+                        q_store: input(&ws.q_store),
+                        n_stored: view.n_stored.ptr(),
+                        max_seg: n.max_seg,
+                        n_heads: n.heads,
+                        scores: output(&ws.scores),
+                        ld_scores: n.ld,
+                        peaks: output(&ws.peaks),
+                        ld_peaks: int(plan.ld_peaks),
+                    }
+                    .args()
+                } else {
+                    abi::scan::Args {
+                        runs,
+                        class_count: input(&ws.class_count),
+                        q_store: input(&ws.q_store),
+                        n_stored: view.n_stored.ptr(),
+                        max_seg: n.max_seg,
+                        n_heads: n.heads,
+                        scores: output(&ws.scores),
+                        ld_scores: n.ld,
+                    }
+                    .args()
+                }
             }
-            .args(),
             Role::LandmarkScan => abi::landmark::ScanArgs {
                 means: at(view.landmarks.map_or(0, |l| l.addr())),
                 q: at(inputs.queries),
@@ -197,6 +216,9 @@ pub(crate) fn record(
                     scores: input(&ws.scores),
                     ld_scores: n.ld,
                     n_total: view.n_total.ptr(),
+                    n_stored: view.n_stored.ptr(),
+                    peaks: input(&ws.peaks),
+                    ld_peaks: int(plan.ld_peaks),
                     k: n.k,
                     num_kv_heads: n.heads,
                     chunks: i32::try_from(plan.select_chunks).unwrap_or(i32::MAX),

@@ -134,6 +134,9 @@ pub struct WorkspaceSizes {
     pub plan_status: usize,
     /// `f32` `[B][H][G][ld_scores]`.
     pub scores: usize,
+    /// `u32` `[B][H][G][ld_peaks]`: the largest key of every 32-token half the scan scored,
+    /// which a scan-peaks select reads (`ScanSpec::peaks`; 0 for the other selects).
+    pub peaks: usize,
     /// `u32` select radix state (0 for the one-read select).
     pub select_state: usize,
     /// `u32` select per-chunk counts.
@@ -191,7 +194,7 @@ impl WorkspaceSizes {
                 "staging",
                 8 * (self.runs + self.staged_runs + self.stage_words) + 2 * self.stage_scales,
             ),
-            ("scores", 4 * self.scores),
+            ("scores", 4 * (self.scores + self.peaks)),
             (
                 "selections",
                 4 * (self.select_state + self.chunk_counts + self.scratch + 2 * self.sel)
@@ -210,7 +213,7 @@ impl WorkspaceSizes {
 
     /// Device bytes of the whole workspace.
     pub fn bytes(&self) -> usize {
-        4 * (self.q_store + self.class_count + self.plan_status + self.scores)
+        4 * (self.q_store + self.class_count + self.plan_status + self.scores + self.peaks)
             + self.depths
             + 8 * (self.runs + self.staged_runs + self.stage_words)
             + 2 * (self.stage_scales + 2 * self.rows)
@@ -261,6 +264,8 @@ pub struct LaunchPlan {
     pub token_capacity: usize,
     /// Row stride of the scores, in floats.
     pub ld_scores: usize,
+    /// Row stride of the peaks (`WorkspaceSizes::peaks`), in words.
+    pub ld_peaks: usize,
     /// Blocks per query head of the select's chunked launches (`SelectPlan::chunks`; 0
     /// without a select), which the one-read variant's `_final` takes as `chunks`.
     pub select_chunks: usize,
@@ -366,6 +371,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         sizes: stages.sizes,
         token_capacity: capacity,
         ld_scores: capacity,
+        ld_peaks: codegen::spec::peaks::ld_peaks(capacity),
         select_chunks,
         k,
         stage_planes,
@@ -387,6 +393,7 @@ mod footprint_tests {
         let primes = [
             2usize, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73,
             79, 83, 89, 97, 101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167,
+            173,
         ];
         let mut p = primes.iter().map(|&x| x * 1000);
         let mut next = || p.next().expect("enough primes");
@@ -400,6 +407,7 @@ mod footprint_tests {
             stage_scales: next(),
             plan_status: next(),
             scores: next(),
+            peaks: next(),
             select_state: next(),
             chunk_counts: next(),
             select_candidates: next(),
@@ -435,7 +443,7 @@ mod footprint_tests {
         };
         let parts = sizes.parts();
         assert_eq!(parts.iter().map(|&(_, b)| b).sum::<usize>(), sizes.bytes());
-        assert_eq!(parts[2], ("scores", 4 * sizes.scores));
+        assert_eq!(parts[2], ("scores", 4 * (sizes.scores + sizes.peaks)));
         assert_eq!(
             parts[4],
             ("rows", 4 * sizes.rows),

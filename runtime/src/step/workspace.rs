@@ -46,6 +46,7 @@ pub(crate) struct Workspace {
     pub stage_scales: Buf<u16>,
     pub plan_status: Buf<i32>,
     pub scores: Buf<f32>,
+    pub peaks: Buf<u32>,
     pub select_state: Buf<u32>,
     pub chunk_counts: Buf<u32>,
     pub select_candidates: Buf<u32>,
@@ -103,6 +104,7 @@ impl Workspace {
         ensure(gpu, &mut self.stage_scales, sizes.stage_scales)?;
         ensure(gpu, &mut self.plan_status, sizes.plan_status)?;
         ensure(gpu, &mut self.scores, sizes.scores)?;
+        ensure(gpu, &mut self.peaks, sizes.peaks)?;
         ensure(gpu, &mut self.select_state, sizes.select_state)?;
         ensure(gpu, &mut self.chunk_counts, sizes.chunk_counts)?;
         ensure(gpu, &mut self.select_candidates, sizes.select_candidates)?;

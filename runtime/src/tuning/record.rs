@@ -100,7 +100,7 @@ pub enum Variant {
 
 impl Variant {
     /// A short name carrying every parameter (`scan w16 t256`, `scan w16 t256 tc`, `gather l4 t256`,
-    /// `select t256 i16 compact`, `select t512 i8 onepass`, `select t512 i8 onepass fused`, `select t512 i8 onepass peaks`, `select t512 i8 onepass fused peaks`, `rerank t256 v16`, `rerank t512 mb`, `transfer fused`);
+    /// `select t256 i16 compact`, `select t512 i8 onepass`, `select t512 i8 onepass fused`, `select t512 i8 onepass peaks`, `select t512 i8 onepass fused peaks`, `select t512 i8 onepass peaks scan`, `rerank t256 v16`, `rerank t512 mb`, `transfer fused`);
     /// candidates of one entry have distinct names.
     pub fn name(&self) -> String {
         match *self {
@@ -132,6 +132,8 @@ impl Variant {
                     Some(SelectAlgorithm::Fused) => " onepass fused",
                     Some(SelectAlgorithm::Peaks) => " onepass peaks",
                     Some(SelectAlgorithm::PeaksHead) => " onepass fused peaks",
+                    Some(SelectAlgorithm::ScanPeaks) => " onepass peaks scan",
+                    Some(SelectAlgorithm::ScanPeaksHead) => " onepass fused peaks scan",
                     None => " conflicting flags",
                 }
             ),

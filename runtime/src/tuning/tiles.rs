@@ -111,8 +111,8 @@ pub enum Tile {
     /// that one with its `_final` folded into `_chunk` (`onepass` and `fused`, likewise), that
     /// one with its blocks' top-k from the peaks of their shares (`onepass` and `peaks`,
     /// likewise), that one with one block a query head writing the selection (`onepass`,
-    /// `fused` and `peaks`), or with none the plain one. A tile never sets `compact` with
-    /// another.
+    /// `fused` and `peaks`), or with none the plain one; either peaks form with `scan_peaks`
+    /// reads the peaks the scan wrote (likewise). A tile never sets `compact` with another.
     Select {
         threads: u32,
         items_per_thread: u32,
@@ -124,6 +124,8 @@ pub enum Tile {
         fused: bool,
         #[serde(default, skip_serializing_if = "is_false")]
         peaks: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        scan_peaks: bool,
     },
     /// Threads, rows each warp loads before computing, and blocks per query head (attention;
     /// `splits` is written only when above 1, so older records read and write back unchanged).
@@ -169,11 +171,9 @@ impl Tile {
             items_per_thread,
             compact: algorithm == SelectAlgorithm::Compact,
             onepass: algorithm.one_read(),
-            fused: matches!(
-                algorithm,
-                SelectAlgorithm::Fused | SelectAlgorithm::PeaksHead
-            ),
+            fused: algorithm == SelectAlgorithm::Fused || algorithm.one_block(),
             peaks: algorithm.peaks(),
+            scan_peaks: algorithm.scan_peaks(),
         }
     }
 
@@ -202,6 +202,7 @@ impl Tile {
                 onepass: false,
                 fused: false,
                 peaks: false,
+                scan_peaks: false,
                 ..
             } => Some(SelectAlgorithm::Radix),
             Tile::Select {
@@ -209,6 +210,7 @@ impl Tile {
                 onepass: false,
                 fused: false,
                 peaks: false,
+                scan_peaks: false,
                 ..
             } => Some(SelectAlgorithm::Compact),
             Tile::Select {
@@ -216,6 +218,7 @@ impl Tile {
                 onepass: true,
                 fused: false,
                 peaks: false,
+                scan_peaks: false,
                 ..
             } => Some(SelectAlgorithm::Onepass),
             Tile::Select {
@@ -223,6 +226,7 @@ impl Tile {
                 onepass: true,
                 fused: true,
                 peaks: false,
+                scan_peaks: false,
                 ..
             } => Some(SelectAlgorithm::Fused),
             Tile::Select {
@@ -230,6 +234,7 @@ impl Tile {
                 onepass: true,
                 fused: false,
                 peaks: true,
+                scan_peaks: false,
                 ..
             } => Some(SelectAlgorithm::Peaks),
             Tile::Select {
@@ -237,8 +242,25 @@ impl Tile {
                 onepass: true,
                 fused: true,
                 peaks: true,
+                scan_peaks: false,
                 ..
             } => Some(SelectAlgorithm::PeaksHead),
+            Tile::Select {
+                compact: false,
+                onepass: true,
+                fused: false,
+                peaks: true,
+                scan_peaks: true,
+                ..
+            } => Some(SelectAlgorithm::ScanPeaks),
+            Tile::Select {
+                compact: false,
+                onepass: true,
+                fused: true,
+                peaks: true,
+                scan_peaks: true,
+                ..
+            } => Some(SelectAlgorithm::ScanPeaksHead),
             _ => None,
         }
     }

@@ -155,7 +155,13 @@ pub(super) fn step_specs(
         specs.pariskv = Some(pariskv_specs(inputs, chooser)?);
     }
     if inputs.scoring != Scoring::Dense && !pariskv {
-        let (oracle, select) = oracle_select(inputs, chooser)?;
+        let (oracle, mut select) = oracle_select(inputs, chooser)?;
+        // A select that reads the scan's peaks needs the scan to write them; the methods
+        // without a plane scan read the scores for theirs.
+        match specs.scan.as_mut() {
+            Some(scan) if select.algorithm.scan_peaks() => scan.peaks = true,
+            _ => select.algorithm = select.algorithm.without_scan_peaks(),
+        }
         specs.oracle = Some(oracle);
         specs.select = Some(select);
     }

@@ -170,6 +170,9 @@ impl Stages {
         let (bw, bh) = self.batch_heads();
         let bhg = self.shape.batch * self.shape.kv_heads * self.shape.group;
         self.sizes.scores = bhg * self.capacity;
+        if select.algorithm.scan_peaks() {
+            self.sizes.peaks = bhg * codegen::spec::peaks::ld_peaks(self.capacity);
+        }
         let plan = select.plan(bw, bh, self.capacity as u64, k as u64)?;
         self.sizes.select_state = plan.state_words as usize;
         self.sizes.chunk_counts = plan.chunk_count_words as usize;

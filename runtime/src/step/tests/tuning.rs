@@ -475,7 +475,7 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
 
 #[test]
 fn a_select_tile_of_two_variants_is_refused() {
-    struct Conflicting(bool, bool, bool, bool);
+    struct Conflicting(bool, bool, bool, bool, bool);
     impl Tuning for Conflicting {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
             (key.family == TunedFamily::Select).then_some(Tile::Select {
@@ -485,6 +485,7 @@ fn a_select_tile_of_two_variants_is_refused() {
                 onepass: self.1,
                 fused: self.2,
                 peaks: self.3,
+                scan_peaks: self.4,
             })
         }
         fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
@@ -493,16 +494,21 @@ fn a_select_tile_of_two_variants_is_refused() {
     }
     let s = shape(4, 10_000, Placement::Hbm);
     // Compacting and one-read; compacting and fused; fused without one-read; compacting with
-    // the one-block peaks flags; peaks without one-read; fused peaks without one-read.
+    // the one-block peaks flags; peaks without one-read; fused peaks without one-read; the
+    // scan's peaks without peaks, on the one-read or fused select, or with compacting.
     for flags in [
-        (true, true, false, false),
-        (true, true, true, false),
-        (false, false, true, false),
-        (true, true, true, true),
-        (false, false, false, true),
-        (false, false, true, true),
+        (true, true, false, false, false),
+        (true, true, true, false, false),
+        (false, false, true, false, false),
+        (true, true, true, true, false),
+        (false, false, false, true, false),
+        (false, false, true, true, false),
+        (false, true, false, false, true),
+        (false, true, true, false, true),
+        (true, true, false, true, true),
+        (false, false, false, false, true),
     ] {
-        let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3);
+        let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3, flags.4);
         let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&tuning)).unwrap_err();
         assert!(
             matches!(
