@@ -66,12 +66,31 @@ if [ $(left) -gt 45 ]; then
   python3 $R/bench/calls/ncu-kernel-times.py $L/ncu.csv "select and scan kernels, fathom(48) HBM 1M step, merged record, $C" \
     > $L/ncu.txt 2>&1
 fi
+# With time left, the ParisKV decode tables (bench/calls/h200-2026-12-05h-pariskv-dt.sh, which
+# found no machine this session): the rerank with and without, then pariskv(100) at 1M in HBM.
+if [ $(left) -gt 150 ]; then
+  timeout -k 10 $(lim 50) $B/autotune --model qwen3-8b --only pariskv_rerank/hbm --opt-in pariskv-decode-table \
+    --timings --out $L/tune-dt > $L/autotune-dt.txt 2>&1
+  el autotune rerank opt-in rc=$?
+  merged_record $L/tune-dt $L/merged-dt
+  for label in committed dt; do
+    [ $(left) -gt 40 ] || break
+    extra=""; [ $label = dt ] && extra="FATHOM_TUNING_DIR=$L/merged-dt"
+    qb=1; [ $label = dt ] && qb=16
+    env $extra timeout -k 10 $(lim $(( $(left) / 2 ))) $B/step-bench --model qwen3-8b --methods "pariskv(100)" --contexts 1m \
+      --placement hbm --batch 1 --no-standing --slots 2 --pariskv-query-blocks $qb --out $L/sb-pk-$label --commit $C \
+      > $L/step-bench-pk-$label.txt 2>&1
+    el step-bench pariskv $label rc=$?
+  done
+fi
 cd $L && { cat nvidia-smi.txt timeline.txt
   grep -hE "^test |test result|panicked|not run" gpu_scan.log gpu_select.log gpu_step.log | head -30
   cat sanitize/summary.txt 2>/dev/null; tail -2 sanitize.txt
   for f in kernel-bench*.txt; do echo "== $f"; tail -12 $f; done
   echo "== autotune (select, opt-in)"; grep -E "^select|disqualified" autotune-sp.txt | head -40; tail -6 autotune-sp.txt
   for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^sparq|record" $f; done
-  echo "== ncu"; head -16 ncu.txt 2>/dev/null; } > $OUT/summary.txt 2>&1
+  echo "== ncu"; head -16 ncu.txt 2>/dev/null
+  echo "== autotune (rerank, opt-in)"; grep -E "rerank" autotune-dt.txt 2>/dev/null | head -12
+  for f in step-bench-pk-*.txt; do echo "== $f"; grep -hE "^method|^pariskv|record" $f; done; } > $OUT/summary.txt 2>&1
 tar czf $OUT/scan-peaks.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
