@@ -26,24 +26,31 @@ C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
 export FATHOM_KERNEL_CACHE=/tmp/kc-sp
+# With less than 500 s (SHORT), the tests run their first cases and the sanitizer and
+# kernel-bench wait for the timing.
+SHORT=0; [ $BUDGET -lt 500 ] && SHORT=1
 ( cd /tmp/fg/.gpu && timeout -k 10 $(lim 90) ./tests/gpu_scan-test --ignored --test-threads=1 peaks > $L/gpu_scan.log 2>&1 )
 el gpu_scan peaks rc=$?
+only=""; [ $SHORT = 1 ] && only="random_scores short_and_boundary"
 ( cd /tmp/fg/.gpu && FATHOM_SELECT_ALGORITHMS=peaks,peaks_head,scan_peaks,scan_peaks_head timeout -k 10 $(lim 120) \
-    ./tests/gpu_select-test --ignored --test-threads=1 > $L/gpu_select.log 2>&1 )
+    ./tests/gpu_select-test --ignored --test-threads=1 $only > $L/gpu_select.log 2>&1 )
 el gpu_select peaks, scan peaks rc=$?
-( cd /tmp/fg/.gpu && timeout -k 10 $(lim 150) ./tests/gpu_step-test --ignored --test-threads=1 peaks > $L/gpu_step.log 2>&1 )
+only="peaks"; [ $SHORT = 1 ] && only="scan_peaks_select_g4 scan_peaks_head_tensor_core_scan_g7"
+( cd /tmp/fg/.gpu && timeout -k 10 $(lim 150) ./tests/gpu_step-test --ignored --test-threads=1 $only > $L/gpu_step.log 2>&1 )
 el gpu_step peaks, scan peaks rc=$?
-mkdir -p $L/sanitize
-( cd /tmp/fg && cp -r $R/scripts . && FATHOM_SELECT_ALGORITHMS=scan_peaks,scan_peaks_head OUT=$L/sanitize timeout -k 10 $(lim 80) \
-    bash scripts/sanitize.sh --tests gpu_select,gpu_step --jobs 4 --timeout 75 \
-    gpu_select_short_and_boundary_lengths gpu_step_scan_peaks_select_g4 > $L/sanitize.txt 2>&1 )
-el sanitize rc=$?
-for pk in "" "--scan-peaks"; do
-  timeout -k 10 $(lim 40) $B/kernel-bench --model qwen3-8b --budgets 48 --tensor-cores --reps 20 $pk --commit $C \
-    > $L/kernel-bench$pk.json 2> $L/kernel-bench$pk.txt
-  el kernel-bench $pk rc=$?
-done
-timeout -k 10 $(lim 90) $B/autotune --model qwen3-8b --only select/hbm --opt-in select-peaks --opt-in select-scan-peaks --timings \
+if [ $SHORT = 0 ]; then
+  mkdir -p $L/sanitize
+  ( cd /tmp/fg && cp -r $R/scripts . && FATHOM_SELECT_ALGORITHMS=scan_peaks,scan_peaks_head OUT=$L/sanitize timeout -k 10 $(lim 80) \
+      bash scripts/sanitize.sh --tests gpu_select,gpu_step --jobs 4 --timeout 75 \
+      gpu_select_short_and_boundary_lengths gpu_step_scan_peaks_select_g4 > $L/sanitize.txt 2>&1 )
+  el sanitize rc=$?
+  for pk in "" "--scan-peaks"; do
+    timeout -k 10 $(lim 40) $B/kernel-bench --model qwen3-8b --budgets 48 --tensor-cores --reps 20 $pk --commit $C \
+      > $L/kernel-bench$pk.json 2> $L/kernel-bench$pk.txt
+    el kernel-bench $pk rc=$?
+  done
+fi
+timeout -k 10 $(lim 90) $B/autotune --model qwen3-8b --only select/hbm/32k --only select/hbm/1m --opt-in select-peaks --opt-in select-scan-peaks --timings \
   --out $L/tune-sp > $L/autotune-sp.txt 2>&1
 el autotune select opt-in rc=$?
 merged_record $L/tune-sp $L/merged
