@@ -609,3 +609,49 @@ fn select_tiles_of_older_records_are_the_plain_select() {
     assert_eq!(peaks.select_algorithm(), Some(SelectAlgorithm::Peaks));
     assert_eq!(Variant::Tile(peaks).name(), "select t512 i8 onepass peaks");
 }
+
+/// A record whose select reads the scan's peaks: a plane method's scan writes them (and the
+/// workspace holds them, a word per 32 tokens of every query head); a method without a plane
+/// scan runs the peaks select of the same tile that reads the scores, and no peaks buffer.
+#[test]
+fn a_scan_peaks_select_makes_the_plane_scan_write_peaks() {
+    struct ScanPeaks(SelectAlgorithm);
+    impl Tuning for ScanPeaks {
+        fn tile(&self, key: &TuneKey) -> Option<Tile> {
+            (key.family == TunedFamily::Select).then_some(Tile::select(256, 4, self.0))
+        }
+        fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+            None
+        }
+    }
+    for (algorithm, streaming) in [
+        (SelectAlgorithm::ScanPeaks, SelectAlgorithm::Peaks),
+        (SelectAlgorithm::ScanPeaksHead, SelectAlgorithm::PeaksHead),
+    ] {
+        let tuning = ScanPeaks(algorithm);
+        for placement in [Placement::Hbm, Placement::Host] {
+            let s = shape(7, 10_000, placement);
+            for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 32 }] {
+                let plan = plan_of(s, method, None, 64, Some(&tuning)).unwrap();
+                assert_eq!(plan.specs.select.unwrap().algorithm, algorithm, "{method}");
+                assert!(
+                    plan.specs.scan.unwrap().peaks,
+                    "{method}: the scan writes peaks"
+                );
+                let query_heads = s.batch * s.kv_heads * s.group;
+                assert_eq!(plan.ld_peaks, plan.ld_scores.div_ceil(32));
+                assert_eq!(plan.sizes.peaks, query_heads * plan.ld_peaks, "{method}");
+            }
+            for method in [Method::Oracle, Method::Landmark] {
+                let plan = plan_of(s, method, None, 64, Some(&tuning)).unwrap();
+                assert_eq!(plan.specs.select.unwrap().algorithm, streaming, "{method}");
+                assert_eq!(plan.sizes.peaks, 0, "{method}: no peaks buffer");
+            }
+        }
+    }
+    // Without a scan-peaks select, the scan writes none.
+    let s = shape(4, 10_000, Placement::Hbm);
+    let plan = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, None).unwrap();
+    assert!(!plan.specs.scan.unwrap().peaks);
+    assert_eq!(plan.sizes.peaks, 0);
+}
