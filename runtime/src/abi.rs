@@ -74,5 +74,30 @@ mod select_stages;
 pub use kernels::*;
 pub use select_stages::{select_args, SelectBuffers};
 
+use crate::gpu::Arg;
+use crate::launch::{DevicePtrMut, KernelArgs};
+
+/// The arguments of a scan: `args` as they are, or, for a scan that also writes the peaks of
+/// its 32-token halves (`ScanSpec::peaks`), with `peaks` (the buffer and its row stride in
+/// words) after them, as `scan_peaks` takes them.
+pub fn scan_args(args: scan::Args, peaks: Option<(DevicePtrMut<u32>, i32)>) -> Vec<Arg> {
+    match peaks {
+        None => args.args(),
+        Some((peaks, ld_peaks)) => scan_peaks::Args {
+            runs: args.runs,
+            class_count: args.class_count,
+            q_store: args.q_store,
+            n_stored: args.n_stored,
+            max_seg: args.max_seg,
+            n_heads: args.n_heads,
+            scores: args.scores,
+            ld_scores: args.ld_scores,
+            peaks,
+            ld_peaks,
+        }
+        .args(),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -489,6 +489,42 @@ pub fn run_gather(
     );
 }
 
+/// The run table a scan reads: runs, class counts, queries in the store basis, `n_stored`.
+type ScanTables<'a> = (
+    &'a DeviceBuffer<u64>,
+    &'a DeviceBuffer<u32>,
+    &'a DeviceBuffer<f32>,
+    &'a DeviceBuffer<i32>,
+);
+
+/// Launches `kernel` over `tables` into `scores` (and `peaks`, for a scan that writes them).
+fn launch_scan(
+    gpu: &Gpu,
+    (kernel, spec, shape): (&Kernel, &ScanSpec, &TableShape),
+    (runs, class_count, q_store, n_stored): ScanTables<'_>,
+    (scores, ld_scores): (&mut DeviceBuffer<f32>, usize),
+    peaks: Option<(DevicePtrMut<u32>, i32)>,
+) {
+    let args = abi::scan_args(
+        abi::scan::Args {
+            runs: runs.ptr(),
+            class_count: class_count.ptr(),
+            q_store: q_store.ptr(),
+            n_stored: n_stored.ptr(),
+            max_seg: shape.max_seg as i32,
+            n_heads: shape.heads as i32,
+            scores: scores.ptr_mut(),
+            ld_scores: ld_scores as i32,
+        },
+        peaks,
+    );
+    kernel.launch(
+        gpu,
+        spec.launch_dims(shape.batch, shape.heads, shape.max_seg),
+        &args,
+    );
+}
+
 /// Runs a scan kernel over a run table and returns the scores `[B][H][G][ld_scores]` (poisoned
 /// before the launch, so tokens at and past `n_stored[b]` must still be poison).
 #[allow(clippy::too_many_arguments)]
@@ -503,26 +539,14 @@ pub fn run_scan(
     n_stored: &DeviceBuffer<i32>,
     ld_scores: usize,
 ) -> Vec<f32> {
-    let mut scores = poisoned::<f32>(
+    let rows = shape.batch * shape.heads * spec.group;
+    let mut scores = poisoned::<f32>(gpu, rows * ld_scores, "scores");
+    launch_scan(
         gpu,
-        shape.batch * shape.heads * spec.group * ld_scores,
-        "scores",
-    );
-    let args = abi::scan::Args {
-        runs: runs.ptr(),
-        class_count: class_count.ptr(),
-        q_store: q_store.ptr(),
-        n_stored: n_stored.ptr(),
-        max_seg: shape.max_seg as i32,
-        n_heads: shape.heads as i32,
-        scores: scores.ptr_mut(),
-        ld_scores: ld_scores as i32,
-    }
-    .args();
-    kernel.launch(
-        gpu,
-        spec.launch_dims(shape.batch, shape.heads, shape.max_seg),
-        &args,
+        (kernel, spec, shape),
+        (runs, class_count, q_store, n_stored),
+        (&mut scores, ld_scores),
+        None,
     );
     download(&scores, "scores")
 }
@@ -547,23 +571,12 @@ pub fn run_scan_peaks(
     let rows = shape.batch * shape.heads * spec.group;
     let mut scores = poisoned::<f32>(gpu, rows * ld_scores, "scores");
     let mut peaks = upload(gpu, &vec![peaks_poison; rows * ld_peaks], "peaks");
-    let args = abi::scan_peaks::Args {
-        runs: runs.ptr(),
-        class_count: class_count.ptr(),
-        q_store: q_store.ptr(),
-        n_stored: n_stored.ptr(),
-        max_seg: shape.max_seg as i32,
-        n_heads: shape.heads as i32,
-        scores: scores.ptr_mut(),
-        ld_scores: ld_scores as i32,
-        peaks: peaks.ptr_mut(),
-        ld_peaks: ld_peaks as i32,
-    }
-    .args();
-    kernel.launch(
+    launch_scan(
         gpu,
-        spec.launch_dims(shape.batch, shape.heads, shape.max_seg),
-        &args,
+        (kernel, spec, shape),
+        (runs, class_count, q_store, n_stored),
+        (&mut scores, ld_scores),
+        Some((peaks.ptr_mut(), ld_peaks as i32)),
     );
     (download(&scores, "scores"), download(&peaks, "peaks"))
 }

@@ -28,8 +28,8 @@
 //!
 //! Peaks (`ScanSpec::peaks`, `templates/scan_peaks.cuh.tera`): a scan with peaks writes the same
 //! scores, bit for bit, as the scan without (and so matches the reference as it does), and
-//! every 32-token half holding a scored token gets the largest `order_key` (computed here,
-//! `order_key` below, bit-exact with `templates/select_common.cuh.tera`'s) of the kernel's own
+//! every 32-token half holding a scored token gets the largest `order_key` (computed here by
+//! `codegen::spec::peaks::order_key`, bit-exact with `templates/select_common.cuh.tera`'s) of the kernel's own
 //! scores of that half; every other entry keeps the buffer's poison (0xDEADBEEF). Checked for the
 //! plain and tensor-core scans, both placements, G = 4 and 7, 1 to 8 tokens a thread and the
 //! default tiles, lengths that stop inside a half and a tile (the stores hold whole blocks; the
@@ -42,6 +42,7 @@
 //! the store, a plan that exceeds the staging) keeps its poison. The scan of the staged table
 //! then matches the reference like the scan of the source table.
 
+use codegen::spec::peaks::order_key;
 use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{Family, GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::{random_device_stores, DeviceStore};
@@ -167,21 +168,6 @@ fn compare_scores(
         }
     }
     bad.assert_none();
-}
-
-/// The order key of `templates/select_common.cuh.tera`'s `order_key`, bit for bit: a larger
-/// score has a larger key, -0 and +0 share one, and a NaN is placed by its bits (a positive one
-/// above +inf, a negative one below -inf).
-fn order_key(s: f32) -> u32 {
-    let bits = match s.to_bits() {
-        0x8000_0000 => 0,
-        bits => bits,
-    };
-    if bits & 0x8000_0000 != 0 {
-        !bits
-    } else {
-        bits | 0x8000_0000
-    }
 }
 
 /// What a peaks buffer holds before the scan: no key of a score the tests make (it would be

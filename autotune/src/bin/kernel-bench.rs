@@ -544,34 +544,24 @@ fn run(o: &Options) -> Result<Record, String> {
                         continue;
                     }
                 };
-                let args = match (spec.peaks, &peaks) {
-                    (true, Some(peaks)) => abi::scan_peaks::Args {
-                        runs: p.runs.ptr(),
-                        class_count: p.class_count.ptr(),
-                        q_store: p.q_store.ptr(),
-                        n_stored: store.n_stored.ptr(),
-                        max_seg: segments as i32,
-                        n_heads: heads as i32,
-                        // Every tile writes the same scores and peaks, one launch at a time.
-                        scores: scores.shared_ptr_mut(),
-                        ld_scores: ld_scores as i32,
-                        peaks: peaks.shared_ptr_mut(),
-                        ld_peaks: ld_peaks as i32,
-                    }
-                    .args(),
-                    _ => abi::scan::Args {
-                        runs: p.runs.ptr(),
-                        class_count: p.class_count.ptr(),
-                        q_store: p.q_store.ptr(),
-                        n_stored: store.n_stored.ptr(),
-                        max_seg: segments as i32,
-                        n_heads: heads as i32,
-                        // Every tile writes the same scores buffer, one launch at a time.
-                        scores: scores.shared_ptr_mut(),
-                        ld_scores: ld_scores as i32,
-                    }
-                    .args(),
+                let peak_args = match (spec.peaks, &peaks) {
+                    (true, Some(peaks)) => Some((peaks.shared_ptr_mut(), ld_peaks as i32)),
+                    _ => None,
                 };
+                // Every tile writes the same scores (and peaks), one launch at a time.
+                let args = abi::scan_args(
+                    abi::scan::Args {
+                        runs: p.runs.ptr(),
+                        class_count: p.class_count.ptr(),
+                        q_store: p.q_store.ptr(),
+                        n_stored: store.n_stored.ptr(),
+                        max_seg: segments as i32,
+                        n_heads: heads as i32,
+                        scores: scores.shared_ptr_mut(),
+                        ld_scores: ld_scores as i32,
+                    },
+                    peak_args,
+                );
                 let (grid, block, shared) = spec.launch_dims(1, heads, segments);
                 let ms = time(&gpu, o.reps, &|| {
                     gpu.launch(&function, grid, block, shared, &args)

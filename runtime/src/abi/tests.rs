@@ -203,3 +203,36 @@ fn the_compact_select_differs_only_in_its_chunked_stages() {
     }
     assert!(by("select", "filter").is_none() && by("select_compact", "filter").is_some());
 }
+
+/// `scan_args` passes a scan's arguments as they are, and for a scan that writes peaks appends
+/// the buffer and its stride, in `scan_peaks`'s order.
+#[test]
+fn scan_args_append_the_peaks_to_the_scan_s_arguments() {
+    use crate::gpu::Arg;
+    use crate::launch::{DevicePtr, DevicePtrMut};
+    let base = || super::scan::Args {
+        runs: DevicePtr::from_addr(1),
+        class_count: DevicePtr::from_addr(2),
+        q_store: DevicePtr::from_addr(3),
+        n_stored: DevicePtr::from_addr(4),
+        max_seg: 5,
+        n_heads: 6,
+        scores: DevicePtrMut::from_addr(7),
+        ld_scores: 8,
+    };
+    let values = |args: Vec<Arg>| -> Vec<u64> {
+        args.into_iter()
+            .map(|a| match a {
+                Arg::Ptr(v) | Arg::U64(v) => v,
+                Arg::I32(v) => v as u64,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(
+        values(super::scan_args(base(), None)),
+        [1, 2, 3, 4, 5, 6, 7, 8]
+    );
+    let with = super::scan_args(base(), Some((DevicePtrMut::from_addr(9), 10)));
+    assert_eq!(values(with), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+}

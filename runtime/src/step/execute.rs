@@ -159,24 +159,10 @@ pub(crate) fn record(
             }
             .args(),
             Role::Scan { staged } => {
-                let runs = input(if staged { &ws.staged_runs } else { &ws.runs });
-                if plan.specs.scan.is_some_and(|scan| scan.peaks) {
-                    abi::scan_peaks::Args {
-                        runs,
-                        class_count: input(&ws.class_count),
-                        q_store: input(&ws.q_store),
-                        n_stored: view.n_stored.ptr(),
-                        max_seg: n.max_seg,
-                        n_heads: n.heads,
-                        scores: output(&ws.scores),
-                        ld_scores: n.ld,
-                        peaks: output(&ws.peaks),
-                        ld_peaks: int(plan.ld_peaks),
-                    }
-                    .args()
-                } else {
+                let peaks = plan.specs.scan.is_some_and(|scan| scan.peaks);
+                abi::scan_args(
                     abi::scan::Args {
-                        runs,
+                        runs: input(if staged { &ws.staged_runs } else { &ws.runs }),
                         class_count: input(&ws.class_count),
                         q_store: input(&ws.q_store),
                         n_stored: view.n_stored.ptr(),
@@ -184,9 +170,9 @@ pub(crate) fn record(
                         n_heads: n.heads,
                         scores: output(&ws.scores),
                         ld_scores: n.ld,
-                    }
-                    .args()
-                }
+                    },
+                    peaks.then(|| (output(&ws.peaks), int(plan.ld_peaks))),
+                )
             }
             Role::LandmarkScan => abi::landmark::ScanArgs {
                 means: at(view.landmarks.map_or(0, |l| l.addr())),
