@@ -72,7 +72,7 @@ fathom_macros::abi! {
 mod select_stages;
 
 pub use kernels::*;
-pub use select_stages::{select_args, SelectBuffers};
+pub use select_stages::{select_args, SelectArgsError, SelectBuffers};
 
 use crate::gpu::Arg;
 use crate::launch::{DevicePtrMut, KernelArgs};

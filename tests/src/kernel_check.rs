@@ -7,6 +7,7 @@ use std::fmt;
 use codegen::render::RenderError;
 use codegen::spec::launch::{Launch, SizeError};
 use codegen::spec::{Family, Placement};
+use runtime::abi::SelectArgsError;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer, Module};
 use runtime::jit::JitError;
 use runtime::launch::{DevicePtr, DevicePtrMut};
@@ -31,6 +32,8 @@ pub enum KernelError {
     Gpu(GpuError),
     /// The JIT could not compile or load the kernel.
     Jit(JitError),
+    /// The buffers do not fit the select's argument list.
+    SelectArgs(SelectArgsError),
 }
 
 impl fmt::Display for KernelError {
@@ -40,6 +43,7 @@ impl fmt::Display for KernelError {
             KernelError::Size(e) => write!(f, "{e}"),
             KernelError::Gpu(e) => write!(f, "{e}"),
             KernelError::Jit(e) => write!(f, "{e}"),
+            KernelError::SelectArgs(e) => write!(f, "{e}"),
         }
     }
 }
@@ -61,6 +65,12 @@ impl From<SizeError> for KernelError {
 impl From<JitError> for KernelError {
     fn from(e: JitError) -> Self {
         KernelError::Jit(e)
+    }
+}
+
+impl From<SelectArgsError> for KernelError {
+    fn from(e: SelectArgsError) -> Self {
+        KernelError::SelectArgs(e)
     }
 }
 

@@ -307,7 +307,7 @@ impl SelectKernels {
             uni_count: out.uni_count.ptr_mut(),
         };
         for (stage, grid) in plan.launches {
-            let args = select_args(self.spec.algorithm, stage, &buffers);
+            let args = select_args(self.spec.algorithm, stage, &buffers)?;
             launch(gpu, &self.module, &self.spec.entry(stage), grid, &args)?;
         }
         // The workspaces are freed on return: wait until the launches that use them are done.

@@ -183,7 +183,7 @@ impl SelectBench {
         };
         let mut launches = Vec::with_capacity(plan.launches.len());
         for (stage, geometry) in plan.launches {
-            let args = select_args(spec.algorithm, stage, &buffers);
+            let args = select_args(spec.algorithm, stage, &buffers).map_err(|e| e.to_string())?;
             let function = dev.entry(spec.into(), &spec.entry(stage))?;
             launches.push(launch(function, geometry, args)?);
         }

@@ -6,6 +6,8 @@
 use codegen::spec::select::SelectStage;
 use codegen::spec::SelectAlgorithm;
 
+use thiserror::Error;
+
 use super::kernels::{
     select, select_compact, select_fused, select_onepass, select_peaks_head, select_scan_peaks,
     select_scan_peaks_head,
@@ -61,8 +63,50 @@ pub struct SelectBuffers {
     pub uni_count: DevicePtrMut<i32>,
 }
 
+/// Buffers a select cannot read as they were given.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum SelectArgsError {
+    #[error(
+        "the {algorithm:?} select reads a query head's scores in 16-byte loads from the row's \
+         start: scores at {scores:#x} with ld_scores = {ld_scores} floats leave rows unaligned; \
+         the buffer must be 16-byte aligned and ld_scores a multiple of 4 (pad each row to \
+         {padded} floats)"
+    )]
+    MisalignedScores {
+        algorithm: SelectAlgorithm,
+        scores: u64,
+        ld_scores: i32,
+        padded: i64,
+    },
+}
+
 /// The arguments of `stage` of the select of `algorithm`.
-pub fn select_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuffers) -> Vec<Arg> {
+///
+/// # Errors
+/// [`SelectArgsError::MisalignedScores`] when `algorithm` reads whole 16-byte score rows (the
+/// scan-peaks selects) and `b` does not lay them out so.
+pub fn select_args(
+    algorithm: SelectAlgorithm,
+    stage: SelectStage,
+    b: &SelectBuffers,
+) -> Result<Vec<Arg>, SelectArgsError> {
+    let aligned_rows = matches!(
+        algorithm,
+        SelectAlgorithm::ScanPeaks | SelectAlgorithm::ScanPeaksHead
+    );
+    let scores = b.scores.addr();
+    if aligned_rows && (b.ld_scores % 4 != 0 || !scores.is_multiple_of(16)) {
+        return Err(SelectArgsError::MisalignedScores {
+            algorithm,
+            scores,
+            ld_scores: b.ld_scores,
+            padded: (i64::from(b.ld_scores) + 3) / 4 * 4,
+        });
+    }
+    Ok(stage_args(algorithm, stage, b))
+}
+
+fn stage_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuffers) -> Vec<Arg> {
     let pass = i32::from(stage.pass().unwrap_or(0));
     let compact = algorithm == SelectAlgorithm::Compact;
     // `_init`, `_pick` and `_union` have one signature in both variants (`runtime::abi`'s test
@@ -257,8 +301,9 @@ mod tests {
     fn every_stage_matches_the_spec_s_parameter_list() {
         use codegen::spec::select::SelectParam as P;
         let b = SelectBuffers {
-            scores: DevicePtr::from_addr(1),
-            ld_scores: 2,
+            // Aligned as the scan-peaks selects ask (16 bytes, rows of a multiple of 4).
+            scores: DevicePtr::from_addr(64),
+            ld_scores: 28,
             n_total: DevicePtr::from_addr(3),
             n_stored: DevicePtr::from_addr(19),
             peaks: DevicePtr::from_addr(20),
@@ -292,8 +337,8 @@ mod tests {
                     .params(stage)
                     .iter()
                     .map(|p| match p {
-                        P::Scores => 1,
-                        P::LdScores => 2,
+                        P::Scores => 64,
+                        P::LdScores => 28,
                         P::NTotal => 3,
                         P::K => 4,
                         P::Pass => pass,
@@ -316,6 +361,7 @@ mod tests {
                     })
                     .collect();
                 let got: Vec<u64> = select_args(algorithm, stage, &b)
+                    .expect("aligned rows")
                     .into_iter()
                     .map(|a| match a {
                         Arg::Ptr(v) | Arg::U64(v) => v,
@@ -325,6 +371,55 @@ mod tests {
                     .collect();
                 assert_eq!(got, want, "{algorithm:?}, {stage:?}");
             }
+        }
+    }
+
+    /// The selects that read whole 16-byte score rows refuse rows that are not; the others,
+    /// whose loads start at each row's aligned start, take any stride.
+    #[test]
+    fn misaligned_score_rows_are_refused_by_the_selects_that_need_them() {
+        let b = |scores: u64, ld_scores: i32| SelectBuffers {
+            scores: DevicePtr::from_addr(scores),
+            ld_scores,
+            n_total: DevicePtr::from_addr(0),
+            n_stored: DevicePtr::from_addr(0),
+            peaks: DevicePtr::from_addr(0),
+            ld_peaks: 1,
+            k: 1,
+            num_kv_heads: 1,
+            chunks: 1,
+            state: DevicePtrMut::from_addr(0),
+            chunk_counts: DevicePtrMut::from_addr(0),
+            candidates: DevicePtrMut::from_addr(0),
+            candidate_runs: DevicePtrMut::from_addr(0),
+            scratch: DevicePtrMut::from_addr(0),
+            sel: DevicePtrMut::from_addr(0),
+            sel_pos: DevicePtrMut::from_addr(0),
+            sel_count: DevicePtrMut::from_addr(0),
+            uni: DevicePtrMut::from_addr(0),
+            uni_count: DevicePtrMut::from_addr(0),
+            arrivals: DevicePtrMut::from_addr(0),
+        };
+        let chunk = SelectStage::Chunk;
+        for algorithm in [SelectAlgorithm::ScanPeaks, SelectAlgorithm::ScanPeaksHead] {
+            assert!(select_args(algorithm, chunk, &b(256, 1024)).is_ok());
+            let err = select_args(algorithm, chunk, &b(256, 1023)).unwrap_err();
+            assert_eq!(
+                err,
+                SelectArgsError::MisalignedScores {
+                    algorithm,
+                    scores: 256,
+                    ld_scores: 1023,
+                    padded: 1024,
+                }
+            );
+            let message = err.to_string();
+            assert!(message.contains("ld_scores = 1023"), "{message}");
+            assert!(message.contains("pad each row to 1024 floats"), "{message}");
+            assert!(select_args(algorithm, chunk, &b(260, 1024)).is_err());
+        }
+        for algorithm in [SelectAlgorithm::Onepass, SelectAlgorithm::Peaks] {
+            assert!(select_args(algorithm, chunk, &b(260, 1023)).is_ok());
         }
     }
 }

@@ -138,4 +138,6 @@ pub enum StepError {
     Jit(#[from] JitError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
+    #[error(transparent)]
+    SelectArgs(#[from] crate::abi::SelectArgsError),
 }

@@ -221,7 +221,7 @@ pub(crate) fn record(
                     uni: output(&ws.uni),
                     uni_count: output(&ws.uni_count),
                 };
-                select_args(spec.algorithm, stage, &buffers)
+                select_args(spec.algorithm, stage, &buffers)?
             }
             Role::Pariskv(stage) => retrieval_args(stage, &retrieval.0, &retrieval.1),
             Role::Fetch => abi::fetch::Args {
