@@ -81,11 +81,17 @@ pub const SELECT_ITEMS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// The smallest select chunk (`threads × items`) tried, in tokens (see the module docs).
 pub const SELECT_MIN_CHUNK: u32 = 1024;
 /// The select variants tried for every tile: plain (five reads of the scores), compacting (two),
-/// one-read.
-pub const SELECT_ALGORITHMS: [SelectAlgorithm; 3] = [
+/// one-read, the one-read from the peaks of each share and its one-block form, and both peaks
+/// forms reading the peaks the scan wrote (their case stands in for the scan, so their time
+/// leaves out the scan's share: ~15 us a layer at 1M on the H100, against ~39 saved).
+pub const SELECT_ALGORITHMS: [SelectAlgorithm; 7] = [
     SelectAlgorithm::Radix,
     SelectAlgorithm::Compact,
     SelectAlgorithm::Onepass,
+    SelectAlgorithm::Peaks,
+    SelectAlgorithm::PeaksHead,
+    SelectAlgorithm::ScanPeaks,
+    SelectAlgorithm::ScanPeaksHead,
 ];
 
 /// Candidates a run tries only when asked for (`--opt-in NAME`): variants whose kernels pass
@@ -95,34 +101,18 @@ pub const SELECT_ALGORITHMS: [SelectAlgorithm; 3] = [
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OptIn {
     /// `select-fused`: every select tile also as the fused one-read variant
-    /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`).
+    /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`; exact on the H200 but no
+    /// faster, 2026-12-03).
     pub select_fused: bool,
-    /// `pariskv-decode-table`: every rerank tile also with `_score`'s operands in tables laid
-    /// out for it (`PariskvRerankSpec::decode_table`: no stack array of levels, no bank
-    /// conflicts on `q̃`).
-    pub pariskv_decode_table: bool,
-    /// `select-peaks`: every select tile also as the one-read variant whose blocks take their
-    /// top-k from the peaks of their shares ([`SelectAlgorithm::Peaks`]), and as its one-block
-    /// form ([`SelectAlgorithm::PeaksHead`]).
-    pub select_peaks: bool,
-    /// `select-scan-peaks`: every select tile also as both peaks forms reading the peaks the
-    /// scan writes ([`SelectAlgorithm::ScanPeaks`], [`SelectAlgorithm::ScanPeaksHead`]; the
-    /// case stands in for the scan, so their time leaves out the scan's share).
-    pub select_scan_peaks: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 4] = [
-        "select-fused",
-        "pariskv-decode-table",
-        "select-peaks",
-        "select-scan-peaks",
-    ];
+    pub const NAMES: [&'static str; 1] = ["select-fused"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
-    pub const GRADUATED: [(&'static str, &'static str); 3] = [
+    pub const GRADUATED: [(&'static str, &'static str); 6] = [
         (
             "select-onepass",
             "the one-read select is in the default grid since it ran on the H200 on 2026-12-02",
@@ -137,6 +127,22 @@ impl OptIn {
             "the default grid tries every scan tile on the tensor cores too since the step's \
              tests ran with it on the H200 on 2026-12-05",
         ),
+        (
+            "select-peaks",
+            "both peaks selects are in the default grid since they ran exact and \
+             sanitizer-clean on a GPU (H100, 2026-12-05)",
+        ),
+        (
+            "select-scan-peaks",
+            "the selects reading the scan's peaks are in the default grid since they ran exact \
+             and sanitizer-clean on a GPU and made the HBM step at 1M 11% faster (H100, \
+             2026-12-05)",
+        ),
+        (
+            "pariskv-decode-table",
+            "the default grid tries every rerank tile with decode tables too since they ran \
+             exact and sanitizer-clean on a GPU (H100, 2026-12-05)",
+        ),
     ];
 
     /// The opt-ins named by `names`; an unknown name is refused with the known ones.
@@ -145,9 +151,6 @@ impl OptIn {
         for name in names {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
-                "pariskv-decode-table" => opt_in.pariskv_decode_table = true,
-                "select-peaks" => opt_in.select_peaks = true,
-                "select-scan-peaks" => opt_in.select_scan_peaks = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -169,62 +172,20 @@ impl OptIn {
     pub fn needed_for(variant: &Variant) -> OptIn {
         match *variant {
             Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Fused) => {
-                OptIn {
-                    select_fused: true,
-                    ..OptIn::default()
-                }
+                OptIn { select_fused: true }
             }
-            Variant::Tile(tile)
-                if tile
-                    .select_algorithm()
-                    .is_some_and(SelectAlgorithm::scan_peaks) =>
-            {
-                OptIn {
-                    select_scan_peaks: true,
-                    ..OptIn::default()
-                }
-            }
-            Variant::Tile(tile) if tile.select_algorithm().is_some_and(SelectAlgorithm::peaks) => {
-                OptIn {
-                    select_peaks: true,
-                    ..OptIn::default()
-                }
-            }
-            Variant::Tile(Tile::Rerank {
-                decode_table: true, ..
-            }) => OptIn {
-                pariskv_decode_table: true,
-                ..OptIn::default()
-            },
             _ => OptIn::default(),
         }
     }
 
-    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
-    /// variant with `select-fused`, the two peaks ones with `select-peaks`, and the two reading
-    /// the scan's peaks with `select-scan-peaks`.
+    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], and the fused
+    /// one-read variant with `select-fused`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
             algorithms.push(SelectAlgorithm::Fused);
         }
-        if self.select_peaks {
-            algorithms.extend([SelectAlgorithm::Peaks, SelectAlgorithm::PeaksHead]);
-        }
-        if self.select_scan_peaks {
-            algorithms.extend([SelectAlgorithm::ScanPeaks, SelectAlgorithm::ScanPeaksHead]);
-        }
         algorithms
-    }
-
-    /// The rerank `_score` operand layouts tried for every tile: as they are, and with
-    /// `pariskv-decode-table` in tables laid out for it too.
-    pub fn rerank_decode_tables(self) -> Vec<bool> {
-        if self.pariskv_decode_table {
-            vec![false, true]
-        } else {
-            vec![false]
-        }
     }
 }
 
@@ -243,6 +204,10 @@ pub const RERANK_VECTOR_LOADS: [bool; 2] = [false, true];
 /// The rerank top-k variants tried for every tile: one block per KV head, or many
 /// (`PariskvRerankSpec::select`).
 pub const RERANK_MULTIBLOCK: [bool; 2] = [false, true];
+/// The rerank `_score` operand layouts tried for every tile: as they are, and in tables laid
+/// out for it (`PariskvRerankSpec::decode_table`: no stack array of levels, no bank conflicts
+/// on `q̃`).
+pub const RERANK_DECODE_TABLES: [bool; 2] = [false, true];
 
 /// The context lengths tuned by default: 32k, 128k and 1M tokens.
 pub const CONTEXTS: [usize; 3] = [1 << 15, 1 << 17, 1 << 20];
@@ -296,8 +261,10 @@ impl Grid {
     /// cores at 4-8 words and 64-128 threads (where it has won, at 1M), from host memory at
     /// 16-128 words and 256-1,024 threads, plain only (a tile of host memory needs more loads
     /// in flight than a tensor-core tile's registers allow);
-    /// the one-read select only, at 256-1,024 threads and 2-16 items (it won every case, the
-    /// others lose 3x at 1M); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
+    /// the one-read select at 256-1,024 threads and 2-16 items (it won every case on the H200,
+    /// the radix and compacting ones lose 3x at 1M), the one-block peaks select and both
+    /// selects reading the scan's peaks at 256-1,024 threads and 4-8 items (where they won on
+    /// the H100, 2026-12-05; the many-block peaks select never did); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
     /// blocks a query head (every attention winner since the split tiles); the rerank's
     /// whole-row `_score` with the many-block top-k (the winner everywhere) at 128-1,024 threads.
     /// The rest of the grid is small and kept whole. Its candidates are a subset of the full
@@ -328,13 +295,25 @@ impl Grid {
             },
             (
                 Subject::Kernel(TunedFamily::Select),
-                Variant::Tile(Tile::Select {
-                    threads,
-                    items_per_thread,
-                    onepass,
-                    ..
-                }),
-            ) => *onepass && *threads >= 256 && (2..=16).contains(items_per_thread),
+                Variant::Tile(
+                    tile @ Tile::Select {
+                        threads,
+                        items_per_thread,
+                        ..
+                    },
+                ),
+            ) => {
+                *threads >= 256
+                    && match tile.select_algorithm() {
+                        Some(SelectAlgorithm::Onepass) => (2..=16).contains(items_per_thread),
+                        Some(
+                            SelectAlgorithm::PeaksHead
+                            | SelectAlgorithm::ScanPeaks
+                            | SelectAlgorithm::ScanPeaksHead,
+                        ) => (4..=8).contains(items_per_thread),
+                        _ => false,
+                    }
+            }
             (
                 Subject::Kernel(TunedFamily::Attention),
                 Variant::Tile(Tile::Attention {
@@ -480,7 +459,7 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
             threads(&PARISKV_THREADS)
         }
         Subject::Kernel(TunedFamily::PariskvRerank) => {
-            let decode_tables = opt_in.rerank_decode_tables();
+            let decode_tables = RERANK_DECODE_TABLES;
             let mut variants = Vec::new();
             for &threads in &PARISKV_THREADS {
                 for &vector_loads in &RERANK_VECTOR_LOADS {

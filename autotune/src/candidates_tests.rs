@@ -114,7 +114,7 @@ fn every_candidate_of_every_subject_validates_for_every_shape() {
 fn the_new_grids_have_their_stated_sizes() {
     let size = |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
     assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
-    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 60);
+    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 140);
     assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 80);
     for family in [
         TunedFamily::Oracle,
@@ -131,9 +131,10 @@ fn the_new_grids_have_their_stated_sizes() {
         ) = subject
         {
             // The rerank's two `_score` variants at every thread count, each with the
-            // one-block top-k and, from 128 threads on, the many-block one.
+            // one-block top-k and, from 128 threads on, the many-block one, each with and
+            // without decode tables.
             let expected = if f == TunedFamily::PariskvRerank {
-                2 * PARISKV_THREADS.len() + 2 * (PARISKV_THREADS.len() - 1)
+                2 * (2 * PARISKV_THREADS.len() + 2 * (PARISKV_THREADS.len() - 1))
             } else {
                 PARISKV_THREADS.len()
             };
@@ -210,17 +211,7 @@ fn pariskv_subjects_follow_the_steps_lookups() {
 #[test]
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
-    let peaks = OptIn::parse(&["select-peaks".to_string()]).unwrap();
-    let both = OptIn::parse(&["select-fused".to_string(), "select-peaks".to_string()]).unwrap();
-    let scan_peaks = OptIn::parse(&["select-scan-peaks".to_string()]).unwrap();
-    for opt_in in [
-        OptIn::default(),
-        OptIn::parse(&[]).unwrap(),
-        fused,
-        peaks,
-        both,
-        scan_peaks,
-    ] {
+    for opt_in in [OptIn::default(), OptIn::parse(&[]).unwrap(), fused] {
         let c = Case {
             opt_in,
             ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
@@ -247,9 +238,7 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && threads >= 64
                         && items_per_thread.is_power_of_two()
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
-                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
-                        && (!algorithm.peaks() || algorithm.scan_peaks() || opt_in.select_peaks)
-                        && (!algorithm.scan_peaks() || opt_in.select_scan_peaks);
+                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused);
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
             }
@@ -268,13 +257,10 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
             items_per_thread,
             defaults.select_algorithm,
         ))));
-        // Every tile is tried as each of the three variants, as the fused one with
-        // `select-fused`, as the two peaks ones with `select-peaks` and as the two reading the
-        // scan's peaks with `select-scan-peaks`.
-        let variants = 3
-            + usize::from(opt_in.select_fused)
-            + 2 * usize::from(opt_in.select_peaks)
-            + 2 * usize::from(opt_in.select_scan_peaks);
+        // Every tile is tried as each of the seven variants (plain, compacting, one-read, the
+        // two peaks ones and the two reading the scan's peaks), and as the fused one with
+        // `select-fused`.
+        let variants = 7 + usize::from(opt_in.select_fused);
         assert_eq!(valid.len(), 20 * variants);
     }
 }
@@ -282,7 +268,14 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
 #[test]
 fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones() {
     assert_eq!(OptIn::parse(&[]).unwrap(), OptIn::default());
-    for graduated in ["select-onepass", "pariskv-select-multiblock"] {
+    for graduated in [
+        "select-onepass",
+        "pariskv-select-multiblock",
+        "scan-tc",
+        "select-peaks",
+        "select-scan-peaks",
+        "pariskv-decode-table",
+    ] {
         let e = OptIn::parse(&[graduated.to_string()]).unwrap_err();
         assert!(e.contains("default grid") && e.contains("drop"), "{e}");
     }
@@ -299,14 +292,14 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     );
     let with = grid_with(Subject::Kernel(TunedFamily::Select), Placement::Hbm, fused);
     let fused_tiles = with.iter().filter(|v| v.name().ends_with("fused")).count();
-    assert_eq!(fused_tiles * 4, with.len());
+    assert_eq!(fused_tiles * 8, with.len());
     // The default grid holds every select tile as the one-read variant too.
     let select = grid(Subject::Kernel(TunedFamily::Select), Placement::Hbm);
     let onepass = select
         .iter()
         .filter(|v| v.name().ends_with("onepass"))
         .count();
-    assert_eq!(onepass * 3, select.len());
+    assert_eq!(onepass * 7, select.len());
 }
 
 #[test]

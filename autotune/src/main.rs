@@ -47,14 +47,10 @@ struct Args {
     /// not replace those of a fuller run already in the record.
     #[arg(long)]
     quick: bool,
-    /// Also try the candidates of NAME, left out of a default run until they have run on a
-    /// GPU (repeatable): `select-fused`, the one-read select with its `_final` folded into
-    /// `_chunk`; `pariskv-decode-table`, the ParisKV rerank's `_score` with its decoded nibbles
-    /// and `q̃` in shared-memory tables laid out for it; `select-peaks`, the one-read select
-    /// whose blocks read their shares once for each tile's peak and then only the tiles that
-    /// can hold the top-k. The record gets its own candidate
-    /// checksum: write it to a scratch `--out` (`--merge` takes its entries into a default
-    /// record).
+    /// Also try the candidates of NAME, left out of a default run (repeatable):
+    /// `select-fused`, the one-read select with its `_final` folded into `_chunk` (exact on the
+    /// H200, no faster). The record gets its own candidate checksum: write it to a scratch
+    /// `--out` (`--merge` takes its entries into a default record).
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,
     /// The most timed runs per candidate (default 25, 10 with --quick; after 5, a candidate

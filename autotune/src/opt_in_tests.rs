@@ -8,7 +8,8 @@ use codegen::spec::{Family, KernelSpec, Placement};
 use runtime::tuning::{Subject, Tile, TunedFamily, Variant};
 
 use crate::candidates::{
-    bench_k_max, enumerate, grid, tile_spec, Case, OptIn, PARISKV_THREADS, RERANK_VECTOR_LOADS,
+    bench_k_max, enumerate, grid, tile_spec, Case, OptIn, PARISKV_THREADS, RERANK_DECODE_TABLES,
+    RERANK_VECTOR_LOADS,
 };
 use crate::tuner::simplicity;
 
@@ -31,7 +32,7 @@ fn the_default_rerank_grid_has_both_top_k_variants_of_every_tile() {
         let all = grid(Subject::Kernel(TunedFamily::PariskvRerank), placement);
         assert_eq!(
             all.len(),
-            PARISKV_THREADS.len() * RERANK_VECTOR_LOADS.len() * 2
+            PARISKV_THREADS.len() * RERANK_VECTOR_LOADS.len() * 2 * RERANK_DECODE_TABLES.len()
         );
         for v in &all {
             if let Variant::Tile(Tile::Rerank {
@@ -153,27 +154,29 @@ fn the_default_scan_grid_has_the_tensor_core_twin_of_every_tile() {
     }
 }
 
-/// `--opt-in pariskv-decode-table` tries every rerank tile also with `_score`'s operands in
-/// tables (`PariskvRerankSpec::decode_table`); a default run never does, the tile without them
-/// wins a tie, and a recorded winner that needs it says so.
+/// The default grid tries every rerank tile also with `_score`'s operands in tables
+/// (`PariskvRerankSpec::decode_table`, graduated from `--opt-in pariskv-decode-table`): each
+/// tile with tables has its twin without, the simpler one winning a tie, and needs no opt-in.
 #[test]
-fn the_decode_table_opt_in_twins_every_rerank_tile() {
-    let opt_in = OptIn::parse(&["pariskv-decode-table".to_string()]).unwrap();
-    assert!(opt_in.pariskv_decode_table && !opt_in.select_fused);
-    assert_ne!(
-        crate::candidates::candidate_checksum(opt_in),
-        crate::candidates::candidate_checksum(OptIn::default())
-    );
+fn every_rerank_tile_is_tried_with_and_without_decode_tables() {
     for placement in [Placement::Hbm, Placement::Host] {
         let subject = Subject::Kernel(TunedFamily::PariskvRerank);
-        let default = grid(subject, placement);
-        let with = crate::candidates::grid_with(subject, placement, opt_in);
-        assert_eq!(with.len(), 2 * default.len());
-        let c = Case {
-            opt_in,
-            ..rerank_case(placement)
-        };
-        for v in &with {
+        let all = grid(subject, placement);
+        let c = rerank_case(placement);
+        let with_tables = all
+            .iter()
+            .filter(|v| {
+                matches!(
+                    v,
+                    Variant::Tile(Tile::Rerank {
+                        decode_table: true,
+                        ..
+                    })
+                )
+            })
+            .count();
+        assert_eq!(2 * with_tables, all.len());
+        for v in &all {
             let Variant::Tile(Tile::Rerank {
                 threads,
                 vector_loads,
@@ -183,16 +186,8 @@ fn the_decode_table_opt_in_twins_every_rerank_tile() {
             else {
                 panic!("{v:?}");
             };
-            assert_eq!(default.contains(v), !decode_table, "{}", v.name());
             assert_eq!(v.name().ends_with(" dt"), decode_table, "{}", v.name());
-            assert_eq!(
-                OptIn::needed_for(v),
-                if decode_table {
-                    opt_in
-                } else {
-                    OptIn::default()
-                }
-            );
+            assert_eq!(OptIn::needed_for(v), OptIn::default());
             if !decode_table {
                 continue;
             }
@@ -202,6 +197,7 @@ fn the_decode_table_opt_in_twins_every_rerank_tile() {
                 multiblock,
                 decode_table: false,
             });
+            assert!(all.contains(&plain), "{}", v.name());
             assert!(simplicity(&plain) < simplicity(v));
             match tile_spec(&c, v).unwrap() {
                 KernelSpec::PariskvRerank(s) => {

@@ -68,7 +68,19 @@ fn shape(batch: usize, group: usize, max_tokens: usize, placement: Placement) ->
 }
 
 fn plan(shape: StepShape, k: usize, request_k: usize) -> Result<super::LaunchPlan, StepError> {
-    plan_with(shape, k, request_k, &Tiles::default())
+    plan_with(shape, k, request_k, &one_block_rerank())
+}
+
+/// The default tiles with the first rerank (one thread a candidate, one block a KV head for
+/// the top-k, no decode tables): the six retrieval launches these plans test; the default
+/// rerank's choices have their own test (`rerank_tiles_choose_the_whole_row_score`).
+fn one_block_rerank() -> Tiles {
+    Tiles {
+        rerank_vector_loads: false,
+        rerank_select: RerankSelect::Single,
+        rerank_decode_table: false,
+        ..Tiles::default()
+    }
 }
 
 /// [`plan`] with `tiles` in place of the defaults.
@@ -473,9 +485,10 @@ fn rerank_tiles_choose_the_whole_row_score() {
         let ld_cand = tuned.sizes.pariskv.ld_cand as u64;
         assert_eq!(score.launch, r.launch_score(1, 3, ld_cand).unwrap());
     }
-    assert!(!Tiles::default().rerank_vector_loads);
-    assert_eq!(Tiles::default().rerank_select, Single);
-    assert!(!Tiles::default().rerank_decode_table);
+    // Without a record, the rerank autotune found fastest: whole rows, many blocks, tables.
+    assert!(Tiles::default().rerank_vector_loads);
+    assert_eq!(Tiles::default().rerank_select, Multiblock);
+    assert!(Tiles::default().rerank_decode_table);
     // At k_max = 2048, 32 threads of at most 32 candidates cannot hold two k_max a block.
     let fallback = launch_plan(&PlanInputs {
         shape: s,

@@ -326,20 +326,23 @@ impl Default for Tiles {
             scan_host: (64, 1024),
             scan_host_large_group: (32, 512),
             row_threads: 256,
-            select: (256, 16),
-            // The compacting variant wins only where a record says so; the one-read variant is
-            // opt-in until it has run on a GPU.
-            select_algorithm: SelectAlgorithm::Radix,
+            // Without a record, the select that reads the peaks the scan wrote (methods without
+            // a plane scan run its streaming form, `SelectAlgorithm::without_scan_peaks`): on
+            // the H100 (2026-12-05, a46678c) t512 i4 took 32 x 1M in 55.9 us and 32 x 32k in
+            // 38.4 (the radix select's best tiles: 682 and 73.5), and the HBM step without a
+            // record was 3.23 ms at 32k with the radix default.
+            select: (512, 4),
+            select_algorithm: SelectAlgorithm::ScanPeaks,
             attention: (256, 4),
             attention_splits: 1,
             attention_rows: AttentionRows::Store,
             pariskv_threads: crate::pariskv::THREADS,
-            // Until the whole-row `_score` is measured on a GPU.
-            rerank_vector_loads: false,
-            // Until the many-block top-k is measured on a GPU.
-            rerank_select: RerankSelect::Single,
-            // Until the decode table is measured on a GPU.
-            rerank_decode_table: false,
+            // The rerank as autotune finds it fastest at every context in HBM and all but 1M
+            // from host memory (H100, 2026-12-05, f75ce70: whole rows, many blocks, decode
+            // tables; HBM 1M 0.1375 ms against 1.88 without the tables).
+            rerank_vector_loads: true,
+            rerank_select: RerankSelect::Multiblock,
+            rerank_decode_table: true,
             // One block a head, every subspace in turn, until the split is measured on a GPU.
             pariskv_query_blocks: 1,
         }

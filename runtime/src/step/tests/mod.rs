@@ -88,11 +88,14 @@ fn plan_of(
     })
 }
 
-/// The default tiles with the rows fetched in HBM too: the road these plans test (attention
-/// from the store's rows, the default, has its own tests in `plans.rs`).
+/// The default tiles with the rows fetched in HBM too and the radix select: the roads these
+/// plans test (attention from the store's rows, the default, has its own tests in `plans.rs`;
+/// the default select, the one reading the scan's peaks, in `tuning.rs`).
 fn fetched() -> Tiles {
     Tiles {
         attention_rows: codegen::spec::AttentionRows::Fetched,
+        select: (256, 16),
+        select_algorithm: SelectAlgorithm::Radix,
         ..Tiles::default()
     }
 }

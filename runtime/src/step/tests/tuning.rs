@@ -157,7 +157,7 @@ fn select_and_attention_winners_change_the_specs_and_their_launches() {
         };
         let tuned = plan_of(s, method, None, 64, Some(&record)).unwrap();
         let (before, after) = (untuned.specs, tuned.specs);
-        let defaults = Tiles::default();
+        let defaults = fetched();
         let select = |p: &crate::step::LaunchPlan| p.specs.select.unwrap();
         assert_eq!(
             (select(&untuned).threads, select(&untuned).items_per_thread),
@@ -360,8 +360,8 @@ fn default_tiles_can_ask_for_the_compact_select() {
     assert!(plan.sizes.select_candidates > 0);
     assert_eq!(
         Tiles::default().select_algorithm,
-        SelectAlgorithm::Radix,
-        "the default stays the plain select"
+        SelectAlgorithm::ScanPeaks,
+        "the default reads the scan's peaks"
     );
 }
 
