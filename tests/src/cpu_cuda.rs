@@ -9,8 +9,14 @@
 //! writes the buffers back. Binaries are cached by the hash of their source.
 //!
 //! It checks a kernel's logic (offsets, orders, tie-breaks, what is read before it is written),
-//! not its speed, and only kernels that use the CUDA the header provides (no inline PTX, no
-//! texture or cooperative-group calls).
+//! not its speed, and only kernels that use the CUDA the header provides (no texture or
+//! cooperative-group calls). Inline PTX runs where the template's helper around it has a
+//! `FATHOM_CPU_EMULATION` branch (which the header defines and NVRTC never does) calling the
+//! header's emulation of the instruction: `cp.async` with its asynchrony (a copy lands in shared
+//! memory only when a `wait_group` completes its group; one never waited for is an error), the
+//! fp16 and bf16 conversions, `prmt`, `lop3`, and `mma.sync` m16n8k16 (f16 operands, f32
+//! accumulators) as a warp collective in the PTX ISA's fragment layouts. So the scans run here
+//! too (`tests/tests/cpu_scan.rs`); an `asm` statement without such a branch does not compile.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -84,6 +90,21 @@ pub struct PointerTable {
     pub entries: Vec<(usize, usize)>,
 }
 
+/// One `u64` of a buffer, set before the launches to the address of buffer `target` plus
+/// `offset` bytes (a pointer inside a table of other data, like a run table's segment
+/// addresses). It comes back holding that address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Address {
+    /// The buffer holding the pointer.
+    pub buffer: usize,
+    /// The pointer's `u64` index in that buffer (words `2 * index` and `2 * index + 1`).
+    pub index: usize,
+    /// The buffer it points into.
+    pub target: usize,
+    /// Bytes into `target`.
+    pub offset: usize,
+}
+
 /// One launch: entry point (index into the program's entries), grid and threads per block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
@@ -134,19 +155,15 @@ int main(int argc, char** argv) {
         in.read(reinterpret_cast<char*>(buf[i].data()), (std::streamsize)(4 * words));
         if ((size_t)in.gcount() != 4 * words) { std::fprintf(stderr, "short buffer %zu\n", i); return 2; }
     }
-    size_t tables = 0;
-    script >> tables;
-    for (size_t t = 0; t < tables; ++t) {
-        size_t table = 0, entries = 0;
-        script >> table >> entries;
-        if (buf.at(table).size() < 2 * entries + 1) { std::fprintf(stderr, "table %zu too short\n", table); return 2; }
-        for (size_t i = 0; i < entries; ++i) {
-            size_t target = 0, offset = 0;
-            script >> target >> offset;
-            const unsigned long long addr =
-                (unsigned long long)(reinterpret_cast<const char*>(buf.at(target).data()) + offset);
-            std::memcpy(buf[table].data() + 2 * i, &addr, 8);
-        }
+    size_t addresses = 0;
+    script >> addresses;
+    for (size_t a = 0; a < addresses; ++a) {
+        size_t table = 0, index = 0, target = 0, offset = 0;
+        script >> table >> index >> target >> offset;
+        if (buf.at(table).size() < 2 * index + 3) { std::fprintf(stderr, "address %zu past buffer %zu\n", index, table); return 2; }
+        const unsigned long long addr =
+            (unsigned long long)(reinterpret_cast<const char*>(buf.at(target).data()) + offset);
+        std::memcpy(buf[table].data() + 2 * index, &addr, 8);
     }
     size_t launches = 0;
     script >> launches;
@@ -277,6 +294,31 @@ impl Program {
         launches: &[Launch],
         seed: u64,
     ) -> Result<(), String> {
+        let addresses: Vec<Address> = tables
+            .iter()
+            .flat_map(|t| {
+                t.entries
+                    .iter()
+                    .enumerate()
+                    .map(|(index, &(target, offset))| Address {
+                        buffer: t.buffer,
+                        index,
+                        target,
+                        offset,
+                    })
+            })
+            .collect();
+        self.run_with_addresses(buffers, &addresses, launches, seed)
+    }
+
+    /// [`Program::run`], with the pointers `addresses` set first.
+    pub fn run_with_addresses(
+        &self,
+        buffers: &mut [Vec<u32>],
+        addresses: &[Address],
+        launches: &[Launch],
+        seed: u64,
+    ) -> Result<(), String> {
         let dir = tempdir_in(&work_dir())?;
         let mut script = format!("{seed} {}\n", buffers.len());
         for (i, b) in buffers.iter().enumerate() {
@@ -284,13 +326,9 @@ impl Program {
             fs::write(dir.join(format!("b{i}")), bytes).map_err(|e| e.to_string())?;
             let _ = writeln!(script, "{}", b.len());
         }
-        let _ = writeln!(script, "{}", tables.len());
-        for t in tables {
-            let _ = write!(script, "{} {}", t.buffer, t.entries.len());
-            for (target, offset) in &t.entries {
-                let _ = write!(script, " {target} {offset}");
-            }
-            script.push('\n');
+        let _ = writeln!(script, "{}", addresses.len());
+        for a in addresses {
+            let _ = writeln!(script, "{} {} {} {}", a.buffer, a.index, a.target, a.offset);
         }
         let _ = writeln!(script, "{}", launches.len());
         for l in launches {

@@ -11,6 +11,8 @@ pub mod kit;
 pub mod kv_rows;
 pub mod pariskv_kernels;
 pub mod pariskv_select_cpu;
+pub mod scan_check;
+pub mod scan_cpu;
 pub mod select_case;
 pub mod select_cpu;
 pub mod select_kernels;

@@ -124,17 +124,24 @@ impl Mismatches {
         self.total
     }
 
-    /// Panics when there was any mismatch.
-    pub fn assert_none(self) {
-        if self.total > 0 {
-            panic!(
+    /// What differed, if anything did: the label, the count, the seed and the first few.
+    pub fn report(&self) -> Option<String> {
+        (self.total > 0).then(|| {
+            format!(
                 "{}: {} mismatches (FATHOM_TEST_SEED={}); the first {}:\n  {}",
                 self.label,
                 self.total,
                 self.seed,
                 self.shown.len(),
                 self.shown.join("\n  ")
-            );
+            )
+        })
+    }
+
+    /// Panics when there was any mismatch.
+    pub fn assert_none(self) {
+        if let Some(report) = self.report() {
+            panic!("{report}");
         }
     }
 }

@@ -36,6 +36,9 @@
 //! scan is told fewer tokens), one block and none, on every plan; and on a third of the shape
 //! cases of the tests above.
 //!
+//! The plans, cases and checks are `fathom_tests::scan_check`'s, which `cpu_scan.rs` shares to
+//! run the same checks on the CPU emulator.
+//!
 //! Gather: after the plan kernel (`fathom(48)`, `sparq(32)`) writes the source and staged run
 //! tables, gather copies every active run; the staging equals the source runs word for word
 //! and scale for scale, and every other staging word and scale (inactive slots, segments past
@@ -46,6 +49,10 @@ use codegen::spec::peaks::order_key;
 use codegen::spec::shape::HEAD_DIMS;
 use codegen::spec::{Family, GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::{random_device_stores, DeviceStore};
+use fathom_tests::scan_check::{
+    batch_depths, check_peaks, check_same_scores, check_score, compare_scores, reference_depths,
+    PlanKind, ScanCase, PEAKS_POISON, PLANS,
+};
 use fathom_tests::shapes::GROUPS;
 use fathom_tests::store_kernels::{
     download, run_gather, run_plan, run_scan, run_scan_peaks, run_tables, slot_order, upload,
@@ -54,168 +61,8 @@ use fathom_tests::store_kernels::{
 use fathom_tests::{gpu_test, inputs};
 use rand::seq::SliceRandom;
 use rand::Rng;
-use reference::model::Basis;
-use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
-use reference::score::{scan_tolerance, score_stored};
 use reference::store::{BlockSize, HeadStore, StoreLayout};
 use runtime::gpu::Gpu;
-
-/// The plans of §6's check: which one a `(b, h)` gets cycles through this list.
-#[derive(Clone, Copy, Debug)]
-enum PlanKind {
-    Fathom(f64),
-    Sparq(usize),
-    Uniform4,
-    Zero,
-}
-
-const PLANS: [PlanKind; 6] = [
-    PlanKind::Fathom(24.0),
-    PlanKind::Fathom(48.0),
-    PlanKind::Fathom(92.0),
-    PlanKind::Sparq(32),
-    PlanKind::Uniform4,
-    PlanKind::Zero,
-];
-
-/// The reference plan of `kind` for one head: queries `[G][D]` (store basis, f64 of the f32
-/// the kernel reads) and the store's mean square scale as `σ²`.
-fn reference_depths(kind: PlanKind, store: &HeadStore, queries: &[Vec<f64>]) -> Vec<u8> {
-    let d = store.layout().head_dim();
-    let sigma2 = store.mean_square_scale();
-    let method = match kind {
-        PlanKind::Fathom(bits) => Method::Fathom { bits },
-        PlanKind::Sparq(r) => Method::Sparq { r },
-        PlanKind::Uniform4 => Method::Uniform { t: 4 },
-        PlanKind::Zero => return vec![0; d],
-    };
-    let ctx = PlanContext {
-        queries,
-        sigma2: &sigma2,
-        block: store.layout().block(),
-        basis: Basis::Raw,
-        double_sparsity: None,
-    };
-    match depth_plan(method, &ctx) {
-        Ok(DepthPlan::Depths(plan)) => plan.depths,
-        other => panic!("the reference plan of {method} is {other:?}"),
-    }
-}
-
-/// One score against the reference value.
-#[allow(clippy::too_many_arguments)]
-fn check_score(
-    bad: &mut Mismatches,
-    store: &HeadStore,
-    depths: &[u8],
-    q: &[f64],
-    (b, h, g, token): (usize, usize, usize, usize),
-    got: f32,
-    want: f64,
-    tensor_cores: bool,
-) {
-    let bound = scan_tolerance(store, depths, q, token, tensor_cores);
-    let error = (f64::from(got) - want).abs();
-    bad.check(error <= bound, || {
-        format!("b {b} h {h} head {g} token {token}: {got}, want {want} (|error| {error:.3e} > {bound:.3e})")
-    });
-}
-
-/// Compares every score of the first `n_scored[b]` tokens with `score_stored`, and checks the
-/// poison past them (up to `ld_scores`).
-#[allow(clippy::too_many_arguments)]
-fn compare_scores(
-    scores: &[f32],
-    n_scored: &[usize],
-    stores: &[Vec<HeadStore>],
-    depths: &[Vec<Vec<u8>>],
-    queries: &[f32],
-    g: usize,
-    ld_scores: usize,
-    label: &str,
-    seed: u64,
-    tensor_cores: bool,
-) {
-    let heads = stores[0].len();
-    let mut bad = Mismatches::new(format!("{label}: scores"), seed);
-    for (b, sequence) in stores.iter().enumerate() {
-        for (h, store) in sequence.iter().enumerate() {
-            let d = store.layout().head_dim();
-            let bh = b * heads + h;
-            let rows = inputs::group_queries(queries, bh, g, d);
-            let want = score_stored(store, &depths[b][h], &rows);
-            for gi in 0..g {
-                let row = &scores[(bh * g + gi) * ld_scores..(bh * g + gi + 1) * ld_scores];
-                for (i, &got) in row.iter().enumerate() {
-                    if i < n_scored[b] {
-                        check_score(
-                            &mut bad,
-                            store,
-                            &depths[b][h],
-                            &rows[gi],
-                            (b, h, gi, i),
-                            got,
-                            want[gi][i],
-                            tensor_cores,
-                        );
-                    } else {
-                        bad.check(got.to_bits() == u32::MAX, || {
-                            format!("b {b} h {h} head {gi} token {i} past n_stored: written {got}")
-                        });
-                    }
-                }
-            }
-        }
-    }
-    bad.assert_none();
-}
-
-/// What a peaks buffer holds before the scan: no key of a score the tests make (it would be
-/// a score of about 6e18).
-const PEAKS_POISON: u32 = 0xDEAD_BEEF;
-
-/// Checks the peaks `[B][H][G][ld_peaks]` against the kernel's own `scores`: entry `i` of a row
-/// is the largest order key of its scores of tokens `32i .. 32i + 31` below `n_scored[b]`, or
-/// the poison where the half holds no such token.
-#[allow(clippy::too_many_arguments)]
-fn check_peaks(
-    scores: &[f32],
-    peaks: &[u32],
-    n_scored: &[usize],
-    heads: usize,
-    g: usize,
-    (ld_scores, ld_peaks): (usize, usize),
-    label: &str,
-    seed: u64,
-) {
-    let mut bad = Mismatches::new(format!("{label}: peaks"), seed);
-    for (b, &n) in n_scored.iter().enumerate() {
-        for h in 0..heads {
-            for gi in 0..g {
-                let row = (b * heads + h) * g + gi;
-                let scores = &scores[row * ld_scores..(row + 1) * ld_scores];
-                let peaks = &peaks[row * ld_peaks..(row + 1) * ld_peaks];
-                for (i, &got) in peaks.iter().enumerate() {
-                    let half = 32 * i..(32 * i + 32).min(n);
-                    let want = if half.is_empty() {
-                        PEAKS_POISON
-                    } else {
-                        scores[half].iter().map(|&s| order_key(s)).max().unwrap()
-                    };
-                    bad.check(got == want, || {
-                        format!(
-                            "b {b} h {h} head {gi} half {i} (tokens {}..{}, n {n}): \
-                             {got:#010x}, want {want:#010x}",
-                            32 * i,
-                            32 * i + 32
-                        )
-                    });
-                }
-            }
-        }
-    }
-    bad.assert_none();
-}
 
 #[test]
 fn order_key_orders_scores_as_the_select_does() {
@@ -302,41 +149,6 @@ fn the_kernels_raw_keys_give_the_largest_order_key() {
     );
 }
 
-/// A scan check: shape, tiling, placement and the batch's stored lengths.
-struct ScanCase {
-    d: usize,
-    g: usize,
-    blk: usize,
-    segment_words: usize,
-    tile_words: usize,
-    threads: usize,
-    placement: Placement,
-    n_stored: Vec<usize>,
-    heads: usize,
-    /// The tensor-core variant (`ScanSpec::tensor_cores`).
-    tensor_cores: bool,
-    /// Also with peaks (`ScanSpec::peaks`): the scan runs without and with them, the scores the
-    /// same bit for bit and the peaks checked (`check_peaks`).
-    peaks: bool,
-}
-
-impl ScanCase {
-    /// The scan spec of the case.
-    fn spec(&self) -> ScanSpec {
-        ScanSpec {
-            head_dim: self.d,
-            group: self.g,
-            block: self.blk,
-            segment_words: self.segment_words,
-            tile_words: self.tile_words,
-            threads: self.threads,
-            placement: self.placement,
-            tensor_cores: self.tensor_cores,
-            peaks: self.peaks,
-        }
-    }
-}
-
 /// Scans the case's random store with reference plans on the CPU-built source run table. The
 /// stores hold whole blocks (`n_stored` rounded up); the scan is told `n_stored`.
 fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
@@ -353,17 +165,7 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         random_device_stores(gpu, rng, layout, case.placement, &stored, heads);
     let queries = inputs::vectors(rng, batch * heads * g, d);
     let offset = rng.gen_range(0..PLANS.len());
-    let depths: Vec<Vec<Vec<u8>>> = (0..batch)
-        .map(|b| {
-            (0..heads)
-                .map(|h| {
-                    let kind = PLANS[(offset + b * heads + h) % PLANS.len()];
-                    let rows = inputs::group_queries(&queries, b * heads + h, g, d);
-                    reference_depths(kind, &stores[b][h], &rows)
-                })
-                .collect()
-        })
-        .collect();
+    let depths = batch_depths(&PLANS, offset, &stores, &queries, g);
     let (runs, _, counts) = run_tables(&shape, &store, &stored, &depths, None);
     let n_scored: Vec<i32> = case.n_stored.iter().map(|&n| n as i32).collect();
     let (runs, counts, q_store, n_scored_buffer) = (
@@ -405,7 +207,8 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         &label,
         seed,
         spec.tensor_cores,
-    );
+    )
+    .assert_none();
     if !case.peaks {
         return;
     }
@@ -430,17 +233,7 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         kernel.name(),
         case.n_stored
     );
-    let mut bad = Mismatches::new(format!("{label}: scores with peaks"), seed);
-    for (i, (with, without)) in peak_scores.iter().zip(&scores).enumerate() {
-        bad.check(with.to_bits() == without.to_bits(), || {
-            format!(
-                "row {} token {}: {with} with peaks, {without} without",
-                i / ld_scores,
-                i % ld_scores
-            )
-        });
-    }
-    bad.assert_none();
+    check_same_scores(&peak_scores, &scores, ld_scores, &label, seed).assert_none();
     check_peaks(
         &peak_scores,
         &peaks,
@@ -450,7 +243,8 @@ fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
         (ld_scores, ld_peaks),
         &label,
         seed,
-    );
+    )
+    .assert_none();
 }
 
 /// Tiles `(tile_words, threads)` of 1, 2, 4 and 8 tokens per thread.
@@ -824,7 +618,8 @@ fn staged_pipeline(
         let label = format!("{label}, {} on the {what} table", kernel.name());
         compare_scores(
             &scores, &n_stored, &stores, &depths, &q_store, g, ld_scores, &label, seed, false,
-        );
+        )
+        .assert_none();
     }
 }
 
