@@ -81,14 +81,16 @@ pub const SELECT_ITEMS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// The smallest select chunk (`threads × items`) tried, in tokens (see the module docs).
 pub const SELECT_MIN_CHUNK: u32 = 1024;
 /// The select variants tried for every tile: plain (five reads of the scores), compacting (two),
-/// one-read, the one-read from the peaks of each share and its one-block form, and both peaks
-/// forms reading the peaks the scan wrote (their case stands in for the scan, so their time
-/// leaves out the scan's share: ~15 us a layer at 1M on the H100, against ~39 saved).
-pub const SELECT_ALGORITHMS: [SelectAlgorithm; 7] = [
+/// one-read, the one-block select from the peaks of its row, and both peaks forms reading the
+/// peaks the scan wrote (their case stands in for the scan, so their time leaves out the
+/// scan's share: ~15 us a layer at 1M on the H100, against ~39 saved). The many-block select
+/// from the peaks of each share ([`SelectAlgorithm::Peaks`]) is left out: it never won on the
+/// H100 (the one-read select streams as fast at 1M, the one-block form wins short contexts);
+/// the step still runs it for methods without a plane scan where a record says `scan_peaks`.
+pub const SELECT_ALGORITHMS: [SelectAlgorithm; 6] = [
     SelectAlgorithm::Radix,
     SelectAlgorithm::Compact,
     SelectAlgorithm::Onepass,
-    SelectAlgorithm::Peaks,
     SelectAlgorithm::PeaksHead,
     SelectAlgorithm::ScanPeaks,
     SelectAlgorithm::ScanPeaksHead,
@@ -129,8 +131,8 @@ impl OptIn {
         ),
         (
             "select-peaks",
-            "both peaks selects are in the default grid since they ran exact and \
-             sanitizer-clean on a GPU (H100, 2026-12-05)",
+            "the one-block peaks select is in the default grid since it ran exact and \
+             sanitizer-clean on a GPU (H100, 2026-12-05); the many-block one never won there",
         ),
         (
             "select-scan-peaks",

@@ -114,7 +114,7 @@ fn every_candidate_of_every_subject_validates_for_every_shape() {
 fn the_new_grids_have_their_stated_sizes() {
     let size = |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
     assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
-    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 140);
+    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 120);
     assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 80);
     for family in [
         TunedFamily::Oracle,
@@ -238,7 +238,8 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && threads >= 64
                         && items_per_thread.is_power_of_two()
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
-                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused);
+                        && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
+                        && algorithm != SelectAlgorithm::Peaks;
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
             }
@@ -257,10 +258,10 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
             items_per_thread,
             defaults.select_algorithm,
         ))));
-        // Every tile is tried as each of the seven variants (plain, compacting, one-read, the
-        // two peaks ones and the two reading the scan's peaks), and as the fused one with
+        // Every tile is tried as each of the six variants (plain, compacting, one-read, the
+        // one-block peaks one and the two reading the scan's peaks), and as the fused one with
         // `select-fused`.
-        let variants = 7 + usize::from(opt_in.select_fused);
+        let variants = 6 + usize::from(opt_in.select_fused);
         assert_eq!(valid.len(), 20 * variants);
     }
 }
@@ -292,14 +293,14 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     );
     let with = grid_with(Subject::Kernel(TunedFamily::Select), Placement::Hbm, fused);
     let fused_tiles = with.iter().filter(|v| v.name().ends_with("fused")).count();
-    assert_eq!(fused_tiles * 8, with.len());
+    assert_eq!(fused_tiles * 7, with.len());
     // The default grid holds every select tile as the one-read variant too.
     let select = grid(Subject::Kernel(TunedFamily::Select), Placement::Hbm);
     let onepass = select
         .iter()
         .filter(|v| v.name().ends_with("onepass"))
         .count();
-    assert_eq!(onepass * 7, select.len());
+    assert_eq!(onepass * 6, select.len());
 }
 
 #[test]
