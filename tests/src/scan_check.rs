@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use reference::model::Basis;
 use reference::plans::{depth_plan, DepthPlan, Method, PlanContext};
 use reference::score::{scan_tolerance, score_stored};
-use reference::store::{HeadStore, PLANES};
+use reference::store::{BlockSize, HeadStore, StoreLayout, PLANES};
 
 use crate::inputs;
 use crate::store_kernels::Mismatches;
@@ -118,6 +118,20 @@ pub struct ScanCase {
 }
 
 impl ScanCase {
+    /// The store layout of the case and each sequence's stored tokens in whole blocks (the
+    /// stores hold whole blocks: `n_stored` rounded up; the scan is told `n_stored`).
+    pub fn layout_and_stored(&self) -> (StoreLayout, Vec<usize>) {
+        let block = BlockSize::from_tokens(self.blk).expect("a case's block is a valid size");
+        let layout =
+            StoreLayout::new(self.d, block, self.segment_words).expect("a case's layout is valid");
+        let stored = self
+            .n_stored
+            .iter()
+            .map(|&n| n.next_multiple_of(self.blk))
+            .collect();
+        (layout, stored)
+    }
+
     /// The scan spec of the case.
     pub fn spec(&self) -> ScanSpec {
         ScanSpec {

@@ -35,7 +35,6 @@ use fathom_tests::scan_check::{
 };
 use fathom_tests::scan_cpu::{CpuScan, CpuScanArgs};
 use rand::{Rng, SeedableRng};
-use reference::store::{BlockSize, StoreLayout};
 
 /// The plans of a case: `PLANS` and one of random depths.
 fn kinds(rng: &mut impl Rng) -> Vec<PlanKind> {
@@ -64,15 +63,9 @@ fn run_case(
     variant: Variant,
     (without, with): (&CpuScan, Option<&CpuScan>),
 ) -> Vec<String> {
-    let ScanCase { d, g, blk, .. } = *case;
+    let ScanCase { d, g, .. } = *case;
     let (batch, heads) = (case.n_stored.len(), case.heads);
-    let layout =
-        StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), case.segment_words).unwrap();
-    let stored: Vec<usize> = case
-        .n_stored
-        .iter()
-        .map(|&n| n.next_multiple_of(blk))
-        .collect();
+    let (layout, stored) = case.layout_and_stored();
     let stores = inputs::head_stores(rng, layout, &stored, heads);
     let queries = inputs::vectors(rng, batch * heads * g, d);
     let offset = rng.gen_range(0..kinds.len());

@@ -152,15 +152,9 @@ fn the_kernels_raw_keys_give_the_largest_order_key() {
 /// Scans the case's random store with reference plans on the CPU-built source run table. The
 /// stores hold whole blocks (`n_stored` rounded up); the scan is told `n_stored`.
 fn scan_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, case: &ScanCase) {
-    let ScanCase { d, g, blk, .. } = *case;
+    let ScanCase { d, g, .. } = *case;
     let (batch, heads) = (case.n_stored.len(), case.heads);
-    let layout =
-        StoreLayout::new(d, BlockSize::from_tokens(blk).unwrap(), case.segment_words).unwrap();
-    let stored: Vec<usize> = case
-        .n_stored
-        .iter()
-        .map(|&n| n.next_multiple_of(blk))
-        .collect();
+    let (layout, stored) = case.layout_and_stored();
     let (stores, store, shape) =
         random_device_stores(gpu, rng, layout, case.placement, &stored, heads);
     let queries = inputs::vectors(rng, batch * heads * g, d);
