@@ -264,9 +264,10 @@ impl Grid {
     /// 16-128 words and 256-1,024 threads, plain only (a tile of host memory needs more loads
     /// in flight than a tensor-core tile's registers allow);
     /// the one-read select at 256-1,024 threads and 2-16 items (it won every case on the H200,
-    /// the radix and compacting ones lose 3x at 1M), the one-block peaks select and both
-    /// selects reading the scan's peaks at 256-1,024 threads and 4-8 items (where they won on
-    /// the H100, 2026-12-05; the many-block peaks select never did); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
+    /// the radix and compacting ones lose 3x at 1M), the one-block selects from the peaks (of
+    /// the scores or of the scan) at 256-1,024 threads and 4-8 items (where they won at 32k and
+    /// 128k on the H100, 2026-12-05; the many-block ones win only at 1M, which `--quick` does
+    /// not tune); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
     /// blocks a query head (every attention winner since the split tiles); the rerank's
     /// whole-row `_score` with the many-block top-k (the winner everywhere) at 128-1,024 threads.
     /// The rest of the grid is small and kept whole. Its candidates are a subset of the full
@@ -308,11 +309,9 @@ impl Grid {
                 *threads >= 256
                     && match tile.select_algorithm() {
                         Some(SelectAlgorithm::Onepass) => (2..=16).contains(items_per_thread),
-                        Some(
-                            SelectAlgorithm::PeaksHead
-                            | SelectAlgorithm::ScanPeaks
-                            | SelectAlgorithm::ScanPeaksHead,
-                        ) => (4..=8).contains(items_per_thread),
+                        Some(SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead) => {
+                            (4..=8).contains(items_per_thread)
+                        }
                         _ => false,
                     }
             }

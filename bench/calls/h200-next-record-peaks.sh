@@ -5,7 +5,7 @@
 # 8.55 -> 7.60 ms there), so the committed record (made before them) is re-made whole: the
 # default run on an empty kernel cache (3,561 candidates, 1,127 kernels; target 3 minutes)
 # into a scratch --out, to commit as runtime/records/<gpu>.json (on an H100 it is the first
-# record of that GPU); `autotune --quick` on another empty cache (840 candidates; target 30 s);
+# record of that GPU); `autotune --quick` on another empty cache (804 candidates; target 30 s);
 # then under the new record step-bench fathom(48), sparq(32) in HBM at 32k and 1M, pariskv(100)
 # in HBM at 1M with the query kernel as one block a head and as 16 (decode tables now in the
 # grid; the split is still `--pariskv-query-blocks`), and from host at 256k and 1M as time
