@@ -655,3 +655,40 @@ fn a_scan_peaks_select_makes_the_plane_scan_write_peaks() {
     assert!(!plan.specs.scan.unwrap().peaks);
     assert_eq!(plan.sizes.peaks, 0);
 }
+
+/// Without a record the step selects from the scan's peaks (`Tiles::default()`, t512 i4): a
+/// plane method's scan writes them; a method without a plane scan runs the streaming form.
+#[test]
+fn without_a_record_the_select_reads_the_scan_s_peaks() {
+    let defaults = Tiles::default();
+    assert_eq!(defaults.select, (512, 4));
+    assert_eq!(defaults.select_algorithm, SelectAlgorithm::ScanPeaks);
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(3, 20_000, placement);
+        for (method, algorithm) in [
+            (Method::Fathom { bits: 48.0 }, SelectAlgorithm::ScanPeaks),
+            (Method::Sparq { r: 32 }, SelectAlgorithm::ScanPeaks),
+            (Method::Oracle, SelectAlgorithm::Peaks),
+            (Method::Landmark, SelectAlgorithm::Peaks),
+        ] {
+            let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Klt).unwrap();
+            let plan = launch_plan(&PlanInputs {
+                shape: s,
+                scoring,
+                transfer: None,
+                k: 64,
+                k_max: 512,
+                union: true,
+                tiles: &defaults,
+                tuning: None,
+            })
+            .unwrap();
+            let select = plan.specs.select.unwrap();
+            assert_eq!(select.algorithm, algorithm, "{method} {placement:?}");
+            assert_eq!((select.threads, select.items_per_thread), (512, 4));
+            let peaks = algorithm == SelectAlgorithm::ScanPeaks;
+            assert_eq!(plan.specs.scan.is_some_and(|scan| scan.peaks), peaks);
+            assert_eq!(plan.sizes.peaks > 0, peaks, "{method} {placement:?}");
+        }
+    }
+}
