@@ -464,14 +464,14 @@ fn exact_level(rng: &mut impl Rng, j: i32) -> [f32; 4] {
         let s01 = 0.0 + sq(q0) + sq(q1);
         let near = ((target - s01).sqrt() as f32).to_bits();
         for n in 0..4096 {
-            let q2 = f32::from_bits(near - n);
+            let q2 = f32::from_bits(near.saturating_sub(n));
             let s2 = s01 + sq(q2);
             let rest = target - s2;
             if rest < 0.0 {
                 continue;
             }
             let q3 = (rest.sqrt() as f32).to_bits();
-            for q3 in [q3 - 1, q3, q3 + 1].map(f32::from_bits) {
+            for q3 in [q3.saturating_sub(1), q3, q3 + 1].map(f32::from_bits) {
                 if s2 + sq(q3) == target {
                     return [q0, q1, q2, q3];
                 }
