@@ -59,6 +59,7 @@ inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 struct alignas(16) ulonglong2 {
     unsigned long long x, y;
 };
+inline ulonglong2 make_ulonglong2(unsigned long long x, unsigned long long y) { return ulonglong2{x, y}; }
 struct alignas(16) uint4 {
     unsigned int x, y, z, w;
 };
@@ -693,6 +694,11 @@ inline long long __double_as_longlong(double d) {
     std::memcpy(&v, &d, 8);
     return v;
 }
+inline double __longlong_as_double(long long v) {
+    double d;
+    std::memcpy(&d, &v, 8);
+    return d;
+}
 // The f64 operations of the ParisKV kernels, each rounded once (x86-64 has no fused
 // multiply-add in its baseline, so nothing is contracted).
 inline double __dadd_rn(double a, double b) { return a + b; }
@@ -708,6 +714,11 @@ inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
 inline int atomicAdd(int* p, int v) {
     const int old = *p;
     *p = old + v;
+    return old;
+}
+inline int atomicCAS(int* p, int compare, int v) {
+    const int old = *p;
+    if (old == compare) *p = v;
     return old;
 }
 inline unsigned int atomicMax(unsigned int* p, unsigned int v) {

@@ -73,6 +73,8 @@ impl Entry {
 pub enum Value {
     /// The address of buffer `i` of the run.
     Buffer(usize),
+    /// A null pointer (an optional input or output the launch goes without).
+    Null,
     /// An integer.
     Int(i64),
     /// A float.
@@ -175,6 +177,7 @@ int main(int argc, char** argv) {
         std::vector<double> num(nargs);
         for (int a = 0; a < nargs; ++a) script >> kind[a] >> num[a];
         auto ptr = [&](int a) -> void* {
+            if (kind[a] == "n") return nullptr;
             if (kind[a] != "b") { std::fprintf(stderr, "argument %d is not a buffer\n", a); std::exit(2); }
             return buf.at((size_t)num[a]).data();
         };
@@ -352,6 +355,7 @@ impl Program {
             for a in &l.args {
                 let _ = match a {
                     Value::Buffer(i) => write!(script, " b {i}"),
+                    Value::Null => write!(script, " n 0"),
                     Value::Int(v) => write!(script, " v {v}"),
                     Value::Float(v) => write!(script, " v {v:e}"),
                 };

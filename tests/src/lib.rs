@@ -11,6 +11,8 @@ pub mod kit;
 pub mod kv_rows;
 pub mod pariskv_kernels;
 pub mod pariskv_select_cpu;
+pub mod plan_check;
+pub mod plan_cpu;
 pub mod scan_check;
 pub mod scan_cpu;
 pub mod select_case;

@@ -338,8 +338,6 @@ pub fn segment_addresses(store: &DeviceStore) -> (Vec<u64>, Vec<u64>) {
 
 /// Source and (when `staging` is given) staged run tables and class counts of a whole launch,
 /// built on the CPU from `depths[b][h]`, with the store's segment addresses.
-// `(b, h)` index the depths, the stores' addresses and the tables alike.
-#[allow(clippy::needless_range_loop)]
 pub fn run_tables(
     shape: &TableShape,
     store: &DeviceStore,
@@ -348,6 +346,27 @@ pub fn run_tables(
     staging: Option<&Staging>,
 ) -> (Vec<u64>, Option<Vec<u64>>, Vec<u32>) {
     let (seg_words, seg_scales) = segment_addresses(store);
+    run_tables_at(
+        shape,
+        (&seg_words, &seg_scales),
+        n_stored,
+        depths,
+        staging.map(|st| (st.words.addr(), st.scales.addr(), st.planes)),
+    )
+}
+
+/// [`run_tables`] for segments at `seg_words`/`seg_scales` (`[(b*H + h)*max_seg + s]`) and a
+/// staging of `(words address, scales address, planes)`, wherever they live (the CPU runs of
+/// `plan_cpu` have their own addresses).
+// `(b, h)` index the depths, the stores' addresses and the tables alike.
+#[allow(clippy::needless_range_loop)]
+pub fn run_tables_at(
+    shape: &TableShape,
+    (seg_words, seg_scales): (&[u64], &[u64]),
+    n_stored: &[usize],
+    depths: &[Vec<Vec<u8>>],
+    staging: Option<(u64, u64, usize)>,
+) -> (Vec<u64>, Option<Vec<u64>>, Vec<u32>) {
     let mut source = vec![u64::MAX; shape.len()];
     let mut staged = staging.map(|_| vec![u64::MAX; shape.len()]);
     let mut counts = Vec::with_capacity(shape.batch * shape.heads * 4);
@@ -365,14 +384,7 @@ pub fn run_tables(
                 plan,
             );
             if let (Some(table), Some(st)) = (staged.as_mut(), staging) {
-                write_staged_runs(
-                    table,
-                    shape,
-                    (b, h),
-                    n_stored[b],
-                    (st.words.addr(), st.scales.addr(), st.planes),
-                    plan,
-                );
+                write_staged_runs(table, shape, (b, h), n_stored[b], st, plan);
             }
             counts.extend(class_count(plan));
         }

@@ -1,0 +1,740 @@
+//! The plan kernel (`templates/plan.cu.tera`, SPEC §3, §4, §7) run on the CPU, exactly as
+//! rendered (`cpu_cuda`: every CUDA thread a fiber, switched in a seeded random order at
+//! barriers and warp collectives), against the f64 reference planner as `gpu_plan.rs` checks it
+//! on a GPU (`fathom_tests::plan_check`). These need a C++17 compiler (`c++`), not a GPU.
+//!
+//! Every launch plans a batch of `B` sequences × 2 KV heads (one block each), each `(b, h)` with
+//! its own fresh random queries (per-channel scales over two orders of magnitude) and `σ²` (a
+//! few channels exactly 0); the stores are the reference's, laid out as on a GPU (a buffer per
+//! segment, 128-token segments, so a few blocks span several). Checked:
+//!
+//! - `q_store`: raw, the queries bit for bit; rotated, bit for bit equal to `Rᵀq` as f32 fma in
+//!   ascending `i` (`store_kernels::rotate_f32`, the kernel's order: the host's `fmaf` is
+//!   correctly rounded, as `f32::mul_add` is) and within fp32 rounding of the f64 product.
+//! - `depths` exactly equal to the reference's on the same f32 inputs (for `fathom` the kernel's
+//!   double `log2` is the host's libm, as `f64::log2` is, so the 30-step bisection of the kernel,
+//!   several midpoints a round by several warps, must reach the serial line bit for bit).
+//! - `class_count`, every entry of the source run table (segment addresses as the CPU run laid
+//!   them out, channel, depth) and of the staged table, slots past the stored segments still
+//!   poison; the overflow status; no word written past any output, into the staging or into an
+//!   input (poison guards, compared buffers); without a staging the staged table pointer null.
+//!
+//! Cases: `fathom` at every D of 64, 96 (not a multiple of 32) and 128 × G of 1, 4 and 7, the
+//! block size cycling over 32, 64 and 128 tokens, each shape at two of 32, 64, 256 and 1,024
+//! threads (the bisection's rounds and midpoints per round follow the warp count; every D meets
+//! all four), raw, and each D rotated; budgets the minimum (one channel at depth 1), 48 bits, a
+//! random one, every positive channel at depth 4 fitting exactly, and one plane less (one
+//! channel at depth 3); all-zero queries in two heads (nothing read); sequences of 0, 3 and 9
+//! blocks (the last segment partial at 32- and 64-token blocks), at 32 and 64 threads also one long enough that every
+//! thread writes several segments' tables; without a staging, and with one too small (status).
+//! Near ties: heads built so that the plan after 29 bisection steps differs from the plan after
+//! 30 (the water line within one last halving of a second channel's level), so the bisection
+//! must be the reference's to the last step. Exact ties: heads of four channels at exact integer
+//! levels (and one twin 2⁻²⁸ above one of them) in a bracket 16 wide, so that the water line is
+//! exactly a midpoint the bisection tries, where only `>=` (not `>`) gives the reference's plan.
+//! `sparq(16)`, `sparq(32)`, `double_sparsity(32)`, `thumbnail` and `uniform(1..=4)` raw and
+//! rotated, `loki(16)` and `loki(32)` rotated (the reference refuses a raw `loki`), each also
+//! with all-zero queries (`sparq`'s ties go to the lower channel) and without a staging;
+//! `uniform` with a staging one plane short (status, staged depths 0) and exactly full.
+//!
+//! Mutants that must be caught (the source rendered, one line changed): the rotation
+//! transposed, the bisection's low end 7 below the lowest level instead of 9, a round's verdict
+//! taken the wrong way, shallow depth classes first in the slot order, staged planes packed one
+//! a slot, a fifth class count written past the last head's (only the guard words see it), the
+//! overflow status never set; on the near ties (random inputs miss them) one bisection step
+//! fewer and the last round one level short; on the exact ties the depth comparisons `>=`
+//! turned to `>` (which changes no plan elsewhere).
+//!
+//! About 60 s on two cores from a cold cache, most of it compiling 46 programs (mutants
+//! included), which later runs reuse (cached by the hash of their source): then about 25 s.
+
+use codegen::render::render;
+use codegen::spec::PlanMethod;
+use fathom_tests::device_store::max_seg;
+use fathom_tests::inputs;
+use fathom_tests::plan_check::{check_plan, PlanCase, PlanHostInputs, SEGMENT_WORDS};
+use fathom_tests::plan_cpu::{CpuPlan, CpuPlanArgs};
+use fathom_tests::store_kernels::class_count;
+use rand::{Rng, SeedableRng};
+use reference::planner::{depth_at, min_budget, plan_cost, water_fill, BRACKET_LOW_MARGIN};
+use reference::store::BlockSize;
+
+/// How a case is launched beyond its spec.
+#[derive(Clone, Copy, Debug)]
+enum Staging {
+    /// No staging: the staged table pointer is null.
+    None,
+    /// A staging of the case's `stage_planes`.
+    Planes,
+}
+
+/// Runs `case` with `plan` on fresh random stores and inputs and checks every output; what
+/// differed, if anything did, and the expected depths `[b][h]`.
+fn run_case(
+    rng: &mut impl Rng,
+    seed: u64,
+    case: &PlanCase,
+    plan: &CpuPlan,
+    staging: Staging,
+) -> (Vec<String>, Vec<Vec<Vec<u8>>>) {
+    let host = PlanHostInputs::random(rng, case);
+    run_with(rng, seed, case, plan, staging, &host)
+}
+
+/// [`run_case`] with the inputs `host`.
+fn run_with(
+    rng: &mut impl Rng,
+    seed: u64,
+    case: &PlanCase,
+    plan: &CpuPlan,
+    staging: Staging,
+    host: &PlanHostInputs,
+) -> (Vec<String>, Vec<Vec<Vec<u8>>>) {
+    let layout = case.layout();
+    let stores = inputs::head_stores(rng, layout, &case.n_stored, case.heads);
+    let args = CpuPlanArgs {
+        stores: &stores,
+        max_seg: max_seg(layout, &case.n_stored),
+        queries: &host.queries,
+        sigma2: host.sigma2_arg(case),
+        fixed_channels: host.fixed_arg(case),
+        rotation: host.rotation.as_deref(),
+        budget: case.budget,
+        stage_planes: match staging {
+            Staging::None => None,
+            Staging::Planes => Some(case.stage_planes),
+        },
+    };
+    let label = format!(
+        "{} on the CPU: budget {} n_stored {:?} zero queries {:?} staging {staging:?} ({} planes)",
+        plan.name(),
+        case.budget,
+        case.n_stored,
+        case.zero_queries,
+        case.stage_planes,
+    );
+    let run = match plan.run(&args, rng.gen()) {
+        Ok(run) => run,
+        Err(e) => return (vec![format!("{label}: {e}")], Vec::new()),
+    };
+    let mut failures: Vec<String> = run
+        .stray_writes
+        .iter()
+        .map(|w| format!("{label}: {w} (FATHOM_TEST_SEED={seed})"))
+        .collect();
+    let (report, expected) = check_plan(
+        &label,
+        seed,
+        case,
+        host,
+        &run.result,
+        &run.addresses(),
+        &run.shape,
+    );
+    failures.extend(report);
+    (failures, expected)
+}
+
+fn assert_none(failures: Vec<String>) {
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Channels with `σ² > 0` (`PlanHostInputs::random` zeroes `c % 17 == 3`): with nonzero queries
+/// the channels of positive importance.
+fn positive_channels(d: usize) -> usize {
+    (0..d).filter(|c| c % 17 != 3).count()
+}
+
+/// The budget at which every positive channel sits at depth 4 exactly.
+fn all_fit_budget(case: &PlanCase) -> f32 {
+    positive_channels(case.d) as f32 * (4.0 + case.block().scale_bits_per_token() as f32)
+}
+
+/// Checks the `fathom` case `base` (its spec built once) at the budgets of the module doc, with
+/// the edge plans' shapes asserted beside the reference's agreement.
+fn check_fathom(rng: &mut impl Rng, seed: u64, base: &PlanCase) -> Vec<String> {
+    let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
+    let block = base.block();
+    let most = base.d as f64 * (4.0 + block.scale_bits_per_token());
+    let all_fit = all_fit_budget(base);
+    let budgets = [
+        min_budget(block) as f32,
+        48.0,
+        rng.gen_range(min_budget(block)..most).ceil() as f32,
+        all_fit,
+        all_fit - 1.0,
+    ];
+    let mut failures = Vec::new();
+    for (i, &budget) in budgets.iter().enumerate() {
+        let mut case = PlanCase {
+            budget,
+            ..base.clone()
+        };
+        if budget == 48.0 {
+            case.zero_queries = vec![(0, 1), (2, 0)];
+        }
+        if i == 2 && base.threads <= 64 {
+            // More than twice as many segments as threads, and a partial last one.
+            case.n_stored
+                .push((2 * base.threads + 3) * 64 * SEGMENT_WORDS + base.blk);
+        }
+        let staging = if i == 1 {
+            Staging::None
+        } else {
+            Staging::Planes
+        };
+        let (f, depths) = run_case(rng, seed, &case, &plan, staging);
+        if !f.is_empty() {
+            failures.extend(f);
+            continue;
+        }
+        let heads = depths.iter().flatten();
+        let label = format!("{} budget {budget} (FATHOM_TEST_SEED={seed})", plan.name());
+        for &(b, h) in &case.zero_queries {
+            if depths[b][h].iter().any(|&t| t != 0) {
+                failures.push(format!("{label}: zero queries read {:?}", depths[b][h]));
+            }
+        }
+        let n_pos = positive_channels(base.d) as u32;
+        for head in heads {
+            let counts = class_count(head);
+            let ok = match i {
+                0 => counts == [0, 0, 0, 1],
+                3 => counts == [n_pos, 0, 0, 0],
+                4 => counts == [n_pos - 1, 1, 0, 0],
+                _ => true,
+            };
+            if !ok {
+                failures.push(format!("{label}: class counts {counts:?}"));
+            }
+        }
+    }
+    // A staging of 16 planes a segment: the plans at 48 bits exceed it (status, staged depths 0).
+    let case = PlanCase {
+        stage_planes: 16,
+        ..base.clone()
+    };
+    failures.extend(run_case(rng, seed, &case, &plan, Staging::Planes).0);
+    failures
+}
+
+const HEAD_DIMS: [usize; 3] = [64, 96, 128];
+const GROUPS: [usize; 3] = [1, 4, 7];
+const BLOCKS: [usize; 3] = [32, 64, 128];
+const THREADS: [usize; 4] = [32, 64, 256, 1024];
+
+/// The raw `fathom` cases of D × G, the block size cycling (every (D, BLK) and (G, BLK) pair
+/// once); `part` 0 and 1 give each shape a different thread count, so that every D meets all
+/// four.
+fn fathom_cases(part: usize) -> Vec<PlanCase> {
+    let mut cases = Vec::new();
+    for (i, d) in HEAD_DIMS.into_iter().enumerate() {
+        for (j, g) in GROUPS.into_iter().enumerate() {
+            let k = 3 * i + j;
+            let threads = THREADS[(k + part * 2 + i) % 4];
+            cases.push(PlanCase {
+                threads,
+                ..PlanCase::new(d, g, BLOCKS[(i + j) % 3], PlanMethod::Fathom)
+            });
+        }
+    }
+    cases
+}
+
+#[test]
+fn fathom_matches_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_matches_the_reference");
+    let mut failures = Vec::new();
+    for case in fathom_cases(0) {
+        failures.extend(check_fathom(&mut rng, seed, &case));
+    }
+    assert_none(failures);
+}
+
+#[test]
+fn fathom_at_other_thread_counts_matches_the_reference() {
+    let (mut rng, seed) =
+        inputs::rng_and_seed("fathom_at_other_thread_counts_matches_the_reference");
+    let mut failures = Vec::new();
+    for case in fathom_cases(1) {
+        failures.extend(check_fathom(&mut rng, seed, &case));
+    }
+    assert_none(failures);
+}
+
+#[test]
+fn fathom_rotated_matches_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_rotated_matches_the_reference");
+    let mut failures = Vec::new();
+    for (i, d) in HEAD_DIMS.into_iter().enumerate() {
+        let case = PlanCase {
+            rotate: true,
+            threads: [256, 64, 1024][i],
+            ..PlanCase::new(d, [4, 7, 1][i], BLOCKS[(i + 1) % 3], PlanMethod::Fathom)
+        };
+        failures.extend(check_fathom(&mut rng, seed, &case));
+    }
+    assert_none(failures);
+}
+
+#[test]
+fn other_methods_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("other_methods_match_the_reference");
+    let methods = [
+        (PlanMethod::Sparq { r: 16 }, false),
+        (PlanMethod::Sparq { r: 32 }, true),
+        (PlanMethod::DoubleSparsity, false),
+        (PlanMethod::DoubleSparsity, true),
+        (PlanMethod::Loki { r: 16 }, true),
+        (PlanMethod::Loki { r: 32 }, true),
+        (PlanMethod::Thumbnail, false),
+        (PlanMethod::Thumbnail, true),
+        (PlanMethod::Uniform { t: 1 }, true),
+        (PlanMethod::Uniform { t: 2 }, false),
+        (PlanMethod::Uniform { t: 3 }, true),
+        (PlanMethod::Uniform { t: 4 }, false),
+    ];
+    let mut failures = Vec::new();
+    for (i, (method, rotate)) in methods.into_iter().enumerate() {
+        let d = HEAD_DIMS[i % 3];
+        let g = GROUPS[i / 3 % 3];
+        let base = PlanCase {
+            rotate,
+            threads: THREADS[i % 4],
+            ..PlanCase::new(d, g, BLOCKS[(i / 2) % 3], method)
+        };
+        let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
+        let mut cases = vec![
+            (base.clone(), Staging::Planes),
+            (
+                PlanCase {
+                    zero_queries: vec![(1, 0), (2, 1)],
+                    ..base.clone()
+                },
+                Staging::None,
+            ),
+        ];
+        if let PlanMethod::Uniform { t } = method {
+            // One plane short of the plan (status, staged depths 0), and exactly full.
+            for planes in [t * d - 1, t * d] {
+                cases.push((
+                    PlanCase {
+                        stage_planes: planes,
+                        ..base.clone()
+                    },
+                    Staging::Planes,
+                ));
+            }
+        }
+        for (case, staging) in cases {
+            failures.extend(run_case(&mut rng, seed, &case, &plan, staging).0);
+        }
+    }
+    assert_none(failures);
+}
+
+/// `planner::water_fill`'s depths with `steps` bisection steps in place of its 30, from the
+/// gains `log2(3 w_c)` (`None`: `w_c = 0`), replayed step for step.
+fn bisected_depths(gains: &[Option<f64>], budget: f64, block: BlockSize, steps: u32) -> Vec<u8> {
+    let depths_at = |x: f64| -> Vec<u8> {
+        gains
+            .iter()
+            .map(|g| g.map_or(0, |g| depth_at(g, x)))
+            .collect()
+    };
+    let known: Vec<f64> = gains.iter().flatten().copied().collect();
+    if known.len() as f64 * (4.0 + block.scale_bits_per_token()) <= budget {
+        return gains
+            .iter()
+            .map(|g| if g.is_some() { 4 } else { 0 })
+            .collect();
+    }
+    let mut hi = known.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut lo = known.iter().copied().fold(f64::INFINITY, f64::min) - BRACKET_LOW_MARGIN;
+    for _ in 0..steps {
+        let mid = (lo + hi) * 0.5;
+        if plan_cost(&depths_at(mid), block) <= budget {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    depths_at(hi)
+}
+
+/// `log2(3 w_c)` of one head's queries `[G][D]` and `σ²`, as the reference and the kernel form
+/// them (`w_c = σ²_c · Σ_g q_g[c]²` in double, in `g` order).
+fn gains(queries: &[f32], sigma2: &[f32], d: usize) -> Vec<Option<f64>> {
+    (0..d)
+        .map(|c| {
+            let sum: f64 = queries
+                .chunks_exact(d)
+                .map(|q| f64::from(q[c]) * f64::from(q[c]))
+                .sum();
+            let w = f64::from(sigma2[c]) * sum;
+            (w > 0.0).then(|| (3.0 * w).log2())
+        })
+        .collect()
+}
+
+/// Inputs of a raw `fathom` case (G >= 2) whose every head's plan at 29 bisection steps differs
+/// from the plan at 30: the water line ends within one last halving of a second channel's
+/// level. Each head is drawn until the reference and a 29-step replay disagree: fresh queries
+/// whose last query head is zero, then a channel `b` one depth above the critical channel `a`
+/// (the channel whose next plane would break the budget) made `a`'s twin, its level `δ` above
+/// `a`'s, `δ` just over the last step's width (through `b`'s last query head alone). Then the
+/// 30-step line lies between `a`'s level and `b`'s, the 29-step line, one halving wider, above
+/// both in half the cases (those kept).
+fn near_tie_inputs(rng: &mut impl Rng, case: &PlanCase) -> PlanHostInputs {
+    let (d, g) = (case.d, case.g);
+    assert!(g >= 2 && !case.rotate && case.method == PlanMethod::Fathom);
+    let block = case.block();
+    let budget = f64::from(case.budget);
+    let mut host = PlanHostInputs::random(rng, case);
+    for bh in 0..case.n_stored.len() * case.heads {
+        let sigma2 = host.sigma2[bh * d..(bh + 1) * d].to_vec();
+        let found = (0..10_000).find_map(|_| {
+            let mut q: Vec<f32> = (0..g * d)
+                .map(|i| {
+                    if i / d == g - 1 {
+                        0.0
+                    } else {
+                        rng.gen_range(-1.0f32..1.0) * 10f32.powf(rng.gen_range(-1.0..1.0))
+                    }
+                })
+                .collect();
+            let before = gains(&q, &sigma2, d);
+            let depths = bisected_depths(&before, budget, block, 30);
+            let level = |c: usize| before[c].map(|l| l - 2.0 * f64::from(depths[c] + 1));
+            let a = (0..d)
+                .filter(|&c| depths[c] < 4 && before[c].is_some())
+                .max_by(|&x, &y| level(x).unwrap().total_cmp(&level(y).unwrap()))?;
+            let twins: Vec<usize> = (0..d)
+                .filter(|&c| c != a && depths[c] == depths[a] + 1 && sigma2[c] > 0.0)
+                .collect();
+            let b = *twins.get(rng.gen_range(0..twins.len().max(1)))?;
+            let known: Vec<f64> = before.iter().flatten().copied().collect();
+            let top = known.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let bottom = known.iter().copied().fold(f64::INFINITY, f64::min);
+            let delta = (top - bottom + BRACKET_LOW_MARGIN) * 2f64.powi(-30) * 1.004;
+            let sum_a: f64 = (0..g - 1)
+                .map(|k| f64::from(q[k * d + a]) * f64::from(q[k * d + a]))
+                .sum();
+            for k in 0..g - 1 {
+                q[k * d + b] = q[k * d + a];
+            }
+            q[(g - 1) * d + b] = (sum_a * (delta * std::f64::consts::LN_2).exp_m1()).sqrt() as f32;
+            let mut sigma2 = sigma2.clone();
+            sigma2[b] = sigma2[a];
+            let after = gains(&q, &sigma2, d);
+            let thirty = bisected_depths(&after, budget, block, 30);
+            let rows: Vec<Vec<f64>> = q
+                .chunks_exact(d)
+                .map(|r| r.iter().map(|&x| f64::from(x)).collect())
+                .collect();
+            let s2: Vec<f64> = sigma2.iter().map(|&x| f64::from(x)).collect();
+            let reference = water_fill(&rows, &s2, budget, block).ok()?.depths;
+            (thirty == reference && bisected_depths(&after, budget, block, 29) != thirty)
+                .then_some((q, sigma2[b], b))
+        });
+        let (q, sigma2_b, b) = found.expect("a near tie within 10,000 draws");
+        host.queries[bh * g * d..(bh + 1) * g * d].copy_from_slice(&q);
+        host.sigma2[bh * d + b] = sigma2_b;
+    }
+    host
+}
+
+/// Four f32 queries whose importance `Σ_g q_g²` (in double, in `g` order) is the double `w`
+/// with `3w` exactly `2^j` (`σ² = 1`): a channel at level `log2(3w) = j` exactly.
+fn exact_level(rng: &mut impl Rng, j: i32) -> [f32; 4] {
+    let power = 2f64.powi(j);
+    let third = power / 3.0;
+    let target = [
+        third,
+        f64::from_bits(third.to_bits() + 1),
+        f64::from_bits(third.to_bits() - 1),
+    ]
+    .into_iter()
+    .find(|&w| 3.0 * w == power)
+    .expect("a double w with 3w = 2^j");
+    let sq = |x: f32| f64::from(x) * f64::from(x);
+    loop {
+        let q0 = ((target * rng.gen_range(0.3..0.6)).sqrt()) as f32;
+        let q1 = (((target - sq(q0)) * rng.gen_range(0.3..0.6)).sqrt()) as f32;
+        let s01 = 0.0 + sq(q0) + sq(q1);
+        let near = ((target - s01).sqrt() as f32).to_bits();
+        for n in 0..4096 {
+            let q2 = f32::from_bits(near.saturating_sub(n));
+            let s2 = s01 + sq(q2);
+            let rest = target - s2;
+            if rest < 0.0 {
+                continue;
+            }
+            let q3 = (rest.sqrt() as f32).to_bits();
+            for q3 in [q3.saturating_sub(1), q3, q3 + 1].map(f32::from_bits) {
+                if s2 + sq(q3) == target {
+                    return [q0, q1, q2, q3];
+                }
+            }
+        }
+    }
+}
+
+/// Inputs of a raw `fathom` case (G = 4, BLK = 64, budget 7 bits) whose every head has four
+/// channels of importance, the rest `σ² = 0`: `T` at level `k` (the top), `B` at `k - 7` (the
+/// bottom: the bracket is 16 wide, so every integer is a midpoint), `a` at `k - 3` and its twin
+/// `b` at `k - 3 + 2⁻²⁸` (less than the last step, 2⁻²⁶), levels exact through
+/// [`exact_level`]. The budget's water line is `a`'s next level, `k - 7`, exactly a midpoint the
+/// bisection tries: with `>=` it does not fit and the line ends at `k - 7 + 2⁻²⁶` (`a` and `b` at
+/// depth 1); with the depth comparisons `>`, it would fit (`a` at 1, `b` at 2) and the line stop
+/// there. Each head is checked against the reference and a replay of the `>` bisection.
+fn exact_tie_inputs(rng: &mut impl Rng, case: &PlanCase) -> PlanHostInputs {
+    let (d, g) = (case.d, case.g);
+    assert!(g == 4 && case.blk == 64 && case.budget == 7.0 && !case.rotate);
+    let block = case.block();
+    let mut host = PlanHostInputs::random(rng, case);
+    for bh in 0..case.n_stored.len() * case.heads {
+        let k = rng.gen_range(-4..=6);
+        let mut channels: Vec<usize> = (0..d).collect();
+        let picked: Vec<usize> = (0..4)
+            .map(|i| channels.swap_remove(rng.gen_range(0..d - i)))
+            .collect();
+        let (top, bottom, a, b) = (picked[0], picked[1], picked[2], picked[3]);
+        let mut q = vec![0.0f32; g * d];
+        let mut sigma2 = vec![0.0f32; d];
+        for (c, level) in [(top, k), (bottom, k - 7), (a, k - 3)] {
+            let rows = exact_level(rng, level);
+            for (i, x) in rows.into_iter().enumerate() {
+                q[i * d + c] = x;
+            }
+            sigma2[c] = 1.0;
+        }
+        // b: a's queries, the last one raised so that its level is 2⁻²⁸ above a's.
+        let sum_a: f64 = (0..g).map(|i| f64::from(q[i * d + a]).powi(2)).sum();
+        for i in 0..g {
+            q[i * d + b] = q[i * d + a];
+        }
+        let extra = sum_a * (2f64.powi(-28) * std::f64::consts::LN_2).exp_m1();
+        q[(g - 1) * d + b] = (f64::from(q[(g - 1) * d + a]).powi(2) + extra).sqrt() as f32;
+        sigma2[b] = 1.0;
+        let levels = gains(&q, &sigma2, d);
+        let (level_a, level_b) = (levels[a].unwrap(), levels[b].unwrap());
+        assert!(
+            [(top, k), (bottom, k - 7), (a, k - 3)]
+                .iter()
+                .all(|&(c, l)| levels[c] == Some(f64::from(l)))
+                && level_b > level_a
+                && level_b - level_a < 2f64.powi(-26),
+            "exact levels: {levels:?}"
+        );
+        let rows: Vec<Vec<f64>> = q
+            .chunks_exact(d)
+            .map(|r| r.iter().map(|&x| f64::from(x)).collect())
+            .collect();
+        let s2: Vec<f64> = sigma2.iter().map(|&x| f64::from(x)).collect();
+        let reference = water_fill(&rows, &s2, 7.0, block).unwrap().depths;
+        assert_eq!(reference, bisected_depths(&levels, 7.0, block, 30));
+        assert_eq!((reference[a], reference[b], reference[top]), (1, 1, 3));
+        host.queries[bh * g * d..(bh + 1) * g * d].copy_from_slice(&q);
+        host.sigma2[bh * d..(bh + 1) * d].copy_from_slice(&sigma2);
+    }
+    host
+}
+
+#[test]
+fn fathom_exact_ties_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_exact_ties_match_the_reference");
+    let mut failures = Vec::new();
+    for threads in [32, 1024] {
+        let case = PlanCase {
+            threads,
+            budget: 7.0,
+            ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+        };
+        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
+        let host = exact_tie_inputs(&mut rng, &case);
+        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
+    }
+    assert_none(failures);
+}
+
+#[test]
+fn fathom_near_ties_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_near_ties_match_the_reference");
+    let mut failures = Vec::new();
+    for (d, g, blk, threads) in [(64, 4, 64, 32), (96, 7, 32, 1024), (128, 4, 128, 256)] {
+        let case = PlanCase {
+            threads,
+            ..PlanCase::new(d, g, blk, PlanMethod::Fathom)
+        };
+        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
+        let host = near_tie_inputs(&mut rng, &case);
+        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
+    }
+    assert_none(failures);
+}
+
+/// The inputs a mutation check draws.
+#[derive(Clone, Copy)]
+enum Inputs {
+    Random,
+    NearTies,
+    ExactTies,
+}
+
+/// The seed of the mutation checks: which inputs catch a mutant must not change between runs.
+const MUTATION_SEED: u64 = 0x9_1a4;
+
+/// Each mutation `(what, from, to)` applied once to `base`'s source must be caught by the cases
+/// `budgets` (fresh inputs of `kind` from `MUTATION_SEED`) with a staging.
+fn assert_caught(base: &PlanCase, budgets: &[f32], kind: Inputs, mutations: &[(&str, &str, &str)]) {
+    let spec = base.spec();
+    let source = render(&spec).expect("the plan renders");
+    for &(what, from, to) in mutations {
+        assert!(
+            source.contains(from),
+            "the mutant `{what}`: `{from}` is not in {}",
+            spec_name(base)
+        );
+        let mutant = CpuPlan::build_source(spec, &source.replacen(from, to, 1))
+            .unwrap_or_else(|e| panic!("the mutant `{what}` builds: {e}"));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(MUTATION_SEED);
+        let caught = budgets.iter().any(|&budget| {
+            let case = PlanCase {
+                budget,
+                ..base.clone()
+            };
+            let host = match kind {
+                Inputs::Random => PlanHostInputs::random(&mut rng, &case),
+                Inputs::NearTies => near_tie_inputs(&mut rng, &case),
+                Inputs::ExactTies => exact_tie_inputs(&mut rng, &case),
+            };
+            let failures = run_with(
+                &mut rng,
+                MUTATION_SEED,
+                &case,
+                &mutant,
+                Staging::Planes,
+                &host,
+            )
+            .0;
+            if std::env::var_os("FATHOM_SHOW_MUTANTS").is_some() {
+                eprintln!("mutant `{what}` at {budget} bits: {failures:?}");
+            }
+            !failures.is_empty()
+        });
+        assert!(
+            caught,
+            "the mutant `{what}` of {} was not caught",
+            spec_name(base)
+        );
+    }
+}
+
+fn spec_name(case: &PlanCase) -> String {
+    use codegen::spec::Family;
+    case.spec().kernel_name()
+}
+
+#[test]
+fn plan_mutations_are_caught() {
+    // A staging of 60 planes: the plans at 92 bits and one plane short of all fitting exceed it.
+    let base = PlanCase {
+        rotate: true,
+        threads: 256,
+        stage_planes: 60,
+        ..PlanCase::new(96, 4, 64, PlanMethod::Fathom)
+    };
+    let all_fit = all_fit_budget(&base);
+    assert_caught(
+        &base,
+        &[48.0, 92.0, all_fit - 1.0],
+        Inputs::Random,
+        &[
+            (
+                "the rotation transposed",
+                "fmaf(basis[i * D + e % D], qg[i], acc)",
+                "fmaf(basis[(e % D) * D + i], qg[i], acc)",
+            ),
+            (
+                "the bisection's low end 7 below the lowest level, not 9",
+                "double lo = bottom - 9.0, hi = top;",
+                "double lo = bottom - 7.0, hi = top;",
+            ),
+            (
+                "a round's verdict taken the wrong way",
+                "if (fits_at[n]) { hi = mid; n = 2 * n; } else { lo = mid; n = 2 * n + 1; }",
+                "if (fits_at[n]) { hi = mid; n = 2 * n + 1; } else { lo = mid; n = 2 * n; }",
+            ),
+            (
+                "shallow classes first in the slot order",
+                "for (int u = 4; u > t; --u) slot += count[u];",
+                "for (int u = 1; u < t; ++u) slot += count[u];",
+            ),
+            (
+                "staged planes packed one a slot",
+                "for (int u = 4; u > t; --u) prefix += u * count[u];",
+                "for (int u = 4; u > t; --u) prefix += count[u];",
+            ),
+            (
+                "a fifth class count written (past the last head's)",
+                "if (threadIdx.x < 4) class_count[(size_t)bh * 4 + threadIdx.x] = count[4 - threadIdx.x];",
+                "if (threadIdx.x < 5) class_count[(size_t)bh * 4 + threadIdx.x] = count[4 - threadIdx.x];",
+            ),
+            (
+                "the overflow status never set",
+                "if (staged && !fits && threadIdx.x == 0",
+                "if (staged && !fits && threadIdx.x == 1024",
+            ),
+        ],
+    );
+}
+
+/// The bisection's length is caught only where the water line lands within a last halving of
+/// another channel's level: the near ties, whose every head's plan at 29 steps differs.
+#[test]
+fn bisection_mutations_are_caught_on_near_ties() {
+    let base = PlanCase {
+        threads: 256,
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    };
+    assert_caught(
+        &base,
+        &[48.0],
+        Inputs::NearTies,
+        &[
+            (
+                "one bisection step fewer",
+                "constexpr int BISECTION_STEPS = 30;",
+                "constexpr int BISECTION_STEPS = 29;",
+            ),
+            (
+                "the last round one level short",
+                "const int levels = min(LEVELS, BISECTION_STEPS - done);",
+                "const int levels = min(LEVELS, BISECTION_STEPS - done - (done + LEVELS >= BISECTION_STEPS));",
+            ),
+        ],
+    );
+}
+
+/// The depth comparisons `>=` turned to `>` change no plan unless a midpoint the bisection tries
+/// is exactly a channel's level with another channel's level within the last step above it: the
+/// exact ties.
+#[test]
+fn depth_comparison_mutation_is_caught_on_exact_ties() {
+    let base = PlanCase {
+        threads: 256,
+        budget: 7.0,
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    };
+    assert_caught(
+        &base,
+        &[7.0],
+        Inputs::ExactTies,
+        &[(
+            "the depth comparisons `>=` turned to `>`",
+            "return (d >= 2.0) + (d >= 4.0) + (d >= 6.0) + (d >= 8.0);",
+            "return (d > 2.0) + (d > 4.0) + (d > 6.0) + (d > 8.0);",
+        )],
+    );
+}
