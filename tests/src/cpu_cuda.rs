@@ -399,3 +399,35 @@ fn tempdir_in(parent: &Path) -> Result<PathBuf, String> {
     fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
 }
+
+/// One kernel spec's rendered source compiled for the CPU with its one entry point: the road the
+/// CPU runners of the families (`scan_cpu`, `plan_cpu`) share; each adds its own `run`.
+pub struct CpuKernel<S> {
+    pub spec: S,
+    program: Program,
+}
+
+impl<S: codegen::spec::Family + Copy> CpuKernel<S> {
+    /// Renders `spec` and compiles it for the CPU.
+    pub fn build(spec: S) -> Result<Self, String> {
+        let source = codegen::render::render(&spec).map_err(|e| e.to_string())?;
+        Self::build_source(spec, &source)
+    }
+
+    /// Compiles `source` as if it were `spec`'s rendering (a test may mutate the text).
+    pub fn build_source(spec: S, source: &str) -> Result<Self, String> {
+        let entry = Entry::from_source(source, spec.kernel_name())?;
+        let program = Program::build(source, vec![entry])?;
+        Ok(CpuKernel { spec, program })
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> String {
+        self.spec.kernel_name()
+    }
+
+    /// The compiled program (its one entry point is entry 0).
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+}

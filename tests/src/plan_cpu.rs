@@ -3,11 +3,10 @@
 //! pointing at them), with the outputs poisoned as `store_kernels::run_plan` poisons them and
 //! followed by guard words that must stay poison, so that `plan_check` judges both alike.
 
-use codegen::render::render;
-use codegen::spec::{Family, PlanSpec};
+use codegen::spec::PlanSpec;
 use reference::store::HeadStore;
 
-use crate::cpu_cuda::{Address, Entry, Launch, Program, Value};
+use crate::cpu_cuda::{Address, CpuKernel, Launch, Value};
 use crate::plan_check::{PlanAddresses, PlanResult};
 use crate::store_kernels::TableShape;
 
@@ -16,10 +15,7 @@ use crate::store_kernels::TableShape;
 const GUARD_WORDS: usize = 64;
 
 /// A plan spec's kernel compiled for the CPU.
-pub struct CpuPlan {
-    pub spec: PlanSpec,
-    program: Program,
-}
+pub type CpuPlan = CpuKernel<PlanSpec>;
 
 /// What one plan launch reads, on the host; `None` is passed as a null pointer.
 pub struct CpuPlanArgs<'a> {
@@ -129,24 +125,7 @@ fn poisoned(words: usize) -> Vec<u32> {
     vec![u32::MAX; words + GUARD_WORDS]
 }
 
-impl CpuPlan {
-    /// Renders `spec` and compiles it for the CPU.
-    pub fn build(spec: PlanSpec) -> Result<Self, String> {
-        Self::build_source(spec, &render(&spec).map_err(|e| e.to_string())?)
-    }
-
-    /// Compiles `source` as if it were `spec`'s rendering (a test may mutate the text).
-    pub fn build_source(spec: PlanSpec, source: &str) -> Result<Self, String> {
-        let entry = Entry::from_source(source, spec.kernel_name())?;
-        let program = Program::build(source, vec![entry])?;
-        Ok(CpuPlan { spec, program })
-    }
-
-    /// The kernel's name.
-    pub fn name(&self) -> String {
-        self.spec.kernel_name()
-    }
-
+impl CpuKernel<PlanSpec> {
     /// Runs the plan over `a`; `seed` orders the fibers.
     pub fn run(&self, a: &CpuPlanArgs<'_>, seed: u64) -> Result<CpuPlanRun, String> {
         let spec = self.spec;
@@ -269,7 +248,7 @@ impl CpuPlan {
             threads,
             args,
         };
-        self.program
+        self.program()
             .run_with_addresses(&mut buffers, &addresses, &[launch], seed)?;
 
         // Nothing written past the outputs, nor into the staging or the inputs.

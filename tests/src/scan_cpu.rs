@@ -3,19 +3,15 @@
 //! pointing into them), with the outputs poisoned as `store_kernels::run_scan` and
 //! `run_scan_peaks` poison them, so that the checks of `scan_check` judge both alike.
 
-use codegen::render::render;
-use codegen::spec::{Family, ScanSpec};
+use codegen::spec::ScanSpec;
 use reference::store::HeadStore;
 
-use crate::cpu_cuda::{Address, Entry, Launch, Program, Value};
+use crate::cpu_cuda::{Address, CpuKernel, Launch, Value};
 use crate::scan_check::PEAKS_POISON;
 use crate::store_kernels::{class_count, write_source_runs, TableShape};
 
 /// A scan spec's kernel compiled for the CPU.
-pub struct CpuScan {
-    pub spec: ScanSpec,
-    program: Program,
-}
+pub type CpuScan = CpuKernel<ScanSpec>;
 
 /// What one scan reads, on the host.
 pub struct CpuScanArgs<'a> {
@@ -73,24 +69,7 @@ fn u16_words(x: &[u16]) -> Vec<u32> {
         .collect()
 }
 
-impl CpuScan {
-    /// Renders `spec` and compiles it for the CPU.
-    pub fn build(spec: ScanSpec) -> Result<Self, String> {
-        Self::build_source(spec, &render(&spec).map_err(|e| e.to_string())?)
-    }
-
-    /// Compiles `source` as if it were `spec`'s rendering (a test may mutate the text).
-    pub fn build_source(spec: ScanSpec, source: &str) -> Result<Self, String> {
-        let entry = Entry::from_source(source, spec.kernel_name())?;
-        let program = Program::build(source, vec![entry])?;
-        Ok(CpuScan { spec, program })
-    }
-
-    /// The kernel's name.
-    pub fn name(&self) -> String {
-        self.spec.kernel_name()
-    }
-
+impl CpuKernel<ScanSpec> {
     /// Runs the scan over `a`; `seed` orders the fibers.
     pub fn run(&self, a: &CpuScanArgs<'_>, seed: u64) -> Result<CpuScanOutputs, String> {
         let spec = self.spec;
@@ -187,7 +166,7 @@ impl CpuScan {
             threads,
             args,
         };
-        self.program
+        self.program()
             .run_with_addresses(&mut buffers, &addresses, &[launch], seed)?;
         Ok(CpuScanOutputs {
             scores: buffers[Buf::Scores as usize]
