@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SUPERSEDED (2026-12-05, sixth session): select-peaks, select-scan-peaks and
+# pariskv-decode-table joined autotune's default grid, and `--opt-in` with them is now refused;
+# this script is kept as the record of what ran (or was planned). Next: h200-next-record-peaks.sh.
 # Issue #15 item 5 (pariskv(100) in HBM at 1M: 0.68 ms a layer asked). The decode tables
 # (`PariskvRerankSpec::decode_table`, `_dt`) and the split query (`subspace_blocks`) were exact on
 # an H100 at f75ce70 (bench/results/pariskv-dt-h100-2026-12-05-f75ce70-summary.txt: the rerank

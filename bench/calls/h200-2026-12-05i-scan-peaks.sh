@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SUPERSEDED (2026-12-05, sixth session): select-peaks, select-scan-peaks and
+# pariskv-decode-table joined autotune's default grid, and `--opt-in` with them is now refused;
+# this script is kept as the record of what ran (or was planned). Next: h200-next-record-peaks.sh.
 # Issue #15 item 1 (the select, 32 x 1M at k = 512: 50 us asked, 90 measured: its `_chunk`
 # streams the scores at ~2 TB/s, bound by loads in flight). The scans now write the peak of
 # every 32-token half they score (`ScanSpec::peaks`, `_pk`; both scan templates, a redux or

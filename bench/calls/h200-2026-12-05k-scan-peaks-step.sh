@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SUPERSEDED (2026-12-05, sixth session): select-peaks, select-scan-peaks and
+# pariskv-decode-table joined autotune's default grid, and `--opt-in` with them is now refused;
+# this script is kept as the record of what ran (or was planned). Next: h200-next-record-peaks.sh.
 # Issue #15 item 1, the step's verdict on the scan-peaks selects (opt-in `select-scan-peaks`).
 # The first call of the day (bench/calls/h200-2026-12-05i-scan-peaks.sh, on an H100) found them
 # exact (gpu_scan's peaks, gpu_step's nine peaks tests, gpu_select's random, boundary,

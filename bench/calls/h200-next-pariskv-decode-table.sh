@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SUPERSEDED (2026-12-05, sixth session): select-peaks, select-scan-peaks and
+# pariskv-decode-table joined autotune's default grid, and `--opt-in` with them is now refused;
+# this script is kept as the record of what ran (or was planned). Next: h200-next-record-peaks.sh.
 # Issue #15 item 5 (pariskv(100) in HBM at 1M: 0.68 ms a layer asked; the rerank alone takes 1.69
 # in the committed record, and pariskv(100) was last step-benched at 9f1f740). The rerank's `_score`
 # re-stores a 64-byte table of the 8 levels to local memory before every nibble it decodes (SASS

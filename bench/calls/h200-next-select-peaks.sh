@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SUPERSEDED (2026-12-05, sixth session): select-peaks, select-scan-peaks and
+# pariskv-decode-table joined autotune's default grid, and `--opt-in` with them is now refused;
+# this script is kept as the record of what ran (or was planned). Next: h200-next-record-peaks.sh.
 # Issue #15 item 1 (the select, 32 x 1M at k = 512: 50 us asked, 90 measured). The one-read
 # select's `_chunk` is bound by its tile loop's instructions (~190 a warp a tile: compare, vote,
 # append, cuts) because its running floor rises slowly: at 1M most warp-tiles still hold a
