@@ -75,6 +75,27 @@ fn plan_of(
     k: usize,
     tuning: Option<&dyn Tuning>,
 ) -> Result<super::LaunchPlan, StepError> {
+    plan_inputs(shape, method, transfer, k, &fetched(), tuning)
+}
+
+/// [`plan_of`] with `tiles` in place of [`fetched`] and no record.
+fn plan_with(
+    shape: StepShape,
+    method: Method,
+    k: usize,
+    tiles: &Tiles,
+) -> Result<super::LaunchPlan, StepError> {
+    plan_inputs(shape, method, None, k, tiles, None)
+}
+
+fn plan_inputs(
+    shape: StepShape,
+    method: Method,
+    transfer: Option<Transfer>,
+    k: usize,
+    tiles: &Tiles,
+    tuning: Option<&dyn Tuning>,
+) -> Result<super::LaunchPlan, StepError> {
     let scoring = Scoring::of(method, shape.head_dim, shape.block, Basis::Klt)?;
     launch_plan(&PlanInputs {
         shape,
@@ -83,7 +104,7 @@ fn plan_of(
         k,
         k_max: 512,
         union: true,
-        tiles: &fetched(),
+        tiles,
         tuning,
     })
 }

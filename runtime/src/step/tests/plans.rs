@@ -314,18 +314,7 @@ fn attention_from_the_store_drops_the_fetch_in_hbm_only() {
                     kv_rows,
                     ..shape(4, 20_000, placement)
                 };
-                let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Klt).unwrap();
-                let plan = launch_plan(&PlanInputs {
-                    shape: s,
-                    scoring,
-                    transfer: None,
-                    k: 64,
-                    k_max: 512,
-                    union: true,
-                    tiles: &tiles,
-                    tuning: None,
-                })
-                .unwrap();
+                let plan = plan_with(s, method, 64, &tiles).unwrap();
                 let fetches = roles(&plan).iter().filter(|&&r| r == Role::Fetch).count();
                 let attention = plan.specs.attention;
                 let what = format!("{method} {placement:?} {kv_rows}");

@@ -340,22 +340,11 @@ fn a_compact_select_winner_plans_its_twelve_launches_and_candidate_buffers() {
 #[test]
 fn default_tiles_can_ask_for_the_compact_select() {
     let s = shape(4, 10_000, Placement::Hbm);
-    let scoring = Scoring::of(Method::Oracle, s.head_dim, s.block, Basis::Klt).unwrap();
     let tiles = Tiles {
         select_algorithm: SelectAlgorithm::Compact,
         ..Tiles::default()
     };
-    let plan = launch_plan(&PlanInputs {
-        shape: s,
-        scoring,
-        transfer: None,
-        k: 64,
-        k_max: 512,
-        union: true,
-        tiles: &tiles,
-        tuning: None,
-    })
-    .unwrap();
+    let plan = plan_with(s, Method::Oracle, 64, &tiles).unwrap();
     assert!(plan.specs.select.unwrap().compact());
     assert!(plan.sizes.select_candidates > 0);
     assert_eq!(
@@ -671,18 +660,7 @@ fn without_a_record_the_select_reads_the_scan_s_peaks() {
             (Method::Oracle, SelectAlgorithm::Peaks),
             (Method::Landmark, SelectAlgorithm::Peaks),
         ] {
-            let scoring = Scoring::of(method, s.head_dim, s.block, Basis::Klt).unwrap();
-            let plan = launch_plan(&PlanInputs {
-                shape: s,
-                scoring,
-                transfer: None,
-                k: 64,
-                k_max: 512,
-                union: true,
-                tiles: &defaults,
-                tuning: None,
-            })
-            .unwrap();
+            let plan = plan_with(s, method, 64, &defaults).unwrap();
             let select = plan.specs.select.unwrap();
             assert_eq!(select.algorithm, algorithm, "{method} {placement:?}");
             assert_eq!((select.threads, select.items_per_thread), (512, 4));
