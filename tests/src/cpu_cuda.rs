@@ -431,3 +431,39 @@ impl<S: codegen::spec::Family + Copy> CpuKernel<S> {
         &self.program
     }
 }
+
+/// Host data as the 32-bit words the CPU runs' buffers hold (little-endian, the last word
+/// zero-padded), and back.
+pub mod words {
+    /// Each `u64` as two words, low first.
+    pub fn from_u64(x: &[u64]) -> Vec<u32> {
+        x.iter()
+            .flat_map(|&w| [w as u32, (w >> 32) as u32])
+            .collect()
+    }
+
+    /// Pairs of words as `u64`s, low first.
+    pub fn to_u64(x: &[u32]) -> Vec<u64> {
+        x.chunks_exact(2)
+            .map(|p| u64::from(p[0]) | u64::from(p[1]) << 32)
+            .collect()
+    }
+
+    /// Two `u16`s a word, the first in the low half.
+    pub fn from_u16(x: &[u16]) -> Vec<u32> {
+        x.chunks(2)
+            .map(|p| u32::from(p[0]) | u32::from(*p.get(1).unwrap_or(&0)) << 16)
+            .collect()
+    }
+
+    /// Four bytes a word, the first in the low byte.
+    pub fn from_u8(x: &[u8]) -> Vec<u32> {
+        x.chunks(4)
+            .map(|p| {
+                let mut b = [0u8; 4];
+                b[..p.len()].copy_from_slice(p);
+                u32::from_le_bytes(b)
+            })
+            .collect()
+    }
+}

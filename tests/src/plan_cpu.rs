@@ -6,7 +6,7 @@
 use codegen::spec::PlanSpec;
 use reference::store::HeadStore;
 
-use crate::cpu_cuda::{Address, CpuKernel, Launch, Value};
+use crate::cpu_cuda::{words, Address, CpuKernel, Launch, Value};
 use crate::plan_check::{PlanAddresses, PlanResult};
 use crate::store_kernels::TableShape;
 
@@ -92,34 +92,6 @@ const INPUTS: [Buf; 7] = [
     Buf::StageScales,
 ];
 
-fn u64_words(x: &[u64]) -> Vec<u32> {
-    x.iter()
-        .flat_map(|&w| [w as u32, (w >> 32) as u32])
-        .collect()
-}
-
-fn words_u64(x: &[u32]) -> Vec<u64> {
-    x.chunks_exact(2)
-        .map(|p| u64::from(p[0]) | u64::from(p[1]) << 32)
-        .collect()
-}
-
-fn u16_words(x: &[u16]) -> Vec<u32> {
-    x.chunks(2)
-        .map(|p| u32::from(p[0]) | u32::from(*p.get(1).unwrap_or(&0)) << 16)
-        .collect()
-}
-
-fn u8_words(x: &[u8]) -> Vec<u32> {
-    x.chunks(4)
-        .map(|p| {
-            let mut b = [0u8; 4];
-            b[..p.len()].copy_from_slice(p);
-            u32::from_le_bytes(b)
-        })
-        .collect()
-}
-
 /// `words` poison words followed by the guard.
 fn poisoned(words: usize) -> Vec<u32> {
     vec![u32::MAX; words + GUARD_WORDS]
@@ -157,8 +129,8 @@ impl CpuKernel<PlanSpec> {
                 for (s, segment) in store.segments().iter().enumerate() {
                     let index = (b * heads + h) * a.max_seg + s;
                     for (table, data) in [
-                        (Buf::SegWords, u64_words(&segment.words)),
-                        (Buf::SegScales, u16_words(&segment.scales)),
+                        (Buf::SegWords, words::from_u64(&segment.words)),
+                        (Buf::SegScales, words::from_u16(&segment.scales)),
                     ] {
                         addresses.push(Address {
                             buffer: table as usize,
@@ -188,7 +160,7 @@ impl CpuKernel<PlanSpec> {
             a.queries.iter().map(|q| q.to_bits()).collect(),
             a.sigma2
                 .map_or(Vec::new(), |x| x.iter().map(|v| v.to_bits()).collect()),
-            a.fixed_channels.map_or(Vec::new(), u8_words),
+            a.fixed_channels.map_or(Vec::new(), words::from_u8),
             a.rotation
                 .map_or(Vec::new(), |x| x.iter().map(|v| v.to_bits()).collect()),
             vec![0; 2 * regions],
@@ -284,7 +256,7 @@ impl CpuKernel<PlanSpec> {
             .take(batch * heads * d)
             .collect();
         let status = &buffers[Buf::Status as usize];
-        let stage = words_u64(&buffers[Buf::StageAddresses as usize]);
+        let stage = words::to_u64(&buffers[Buf::StageAddresses as usize]);
         let result = PlanResult {
             q_store: buffers[Buf::QStore as usize][..batch * heads * g * d]
                 .iter()
@@ -292,15 +264,15 @@ impl CpuKernel<PlanSpec> {
                 .collect(),
             depths,
             class_count: buffers[Buf::ClassCount as usize][..batch * heads * 4].to_vec(),
-            runs: words_u64(&buffers[Buf::Runs as usize][..2 * shape.len()]),
+            runs: words::to_u64(&buffers[Buf::Runs as usize][..2 * shape.len()]),
             staged_runs: staged
-                .then(|| words_u64(&buffers[Buf::StagedRuns as usize][..2 * shape.len()])),
+                .then(|| words::to_u64(&buffers[Buf::StagedRuns as usize][..2 * shape.len()])),
             status: [status[0] as i32, status[1] as i32, status[2] as i32],
         };
         Ok(CpuPlanRun {
             result,
-            seg_words: words_u64(&buffers[Buf::SegWords as usize]),
-            seg_scales: words_u64(&buffers[Buf::SegScales as usize]),
+            seg_words: words::to_u64(&buffers[Buf::SegWords as usize]),
+            seg_scales: words::to_u64(&buffers[Buf::SegScales as usize]),
             staging: a.stage_planes.map(|p| (stage[0], stage[1], p)),
             shape,
             stray_writes,

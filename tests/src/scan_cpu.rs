@@ -6,7 +6,7 @@
 use codegen::spec::ScanSpec;
 use reference::store::HeadStore;
 
-use crate::cpu_cuda::{Address, CpuKernel, Launch, Value};
+use crate::cpu_cuda::{words, Address, CpuKernel, Launch, Value};
 use crate::scan_check::PEAKS_POISON;
 use crate::store_kernels::{class_count, write_source_runs, TableShape};
 
@@ -57,18 +57,6 @@ enum Buf {
     FirstSegment,
 }
 
-fn u64_words(x: &[u64]) -> Vec<u32> {
-    x.iter()
-        .flat_map(|&w| [w as u32, (w >> 32) as u32])
-        .collect()
-}
-
-fn u16_words(x: &[u16]) -> Vec<u32> {
-    x.chunks(2)
-        .map(|p| u32::from(p[0]) | u32::from(*p.get(1).unwrap_or(&0)) << 16)
-        .collect()
-}
-
 impl CpuKernel<ScanSpec> {
     /// Runs the scan over `a`; `seed` orders the fibers.
     pub fn run(&self, a: &CpuScanArgs<'_>, seed: u64) -> Result<CpuScanOutputs, String> {
@@ -108,11 +96,11 @@ impl CpuKernel<ScanSpec> {
                     .take(shape.stored_segments(stored))
                 {
                     let words = Buf::FirstSegment as usize + segments.len();
-                    segments.push(u64_words(&segment.words));
+                    segments.push(words::from_u64(&segment.words));
                     let skip = usize::from(a.misaligned_scales);
                     let mut scales = vec![u16::MAX; skip];
                     scales.extend(&segment.scales);
-                    segments.push(u16_words(&scales));
+                    segments.push(words::from_u16(&scales));
                     for slot in 0..layout.head_dim() {
                         let e = shape.entry(b, h, s, slot);
                         for (pointer, target, skip) in [(e, words, 0), (e + 1, words + 1, 2 * skip)]
@@ -130,7 +118,7 @@ impl CpuKernel<ScanSpec> {
             }
         }
         let mut buffers = vec![
-            u64_words(&runs),
+            words::from_u64(&runs),
             counts,
             a.queries.iter().map(|q| q.to_bits()).collect(),
             a.n_scored.iter().map(|&n| n as u32).collect(),

@@ -13,7 +13,7 @@
 use codegen::render::render;
 use codegen::spec::pariskv::RerankSelect;
 use codegen::spec::{Family, PariskvRerankSpec, Placement};
-use fathom_tests::cpu_cuda::{Entry, Launch, PointerTable, Program, Value};
+use fathom_tests::cpu_cuda::{words, Entry, Launch, PointerTable, Program, Value};
 use fathom_tests::inputs;
 use half::bf16;
 use rand::seq::index::sample;
@@ -54,16 +54,6 @@ fn heads(rng: &mut impl Rng, head_dim: usize) -> Vec<Head> {
         .collect()
 }
 
-fn bytes_to_words(b: &[u8]) -> Vec<u32> {
-    b.chunks(4)
-        .map(|c| {
-            let mut w = [0u8; 4];
-            w[..c.len()].copy_from_slice(c);
-            u32::from_le_bytes(w)
-        })
-        .collect()
-}
-
 fn f64_words(x: &[f64]) -> Vec<u32> {
     x.iter()
         .flat_map(|v| {
@@ -91,14 +81,14 @@ fn run(
         let codes: Vec<u8> = (0..TOKENS)
             .flat_map(|t| head.index.codes(t).to_vec())
             .collect();
-        buffers.push(bytes_to_words(&codes));
+        buffers.push(words::from_u8(&codes));
     }
     for head in heads {
         let weights: Vec<u8> = (0..TOKENS)
             .flat_map(|t| head.index.weights(t).to_vec())
             .flat_map(|w: bf16| w.to_bits().to_le_bytes())
             .collect();
-        buffers.push(bytes_to_words(&weights));
+        buffers.push(words::from_u8(&weights));
     }
     let q_tilde: Vec<f64> = heads.iter().flat_map(|x| x.q_tilde.clone()).collect();
     let q_norm: Vec<f64> = heads.iter().map(|x| x.q_norm).collect();
