@@ -42,9 +42,9 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         "separate" => stem,
         other => format!("{stem}-kv{other}"),
     };
-    // Likewise a run with the ParisKV query split over several blocks a head.
+    // Likewise a run with the ParisKV query over other blocks a head than the runtime's.
     let stem = match h.pariskv_query_blocks {
-        1 => stem,
+        b if b == runtime::tuning::Tiles::default().pariskv_query_blocks => stem,
         blocks => format!("{stem}-pkq{blocks}"),
     };
     let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;

@@ -71,8 +71,10 @@ pub struct Args {
     #[arg(long, default_value = "store")]
     pub attention_rows: String,
     /// Blocks of the ParisKV query kernel per KV head, each ranking a share of the subspaces
-    /// (1, the runtime's default: every subspace in turn; at most one a subspace is used).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    /// (16, the runtime's default: one a subspace at D = 128; 1 ranks every subspace in turn;
+    /// at most one a subspace is used).
+    #[arg(long, default_value_t = runtime::tuning::Tiles::default().pariskv_query_blocks,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub pariskv_query_blocks: u32,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.

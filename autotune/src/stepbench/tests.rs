@@ -803,13 +803,14 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         bad.to_string().contains("--attention-rows") && bad.to_string().contains("store"),
         "{bad}"
     );
-    // The ParisKV query's blocks a head: 1 unless asked; 0 is refused by the parser.
-    assert_eq!(options(&[]).unwrap().pariskv_query_blocks, 1);
+    // The ParisKV query's blocks a head: the runtime's default (16) unless asked; 0 is
+    // refused by the parser.
+    assert_eq!(options(&[]).unwrap().pariskv_query_blocks, 16);
     assert_eq!(
-        options(&["--pariskv-query-blocks", "16"])
+        options(&["--pariskv-query-blocks", "1"])
             .unwrap()
             .pariskv_query_blocks,
-        16
+        1
     );
     let zero = Args::try_parse_from(["step-bench", "--pariskv-query-blocks", "0"]).unwrap_err();
     assert!(zero.to_string().contains("pariskv-query-blocks"), "{zero}");

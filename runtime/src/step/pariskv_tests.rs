@@ -503,9 +503,9 @@ fn rerank_tiles_choose_the_whole_row_score() {
     .unwrap();
     let r = fallback.specs.pariskv.unwrap().rerank;
     assert_eq!((r.threads, r.select), (32, Single));
-    // The query kernel: one block a head by default; split as the tiles ask, at most one block
-    // a subspace (16 at D = 128), its launch's z the blocks.
-    assert_eq!(Tiles::default().pariskv_query_blocks, 1);
+    // The query kernel: one block a subspace by default; split as the tiles ask, at most one
+    // block a subspace (16 at D = 128), its launch's z the blocks.
+    assert_eq!(Tiles::default().pariskv_query_blocks, 16);
     for (asked, used) in [(1, 1), (5, 5), (16, 16), (40, 16)] {
         let tiles = Tiles {
             pariskv_query_blocks: asked,

@@ -343,8 +343,11 @@ impl Default for Tiles {
             rerank_vector_loads: true,
             rerank_select: RerankSelect::Multiblock,
             rerank_decode_table: true,
-            // One block a head, every subspace in turn, until the split is measured on a GPU.
-            pariskv_query_blocks: 1,
+            // One block a subspace (clamped to the head's subspaces): pariskv(100)'s HBM step at
+            // 1M took 9.22 ms split over 16 blocks a head against 11.30 with one block ranking
+            // the 16 subspaces in turn (H100, 2026-12-05, db8722f,
+            // `bench/results/record-peaks-h100-2026-12-05-db8722f-step-pk-q*`).
+            pariskv_query_blocks: 16,
         }
     }
 }
