@@ -109,6 +109,7 @@ fn plan_name_carries_every_field() {
         method: _,
         rotate: _,
         threads: _,
+        preload_segments: _,
     } = s;
     assert_every_field_named(
         s,
@@ -132,6 +133,13 @@ fn plan_name_carries_every_field() {
             ),
             ("rotate", PlanSpec { rotate: true, ..s }),
             ("threads", PlanSpec { threads: 512, ..s }),
+            (
+                "preload_segments",
+                PlanSpec {
+                    preload_segments: true,
+                    ..s
+                },
+            ),
         ],
     );
     // Every method, and every method parameter, has its own name.

@@ -36,6 +36,8 @@ pub struct PlanCase {
     pub stage_planes: usize,
     /// Threads per block (the bisection's rounds and midpoints per warp follow it).
     pub threads: usize,
+    /// `PlanSpec::preload_segments`.
+    pub preload_segments: bool,
 }
 
 impl PlanCase {
@@ -52,6 +54,7 @@ impl PlanCase {
             zero_queries: Vec::new(),
             stage_planes: 4 * d,
             threads: 256,
+            preload_segments: false,
         }
     }
 
@@ -64,6 +67,7 @@ impl PlanCase {
             method: self.method,
             rotate: self.rotate,
             threads: self.threads,
+            preload_segments: self.preload_segments,
         }
     }
 

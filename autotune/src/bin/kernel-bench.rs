@@ -5,6 +5,9 @@
 //! store (random non-zero planes and scales, every KV head, one sequence) in mapped host memory
 //! and in HBM, plans it on the GPU with the plan kernel (`fathom(B)` and `sparq(32)`), and times
 //! with CUDA events (median of `--reps` runs after warm-up):
+//! - `plan`: the plan kernel itself (`plan ps` with `--plan-preload`: the form that loads its
+//!   segments' addresses a block's threads at a time, `PlanSpec::preload_segments`, whose
+//!   outputs must equal the plain one's or the bench stops; `--plan-only` times nothing else);
 //! - `gather`: the active runs of the plan from mapped host memory into HBM staging;
 //! - the fused scan reading the planes straight from mapped host memory, for several tiles;
 //! - the HBM scan of the same plans, for several tiles;
@@ -48,6 +51,11 @@ struct Options {
     tensor_cores: bool,
     /// Also time every scan kernel writing the peaks of its halves (`ScanSpec::peaks`).
     scan_peaks: bool,
+    /// Also time the plan kernel with its segments' addresses preloaded
+    /// (`PlanSpec::preload_segments`), checking that it writes what the plain one does.
+    plan_preload: bool,
+    /// Time the plan kernels only (no gather, no scans).
+    plan_only: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -64,6 +72,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         host_memory: HostMemory::Pinned,
         tensor_cores: false,
         scan_peaks: false,
+        plan_preload: false,
+        plan_only: false,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -79,6 +89,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             }
             "--tensor-cores" => o.tensor_cores = true,
             "--scan-peaks" => o.scan_peaks = true,
+            "--plan-preload" => o.plan_preload = true,
+            "--plan-only" => o.plan_only = true,
             "--budgets" => {
                 o.budgets = value()?
                     .split(',')
@@ -89,7 +101,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
                      [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--tensor-cores] \
-                     [--scan-peaks] [--commit HASH]"
+                     [--scan-peaks] [--plan-preload] [--plan-only] [--commit HASH]"
                 ))
             }
         }
@@ -221,9 +233,14 @@ struct DevicePlan {
     staged_runs: DeviceBuffer<u64>,
     class_count: DeviceBuffer<u32>,
     q_store: DeviceBuffer<f32>,
+    depths: Vec<u8>,
     /// Bytes of planes and scales the plan reads in one step (all heads).
     bytes: usize,
     bits_per_token: f64,
+    /// The plan kernel's median time over the bench's reps, its name and function.
+    ms: f64,
+    name: String,
+    function: CudaFunction,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -238,10 +255,13 @@ fn plan(
     segments: usize,
     tokens: usize,
     staging: (&DeviceBuffer<u64>, &DeviceBuffer<u16>, usize),
+    preload_segments: bool,
+    reps: usize,
 ) -> Result<DevicePlan, String> {
     let spec = PlanSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
+        preload_segments,
         ..PlanSpec::new(d, g, method, false)
     };
     let gpu: &Gpu = jit.gpu();
@@ -257,14 +277,12 @@ fn plan(
         .collect();
     let e = |x: GpuError| x.to_string();
     let table = heads * segments * d * 4;
-    let out = DevicePlan {
-        runs: gpu.filled(table, 0xff).map_err(e)?,
-        staged_runs: gpu.filled(table, 0xff).map_err(e)?,
-        class_count: gpu.filled(heads * 4, 0xff).map_err(e)?,
-        q_store: gpu.filled(heads * g * d, 0xff).map_err(e)?,
-        bytes: 0,
-        bits_per_token: 0.0,
-    };
+    let (runs, staged_runs) = (
+        gpu.filled(table, 0xff).map_err(e)?,
+        gpu.filled(table, 0xff).map_err(e)?,
+    );
+    let class_count = gpu.filled(heads * 4, 0xff).map_err(e)?;
+    let q_store = gpu.filled(heads * g * d, 0xff).map_err(e)?;
     let q = gpu.upload(&queries).map_err(e)?;
     let s2 = gpu.upload(&sigma2).map_err(e)?;
     let depths = gpu.filled::<u8>(heads * d, 0xff).map_err(e)?;
@@ -281,11 +299,11 @@ fn plan(
         max_seg: segments as i32,
         n_stored: store.n_stored.ptr(),
         n_heads: heads as i32,
-        q_store: out.q_store.shared_ptr_mut(),
+        q_store: q_store.shared_ptr_mut(),
         depths: depths.shared_ptr_mut(),
-        class_count: out.class_count.shared_ptr_mut(),
-        runs: out.runs.shared_ptr_mut(),
-        staged_runs: out.staged_runs.shared_ptr_mut(),
+        class_count: class_count.shared_ptr_mut(),
+        runs: runs.shared_ptr_mut(),
+        staged_runs: staged_runs.shared_ptr_mut(),
         stage_words: staging.0.shared_ptr_mut(),
         stage_scales: staging.1.shared_ptr_mut(),
         stage_planes: staging.2 as i32,
@@ -300,6 +318,11 @@ fn plan(
     if status[0] != 0 {
         return Err(format!("plan {name}: staging too small, status {status:?}"));
     }
+    // Every launch writes the same outputs from the same inputs.
+    let ms = time(gpu, reps, &|| {
+        gpu.launch(&function, grid, block, shared, &args)
+    })
+    .map_err(e)?;
     let depths = depths.download().map_err(e)?;
     let planes: usize = depths.iter().map(|&t| t as usize).sum();
     let active = depths.iter().filter(|&&t| t > 0).count();
@@ -307,9 +330,34 @@ fn plan(
     let bytes = planes * (tokens / 64) * 8 + active * scale_blocks * 2;
     let bits_per_token = (planes as f64 + active as f64 * 16.0 / BLOCK as f64) / heads as f64;
     Ok(DevicePlan {
+        runs,
+        staged_runs,
+        class_count,
+        q_store,
+        depths,
         bytes,
         bits_per_token,
-        ..out
+        ms,
+        name,
+        function,
+    })
+}
+
+/// What two plans of the same inputs wrote differs in (`None`: nothing).
+fn plan_difference(a: &DevicePlan, b: &DevicePlan) -> Result<Option<&'static str>, String> {
+    let e = |x: GpuError| x.to_string();
+    Ok(if a.depths != b.depths {
+        Some("depths")
+    } else if a.runs.download().map_err(e)? != b.runs.download().map_err(e)? {
+        Some("run table")
+    } else if a.staged_runs.download().map_err(e)? != b.staged_runs.download().map_err(e)? {
+        Some("staged run table")
+    } else if a.class_count.download().map_err(e)? != b.class_count.download().map_err(e)? {
+        Some("class counts")
+    } else if a.q_store.download().map_err(e)? != b.q_store.download().map_err(e)? {
+        Some("q_store")
+    } else {
+        None
     })
 }
 
@@ -463,8 +511,21 @@ fn run(o: &Options) -> Result<Record, String> {
     for (label, method, budget) in &methods {
         for (placement, store) in [(Placement::Host, &host), (Placement::Hbm, &hbm)] {
             let p = plan(
-                &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging,
+                &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, false,
+                o.reps,
             )?;
+            let preloaded = if o.plan_preload {
+                let q = plan(
+                    &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, true,
+                    o.reps,
+                )?;
+                if let Some(what) = plan_difference(&p, &q)? {
+                    return Err(format!("{} wrote another {what} than {}", q.name, p.name));
+                }
+                Some(q)
+            } else {
+                None
+            };
             let ceiling = match placement {
                 Placement::Host => ceilings.pinned_copy_gbps,
                 Placement::Hbm => ceilings.hbm_stream_gbps(),
@@ -478,7 +539,13 @@ fn run(o: &Options) -> Result<Record, String> {
                 let blocks_per_sm = f
                     .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
                     .unwrap_or(0);
-                let gbps = p.bytes as f64 / (ms * 1e-3) / 1e9;
+                // The plan reads no planes: no rate.
+                let streams = !what.starts_with("plan");
+                let gbps = if streams {
+                    p.bytes as f64 / (ms * 1e-3) / 1e9
+                } else {
+                    0.0
+                };
                 eprintln!(
                     "  {label:>12} {:>4} {what:<14} {ms:8.3} ms {gbps:8.1} GB/s  {kernel}",
                     placement.as_str()
@@ -500,6 +567,14 @@ fn run(o: &Options) -> Result<Record, String> {
                 });
                 ms
             };
+            let plan_threads = PlanSpec::new(d, g, *method, false).threads as u32;
+            push(p.name.clone(), "plan", p.ms, &p.function, plan_threads);
+            if let Some(q) = &preloaded {
+                push(q.name.clone(), "plan ps", q.ms, &q.function, plan_threads);
+            }
+            if o.plan_only {
+                continue;
+            }
             if placement == Placement::Host {
                 let args = abi::gather::Args {
                     src_runs: p.runs.ptr(),
@@ -656,6 +731,9 @@ mod tests {
         let o = parsed(&["--scan-peaks", "--tokens", "65536"]).unwrap();
         assert!(o.scan_peaks && !o.tensor_cores);
         assert_eq!(o.tokens, 65536);
+        assert!(parsed(&["--plan-preload"]).unwrap().plan_preload);
+        assert!(!parsed(&[]).unwrap().plan_preload);
+        assert!(parsed(&["--plan-only"]).unwrap().plan_only);
         let o = parsed(&["--tensor-cores", "--scan-peaks"]).unwrap();
         assert!(o.scan_peaks && o.tensor_cores);
         let usage = parsed(&["--peaks"]).err().unwrap();
