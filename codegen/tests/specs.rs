@@ -109,7 +109,7 @@ fn plan_name_carries_every_field() {
         method: _,
         rotate: _,
         threads: _,
-        preload_segments: _,
+        slot_table: _,
     } = s;
     assert_every_field_named(
         s,
@@ -134,9 +134,9 @@ fn plan_name_carries_every_field() {
             ("rotate", PlanSpec { rotate: true, ..s }),
             ("threads", PlanSpec { threads: 512, ..s }),
             (
-                "preload_segments",
+                "slot_table",
                 PlanSpec {
-                    preload_segments: true,
+                    slot_table: true,
                     ..s
                 },
             ),

@@ -36,8 +36,8 @@ pub struct PlanCase {
     pub stage_planes: usize,
     /// Threads per block (the bisection's rounds and midpoints per warp follow it).
     pub threads: usize,
-    /// `PlanSpec::preload_segments`.
-    pub preload_segments: bool,
+    /// `PlanSpec::slot_table`.
+    pub slot_table: bool,
 }
 
 impl PlanCase {
@@ -54,7 +54,7 @@ impl PlanCase {
             zero_queries: Vec::new(),
             stage_planes: 4 * d,
             threads: 256,
-            preload_segments: false,
+            slot_table: false,
         }
     }
 
@@ -67,7 +67,7 @@ impl PlanCase {
             method: self.method,
             rotate: self.rotate,
             threads: self.threads,
-            preload_segments: self.preload_segments,
+            slot_table: self.slot_table,
         }
     }
 

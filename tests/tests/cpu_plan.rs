@@ -333,18 +333,18 @@ fn other_methods_match_the_reference() {
     assert_none(failures);
 }
 
-/// The plan with `preload_segments` (the segments' addresses loaded a block's threads at a
-/// time, the first before the depths): the `fathom` cases of D × G at every budget of
+/// The plan with `slot_table` (the run tables from a table of slots, the segments'
+/// addresses a block's threads at a time, the first loaded before the depths): the `fathom` cases of D × G at every budget of
 /// [`check_fathom`] (at 32 and 64 threads a sequence of more than two chunks of segments), a
 /// few rotated; `sparq`, `uniform` and `double_sparsity` with and without a staging, each with
 /// a sequence of more than two chunks.
 #[test]
-fn preloaded_segments_match_the_reference() {
-    let (mut rng, seed) = inputs::rng_and_seed("preloaded_segments_match_the_reference");
+fn slot_table_matches_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("slot_table_matches_the_reference");
     let mut failures = Vec::new();
     for (i, case) in fathom_cases(0).into_iter().enumerate() {
         let case = PlanCase {
-            preload_segments: true,
+            slot_table: true,
             rotate: i % 4 == 1,
             ..case
         };
@@ -358,7 +358,7 @@ fn preloaded_segments_match_the_reference() {
     for (i, method) in methods.into_iter().enumerate() {
         let (threads, blk) = (THREADS[i], BLOCKS[i]);
         let base = PlanCase {
-            preload_segments: true,
+            slot_table: true,
             threads,
             n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
             ..PlanCase::new(HEAD_DIMS[i], GROUPS[i], blk, method)
@@ -728,12 +728,12 @@ fn plan_mutations_are_caught() {
     );
 }
 
-/// `preload_segments`' chunks of segment addresses: a sequence of 67 segments at 32 threads
-/// (three chunks, the last partial).
+/// `slot_table`'s slots and chunks of segment addresses: a sequence of 67 segments at 32
+/// threads (three chunks, the last partial).
 #[test]
-fn preload_mutations_are_caught() {
+fn slot_table_mutations_are_caught() {
     let base = PlanCase {
-        preload_segments: true,
+        slot_table: true,
         threads: 32,
         n_stored: vec![3 * 64, 0, (2 * 32 + 3) * 64 * SEGMENT_WORDS],
         ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
@@ -760,8 +760,13 @@ fn preload_mutations_are_caught() {
             ),
             (
                 "the next chunk's addresses written while this one's are read",
-                "chunk_scales[e / D]);\n        __syncthreads();",
-                "chunk_scales[e / D]);",
+                "is written.\n        __syncthreads();",
+                "is written.",
+            ),
+            (
+                "a slot's staged planes without its class's earlier slots",
+                "slot_prefix[slot] = prefix + t * before;",
+                "slot_prefix[slot] = prefix;",
             ),
         ],
     );

@@ -165,10 +165,10 @@ gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
     }
 });
 
-// `preload_segments` (the segments' addresses loaded a block's threads at a time, the first
-// before the depths): every block size, up to 128 threads more than two chunks of segments and
+// `slot_table` (the run tables from a table of slots, the segments' addresses a block's
+// threads at a time, the first loaded before the depths): every block size, up to 128 threads more than two chunks of segments and
 // a partial last one; fathom raw and rotated, and sparq, uniform with and without a staging.
-gpu_test!(gpu_plan_preloaded_segments_match_reference, |t| {
+gpu_test!(gpu_plan_slot_table_matches_reference, |t| {
     for (i, threads) in [32, 64, 96, 128, 224, 512, 1024].into_iter().enumerate() {
         let (g, d, blk) = FEW_SHAPES[i % FEW_SHAPES.len()];
         let method = [
@@ -185,7 +185,7 @@ gpu_test!(gpu_plan_preloaded_segments_match_reference, |t| {
                 threads,
                 rotate,
                 n_stored: n_stored.clone(),
-                preload_segments: true,
+                slot_table: true,
                 ..Case::new(d, g, blk, method)
             };
             check(&t.gpu, &mut t.rng, t.seed, &case);

@@ -5,8 +5,8 @@
 //! store (random non-zero planes and scales, every KV head, one sequence) in mapped host memory
 //! and in HBM, plans it on the GPU with the plan kernel (`fathom(B)` and `sparq(32)`), and times
 //! with CUDA events (median of `--reps` runs after warm-up):
-//! - `plan`: the plan kernel itself (`plan ps` with `--plan-preload`: the form that loads its
-//!   segments' addresses a block's threads at a time, `PlanSpec::preload_segments`, whose
+//! - `plan`: the plan kernel itself (`plan st` with `--plan-slot-table`: the form that writes
+//!   its run tables from a table of slots, `PlanSpec::slot_table`, whose
 //!   outputs must equal the plain one's or the bench stops; `--plan-only` times nothing else);
 //! - `gather`: the active runs of the plan from mapped host memory into HBM staging;
 //! - the fused scan reading the planes straight from mapped host memory, for several tiles;
@@ -51,9 +51,9 @@ struct Options {
     tensor_cores: bool,
     /// Also time every scan kernel writing the peaks of its halves (`ScanSpec::peaks`).
     scan_peaks: bool,
-    /// Also time the plan kernel with its segments' addresses preloaded
-    /// (`PlanSpec::preload_segments`), checking that it writes what the plain one does.
-    plan_preload: bool,
+    /// Also time the plan kernel writing its run tables from a table of slots
+    /// (`PlanSpec::slot_table`), checking that it writes what the plain one does.
+    plan_slot_table: bool,
     /// Time the plan kernels only (no gather, no scans).
     plan_only: bool,
 }
@@ -72,7 +72,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         host_memory: HostMemory::Pinned,
         tensor_cores: false,
         scan_peaks: false,
-        plan_preload: false,
+        plan_slot_table: false,
         plan_only: false,
     };
     while let Some(flag) = args.next() {
@@ -89,7 +89,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             }
             "--tensor-cores" => o.tensor_cores = true,
             "--scan-peaks" => o.scan_peaks = true,
-            "--plan-preload" => o.plan_preload = true,
+            "--plan-slot-table" => o.plan_slot_table = true,
             "--plan-only" => o.plan_only = true,
             "--budgets" => {
                 o.budgets = value()?
@@ -101,7 +101,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
                      [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--tensor-cores] \
-                     [--scan-peaks] [--plan-preload] [--plan-only] [--commit HASH]"
+                     [--scan-peaks] [--plan-slot-table] [--plan-only] [--commit HASH]"
                 ))
             }
         }
@@ -255,13 +255,13 @@ fn plan(
     segments: usize,
     tokens: usize,
     staging: (&DeviceBuffer<u64>, &DeviceBuffer<u16>, usize),
-    preload_segments: bool,
+    slot_table: bool,
     reps: usize,
 ) -> Result<DevicePlan, String> {
     let spec = PlanSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
-        preload_segments,
+        slot_table,
         ..PlanSpec::new(d, g, method, false)
     };
     let gpu: &Gpu = jit.gpu();
@@ -514,7 +514,7 @@ fn run(o: &Options) -> Result<Record, String> {
                 &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, false,
                 o.reps,
             )?;
-            let preloaded = if o.plan_preload {
+            let slot_tabled = if o.plan_slot_table {
                 let q = plan(
                     &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, true,
                     o.reps,
@@ -569,8 +569,8 @@ fn run(o: &Options) -> Result<Record, String> {
             };
             let plan_threads = PlanSpec::new(d, g, *method, false).threads as u32;
             push(p.name.clone(), "plan", p.ms, &p.function, plan_threads);
-            if let Some(q) = &preloaded {
-                push(q.name.clone(), "plan ps", q.ms, &q.function, plan_threads);
+            if let Some(q) = &slot_tabled {
+                push(q.name.clone(), "plan st", q.ms, &q.function, plan_threads);
             }
             if o.plan_only {
                 continue;
@@ -731,8 +731,8 @@ mod tests {
         let o = parsed(&["--scan-peaks", "--tokens", "65536"]).unwrap();
         assert!(o.scan_peaks && !o.tensor_cores);
         assert_eq!(o.tokens, 65536);
-        assert!(parsed(&["--plan-preload"]).unwrap().plan_preload);
-        assert!(!parsed(&[]).unwrap().plan_preload);
+        assert!(parsed(&["--plan-slot-table"]).unwrap().plan_slot_table);
+        assert!(!parsed(&[]).unwrap().plan_slot_table);
         assert!(parsed(&["--plan-only"]).unwrap().plan_only);
         let o = parsed(&["--tensor-cores", "--scan-peaks"]).unwrap();
         assert!(o.scan_peaks && o.tensor_cores);

@@ -106,13 +106,14 @@ pub struct PlanSpec {
     pub rotate: bool,
     /// Threads per thread block.
     pub threads: usize,
-    /// Load the store's segment addresses (`seg_words`, `seg_scales`) for THREADS segments at a
-    /// time, the first THREADS before the depths are computed, instead of once for every run
-    /// table entry written (a global round trip an entry, one after another: ~9 us a layer at
-    /// 1M, 32 segments a head). The same outputs bit for bit. Kernel name suffix `_ps`; `false`
-    /// when absent, so older specs read unchanged.
+    /// Write the run tables from a table of slots (channel, depth, staged planes before it:
+    /// worked out once a slot, not again for every segment's entry, ~180 instructions an entry
+    /// on the eight multiprocessors a batch-1 plan runs on), with the segments' addresses
+    /// loaded a block's threads at a time into shared memory (the first before the depths).
+    /// The same outputs bit for bit. Kernel name suffix `_st`; `false` when absent, so older
+    /// specs read unchanged.
     #[serde(default)]
-    pub preload_segments: bool,
+    pub slot_table: bool,
 }
 
 impl PlanSpec {
@@ -126,7 +127,7 @@ impl PlanSpec {
             method,
             rotate,
             threads: 256,
-            preload_segments: false,
+            slot_table: false,
         }
     }
 
@@ -152,7 +153,7 @@ impl Family for PlanSpec {
             method,
             rotate: _,
             threads,
-            preload_segments: _,
+            slot_table: _,
         } = *self;
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_group(Self::FAMILY, group)?;
@@ -186,7 +187,7 @@ impl Family for PlanSpec {
             self.method.tag(),
             if self.rotate { "rot" } else { "raw" },
             self.threads,
-            if self.preload_segments { "_ps" } else { "" }
+            if self.slot_table { "_st" } else { "" }
         )
     }
 
@@ -200,7 +201,7 @@ impl Family for PlanSpec {
         c.insert("method_parameter", &self.method.parameter());
         c.insert("rotate", &self.rotate);
         c.insert("threads", &self.threads);
-        c.insert("preload_segments", &self.preload_segments);
+        c.insert("slot_table", &self.slot_table);
         c
     }
 }

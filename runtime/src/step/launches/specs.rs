@@ -230,7 +230,7 @@ fn plan(
         rotate: shape.basis == Basis::Klt,
         threads: chooser.threads(TunedFamily::Plan, Placement::Hbm, tiles.plan_threads as u32)?
             as usize,
-        preload_segments: false,
+        slot_table: false,
     })
 }
 
