@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# What the one-block select's `_chunk` spends its 19 us on at HBM 32k (the largest stage of
+# the step there: ncu at e52a32f, H100, bench/NOTES.md "Seventh session"): ncu's full set
+# (source counters with SASS stall samples, warp states, memory) on one `_chunk` launch of the
+# step under the committed record, and the same for the plan (10.6 us, issue-bound on 8
+# multiprocessors) and attention (10.7). Read the reports with
+#   ncu --import FILE.ncu-rep --page source --csv --print-source sass
+# From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=$(git rev-parse --short HEAD) BUDGET=150 bash bench/calls/h100-next-select-32k-profile.sh
+set -u
+DEFAULT_BUDGET=150 . bench/calls/budget.sh
+C=${C:-unknown}
+nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
+unpack; el unpacked
+for k in peaks_head_chunk fathom_plan_ fathom_attention_; do
+  [ $(left) -gt 30 ] || break
+  timeout -k 10 $(lim 45) ncu --set full --import-source yes -k regex:$k --launch-skip 36 --launch-count 1 \
+    -o $L/ncu-$k $B/step-bench --model qwen3-8b --methods "fathom(48)" --batch 1 --placement hbm --steps 2 \
+    --slots 1 --no-standing --contexts 32k --out $L/sb-$k > $L/ncu-$k.txt 2>&1
+  el ncu $k rc=$?
+  ncu --import $L/ncu-$k.ncu-rep --page details > $L/ncu-$k-details.txt 2>&1
+done
+cd $L && { cat nvidia-smi.txt timeline.txt; for f in ncu-*-details.txt; do echo "== $f"; grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|L1/TEX Hit|Achieved Occupancy|Registers Per|Block Size|Grid Size" $f | head -12; done; } > $OUT/summary.txt 2>&1
+tar czf $OUT/select-profile.tgz -C $OUT logs
+cat $OUT/summary.txt
