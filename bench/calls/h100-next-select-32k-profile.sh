@@ -3,12 +3,14 @@
 # the step there: ncu at e52a32f, H100, bench/NOTES.md "Seventh session"): ncu's full set
 # (source counters with SASS stall samples, warp states, memory) on one `_chunk` launch of the
 # step under the committed record, and the same for the plan (10.6 us, issue-bound on 8
-# multiprocessors) and attention (10.7). Read the reports with
+# multiprocessors) and attention (10.7); then ncu's time per kernel of the host 1M step. Read
+# the reports with
 #   ncu --import FILE.ncu-rep --page source --csv --print-source sass
-# From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=150 bash bench/calls/h100-next-select-32k-profile.sh
+# and the host step's CSV with `python3 bench/calls/ncu-kernel-times.py FILE.csv`. From the
+# repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=$(git rev-parse --short HEAD) BUDGET=240 bash bench/calls/h100-next-select-32k-profile.sh
 set -u
-DEFAULT_BUDGET=150 . bench/calls/budget.sh
+DEFAULT_BUDGET=240 . bench/calls/budget.sh
 C=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
@@ -20,6 +22,15 @@ for k in peaks_head_chunk fathom_plan_ fathom_attention_; do
   el ncu $k rc=$?
   ncu --import $L/ncu-$k.ncu-rep --page details > $L/ncu-$k-details.txt 2>&1
 done
-cd $L && { cat nvidia-smi.txt timeline.txt; for f in ncu-*-details.txt; do echo "== $f"; grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|L1/TEX Hit|Achieved Occupancy|Registers Per|Block Size|Grid Size" $f | head -12; done; } > $OUT/summary.txt 2>&1
+# Where the host 1M step's 305 us a layer over its link floor go (1.27x on the H100): each
+# kernel's time in the step (plan, scan from host, select, fetch, attention, oracle).
+if [ $(left) -gt 60 ]; then
+  timeout -k 10 $(lim 90) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 1500 \
+    $B/step-bench --model qwen3-8b --methods "fathom(48)" --batch 1 --placement host --steps 3 --slots 1 --no-standing \
+    --contexts 1m --out $L/ncu-sb-host-1m > $L/ncu-step-host-1m.csv 2> $L/ncu-step-host-1m.err
+  el ncu host 1m rc=$?
+fi
+cd $L && { cat nvidia-smi.txt timeline.txt; for f in ncu-*-details.txt; do echo "== $f"; grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|L1/TEX Hit|Achieved Occupancy|Registers Per|Block Size|Grid Size" $f | head -12; done
+  python3 $R/bench/calls/ncu-kernel-times.py ncu-step-host-1m.csv 2>&1 | head -14; } > $OUT/summary.txt 2>&1
 tar czf $OUT/select-profile.tgz -C $OUT logs
 cat $OUT/summary.txt
