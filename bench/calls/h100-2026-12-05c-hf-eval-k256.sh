@@ -4,7 +4,7 @@
 # block a subspace) through the Hugging Face GPU tests, then issue #16's k = 256 cells at 2k
 # (every task), then 8k's multi-key and multi-query as far as the budget goes. From the
 # repository root, after `scripts/build-wheel.sh` and the first two staging calls of
-# `../shared/tools/stage-model --part-mib 44` (this call is the third; carry
+# `../shared/tools/stage-model --part-mib 33` (parts of 44 MiB no longer fit beside the 26 MiB working tree; this call is the third; carry
 # [".gpu/wheels", ".stage/part3"]):
 #   C=$(git rev-parse --short HEAD) BUDGET=470 bash bench/calls/h100-2026-12-05c-hf-eval-k256.sh
 set -u

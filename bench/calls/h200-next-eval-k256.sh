@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SUPERSEDED (2026-12-05, seventh session): its cells ran on an H100 as bench/calls/h100-2026-12-05c-hf-eval-k256.sh
+# (README, evaluation section); kept as the record of what was planned.
 # Issue #16's last unmeasured cells: k = 256 (twice paper_k) at 2k on every task, then 8k's
 # multi-key and multi-query as far as the budget goes (8k's single needle and multi-value at
 # k = 256 ran on 2026-12-03: fathom(46) equals dense there). The D = 64 core methods, 24

@@ -1,5 +1,5 @@
 # Sourced by the evaluation's device calls after bench/calls/budget.sh, in the call that
-# carries the third part of `../shared/tools/stage-model --part-mib 44` (the first two calls
+# carries the third part of `../shared/tools/stage-model --part-mib 33` (44 MiB parts no longer fit the 64 MiB carry beside the working tree; the first two calls
 # copied theirs to /tmp/fathom-models): installs the package's wheel (.gpu/wheels, from
 # scripts/build-wheel.sh) into /tmp/site, joins and checks the GGUF, installs the gguf reader,
 # and exports PYTHONPATH. Gives M, the model folder, EVAL, the evaluation's command at 24 samples
