@@ -102,15 +102,8 @@ impl CpuKernel<PlanSpec> {
     pub fn run(&self, a: &CpuPlanArgs<'_>, seed: u64) -> Result<CpuPlanRun, String> {
         let spec = self.spec;
         let (d, g) = (spec.head_dim, spec.group);
-        let batch = a.stores.len();
-        let heads = a.stores.first().map_or(0, Vec::len);
-        let layout = *a.stores[0][0].layout();
-        let shape = TableShape {
-            batch,
-            heads,
-            max_seg: a.max_seg,
-            layout,
-        };
+        let shape = TableShape::of_stores(a.stores, a.max_seg);
+        let (batch, heads, layout) = (shape.batch, shape.heads, shape.layout);
         assert_eq!(
             a.queries.len(),
             batch * heads * g * d,

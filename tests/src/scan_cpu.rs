@@ -61,15 +61,8 @@ impl CpuKernel<ScanSpec> {
     /// Runs the scan over `a`; `seed` orders the fibers.
     pub fn run(&self, a: &CpuScanArgs<'_>, seed: u64) -> Result<CpuScanOutputs, String> {
         let spec = self.spec;
-        let batch = a.stores.len();
-        let heads = a.stores.first().map_or(0, Vec::len);
-        let layout = *a.stores[0][0].layout();
-        let shape = TableShape {
-            batch,
-            heads,
-            max_seg: a.max_seg,
-            layout,
-        };
+        let shape = TableShape::of_stores(a.stores, a.max_seg);
+        let (batch, heads, layout) = (shape.batch, shape.heads, shape.layout);
         let rows = batch * heads * spec.group;
 
         // The source run table with every segment at address 0 holds each run's offset into its

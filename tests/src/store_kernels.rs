@@ -12,7 +12,7 @@ use codegen::spec::{EncodeSpec, GatherSpec, KernelSpec, PlanSpec, ScanSpec};
 use half::bf16;
 use rand::Rng;
 use reference::klt::Klt;
-use reference::store::{StoreLayout, PLANES};
+use reference::store::{HeadStore, StoreLayout, PLANES};
 use runtime::abi;
 use runtime::gpu::{Arg, DeviceBuffer, Gpu, Module};
 use runtime::launch::{DevicePtr, DevicePtrMut, KernelArgs};
@@ -216,6 +216,17 @@ pub struct TableShape {
 }
 
 impl TableShape {
+    /// The tables of `stores` (`[B][H]`, at least one head, one layout) with `max_seg`
+    /// segments a head.
+    pub fn of_stores(stores: &[Vec<HeadStore>], max_seg: usize) -> TableShape {
+        TableShape {
+            batch: stores.len(),
+            heads: stores.first().map_or(0, Vec::len),
+            max_seg,
+            layout: *stores[0][0].layout(),
+        }
+    }
+
     /// `u64` entries of one run table.
     pub fn len(&self) -> usize {
         self.batch * self.heads * self.max_seg * self.layout.head_dim() * 4

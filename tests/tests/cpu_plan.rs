@@ -334,7 +334,7 @@ fn other_methods_match_the_reference() {
 }
 
 /// The plan with `slot_table` (the run tables from a table of slots, the segments'
-/// addresses a block's threads at a time, the first loaded before the depths): the `fathom` cases of D × G at every budget of
+/// addresses a block's threads at a time): the `fathom` cases of D × G at every budget of
 /// [`check_fathom`] (at 32 and 64 threads a sequence of more than two chunks of segments), a
 /// few rotated; `sparq`, `uniform` and `double_sparsity` with and without a staging, each with
 /// a sequence of more than two chunks.
@@ -745,8 +745,8 @@ fn slot_table_mutations_are_caught() {
         &[
             (
                 "every chunk's plane addresses from the first chunk's",
-                "chunk_words[threadIdx.x] = s0 == 0 ? first_words : seg_words[seg];",
-                "chunk_words[threadIdx.x] = first_words;",
+                "chunk_words[threadIdx.x] = seg_words[seg];",
+                "chunk_words[threadIdx.x] = seg_words[seg - s0];",
             ),
             (
                 "the last chunk's addresses taken for a whole chunk",

@@ -166,7 +166,7 @@ gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
 });
 
 // `slot_table` (the run tables from a table of slots, the segments' addresses a block's
-// threads at a time, the first loaded before the depths): every block size, up to 128 threads more than two chunks of segments and
+// threads at a time): every block size, up to 128 threads more than two chunks of segments and
 // a partial last one; fathom raw and rotated, and sparq, uniform with and without a staging.
 gpu_test!(gpu_plan_slot_table_matches_reference, |t| {
     for (i, threads) in [32, 64, 96, 128, 224, 512, 1024].into_iter().enumerate() {

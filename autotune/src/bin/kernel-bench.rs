@@ -237,10 +237,11 @@ struct DevicePlan {
     /// Bytes of planes and scales the plan reads in one step (all heads).
     bytes: usize,
     bits_per_token: f64,
-    /// The plan kernel's median time over the bench's reps, its name and function.
+    /// The plan kernel's median time over the bench's reps, its name, function and threads.
     ms: f64,
     name: String,
     function: CudaFunction,
+    threads: u32,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -340,6 +341,7 @@ fn plan(
         ms,
         name,
         function,
+        threads: spec.threads as u32,
     })
 }
 
@@ -567,10 +569,9 @@ fn run(o: &Options) -> Result<Record, String> {
                 });
                 ms
             };
-            let plan_threads = PlanSpec::new(d, g, *method, false).threads as u32;
-            push(p.name.clone(), "plan", p.ms, &p.function, plan_threads);
+            push(p.name.clone(), "plan", p.ms, &p.function, p.threads);
             if let Some(q) = &slot_tabled {
-                push(q.name.clone(), "plan st", q.ms, &q.function, plan_threads);
+                push(q.name.clone(), "plan st", q.ms, &q.function, q.threads);
             }
             if o.plan_only {
                 continue;

@@ -109,7 +109,7 @@ pub struct PlanSpec {
     /// Write the run tables from a table of slots (channel, depth, staged planes before it:
     /// worked out once a slot, not again for every segment's entry, ~180 instructions an entry
     /// on the eight multiprocessors a batch-1 plan runs on), with the segments' addresses
-    /// loaded a block's threads at a time into shared memory (the first before the depths).
+    /// loaded a block's threads at a time into shared memory.
     /// The same outputs bit for bit. Kernel name suffix `_st`; `false` when absent, so older
     /// specs read unchanged.
     #[serde(default)]
