@@ -109,7 +109,6 @@ fn plan_name_carries_every_field() {
         method: _,
         rotate: _,
         threads: _,
-        slot_table: _,
     } = s;
     assert_every_field_named(
         s,
@@ -133,13 +132,6 @@ fn plan_name_carries_every_field() {
             ),
             ("rotate", PlanSpec { rotate: true, ..s }),
             ("threads", PlanSpec { threads: 512, ..s }),
-            (
-                "slot_table",
-                PlanSpec {
-                    slot_table: true,
-                    ..s
-                },
-            ),
         ],
     );
     // Every method, and every method parameter, has its own name.

@@ -36,8 +36,6 @@ pub struct PlanCase {
     pub stage_planes: usize,
     /// Threads per block (the bisection's rounds and midpoints per warp follow it).
     pub threads: usize,
-    /// `PlanSpec::slot_table`.
-    pub slot_table: bool,
 }
 
 impl PlanCase {
@@ -54,7 +52,6 @@ impl PlanCase {
             zero_queries: Vec::new(),
             stage_planes: 4 * d,
             threads: 256,
-            slot_table: false,
         }
     }
 
@@ -67,7 +64,6 @@ impl PlanCase {
             method: self.method,
             rotate: self.rotate,
             threads: self.threads,
-            slot_table: self.slot_table,
         }
     }
 

@@ -333,44 +333,6 @@ fn other_methods_match_the_reference() {
     assert_none(failures);
 }
 
-/// The plan with `slot_table` (the run tables from a table of slots, the segments'
-/// addresses a block's threads at a time): the `fathom` cases of D × G at every budget of
-/// [`check_fathom`] (at 32 and 64 threads a sequence of more than two chunks of segments), a
-/// few rotated; `sparq`, `uniform` and `double_sparsity` with and without a staging, each with
-/// a sequence of more than two chunks.
-#[test]
-fn slot_table_matches_the_reference() {
-    let (mut rng, seed) = inputs::rng_and_seed("slot_table_matches_the_reference");
-    let mut failures = Vec::new();
-    for (i, case) in fathom_cases(0).into_iter().enumerate() {
-        let case = PlanCase {
-            slot_table: true,
-            rotate: i % 4 == 1,
-            ..case
-        };
-        failures.extend(check_fathom(&mut rng, seed, &case));
-    }
-    let methods = [
-        PlanMethod::Sparq { r: 16 },
-        PlanMethod::Uniform { t: 3 },
-        PlanMethod::DoubleSparsity,
-    ];
-    for (i, method) in methods.into_iter().enumerate() {
-        let (threads, blk) = (THREADS[i], BLOCKS[i]);
-        let base = PlanCase {
-            slot_table: true,
-            threads,
-            n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
-            ..PlanCase::new(HEAD_DIMS[i], GROUPS[i], blk, method)
-        };
-        let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
-        for staging in [Staging::Planes, Staging::None] {
-            failures.extend(run_case(&mut rng, seed, &base, &plan, staging).0);
-        }
-    }
-    assert_none(failures);
-}
-
 /// `planner::water_fill`'s depths with `steps` bisection steps in place of its 30, from the
 /// gains `log2(3 w_c)` (`None`: `w_c = 0`), replayed step for step.
 fn bisected_depths(gains: &[Option<f64>], budget: f64, block: BlockSize, steps: u32) -> Vec<u8> {
@@ -723,50 +685,6 @@ fn plan_mutations_are_caught() {
                 "the overflow status never set",
                 "if (staged && !fits && threadIdx.x == 0",
                 "if (staged && !fits && threadIdx.x == 1024",
-            ),
-        ],
-    );
-}
-
-/// `slot_table`'s slots and chunks of segment addresses: a sequence of 67 segments at 32
-/// threads (three chunks, the last partial).
-#[test]
-fn slot_table_mutations_are_caught() {
-    let base = PlanCase {
-        slot_table: true,
-        threads: 32,
-        n_stored: vec![3 * 64, 0, (2 * 32 + 3) * 64 * SEGMENT_WORDS],
-        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
-    };
-    assert_caught(
-        &base,
-        &[48.0],
-        Inputs::Random,
-        &[
-            (
-                "every chunk's plane addresses from the first chunk's",
-                "chunk_words[threadIdx.x] = seg_words[seg];",
-                "chunk_words[threadIdx.x] = seg_words[seg - s0];",
-            ),
-            (
-                "the last chunk's addresses taken for a whole chunk",
-                "if ((int)threadIdx.x < n_seg - s0) {\n            const size_t seg",
-                "if ((int)threadIdx.x < n_seg - s0 - 1) {\n            const size_t seg",
-            ),
-            (
-                "a chunk's tables written before its addresses are in",
-                "        __syncthreads();\n        for (int e = threadIdx.x; e < min(THREADS, n_seg - s0) * D",
-                "        for (int e = threadIdx.x; e < min(THREADS, n_seg - s0) * D",
-            ),
-            (
-                "the next chunk's addresses written while this one's are read",
-                "is written.\n        __syncthreads();",
-                "is written.",
-            ),
-            (
-                "a slot's staged planes without its class's earlier slots",
-                "slot_prefix[slot] = prefix + t * before;",
-                "slot_prefix[slot] = prefix;",
             ),
         ],
     );

@@ -165,34 +165,6 @@ gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
     }
 });
 
-// `slot_table` (the run tables from a table of slots, the segments' addresses a block's
-// threads at a time): every block size, up to 128 threads more than two chunks of segments and
-// a partial last one; fathom raw and rotated, and sparq, uniform with and without a staging.
-gpu_test!(gpu_plan_slot_table_matches_reference, |t| {
-    for (i, threads) in [32, 64, 96, 128, 224, 512, 1024].into_iter().enumerate() {
-        let (g, d, blk) = FEW_SHAPES[i % FEW_SHAPES.len()];
-        let method = [
-            PlanMethod::Fathom,
-            PlanMethod::Sparq { r: 16 },
-            PlanMethod::Uniform { t: 3 },
-        ][i % 3];
-        let mut n_stored = vec![3 * blk, 0, 9 * blk];
-        if threads <= 128 {
-            n_stored.push((2 * threads + 3) * 64 * SEGMENT_WORDS + blk);
-        }
-        for rotate in [false, true] {
-            let case = Case {
-                threads,
-                rotate,
-                n_stored: n_stored.clone(),
-                slot_table: true,
-                ..Case::new(d, g, blk, method)
-            };
-            check(&t.gpu, &mut t.rng, t.seed, &case);
-        }
-    }
-});
-
 gpu_test!(gpu_plan_fathom_rotated_matches_reference, |t| {
     for (g, d, blk) in FEW_SHAPES {
         for budget in [24.0, 92.0] {

@@ -527,7 +527,6 @@ fn staged_pipeline(
         method,
         rotate: false,
         threads: 256,
-        slot_table: false,
     };
     let plan_kernel = Kernel::compile(gpu, plan_spec);
     let staging = Staging::new(gpu, &shape, 4 * d);
@@ -662,7 +661,6 @@ gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
         method: PlanMethod::Uniform { t: 4 },
         rotate: false,
         threads: 256,
-        slot_table: false,
     };
     let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
     let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);

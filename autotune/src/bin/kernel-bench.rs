@@ -5,9 +5,7 @@
 //! store (random non-zero planes and scales, every KV head, one sequence) in mapped host memory
 //! and in HBM, plans it on the GPU with the plan kernel (`fathom(B)` and `sparq(32)`), and times
 //! with CUDA events (median of `--reps` runs after warm-up):
-//! - `plan`: the plan kernel itself (`plan st` with `--plan-slot-table`: the form that writes
-//!   its run tables from a table of slots, `PlanSpec::slot_table`, whose
-//!   outputs must equal the plain one's or the bench stops; `--plan-only` times nothing else);
+//! - `plan`: the plan kernel itself (`--plan-only` times nothing else);
 //! - `gather`: the active runs of the plan from mapped host memory into HBM staging;
 //! - the fused scan reading the planes straight from mapped host memory, for several tiles;
 //! - the HBM scan of the same plans, for several tiles;
@@ -51,9 +49,6 @@ struct Options {
     tensor_cores: bool,
     /// Also time every scan kernel writing the peaks of its halves (`ScanSpec::peaks`).
     scan_peaks: bool,
-    /// Also time the plan kernel writing its run tables from a table of slots
-    /// (`PlanSpec::slot_table`), checking that it writes what the plain one does.
-    plan_slot_table: bool,
     /// Time the plan kernels only (no gather, no scans).
     plan_only: bool,
 }
@@ -72,7 +67,6 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         host_memory: HostMemory::Pinned,
         tensor_cores: false,
         scan_peaks: false,
-        plan_slot_table: false,
         plan_only: false,
     };
     while let Some(flag) = args.next() {
@@ -89,7 +83,6 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             }
             "--tensor-cores" => o.tensor_cores = true,
             "--scan-peaks" => o.scan_peaks = true,
-            "--plan-slot-table" => o.plan_slot_table = true,
             "--plan-only" => o.plan_only = true,
             "--budgets" => {
                 o.budgets = value()?
@@ -101,7 +94,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
                 return Err(format!(
                     "unknown argument {other}; usage: kernel-bench [--model PRESET] [--tokens N] \
                      [--reps N] [--budgets 48,92] [--host-memory pinned|registered|vmm2m] [--tensor-cores] \
-                     [--scan-peaks] [--plan-slot-table] [--plan-only] [--commit HASH]"
+                     [--scan-peaks] [--plan-only] [--commit HASH]"
                 ))
             }
         }
@@ -233,7 +226,6 @@ struct DevicePlan {
     staged_runs: DeviceBuffer<u64>,
     class_count: DeviceBuffer<u32>,
     q_store: DeviceBuffer<f32>,
-    depths: Vec<u8>,
     /// Bytes of planes and scales the plan reads in one step (all heads).
     bytes: usize,
     bits_per_token: f64,
@@ -256,13 +248,11 @@ fn plan(
     segments: usize,
     tokens: usize,
     staging: (&DeviceBuffer<u64>, &DeviceBuffer<u16>, usize),
-    slot_table: bool,
     reps: usize,
 ) -> Result<DevicePlan, String> {
     let spec = PlanSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
-        slot_table,
         ..PlanSpec::new(d, g, method, false)
     };
     let gpu: &Gpu = jit.gpu();
@@ -335,31 +325,12 @@ fn plan(
         staged_runs,
         class_count,
         q_store,
-        depths,
         bytes,
         bits_per_token,
         ms,
         name,
         function,
         threads: spec.threads as u32,
-    })
-}
-
-/// What two plans of the same inputs wrote differs in (`None`: nothing).
-fn plan_difference(a: &DevicePlan, b: &DevicePlan) -> Result<Option<&'static str>, String> {
-    let e = |x: GpuError| x.to_string();
-    Ok(if a.depths != b.depths {
-        Some("depths")
-    } else if a.runs.download().map_err(e)? != b.runs.download().map_err(e)? {
-        Some("run table")
-    } else if a.staged_runs.download().map_err(e)? != b.staged_runs.download().map_err(e)? {
-        Some("staged run table")
-    } else if a.class_count.download().map_err(e)? != b.class_count.download().map_err(e)? {
-        Some("class counts")
-    } else if a.q_store.download().map_err(e)? != b.q_store.download().map_err(e)? {
-        Some("q_store")
-    } else {
-        None
     })
 }
 
@@ -513,21 +484,8 @@ fn run(o: &Options) -> Result<Record, String> {
     for (label, method, budget) in &methods {
         for (placement, store) in [(Placement::Host, &host), (Placement::Hbm, &hbm)] {
             let p = plan(
-                &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, false,
-                o.reps,
+                &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, o.reps,
             )?;
-            let slot_tabled = if o.plan_slot_table {
-                let q = plan(
-                    &jit, store, *method, *budget, heads, d, g, segments, o.tokens, staging, true,
-                    o.reps,
-                )?;
-                if let Some(what) = plan_difference(&p, &q)? {
-                    return Err(format!("{} wrote another {what} than {}", q.name, p.name));
-                }
-                Some(q)
-            } else {
-                None
-            };
             let ceiling = match placement {
                 Placement::Host => ceilings.pinned_copy_gbps,
                 Placement::Hbm => ceilings.hbm_stream_gbps(),
@@ -570,9 +528,6 @@ fn run(o: &Options) -> Result<Record, String> {
                 ms
             };
             push(p.name.clone(), "plan", p.ms, &p.function, p.threads);
-            if let Some(q) = &slot_tabled {
-                push(q.name.clone(), "plan st", q.ms, &q.function, q.threads);
-            }
             if o.plan_only {
                 continue;
             }
@@ -732,8 +687,6 @@ mod tests {
         let o = parsed(&["--scan-peaks", "--tokens", "65536"]).unwrap();
         assert!(o.scan_peaks && !o.tensor_cores);
         assert_eq!(o.tokens, 65536);
-        assert!(parsed(&["--plan-slot-table"]).unwrap().plan_slot_table);
-        assert!(!parsed(&[]).unwrap().plan_slot_table);
         assert!(parsed(&["--plan-only"]).unwrap().plan_only);
         let o = parsed(&["--tensor-cores", "--scan-peaks"]).unwrap();
         assert!(o.scan_peaks && o.tensor_cores);

@@ -106,14 +106,6 @@ pub struct PlanSpec {
     pub rotate: bool,
     /// Threads per thread block.
     pub threads: usize,
-    /// Write the run tables from a table of slots (channel, depth, staged planes before it:
-    /// worked out once a slot, not again for every segment's entry, ~180 instructions an entry
-    /// on the eight multiprocessors a batch-1 plan runs on), with the segments' addresses
-    /// loaded a block's threads at a time into shared memory.
-    /// The same outputs bit for bit. Kernel name suffix `_st`; `false` when absent, so older
-    /// specs read unchanged.
-    #[serde(default)]
-    pub slot_table: bool,
 }
 
 impl PlanSpec {
@@ -127,7 +119,6 @@ impl PlanSpec {
             method,
             rotate,
             threads: 256,
-            slot_table: false,
         }
     }
 
@@ -153,7 +144,6 @@ impl Family for PlanSpec {
             method,
             rotate: _,
             threads,
-            slot_table: _,
         } = *self;
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_group(Self::FAMILY, group)?;
@@ -179,7 +169,7 @@ impl Family for PlanSpec {
     /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{}",
+            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}",
             self.head_dim,
             self.group,
             self.block,
@@ -187,7 +177,6 @@ impl Family for PlanSpec {
             self.method.tag(),
             if self.rotate { "rot" } else { "raw" },
             self.threads,
-            if self.slot_table { "_st" } else { "" }
         )
     }
 
@@ -201,7 +190,6 @@ impl Family for PlanSpec {
         c.insert("method_parameter", &self.method.parameter());
         c.insert("rotate", &self.rotate);
         c.insert("threads", &self.threads);
-        c.insert("slot_table", &self.slot_table);
         c
     }
 }

@@ -230,7 +230,6 @@ fn plan(
         rotate: shape.basis == Basis::Klt,
         threads: chooser.threads(TunedFamily::Plan, Placement::Hbm, tiles.plan_threads as u32)?
             as usize,
-        slot_table: false,
     })
 }
 
