@@ -198,11 +198,11 @@ class KeyStore:
         landmarks: bool = False,
         pariskv_index: bool = False,
         calibration: Optional[Calibration] = None,
-        kv_rows: str = "separate",
+        kv_rows: str = "adjacent",
     ) -> None:
-        """``kv_rows``: ``"separate"`` (K rows and V rows apart) or ``"adjacent"`` (a token's K
-        row then its V row, ``[cap][2][D]``: half the host pages a step's fetch touches; GPU
-        stores, either placement; a CPU store accepts either)."""
+        """``kv_rows``: ``"adjacent"`` (the default: a token's K row then its V row,
+        ``[cap][2][D]``, half the host pages a step's fetch touches) or ``"separate"`` (K rows
+        and V rows apart); GPU stores, either placement; a CPU store accepts either."""
         self.device = _device_text(device)
         self.shape = shape
         self._native = _rewrap(

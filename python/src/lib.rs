@@ -395,7 +395,7 @@ impl PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (shape, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index, rotation, stream, kv_rows="separate"))]
+    #[pyo3(signature = (shape, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index, rotation, stream, kv_rows="adjacent"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

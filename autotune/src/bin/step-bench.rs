@@ -37,9 +37,10 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let h = &record.header;
     let stem = file_stem(&h.gpu, &h.date, &h.commit);
-    // A run over K/V-adjacent rows does not overwrite the default run's files.
+    // A run over other K/V rows than the runtime's default does not overwrite the default
+    // run's files.
     let stem = match h.kv_rows.as_str() {
-        "separate" => stem,
+        rows if rows == runtime::store::StoreConfig::DEFAULT_KV_ROWS.as_str() => stem,
         other => format!("{stem}-kv{other}"),
     };
     // Likewise a run with the ParisKV query over other blocks a head than the runtime's.

@@ -62,9 +62,10 @@ pub struct Args {
     /// stops the run.
     #[arg(long, default_value = "pinned")]
     pub host_memory: String,
-    /// How the stores lay out the K/V rows: separate (K rows and V rows apart, the default) or
-    /// adjacent (a token's K row then its V row: one 4*D-byte run per token for the fetch).
-    #[arg(long, default_value = "separate")]
+    /// How the stores lay out the K/V rows: adjacent (a token's K row then its V row: one
+    /// 4*D-byte run per token for the fetch; the runtime's default) or separate (K rows and V
+    /// rows apart).
+    #[arg(long, default_value = runtime::store::StoreConfig::DEFAULT_KV_ROWS.as_str())]
     pub kv_rows: String,
     /// Where attention reads the selected rows with the store in HBM: store (the store's own
     /// rows by token, no fetch; the runtime's default) or fetched (into staging first).

@@ -778,10 +778,10 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         options(&["--host-memory", "huge"]),
         Err(ArgsError::HostMemory(_))
     ));
-    assert_eq!(options(&[]).unwrap().kv_rows, KvRows::Separate);
+    assert_eq!(options(&[]).unwrap().kv_rows, KvRows::Adjacent);
     assert_eq!(
-        options(&["--kv-rows", "adjacent"]).unwrap().kv_rows,
-        KvRows::Adjacent
+        options(&["--kv-rows", "separate"]).unwrap().kv_rows,
+        KvRows::Separate
     );
     let bad = options(&["--kv-rows", "interleaved"]).unwrap_err();
     assert!(matches!(bad, ArgsError::KvRows(_)));

@@ -48,7 +48,7 @@ def data(torch, seed=3):
     return k.bfloat16(), v.bfloat16(), q
 
 
-def build(torch, device, k, v, cal, placement="hbm", kv_rows="separate"):
+def build(torch, device, k, v, cal, placement="hbm", kv_rows="adjacent"):
     s = shape()
     store = fathom.KeyStore(
         s,
@@ -117,8 +117,8 @@ def test_adjacent_kv_rows_step_as_separate_rows_do(torch, setup, placement):
     """The same kernels with a 2*D row stride: every method's output and selection are the
     separate-row store's, bit for bit."""
     k, v, q, cal = setup
-    ss, sseq, sdec = build(torch, "cuda:0", k, v, cal, placement)
-    adj, aseq, adec = build(torch, "cuda:0", k, v, cal, placement, kv_rows="adjacent")
+    ss, sseq, sdec = build(torch, "cuda:0", k, v, cal, placement, kv_rows="separate")
+    adj, aseq, adec = build(torch, "cuda:0", k, v, cal, placement)
     for method in ["fathom(48)", "landmark", "oracle", "dense", "pariskv(64)"]:
         a, asel = step(torch, adec, adj, aseq, q.cuda(), method)
         b, bsel = step(torch, sdec, ss, sseq, q.cuda(), method)

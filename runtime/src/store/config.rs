@@ -51,16 +51,17 @@ pub struct StoreConfig {
     /// standard error; `true` refuses with [`StoreError::HostMemory`].
     pub require_host_memory: bool,
     /// How each (sequence, layer, KV head)'s bf16 K and V rows are laid out ([`KvRows`]):
-    /// `Separate` (the default), `[K: H][cap][D] | [V: H][cap][D]`, or `Adjacent`,
-    /// `[H][cap][2][D]` (a token's K row, then its V row), which halves the host pages a step's
-    /// scattered fetch touches (bench/NOTES.md, 2026-12-02). Either placement; the same bytes;
-    /// views carry it ([`LayerView::kv_rows`]) and the step picks its kernels by it.
+    /// `Adjacent` (the default), `[H][cap][2][D]` (a token's K row, then its V row), which
+    /// halves the host pages a step's scattered fetch touches (bench/NOTES.md, 2026-12-02: the
+    /// fetch from host memory at 1M is bound by the pages it touches), or `Separate`,
+    /// `[K: H][cap][D] | [V: H][cap][D]`. Either placement; the same bytes; views carry it
+    /// ([`LayerView::kv_rows`]) and the step picks its kernels by it.
     pub kv_rows: KvRows,
 }
 
 impl StoreConfig {
     /// The defaults: `BLK = 64`, `S = 512`, batches of up to 64, no rotations, no landmarks, no
-    /// ParisKV index, separate K/V rows.
+    /// ParisKV index, K/V rows side by side ([`StoreConfig::DEFAULT_KV_ROWS`]).
     pub fn new(model: ModelShape, placement: Placement, capacity_tokens: usize) -> Self {
         StoreConfig {
             model,
@@ -74,9 +75,14 @@ impl StoreConfig {
             pariskv_index: false,
             host_memory: HostMemory::Pinned,
             require_host_memory: false,
-            kv_rows: KvRows::Separate,
+            kv_rows: Self::DEFAULT_KV_ROWS,
         }
     }
+
+    /// The K/V row layout of [`StoreConfig::new`], and of the Python `KeyStore` and step-bench
+    /// when they are not told: adjacent, for the host placement's fetch (in HBM the layouts
+    /// time the same, bench/NOTES.md).
+    pub const DEFAULT_KV_ROWS: KvRows = KvRows::Adjacent;
 
     pub(super) fn validate(&self) -> Result<StoreLayout, StoreError> {
         let bad = |reason: String| StoreError::Config { reason };

@@ -118,23 +118,25 @@ fn configs_are_checked_with_reasons() {
     .is_ok());
 }
 
-/// Adjacent K/V rows are a layout of either placement (the default is separate rows), and the
+/// Adjacent K/V rows are a layout of either placement (and the default), and the
 /// store's kernels for them are valid specs of every head dimension (the kernel names the
 /// layout).
 #[test]
 fn adjacent_rows_serve_both_placements_and_every_head_dimension() {
     assert_eq!(
         StoreConfig::new(shape(Basis::Raw), Placement::Hbm, 1000).kv_rows,
-        KvRows::Separate
+        KvRows::Adjacent
     );
     for placement in [Placement::Hbm, Placement::Host] {
-        let c = StoreConfig {
-            kv_rows: KvRows::Adjacent,
-            pariskv_index: true,
-            keep_landmarks: true,
-            ..StoreConfig::new(shape(Basis::Raw), placement, 1000)
-        };
-        assert!(c.validate().is_ok(), "{placement:?}");
+        for kv_rows in KvRows::ALL {
+            let c = StoreConfig {
+                kv_rows,
+                pariskv_index: true,
+                keep_landmarks: true,
+                ..StoreConfig::new(shape(Basis::Raw), placement, 1000)
+            };
+            assert!(c.validate().is_ok(), "{placement:?} {kv_rows:?}");
+        }
     }
     for d in codegen::spec::shape::HEAD_DIMS {
         let spec = append_rows_spec(KvRows::Adjacent);
