@@ -36,11 +36,18 @@ for rows in adjacent separate; do
     --commit $C --placement host --contexts 256k,1m --kv-rows $rows --out $L/sb-host > $L/step-bench-host-$rows.txt 2>&1
   el step-bench host $rows rc=$?
 done
-# The plan with its query values batched and L_c once a channel (7a5cc42), against 264b0e3's
-# kernel-bench figures (0.012 ms at 32k, 0.022 at 1M, fathom(48), the same H100 kind).
+# The plan with its query values batched and L_c once a channel (7a5cc42), against the plan
+# before it: kernel-bench built at a7c0c23 (.gpu/old/kernel-bench.xz, carried when present),
+# alternating in this call, on its own kernel cache.
+[ -f .gpu/old/kernel-bench.xz ] && xz -dc .gpu/old/kernel-bench.xz > /tmp/kb-old && chmod +x /tmp/kb-old
 for t in 32768 1048576; do
-  timeout -k 10 $(lim 20) $B/kernel-bench --plan-only --tokens $t --reps 50 --commit $C > $L/kernel-bench-plan-$t.json 2> $L/kernel-bench-plan-$t.txt
-  el kernel-bench plan $t rc=$?
+  for round in 1 2; do
+    timeout -k 10 $(lim 20) $B/kernel-bench --plan-only --tokens $t --reps 50 --commit $C > $L/kernel-bench-plan-$t-$round.json 2> $L/kernel-bench-plan-$t-$round.txt
+    el kernel-bench plan $t rc=$?
+    [ -x /tmp/kb-old ] || continue
+    FATHOM_KERNEL_CACHE=/tmp/kc-old timeout -k 10 $(lim 20) /tmp/kb-old --plan-only --tokens $t --reps 50 --commit a7c0c23 > $L/kernel-bench-plan-old-$t-$round.json 2> $L/kernel-bench-plan-old-$t-$round.txt
+    el kernel-bench plan before $t rc=$?
+  done
 done
 for rep in .gpu/ncu/*.ncu-rep; do
   [ -f "$rep" ] && [ $(left) -gt 10 ] || continue
@@ -50,6 +57,6 @@ done
 cd $L && { cat nvidia-smi.txt timeline.txt rc.txt rc2.txt; for f in gpu_*.log; do echo "$f: $(grep -E '^test result' $f | tail -1)"; grep -E '^test .* FAILED|panicked at' $f | head -5; done
   grep -E "passed|failed" pytest_gpu.log | tail -3
   for rows in adjacent separate; do echo "== host $rows"; grep -E "^method|^fathom|^sparq|link floor \(issue" step-bench-host-$rows.txt; done
-  grep -h " plan" kernel-bench-plan-*.txt; ls -la *-sass.csv 2>/dev/null; } > $OUT/summary.txt 2>&1
+  for f in kernel-bench-plan-*.txt; do echo "$f"; grep " plan" $f; done; ls -la *-sass.csv 2>/dev/null; } > $OUT/summary.txt 2>&1
 tar czf $OUT/kv-adjacent.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
