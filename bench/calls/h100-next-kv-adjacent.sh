@@ -4,8 +4,7 @@
 # time, then gpu_faults alone; the Python GPU tests, whose adjacent-vs-separate test checks
 # every method bit for bit in both placements), then step-bench from host memory at 256k and
 # 1M with the new default and with `--kv-rows separate` in the same call (fathom(48),
-# sparq(32)), and ncu's SASS source pages of the 32k select, plan and attention reports of the
-# previous call when they are carried in .gpu/ncu/. Why: ncu in the host 1M step (H100,
+# sparq(32)). Why: ncu in the host 1M step (H100,
 # 264b0e3) put the fetch at 338 us a layer, 2.4x its share of the link floor; adjacent rows
 # halved it on the H200 (2026-12-02, 57.3 -> 52.5 ms a step). From the repository root, after
 # `scripts/pack-gpu.sh && scripts/build-wheel.sh`; carry [".gpu"]:
@@ -36,27 +35,9 @@ for rows in adjacent separate; do
     --commit $C --placement host --contexts 256k,1m --kv-rows $rows --out $L/sb-host > $L/step-bench-host-$rows.txt 2>&1
   el step-bench host $rows rc=$?
 done
-# The plan with its query values batched and L_c once a channel (7a5cc42), against the plan
-# before it: kernel-bench built at a7c0c23 (.gpu/old/kernel-bench.xz, carried when present),
-# alternating in this call, on its own kernel cache.
-[ -f .gpu/old/kernel-bench.xz ] && xz -dc .gpu/old/kernel-bench.xz > /tmp/kb-old && chmod +x /tmp/kb-old
-for t in 32768 1048576; do
-  for round in 1 2; do
-    timeout -k 10 $(lim 20) $B/kernel-bench --plan-only --tokens $t --reps 50 --commit $C > $L/kernel-bench-plan-$t-$round.json 2> $L/kernel-bench-plan-$t-$round.txt
-    el kernel-bench plan $t rc=$?
-    [ -x /tmp/kb-old ] || continue
-    FATHOM_KERNEL_CACHE=/tmp/kc-old timeout -k 10 $(lim 20) /tmp/kb-old --plan-only --tokens $t --reps 50 --commit a7c0c23 > $L/kernel-bench-plan-old-$t-$round.json 2> $L/kernel-bench-plan-old-$t-$round.txt
-    el kernel-bench plan before $t rc=$?
-  done
-done
-for rep in .gpu/ncu/*.ncu-rep; do
-  [ -f "$rep" ] && [ $(left) -gt 10 ] || continue
-  n=$(basename $rep .ncu-rep)
-  timeout -k 5 $(lim 30) ncu --import $rep --page source --csv --print-source sass > $L/$n-sass.csv 2> $L/$n-sass.err; el ncu source $n rc=$?
-done
 cd $L && { cat nvidia-smi.txt timeline.txt rc.txt rc2.txt; for f in gpu_*.log; do echo "$f: $(grep -E '^test result' $f | tail -1)"; grep -E '^test .* FAILED|panicked at' $f | head -5; done
   grep -E "passed|failed" pytest_gpu.log | tail -3
   for rows in adjacent separate; do echo "== host $rows"; grep -E "^method|^fathom|^sparq|link floor \(issue" step-bench-host-$rows.txt; done
-  for f in kernel-bench-plan-*.txt; do echo "$f"; grep " plan" $f; done; ls -la *-sass.csv 2>/dev/null; } > $OUT/summary.txt 2>&1
+ } > $OUT/summary.txt 2>&1
 tar czf $OUT/kv-adjacent.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt

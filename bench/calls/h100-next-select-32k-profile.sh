@@ -22,6 +22,8 @@ for k in peaks_head_chunk fathom_plan_ fathom_attention_; do
     --slots 1 --no-standing --contexts 32k --out $L/sb-$k > $L/ncu-$k.txt 2>&1
   el ncu $k rc=$?
   ncu --import $L/ncu-$k.ncu-rep --page details > $L/ncu-$k-details.txt 2>&1
+  # The SASS with its stall samples, line by line (no ncu on the development machine to read the report).
+  ncu --import $L/ncu-$k.ncu-rep --page source --csv --print-source sass > $L/ncu-$k-sass.csv 2>&1
 done
 # Where the host 1M step's 305 us a layer over its link floor go (1.27x on the H100): each
 # kernel's time in the step (plan, scan from host, select, fetch, attention, oracle).

@@ -733,20 +733,22 @@ fn footprint_case(t: &mut GpuTest, placement: Placement) {
         }
     }
     assert!(f.tables > 0 && f.bytes() == f.parts().iter().map(|p| p.1).sum::<usize>());
-    // Adjacent K/V rows take the same bytes.
-    let adjacent = KeyStore::new(
-        gpu.clone(),
-        StoreConfig {
-            kv_rows: KvRows::Adjacent,
-            ..config(shape("qwen3-8b"), placement, 1 << 16)
-        },
-    )
-    .expect("a store of adjacent rows");
-    assert_eq!(
-        adjacent.resident_footprint(n, LAYERS),
-        f,
-        "{label}: adjacent rows"
-    );
+    // Either K/V row layout takes the same bytes (the store above has the default's).
+    for kv_rows in KvRows::ALL {
+        let other = KeyStore::new(
+            gpu.clone(),
+            StoreConfig {
+                kv_rows,
+                ..config(shape("qwen3-8b"), placement, 1 << 16)
+            },
+        )
+        .expect("a store of either row layout");
+        assert_eq!(
+            other.resident_footprint(n, LAYERS),
+            f,
+            "{label}: {kv_rows} rows"
+        );
+    }
 }
 
 gpu_test!(
