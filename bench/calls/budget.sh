@@ -27,3 +27,15 @@ merged_record() {
   fi
   el "merged $name rc=$?"
 }
+#   both_rows PLACEMENT CONTEXTS   step-bench (qwen3-8b, fathom(48) and sparq(32), batch 1) with
+#                                  K/V rows side by side (the default), then apart, in one call:
+#                                  $L/sb-PLACEMENT, $L/step-bench-PLACEMENT-{adjacent,separate}.txt.
+both_rows() {
+  local rows
+  for rows in adjacent separate; do
+    [ "$(left)" -gt 60 ] || break
+    timeout -k 10 "$(lim 110)" "$B/step-bench" --model qwen3-8b --methods "fathom(48),sparq(32)" --batch 1 --no-standing \
+      --commit "${C:-unknown}" --placement "$1" --contexts "$2" --kv-rows $rows --out "$L/sb-$1" > "$L/step-bench-$1-$rows.txt" 2>&1
+    el "step-bench $1 $rows rc=$?"
+  done
+}

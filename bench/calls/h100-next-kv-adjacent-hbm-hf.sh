@@ -13,12 +13,7 @@ C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
 export FATHOM_KERNEL_CACHE=/tmp/kc-sb FATHOM_TUNING_DIR=$R/runtime/records
-for rows in adjacent separate; do
-  [ $(left) -gt 60 ] || break
-  timeout -k 10 $(lim 100) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" --batch 1 --no-standing \
-    --commit $C --placement hbm --contexts 32k,1m --kv-rows $rows --out $L/sb-hbm > $L/step-bench-hbm-$rows.txt 2>&1
-  el step-bench hbm $rows rc=$?
-done
+both_rows hbm 32k,1m
 if [ -d .stage/part3 ]; then
   . bench/calls/model-site.sh
   rm -rf /tmp/py && mkdir -p /tmp/py && cp -r python/tests /tmp/py/

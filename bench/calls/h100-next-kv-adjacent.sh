@@ -29,12 +29,7 @@ wait $PA; el A done
 ( cd $TESTS/.. && timeout -k 10 $(lim 120) ./tests/gpu_faults-test --ignored --test-threads=1 > $L/gpu_faults.log 2>&1; echo "gpu_faults rc=$?" >> $L/rc.txt ); el B done
 # C: the host step with either layout, in one call.
 export FATHOM_KERNEL_CACHE=/tmp/kc-sb FATHOM_TUNING_DIR=$R/runtime/records
-for rows in adjacent separate; do
-  [ $(left) -gt 60 ] || break
-  timeout -k 10 $(lim 110) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" --batch 1 --no-standing \
-    --commit $C --placement host --contexts 256k,1m --kv-rows $rows --out $L/sb-host > $L/step-bench-host-$rows.txt 2>&1
-  el step-bench host $rows rc=$?
-done
+both_rows host 256k,1m
 cd $L && { cat nvidia-smi.txt timeline.txt rc.txt rc2.txt; for f in gpu_*.log; do echo "$f: $(grep -E '^test result' $f | tail -1)"; grep -E '^test .* FAILED|panicked at' $f | head -5; done
   grep -E "passed|failed" pytest_gpu.log | tail -3
   for rows in adjacent separate; do echo "== host $rows"; grep -E "^method|^fathom|^sparq|link floor \(issue" step-bench-host-$rows.txt; done
