@@ -198,11 +198,12 @@ class KeyStore:
         landmarks: bool = False,
         pariskv_index: bool = False,
         calibration: Optional[Calibration] = None,
-        kv_rows: str = "adjacent",
+        kv_rows: Optional[str] = None,
     ) -> None:
-        """``kv_rows``: ``"adjacent"`` (the default: a token's K row then its V row,
-        ``[cap][2][D]``, half the host pages a step's fetch touches) or ``"separate"`` (K rows
-        and V rows apart); GPU stores, either placement; a CPU store accepts either."""
+        """``kv_rows``: ``"adjacent"`` (a token's K row then its V row, ``[cap][2][D]``, half
+        the host pages a step's fetch touches; the runtime's default, taken when ``None``) or
+        ``"separate"`` (K rows and V rows apart); GPU stores, either placement; a CPU store
+        accepts either."""
         self.device = _device_text(device)
         self.shape = shape
         self._native = _rewrap(

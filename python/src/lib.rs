@@ -395,7 +395,7 @@ impl PyStore {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (shape, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index, rotation, stream, kv_rows="adjacent"))]
+    #[pyo3(signature = (shape, placement, capacity_tokens, device, max_batch, landmarks, pariskv_index, rotation, stream, kv_rows=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -408,14 +408,18 @@ impl PyStore {
         pariskv_index: bool,
         rotation: Option<&PyCalibration>,
         stream: u64,
-        kv_rows: &str,
+        kv_rows: Option<&str>,
     ) -> PyResult<Self> {
         let model = shape.shape.clone();
         let device = device_of(device).map_err(to_py)?;
-        // The layout of the GPU store's K/V rows; the CPU store keeps its own (any is fine).
-        let kv_rows: KvRows = kv_rows
-            .parse()
-            .map_err(|e: KvRowsParseError| ConfigError::new_err(format!("kv_rows: {e}")))?;
+        // The layout of the GPU store's K/V rows (the runtime's default when not given); the
+        // CPU store keeps its own (any is fine).
+        let kv_rows: KvRows = match kv_rows {
+            None => StoreConfig::DEFAULT_KV_ROWS,
+            Some(rows) => rows
+                .parse()
+                .map_err(|e: KvRowsParseError| ConfigError::new_err(format!("kv_rows: {e}")))?,
+        };
         let placement = match placement {
             "hbm" => Placement::Hbm,
             "host" => Placement::Host,

@@ -176,7 +176,7 @@ impl Family for PlanSpec {
             self.segment_words,
             self.method.tag(),
             if self.rotate { "rot" } else { "raw" },
-            self.threads,
+            self.threads
         )
     }
 
