@@ -106,11 +106,16 @@ pub struct OptIn {
     /// ([`SelectAlgorithm::Fused`], `_final` folded into `_chunk`; exact on the H200 but no
     /// faster, 2026-12-03).
     pub select_fused: bool,
+    /// `select-cluster`: every select tile also as the cluster variants
+    /// ([`SelectAlgorithm::Cluster`], [`SelectAlgorithm::ScanPeaksCluster`]: a thread-block
+    /// cluster of eight blocks a query head sharing its radix histograms through distributed
+    /// shared memory; exact on the CPU emulator, not yet run on a GPU; sm_90 only).
+    pub select_cluster: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 1] = ["select-fused"];
+    pub const NAMES: [&'static str; 2] = ["select-fused", "select-cluster"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -153,6 +158,7 @@ impl OptIn {
         for name in names {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
+                "select-cluster" => opt_in.select_cluster = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -174,18 +180,34 @@ impl OptIn {
     pub fn needed_for(variant: &Variant) -> OptIn {
         match *variant {
             Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Fused) => {
-                OptIn { select_fused: true }
+                OptIn {
+                    select_fused: true,
+                    ..OptIn::default()
+                }
+            }
+            Variant::Tile(tile)
+                if tile
+                    .select_algorithm()
+                    .is_some_and(SelectAlgorithm::cluster) =>
+            {
+                OptIn {
+                    select_cluster: true,
+                    ..OptIn::default()
+                }
             }
             _ => OptIn::default(),
         }
     }
 
-    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], and the fused
-    /// one-read variant with `select-fused`.
+    /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
+    /// variant with `select-fused` and the cluster variants with `select-cluster`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
             algorithms.push(SelectAlgorithm::Fused);
+        }
+        if self.select_cluster {
+            algorithms.extend([SelectAlgorithm::Cluster, SelectAlgorithm::ScanPeaksCluster]);
         }
         algorithms
     }

@@ -211,7 +211,15 @@ fn pariskv_subjects_follow_the_steps_lookups() {
 #[test]
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
-    for opt_in in [OptIn::default(), OptIn::parse(&[]).unwrap(), fused] {
+    let cluster = OptIn::parse(&["select-cluster".to_string()]).unwrap();
+    let both = OptIn::parse(&["select-cluster".to_string(), "select-fused".to_string()]).unwrap();
+    for opt_in in [
+        OptIn::default(),
+        OptIn::parse(&[]).unwrap(),
+        fused,
+        cluster,
+        both,
+    ] {
         let c = Case {
             opt_in,
             ..case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7)
@@ -239,6 +247,7 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && items_per_thread.is_power_of_two()
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
                         && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
+                        && (!algorithm.cluster() || opt_in.select_cluster)
                         && algorithm != SelectAlgorithm::Peaks;
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
@@ -248,8 +257,9 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         // variants: the spec's whole domain; the one-read variants wherever their buffer holds
         // k_max = 2048 (from 64 threads on), the two peaks ones where their block also fits 48
         // KiB of shared memory (all but 576, 640, 672, 768, 800, 896, 928, 960 and 992 threads),
-        // as the two reading the scan's peaks.
-        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 2 + 22 * 32 * 4);
+        // as the two reading the scan's peaks; the two cluster ones from 64 threads on (their
+        // histograms are at most 32 entries a thread).
+        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 4 + 22 * 32 * 4);
         // The runtime's default select tile is among the candidates.
         let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
@@ -260,8 +270,9 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         ))));
         // Every tile is tried as each of the six variants (plain, compacting, one-read, the
         // one-block peaks one and the two reading the scan's peaks), and as the fused one with
-        // `select-fused`.
-        let variants = 6 + usize::from(opt_in.select_fused);
+        // `select-fused`, as the two cluster ones with `select-cluster`.
+        let variants =
+            6 + usize::from(opt_in.select_fused) + 2 * usize::from(opt_in.select_cluster);
         assert_eq!(valid.len(), 20 * variants);
     }
 }
@@ -287,6 +298,23 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     );
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
     assert!(fused.select_fused);
+    let cluster = OptIn::parse(&["select-cluster".to_string()]).unwrap();
+    assert!(cluster.select_cluster && !cluster.select_fused);
+    assert_ne!(candidate_checksum(cluster), candidate_checksum(fused));
+    let with = grid_with(
+        Subject::Kernel(TunedFamily::Select),
+        Placement::Hbm,
+        cluster,
+    );
+    let cluster_tiles = with
+        .iter()
+        .filter(|v| v.name().contains(" cluster"))
+        .count();
+    assert_eq!(cluster_tiles * 4, with.len());
+    for algorithm in [SelectAlgorithm::Cluster, SelectAlgorithm::ScanPeaksCluster] {
+        let tile = Variant::Tile(Tile::select(256, 4, algorithm));
+        assert_eq!(OptIn::needed_for(&tile), cluster);
+    }
     assert_ne!(
         candidate_checksum(fused),
         candidate_checksum(OptIn::default())

@@ -49,7 +49,8 @@ struct Args {
     quick: bool,
     /// Also try the candidates of NAME, left out of a default run (repeatable):
     /// `select-fused`, the one-read select with its `_final` folded into `_chunk` (exact on the
-    /// H200, no faster). The record gets its own candidate checksum: write it to a scratch
+    /// H200, no faster); `select-cluster`, the select by a thread-block cluster of eight blocks
+    /// a query head (exact on the CPU emulator, not yet run on a GPU; sm_90). The record gets its own candidate checksum: write it to a scratch
     /// `--out` (`--merge` takes its entries into a default record).
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,

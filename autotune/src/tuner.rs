@@ -357,12 +357,14 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     fused,
                     peaks,
                     scan_peaks,
+                    cluster,
                 } => (
                     u8::from(compact)
                         + 2 * u8::from(onepass)
                         + u8::from(fused)
                         + 2 * u8::from(peaks)
-                        + 2 * u8::from(scan_peaks),
+                        + 2 * u8::from(scan_peaks)
+                        + 3 * u8::from(cluster),
                     threads as usize,
                     items_per_thread as usize,
                 ),

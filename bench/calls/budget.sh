@@ -39,3 +39,31 @@ both_rows() {
     el "step-bench $1 $rows rc=$?"
   done
 }
+#   select_checks ALGORITHMS STEP_FILTER   a select variant's GPU checks: gpu_select with only
+#                                          ALGORITHMS (FATHOM_SELECT_ALGORITHMS), gpu_step's tests
+#                                          matching STEP_FILTER, compute-sanitizer on the short and
+#                                          boundary lengths: $L/gpu_select.log, $L/gpu_step.log,
+#                                          $L/sanitize/. Needs `unpack` first.
+select_checks() {
+  ( cd /tmp/fg/.gpu && FATHOM_SELECT_ALGORITHMS=$1 timeout -k 10 "$(lim 120)" ./tests/gpu_select-test --ignored \
+      --test-threads=1 > "$L/gpu_select.log" 2>&1 )
+  el "gpu_select $1 rc=$?"
+  ( cd /tmp/fg/.gpu && timeout -k 10 "$(lim 60)" ./tests/gpu_step-test --ignored --test-threads=1 "$2" \
+      > "$L/gpu_step.log" 2>&1 )
+  el "gpu_step $2 rc=$?"
+  mkdir -p "$L/sanitize"
+  ( cd /tmp/fg && cp -r "$R/scripts" . && FATHOM_SELECT_ALGORITHMS=$1 OUT=$L/sanitize timeout -k 10 "$(lim 70)" \
+      bash scripts/sanitize.sh --tests gpu_select --jobs 4 --timeout 60 gpu_select_short_and_boundary_lengths \
+      > "$L/sanitize.txt" 2>&1 )
+  el "sanitize rc=$?"
+}
+#   sb_hbm LABEL CONTEXTS [VAR=VALUE...]   step-bench (qwen3-8b, fathom(48) and sparq(32), batch 1,
+#                                          HBM) at CONTEXTS with the VARs set, in half the time
+#                                          left: $L/sb-LABEL, $L/step-bench-LABEL.txt.
+sb_hbm() {
+  local label=$1 contexts=$2; shift 2
+  env "$@" timeout -k 10 "$(lim $(( $(left) / 2 )))" "$B/step-bench" --model qwen3-8b --methods "fathom(48),sparq(32)" \
+    --contexts "$contexts" --placement hbm --batch 1 --no-standing --out "$L/sb-$label" --commit "${C:-unknown}" \
+    > "$L/step-bench-$label.txt" 2>&1
+  el "step-bench $label rc=$?"
+}

@@ -84,6 +84,18 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_fused.cu.tera"),
     ),
     (
+        "select_cluster.cu.tera",
+        include_str!("../../templates/select_cluster.cu.tera"),
+    ),
+    (
+        "select_cluster.cuh.tera",
+        include_str!("../../templates/select_cluster.cuh.tera"),
+    ),
+    (
+        "select_cluster_peaks.cu.tera",
+        include_str!("../../templates/select_cluster_peaks.cu.tera"),
+    ),
+    (
         "fetch.cu.tera",
         include_str!("../../templates/fetch.cu.tera"),
     ),

@@ -125,7 +125,7 @@ fn ptx_snapshots() {
 /// tuning choice, the one-read ones too): their source and PTX for the default select tile of
 /// qwen3-8b (G = 4), and the one-read variants' for qwen2.5-7b (G = 7) and llama-3.1-70b
 /// (G = 8, the unfused one) too, are snapshotted here (the peaks one for G = 4 and 7, its
-/// one-block form for G = 4).
+/// one-block form for G = 4, both cluster ones for G = 4 and 7).
 #[test]
 fn select_variant_snapshots() {
     for (preset, algorithm) in [
@@ -141,6 +141,10 @@ fn select_variant_snapshots() {
         ("qwen3-8b", SelectAlgorithm::ScanPeaks),
         ("qwen2.5-7b", SelectAlgorithm::ScanPeaks),
         ("qwen3-8b", SelectAlgorithm::ScanPeaksHead),
+        ("qwen3-8b", SelectAlgorithm::Cluster),
+        ("qwen2.5-7b", SelectAlgorithm::Cluster),
+        ("qwen3-8b", SelectAlgorithm::ScanPeaksCluster),
+        ("qwen2.5-7b", SelectAlgorithm::ScanPeaksCluster),
     ] {
         let shape = model::preset(preset).unwrap();
         let plain = kernels_for(&shape, &KernelSetOptions::default())

@@ -7,7 +7,7 @@ use codegen::spec::select::{
     ONEPASS_TARGET_BLOCKS, STATE_WORDS,
 };
 use codegen::spec::{Family, SelectAlgorithm};
-use family_checks::{assert_compiles, assert_renders, grid4};
+use family_checks::{assert_compiles, assert_compiles_for, assert_renders, grid4};
 use serde_json::json;
 
 fn base() -> SelectSpec {
@@ -144,9 +144,15 @@ fn every_spec_of_the_grid_renders_every_stage() {
         let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
         let source = assert_renders(&spec, &entries);
         // Each variant renders its own template: only the compacting one has a filter, only
-        // the one-read ones a chunk pass, only the fused one arrival counters.
+        // the one-read ones and the cluster one a chunk pass, only the fused one arrival
+        // counters, only the cluster one a cluster barrier.
         assert_eq!(source.contains("_filter("), spec.compact());
-        assert_eq!(source.contains("_chunk("), spec.algorithm.one_read());
+        let cluster = spec.algorithm.cluster();
+        assert_eq!(
+            source.contains("_chunk("),
+            spec.algorithm.one_read() || cluster
+        );
+        assert_eq!(source.contains("barrier.cluster"), cluster);
         assert_eq!(
             source.contains("arrivals"),
             spec.algorithm == SelectAlgorithm::Fused
@@ -544,12 +550,26 @@ fn a_sampled_grid_compiles_without_warnings() {
                 algorithm,
             };
             if spec.validate().is_err() {
-                // The one-read buffer of 32 threads holds 1,024 candidates.
-                assert!(algorithm.one_read() && k_max > 1024);
+                // The one-read buffer of 32 threads holds 1,024 candidates; the cluster
+                // select's histograms are more than 32 entries a thread of 32.
+                assert!(
+                    (algorithm.one_read() && k_max > 1024)
+                        || (algorithm.cluster() && threads == 32)
+                );
                 continue;
             }
             let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
-            assert_compiles(&spec, &entries);
+            if algorithm.cluster() {
+                // Thread-block clusters are Hopper's: NVRTC says so for the A100.
+                assert_compiles_for(&spec, &entries, &["sm_90"]);
+                let source = codegen::render::render(&spec).unwrap();
+                let err = codegen::nvrtc::compile(&source, "cluster.cu", "sm_80", &[])
+                    .expect_err("no clusters before sm_90")
+                    .to_string();
+                assert!(err.contains("__cluster_dims__ is not supported"), "{err}");
+            } else {
+                assert_compiles(&spec, &entries);
+            }
         }
     }
 }

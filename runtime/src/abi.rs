@@ -10,9 +10,11 @@
 //! `ld_peaks` after `ld_scores`), the compacting select (`select_compact`), whose chunked stages also take the candidates,
 //! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
 //! form (`select_fused`), whose `_chunk` also writes the selection, the one-block peaks select
-//! (`select_peaks_head`), whose `_chunk` writes only the selection, both peaks forms reading the
-//! scan's peaks (`select_scan_peaks`, `select_scan_peaks_head`: their `_chunk` also takes
-//! `n_stored`, `peaks` and `ld_peaks`), attention over several
+//! (`select_peaks_head`, and the cluster select with it), whose `_chunk` writes only the
+//! selection, both peaks forms reading the
+//! scan's peaks (`select_scan_peaks`, `select_scan_peaks_head` and with it the scan-peaks
+//! cluster select: their `_chunk` also takes `n_stored`, `peaks` and `ld_peaks`), attention
+//! over several
 //! blocks a query head (`attention_split`, `attention_store_split`: its partials and arrival
 //! counters), and the
 //! rerank's many-block top-k (`pariskv_rerank_mb`: `_chunk`, `_merge`, `_write`).

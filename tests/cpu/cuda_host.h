@@ -22,6 +22,12 @@
 //   - mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, a warp collective of the whole warp in
 //     the PTX ISA's fragment layouts, accumulated in fp32 in k order (the hardware's order of the
 //     sums differs, so results are compared within fp32 tolerances).
+//   - thread-block clusters: an entry point declared with __cluster_dims__(N, 1, 1) runs N
+//     blocks at once (launch's `cluster_blocks`, which the driver reads from the declaration),
+//     each with its own shared memory (swapped into the section while it runs), from cluster
+//     barrier to cluster barrier in a random order of blocks; barrier.cluster is cluster_sync
+//     and mapa + ld.shared::cluster is cluster_shared, which fails on a read before the reader's
+//     first cluster barrier, of a block that has exited, or outside the cluster.
 // griddepcontrol (await_previous_kernel) is compiled only for __CUDA_ARCH__ >= 900, so here
 // it is nothing; an `asm` statement without a branch does not compile.
 //
@@ -104,7 +110,7 @@ struct AsyncCopy {
     int line;
 };
 
-enum class State { Run, Barrier, Waiting, Done };
+enum class State { Run, Barrier, ClusterBarrier, Waiting, Done };
 
 struct Fiber {
     ucontext_t ctx;
@@ -465,109 +471,223 @@ inline void trampoline() {
     swapcontext(&b->current->ctx, &b->scheduler);
 }
 
-// Runs `body` as every thread of every block of the grid, block after block.
-inline void launch(dim3 grid, dim3 threads, const std::function<void()>& body) {
+// The blocks of the thread-block cluster being run (one, unless the kernel declares
+// __cluster_dims__): each keeps its shared memory in `image` while another runs in the section.
+struct Cluster {
+    std::vector<std::unique_ptr<Block>> blocks;
+    std::vector<std::vector<char>> image;
+    std::vector<unsigned int> barriers_passed;  // barrier.cluster each block has passed
+    unsigned int running = 0;                   // the block whose memory is in the section
+};
+
+inline Cluster*& cluster() {
+    static Cluster* c = nullptr;
+    return c;
+}
+
+inline size_t shared_bytes() {
+    return __start_fathom_shared == nullptr ? 0 : (size_t)(__stop_fathom_shared - __start_fathom_shared);
+}
+
+// barrier.cluster.arrive + wait: every thread of every block of the cluster.
+inline void cluster_sync(int line) {
+    Fiber* f = block()->current;
+    f->state = State::ClusterBarrier;
+    f->line = line;
+    yield();
+}
+
+// mapa + ld.shared::cluster: where `p`, a shared variable, lies in block `rank` of the cluster.
+// A GPU leaves undefined a read of a block that may not have started (before the reader's first
+// cluster barrier) or that has exited; both fail here.
+template <class T>
+inline const T* cluster_shared(const T* p, int rank, int line) {
+    Cluster* c = cluster();
+    const char* at = reinterpret_cast<const char*>(p);
+    if (__start_fathom_shared == nullptr || at < __start_fathom_shared || at + sizeof(T) > __stop_fathom_shared)
+        fail("distributed shared memory: a pointer outside shared memory", line);
+    if (rank < 0 || (size_t)rank >= c->blocks.size()) fail("distributed shared memory: a rank outside the cluster", line);
+    if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) fail("distributed shared memory: a misaligned load", line);
+    if (c->barriers_passed[c->running] == 0)
+        fail("distributed shared memory read before the cluster's first barrier (its block may not have started)", line);
+    if ((unsigned int)rank == c->running) return p;
+    for (const Fiber& f : c->blocks[(size_t)rank]->fibers)
+        if (f.state == State::Done) fail("distributed shared memory of a block that has exited", line);
+    return reinterpret_cast<const T*>(c->image[(size_t)rank].data() + (at - __start_fathom_shared));
+}
+
+// Runs the block's fibers until none can run (all returned, or waiting at a cluster barrier, or
+// for what cannot happen), opening its __syncthreads barriers on the way. Returns whether any
+// fiber ran.
+inline bool run_block(Block& b, bool warp_serial) {
+    const unsigned int threads = (unsigned int)b.fibers.size();
+    const unsigned int warps = threads / 32;
+    std::vector<unsigned int> order(threads), warp_order(warps);
+    for (unsigned int t = 0; t < threads; ++t) order[t] = t;
+    for (unsigned int w = 0; w < warps; ++w) warp_order[w] = w;
+    auto runnable = [&](const Fiber& f) {
+        return f.state == State::Run || (f.state == State::Waiting && f.waiting->complete);
+    };
+    auto run_one = [&](Fiber& f) {
+        b.current = &f;
+        swapcontext(&b.scheduler, &f.ctx);
+    };
+    bool any = false;
+    for (;;) {
+        bool ran = false;
+        if (warp_serial) {
+            std::shuffle(warp_order.begin(), warp_order.end(), rng());
+            for (unsigned int w : warp_order) {
+                for (bool again = true; again;) {
+                    again = false;
+                    std::shuffle(order.begin() + w * 32, order.begin() + w * 32 + 32, rng());
+                    for (unsigned int i = w * 32; i < w * 32 + 32; ++i) {
+                        Fiber& f = b.fibers[order[i]];
+                        if (!runnable(f)) continue;
+                        run_one(f);
+                        ran = again = true;
+                    }
+                }
+            }
+        } else {
+            std::shuffle(order.begin(), order.end(), rng());
+            for (unsigned int t : order) {
+                Fiber& f = b.fibers[t];
+                if (!runnable(f)) continue;
+                run_one(f);
+                ran = true;
+            }
+        }
+        any = any || ran;
+        unsigned int done = 0, at_barrier = 0;
+        int line = -1;
+        for (Fiber& f : b.fibers) {
+            done += f.state == State::Done;
+            if (f.state == State::Barrier) {
+                if (at_barrier > 0 && f.line != line) fail("threads wait at two different __syncthreads", f.line);
+                line = f.line;
+                ++at_barrier;
+            }
+        }
+        if (at_barrier > 0 && at_barrier + done == threads) {
+            if (done > 0) fail("some threads returned while others wait at __syncthreads", line);
+            for (Fiber& f : b.fibers) f.state = State::Run;
+            b.barrier_result = b.barrier_count;
+            b.barrier_count = 0;
+            continue;
+        }
+        if (!ran) return any;
+    }
+}
+
+// Runs `body` as every thread of every block of the grid: block after block, or with `cluster`
+// blocks (consecutive in x) at once, each run from cluster barrier to cluster barrier in a
+// random order of blocks with its own shared memory.
+inline void launch(dim3 grid, dim3 threads, unsigned int cluster_blocks, const std::function<void()>& body) {
     if (threads.y != 1 || threads.z != 1) fail("only 1-D blocks", 0);
     if (threads.x % 32 != 0 || threads.x == 0 || threads.x > 1024) fail("threads: whole warps up to 1024", 0);
+    if (cluster_blocks == 0 || cluster_blocks > 8 || grid.x % cluster_blocks != 0)
+        fail("a cluster of 1 to 8 blocks in x that divides the grid's x", 0);
     grid_dim() = grid;
     block_dim() = threads;
-    Block b;
-    block() = &b;
-    b.body = body;
-    b.fibers.resize(threads.x);
+    Cluster c;
+    cluster() = &c;
+    const size_t bytes = shared_bytes();
+    c.image.assign(cluster_blocks, std::vector<char>(bytes));
+    c.barriers_passed.assign(cluster_blocks, 0);
     constexpr size_t STACK = 64 * 1024;
-    for (unsigned int t = 0; t < threads.x; ++t) b.fibers[t].stack.reset(new char[STACK]);
-    b.pending.resize(threads.x / 32);
-    std::vector<unsigned int> order(threads.x);
+    for (unsigned int r = 0; r < cluster_blocks; ++r) {
+        c.blocks.emplace_back(new Block);
+        Block& b = *c.blocks.back();
+        b.body = body;
+        b.fibers.resize(threads.x);
+        for (unsigned int t = 0; t < threads.x; ++t) b.fibers[t].stack.reset(new char[STACK]);
+        b.pending.resize(threads.x / 32);
+    }
+    auto enter = [&](unsigned int r, unsigned int x, unsigned int y, unsigned int z) {
+        block() = c.blocks[r].get();
+        block_idx() = dim3{x, y, z};
+        c.running = r;
+        if (cluster_blocks > 1 && bytes > 0) std::memcpy(__start_fathom_shared, c.image[r].data(), bytes);
+    };
+    auto leave_block = [&](unsigned int r) {
+        if (cluster_blocks > 1 && bytes > 0) std::memcpy(c.image[r].data(), __start_fathom_shared, bytes);
+    };
+    std::vector<bool> warp_serial(cluster_blocks);
+    std::vector<unsigned int> block_order(cluster_blocks);
     for (unsigned int z = 0; z < grid.z; ++z)
         for (unsigned int y = 0; y < grid.y; ++y)
-            for (unsigned int x = 0; x < grid.x; ++x) {
-                block_idx() = dim3{x, y, z};
-                if (__start_fathom_shared != nullptr)
-                    std::memset(__start_fathom_shared, 0xff, __stop_fathom_shared - __start_fathom_shared);
-                for (unsigned int t = 0; t < threads.x; ++t) {
-                    Fiber& f = b.fibers[t];
-                    f.idx = dim3{t, 0, 0};
-                    f.lane = t % 32;
-                    f.warp = t / 32;
-                    f.state = State::Run;
-                    f.waiting = nullptr;
-                    f.open_copies.clear();
-                    f.committed_copies.clear();
-                    getcontext(&f.ctx);
-                    f.ctx.uc_stack.ss_sp = f.stack.get();
-                    f.ctx.uc_stack.ss_size = STACK;
-                    f.ctx.uc_link = nullptr;
-                    makecontext(&f.ctx, trampoline, 0);
-                    order[t] = t;
+            for (unsigned int x0 = 0; x0 < grid.x; x0 += cluster_blocks) {
+                for (unsigned int r = 0; r < cluster_blocks; ++r) {
+                    Block& b = *c.blocks[r];
+                    std::memset(c.image[r].data(), 0xff, bytes);
+                    if (bytes > 0) std::memset(__start_fathom_shared, 0xff, bytes);
+                    for (unsigned int t = 0; t < threads.x; ++t) {
+                        Fiber& f = b.fibers[t];
+                        f.idx = dim3{t, 0, 0};
+                        f.lane = t % 32;
+                        f.warp = t / 32;
+                        f.state = State::Run;
+                        f.waiting = nullptr;
+                        f.open_copies.clear();
+                        f.committed_copies.clear();
+                        getcontext(&f.ctx);
+                        f.ctx.uc_stack.ss_sp = f.stack.get();
+                        f.ctx.uc_stack.ss_size = STACK;
+                        f.ctx.uc_link = nullptr;
+                        makecontext(&f.ctx, trampoline, 0);
+                    }
+                    c.barriers_passed[r] = 0;
+                    // Half the blocks run their warps one at a time from barrier to barrier, in
+                    // a random order of warps: a warp then reads what another warp wrote before
+                    // the last barrier only after that warp has run on to the next one, which
+                    // catches a shared word rewritten without a barrier between the reads and
+                    // the write. The other half interleave every thread.
+                    warp_serial[r] = rng()() % 2 == 0;
+                    block_order[r] = r;
                 }
-                // Half the blocks run their warps one at a time from barrier to barrier, in a
-                // random order of warps: a warp then reads what another warp wrote before the
-                // last barrier only after that warp has run on to the next one, which catches a
-                // shared word rewritten without a barrier between the reads and the write. The
-                // other half interleave every thread.
-                const bool warp_serial = rng()() % 2 == 0;
-                const unsigned int warps = threads.x / 32;
-                std::vector<unsigned int> warp_order(warps);
-                for (unsigned int w = 0; w < warps; ++w) warp_order[w] = w;
-                auto runnable = [&](const Fiber& f) {
-                    return f.state == State::Run || (f.state == State::Waiting && f.waiting->complete);
-                };
-                auto run_one = [&](Fiber& f) {
-                    b.current = &f;
-                    swapcontext(&b.scheduler, &f.ctx);
-                };
                 for (;;) {
                     bool ran = false;
-                    if (warp_serial) {
-                        std::shuffle(warp_order.begin(), warp_order.end(), rng());
-                        for (unsigned int w : warp_order) {
-                            for (bool again = true; again;) {
-                                again = false;
-                                std::shuffle(order.begin() + w * 32, order.begin() + w * 32 + 32, rng());
-                                for (unsigned int i = w * 32; i < w * 32 + 32; ++i) {
-                                    Fiber& f = b.fibers[order[i]];
-                                    if (!runnable(f)) continue;
-                                    run_one(f);
-                                    ran = again = true;
-                                }
+                    std::shuffle(block_order.begin(), block_order.end(), rng());
+                    for (unsigned int r : block_order) {
+                        enter(r, x0 + r, y, z);
+                        ran = run_block(*c.blocks[r], warp_serial[r]) || ran;
+                        leave_block(r);
+                    }
+                    unsigned int done = 0, at_barrier = 0, total = 0;
+                    int line = -1, waiting_line = -1;
+                    for (auto& b : c.blocks)
+                        for (Fiber& f : b->fibers) {
+                            ++total;
+                            done += f.state == State::Done;
+                            if (f.state != State::Done) waiting_line = f.line;
+                            if (f.state == State::ClusterBarrier) {
+                                if (at_barrier > 0 && f.line != line)
+                                    fail("threads wait at two different cluster barriers", f.line);
+                                line = f.line;
+                                ++at_barrier;
                             }
                         }
-                    } else {
-                        std::shuffle(order.begin(), order.end(), rng());
-                        for (unsigned int t : order) {
-                            Fiber& f = b.fibers[t];
-                            if (!runnable(f)) continue;
-                            run_one(f);
-                            ran = true;
+                    if (done == total) break;
+                    if (at_barrier > 0 && at_barrier + done == total) {
+                        if (done > 0) fail("some threads returned while others wait at a cluster barrier", line);
+                        for (unsigned int r = 0; r < cluster_blocks; ++r) {
+                            for (Fiber& f : c.blocks[r]->fibers) f.state = State::Run;
+                            ++c.barriers_passed[r];
                         }
-                    }
-                    unsigned int done = 0, at_barrier = 0;
-                    int line = -1;
-                    for (Fiber& f : b.fibers) {
-                        done += f.state == State::Done;
-                        if (f.state == State::Barrier) {
-                            if (at_barrier > 0 && f.line != line)
-                                fail("threads wait at two different __syncthreads", f.line);
-                            line = f.line;
-                            ++at_barrier;
-                        }
-                    }
-                    if (done == threads.x) break;
-                    if (at_barrier + done == threads.x) {
-                        if (done > 0) fail("some threads returned while others wait at __syncthreads", line);
-                        for (Fiber& f : b.fibers) f.state = State::Run;
-                        b.barrier_result = b.barrier_count;
-                        b.barrier_count = 0;
                         continue;
                     }
-                    if (!ran) fail("every thread waits for something that cannot happen", line);
+                    if (!ran) fail("every thread waits for something that cannot happen", waiting_line);
                 }
-                for (auto& p : b.pending)
-                    if (!p.empty()) fail("a warp collective was left incomplete", p.front()->line);
+                for (auto& b : c.blocks)
+                    for (auto& p : b->pending)
+                        if (!p.empty()) fail("a warp collective was left incomplete", p.front()->line);
             }
     block() = nullptr;
+    cluster() = nullptr;
 }
+
+inline void launch(dim3 grid, dim3 threads, const std::function<void()>& body) { launch(grid, threads, 1, body); }
 
 inline void seed(unsigned long long s) { rng().seed(s); }
 
@@ -579,6 +699,7 @@ inline void seed(unsigned long long s) { rng().seed(s); }
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 #define __shared__ __attribute__((section("fathom_shared"))) static
 #define threadIdx (fathom_cpu::thread_idx())
 #define blockIdx (fathom_cpu::block_idx())

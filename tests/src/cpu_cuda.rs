@@ -17,6 +17,9 @@
 //! fp16 and bf16 conversions, `prmt`, `lop3`, and `mma.sync` m16n8k16 (f16 operands, f32
 //! accumulators) as a warp collective in the PTX ISA's fragment layouts. So the scans run here
 //! too (`tests/tests/cpu_scan.rs`); an `asm` statement without such a branch does not compile.
+//! An entry point declared with `__cluster_dims__(N, 1, 1)` runs as thread-block clusters of N
+//! blocks at once, each with its own shared memory, with cluster barriers and distributed
+//! shared memory loads (`cluster_sync`, `cluster_shared`), so the cluster select runs here too.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -37,11 +40,13 @@ pub enum CType {
     Float,
 }
 
-/// One entry point of the source: its name and parameter types, in order.
+/// One entry point of the source: its name and parameter types, in order, and the blocks of
+/// its thread-block clusters (1 unless it declares `__cluster_dims__(N, 1, 1)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub name: String,
     pub params: Vec<CType>,
+    pub cluster: u32,
 }
 
 impl Entry {
@@ -64,7 +69,37 @@ impl Entry {
                 )),
             })
             .collect::<Result<_, _>>()?;
-        Ok(Entry { name, params })
+        let cluster = cluster_dims(source, &name)?;
+        Ok(Entry {
+            name,
+            params,
+            cluster,
+        })
+    }
+}
+
+/// The blocks of entry point `name`'s clusters: `N` of a `__cluster_dims__(N, 1, 1)` in its
+/// declaration (between the `extern "C"` before it and its name), else 1.
+fn cluster_dims(source: &str, name: &str) -> Result<u32, String> {
+    let Some(at) = source.find(&format!(" {name}(")) else {
+        return Ok(1);
+    };
+    let declaration = &source[source[..at].rfind("extern \"C\"").unwrap_or(0)..at];
+    let Some(dims) = declaration.split("__cluster_dims__(").nth(1) else {
+        return Ok(1);
+    };
+    let parts: Vec<&str> = dims.split(')').next().unwrap_or("").split(',').collect();
+    match parts
+        .iter()
+        .map(|p| p.trim().parse::<u32>())
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(v) if v.len() == 3 && v[1] == 1 && v[2] == 1 => Ok(v[0]),
+        _ => Err(format!(
+            "{name}: `__cluster_dims__({dims_text})`; the CPU runs take clusters of (N, 1, 1) \
+             with N a literal",
+            dims_text = dims.split(')').next().unwrap_or("")
+        )),
     }
 }
 
@@ -203,8 +238,9 @@ int main(int argc, char** argv) {
             .collect();
         let _ = writeln!(
             d,
-            "        case {e}:\n            if (nargs != {n}) {{ std::fprintf(stderr, \"{name}: {n} arguments\\n\"); return 2; }}\n            fathom_cpu::launch(grid, block, [&] {{ {name}({args}); }});\n            break;",
+            "        case {e}:\n            if (nargs != {n}) {{ std::fprintf(stderr, \"{name}: {n} arguments\\n\"); return 2; }}\n            fathom_cpu::launch(grid, block, {cluster}, [&] {{ {name}({args}); }});\n            break;",
             n = entry.params.len(),
+            cluster = entry.cluster,
             name = entry.name,
             args = args.join(", ")
         );

@@ -25,8 +25,8 @@ pub struct CpuSelectArgs<'a> {
     pub max_tokens: usize,
     /// The one-read variant's blocks per query head in place of `SelectSpec::plan`'s choice
     /// (its kernels are correct for any number), so that a short test row can still be many
-    /// times a block's buffer. The one-block peaks variant has one a query head whatever this
-    /// says.
+    /// times a block's buffer. The one-block peaks variant has one a query head and the
+    /// cluster variant `CLUSTER_BLOCKS`, whatever this says.
     pub chunks: Option<u64>,
 }
 
@@ -88,8 +88,9 @@ impl CpuSelect {
                 a.k as u64,
             )
             .map_err(|e| e.to_string())?;
-        let one_block = spec.algorithm.one_block();
-        if let Some(chunks) = a.chunks.filter(|_| !one_block) {
+        // The one-block and cluster variants' blocks a query head are fixed.
+        let fixed = spec.algorithm.writes_selection();
+        if let Some(chunks) = a.chunks.filter(|_| !fixed) {
             assert!(
                 spec.algorithm.one_read(),
                 "only the one-read selects take chunks"

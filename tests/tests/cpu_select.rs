@@ -134,24 +134,38 @@ fn cases(select: &CpuSelect, rng: &mut impl Rng, seed: u64, families: &[Scores])
     failures
 }
 
+/// Every score family, and the ones only the one-read selects' tests draw.
+fn every_family() -> Vec<Scores> {
+    let mut families = FAMILIES.to_vec();
+    families.extend([Scores::Gaussian, Scores::Offset, Scores::NextAbove]);
+    families
+}
+
+/// Families with ties at the k-th score wider than a block's buffer or a block's run:
+/// WideTies ties 20,000 tokens, Constant every token, SmallIntegers and SignedZeros thousands.
+const TIE_FAMILIES: [Scores; 5] = [
+    Scores::WideTies,
+    Scores::Constant,
+    Scores::SmallIntegers,
+    Scores::SignedZeros,
+    Scores::Straddle,
+];
+
 fn assert_none(failures: Vec<String>) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-#[test]
-fn onepass_matches_the_reference_on_every_family() {
-    let (mut rng, seed) = inputs::rng_and_seed("onepass_matches_the_reference_on_every_family");
-    let mut families = FAMILIES.to_vec();
-    families.extend([Scores::Gaussian, Scores::Offset, Scores::NextAbove]);
-    // (G, k_max, threads, items): float4 loads, scalar loads, pairs; buffers of one to 32
-    // entries per thread.
-    for (g, k_max, threads, items) in [
-        (4, 96, 64, 4),
-        (1, 32, 32, 3),
-        (7, 200, 128, 2),
-        (8, 48, 32, 8),
-    ] {
-        for spec in one_read(g, k_max, threads, items) {
+/// Every spec `specs` makes of each `(G, k_max, threads, items)` tile against the reference on
+/// every family (`cases`), drawn from the seed of `test`.
+fn every_family_matches<const N: usize>(
+    test: &str,
+    tiles: &[(u32, u32, u32, u32)],
+    specs: impl Fn(u32, u32, u32, u32) -> [SelectSpec; N],
+) {
+    let (mut rng, seed) = inputs::rng_and_seed(test);
+    let families = every_family();
+    for &(g, k_max, threads, items) in tiles {
+        for spec in specs(g, k_max, threads, items) {
             let select = CpuSelect::build(spec).expect("builds");
             assert_none(cases(&select, &mut rng, seed, &families));
         }
@@ -159,17 +173,27 @@ fn onepass_matches_the_reference_on_every_family() {
 }
 
 #[test]
+fn onepass_matches_the_reference_on_every_family() {
+    // (G, k_max, threads, items): float4 loads, scalar loads, pairs; buffers of one to 32
+    // entries per thread.
+    every_family_matches(
+        "onepass_matches_the_reference_on_every_family",
+        &[
+            (4, 96, 64, 4),
+            (1, 32, 32, 3),
+            (7, 200, 128, 2),
+            (8, 48, 32, 8),
+        ],
+        one_read,
+    );
+}
+
+#[test]
 fn onepass_ties_wider_than_the_block_buffer() {
     let (mut rng, seed) = inputs::rng_and_seed("onepass_ties_wider_than_the_block_buffer");
     // A 32-thread block holds 1,024 candidates: WideTies ties 20,000 tokens at the k-th score,
     // Constant every token, SmallIntegers and SignedZeros thousands.
-    let families = [
-        Scores::WideTies,
-        Scores::Constant,
-        Scores::SmallIntegers,
-        Scores::SignedZeros,
-        Scores::Straddle,
-    ];
+    let families = TIE_FAMILIES;
     let mut failures = Vec::new();
     for spec in one_read(4, 64, 32, 4) {
         let select = CpuSelect::build(spec).expect("builds");
@@ -707,4 +731,186 @@ fn scan_peaks_window_half_is_taken_from_the_scores() {
         caught,
         "the window's half taken from the scan went unnoticed"
     );
+}
+
+/// The cluster selects (`algorithm: cluster`, and `scan_peaks_cluster` reading the scan's
+/// peaks): eight blocks a query head in one thread-block cluster, run by the CPU emulator with
+/// a shared memory each, from cluster barrier to cluster barrier in a random order of blocks.
+/// 64 threads or more (their histograms are at most 32 entries a thread), float4, pair and
+/// scalar loads, G = 1, 4, 7, 8; for the scan-peaks one every, some or none of each row stored.
+fn cluster(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> SelectSpec {
+    SelectSpec {
+        algorithm: SelectAlgorithm::Cluster,
+        ..onepass(group, k_max, threads, items_per_thread)
+    }
+}
+
+/// Both cluster selects of a tile.
+fn clusters(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 2] {
+    let spec = cluster(group, k_max, threads, items_per_thread);
+    [
+        spec,
+        SelectSpec {
+            algorithm: SelectAlgorithm::ScanPeaksCluster,
+            ..spec
+        },
+    ]
+}
+
+#[test]
+fn cluster_matches_the_reference_on_every_family() {
+    every_family_matches(
+        "cluster_matches_the_reference_on_every_family",
+        &[
+            (4, 96, 64, 4),
+            (1, 32, 64, 3),
+            (7, 200, 128, 2),
+            (8, 48, 64, 8),
+        ],
+        clusters,
+    );
+}
+
+/// Ties at the k-th key spread over several blocks of the cluster: the lowest indices must win
+/// across blocks (each block's share of them from the counts of the blocks before it), and
+/// runs a block holds none of (rows shorter than a tile a block).
+#[test]
+fn cluster_ties_across_blocks() {
+    let (mut rng, seed) = inputs::rng_and_seed("cluster_ties_across_blocks");
+    let families = TIE_FAMILIES;
+    let mut failures = Vec::new();
+    for (spec, k) in clusters(4, 64, 64, 4)
+        .into_iter()
+        .flat_map(|s| [(s, 1), (s, 17), (s, 64)])
+    {
+        let select = CpuSelect::build(spec).expect("builds");
+        let lengths = [
+            rng.gen_range(21_000..24_000),
+            ALWAYS + k + 1,
+            3_000,
+            ALWAYS + k + 9,
+        ];
+        failures.extend(case(
+            &select,
+            &mut rng,
+            seed,
+            (&lengths, 1, None),
+            k,
+            &families,
+        ));
+    }
+    assert_none(failures);
+}
+
+/// The cluster select's own steps, broken one at a time: what it exchanges between blocks and
+/// when, and where each block writes.
+#[test]
+fn cluster_mutations_are_caught() {
+    assert_caught(
+        cluster(4, 40, 64, 4),
+        &[
+            (
+                "the histograms summed before every block has counted",
+                "        count(mine, p, prefix);\n        cluster_sync();",
+                "        count(mine, p, prefix);",
+            ),
+            (
+                "only the block's own histogram",
+                "const uint2 v = cluster_load_pair(mine + d, r);",
+                "const uint2 v = cluster_load_pair(mine + d, (int)blockIdx.x);",
+            ),
+            (
+                "the histogram of the pass before not zeroed for the next",
+                "for (int d = threadIdx.x; d < BINS; d += THREADS) exchanged(s, pass + 1)[d] = 0u;",
+                "",
+            ),
+            (
+                "the blocks before it not counted",
+                "for (int r = 0; r < (int)blockIdx.x; ++r) {",
+                "for (int r = 0; r < 0; ++r) {",
+            ),
+            (
+                "every tie taken",
+                "if (key[i] == kth && ei < need)",
+                "if (key[i] == kth)",
+            ),
+            (
+                "ties before a token above K all counted",
+                "out[SINK + ai + min(ei, need)] = token;",
+                "out[SINK + ai + ei] = token;",
+            ),
+            (
+                "a block leaves while the others read its counts",
+                "    // No block may leave while another can still read its counts.\n    cluster_sync();",
+                "",
+            ),
+            (
+                "the runs rounded down (the row's last loads in none)",
+                "const int share = (end_load - first_load + CLUSTER - 1) / CLUSTER;",
+                "const int share = (end_load - first_load) / CLUSTER;",
+            ),
+        ],
+    );
+}
+
+/// The scan-peaks cluster select's own steps (it shares the cluster's radix passes and writes,
+/// whose mutations are caught above), broken one at a time: which halves it takes from the
+/// scan, which tokens stand in a half's peak, which halves it reads.
+#[test]
+fn scan_peaks_cluster_mutations_are_caught() {
+    let [_, spec] = clusters(4, 40, 64, 4);
+    assert_caught(
+        spec,
+        &[
+            (
+                "halves past n_stored taken from the scan",
+                "x.stored_end = min(max(n_stored[b], 0), x.hi) / 32;",
+                "x.stored_end = x.hi / 32;",
+            ),
+            (
+                "the sink's half taken from the scan",
+                "h < x.h1 && h >= 1 && h < x.stored_end",
+                "h < x.h1 && h >= 0 && h < x.stored_end",
+            ),
+            (
+                "the window's tokens in a half's peak",
+                "unsigned int m = token >= x.lo && token < x.hi ?",
+                "unsigned int m = token >= x.lo ?",
+            ),
+            (
+                "a block's tokens counted only in halves above K'",
+                "for (unsigned int hot = __ballot_sync(FULL_MASK, peak >= kth_peak); hot != 0u; hot &= hot - 1u) {",
+                "for (unsigned int hot = __ballot_sync(FULL_MASK, peak > kth_peak); hot != 0u; hot &= hot - 1u) {",
+            ),
+            (
+                "the runs rounded down (the row's last halves in none)",
+                "const int share = (end_half + CLUSTER - 1) / CLUSTER;",
+                "const int share = end_half / CLUSTER;",
+            ),
+        ],
+    );
+}
+
+/// Long rows (60k to 100k tokens, a block's run many rounds and tiles long): the counts carried
+/// from round to round and tile to tile, and K' from thousands of halves.
+#[test]
+fn cluster_long_rows() {
+    let (mut rng, seed) = inputs::rng_and_seed("cluster_long_rows");
+    let families = [Scores::Gaussian, Scores::SmallIntegers, Scores::Straddle];
+    let mut failures = Vec::new();
+    for spec in clusters(1, 16, 64, 2) {
+        let select = CpuSelect::build(spec).expect("builds");
+        for k in [1, 16] {
+            let lengths = [rng.gen_range(60_000..100_000)];
+            failures.extend(case(
+                &select,
+                &mut rng,
+                seed,
+                (&lengths, 1, None),
+                k,
+                &families,
+            ));
+        }
+    }
+    assert_none(failures);
 }

@@ -146,8 +146,10 @@ fn select_case(
 }
 
 /// Every variant of one tile (`SelectAlgorithm::ALL`: plain, compacting, one-read, fused,
-/// peaks), or those that `FATHOM_SELECT_ALGORITHMS` names (comma-separated, as specs spell
-/// them), for a call that tests one new variant without the others' time.
+/// peaks, cluster), or those that `FATHOM_SELECT_ALGORITHMS` names (comma-separated, as specs
+/// spell them), for a call that tests one new variant without the others' time. The cluster
+/// variants are left out of the tiles their specs refuse (32 threads: their histograms are
+/// more than 32 entries a thread); every other tile here has them.
 fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<SelectKernels> {
     let only = std::env::var("FATHOM_SELECT_ALGORITHMS").ok();
     let wanted = |algorithm: &SelectAlgorithm| match &only {
@@ -167,16 +169,15 @@ fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<Sele
     SelectAlgorithm::ALL
         .into_iter()
         .filter(wanted)
-        .map(|algorithm| {
-            let spec = SelectSpec {
-                group,
-                k_max,
-                threads,
-                items_per_thread: items,
-                algorithm,
-            };
-            SelectKernels::load(gpu, spec).expect("select kernels compile")
+        .map(|algorithm| SelectSpec {
+            group,
+            k_max,
+            threads,
+            items_per_thread: items,
+            algorithm,
         })
+        .filter(|spec| !spec.algorithm.cluster() || threads > 32)
+        .map(|spec| SelectKernels::load(gpu, spec).expect("select kernels compile"))
         .collect()
 }
 

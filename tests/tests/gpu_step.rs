@@ -30,6 +30,11 @@
 //! - `gpu_step_fused_select_g4`, `gpu_step_fused_select_g7`: the same with its fused form
 //!   (`algorithm: fused`: one launch writes the selection; its arrival counters are the
 //!   workspace's, reused by every step and graph replay).
+//! - `gpu_step_cluster_select_g4`, `gpu_step_cluster_select_g7`: the same with the cluster
+//!   select (`algorithm: cluster`: eight blocks a query head in a thread-block cluster; sm_90);
+//!   `gpu_step_scan_peaks_cluster_select_g4`, `gpu_step_scan_peaks_cluster_tensor_core_scan_g7`:
+//!   its form reading the scan's peaks (`scan_peaks_cluster`), after the plain scan or the
+//!   tensor-core one, the other methods running the cluster select that reads the scores.
 //! - `gpu_step_scan_peaks_select_g4/_g7`, `gpu_step_scan_peaks_head_select_g4`,
 //!   `gpu_step_scan_peaks_tensor_core_scan_g4`, `gpu_step_scan_peaks_head_tensor_core_scan_g7`:
 //!   the selects that read the peaks the scan wrote (`algorithm: scan_peaks`,
@@ -666,6 +671,36 @@ gpu_test!(gpu_step_peaks_head_select_g7, |t| {
         Basis::Klt,
         Tuned::Only(SelectAlgorithm::PeaksHead),
     );
+});
+
+gpu_test!(gpu_step_cluster_select_g4, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        4,
+        Basis::Raw,
+        Tuned::Only(SelectAlgorithm::Cluster),
+    );
+});
+
+gpu_test!(gpu_step_cluster_select_g7, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        7,
+        Basis::Klt,
+        Tuned::Only(SelectAlgorithm::Cluster),
+    );
+});
+
+gpu_test!(gpu_step_scan_peaks_cluster_select_g4, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaksCluster, false);
+    run_case_with(&mut t, D, 4, Basis::Raw, select);
+});
+
+gpu_test!(gpu_step_scan_peaks_cluster_tensor_core_scan_g7, |t| {
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaksCluster, true);
+    run_case_with(&mut t, D, 7, Basis::Klt, select);
 });
 
 gpu_test!(gpu_step_scan_peaks_select_g4, |t| {

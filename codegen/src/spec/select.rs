@@ -56,6 +56,21 @@
 //! half the scan scored, so a block reads its share's peaks (1/32 of its scores), forms from the
 //! scores only the halves they cannot stand for (the sink's, the window's, the tail past
 //! `n_stored`), and then its hot tiles: about 1/8 of the scores at 1M tokens instead of all.
+//!
+//! The cluster variant ([`SelectAlgorithm::Cluster`], `select_cluster.cu.tera`) gives each query
+//! head a thread-block cluster of [`CLUSTER_BLOCKS`] blocks (Hopper, sm_90), each reading an
+//! equal run of the row: the three radix passes of the plain select, each block counting its
+//! run into its own histogram and every block summing the cluster's histograms through
+//! distributed shared memory after a cluster barrier, so that all pick the same digit; then
+//! each block writes its tokens above the k-th key and its share of those equal to it at their
+//! places in `sel`, from the counts of the blocks before it. Two launches (`_chunk`, `_union`),
+//! no workspace, and eight times the blocks of the one-block form: meant for short contexts,
+//! where the one-block select's `_chunk` is the work of one block a query head. Its form
+//! reading the scan's peaks ([`SelectAlgorithm::ScanPeaksCluster`],
+//! `select_cluster_peaks.cu.tera`) runs the radix passes twice: over the peaks of the row's
+//! 32-token halves for the k-th largest peak K', then over the tokens of the halves whose peak
+//! reaches K' alone (about k halves of the row, against the k tiles every block of the
+//! one-read selects reads for its own top-k).
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -87,6 +102,9 @@ pub const ONEPASS_BUFFER: u64 = 4096;
 pub const ONEPASS_MAX_PER_THREAD: u64 = 32;
 /// Static shared memory a block may declare (48 KiB).
 pub const MAX_STATIC_SHARED: u64 = 48 * 1024;
+/// Blocks a query head of the cluster variant ([`SelectAlgorithm::Cluster`]): one
+/// thread-block cluster, of the largest size every sm_90 GPU launches without opting in.
+pub const CLUSTER_BLOCKS: u64 = 8;
 /// Blocks the one-read variant's `_chunk` pass aims for over all query heads of a launch: two
 /// per SM of a 132-SM H200, one wave with enough loads in flight to read HBM at its rate. A
 /// query head gets `floor(ONEPASS_TARGET_BLOCKS / heads)` blocks (so that the blocks fit one
@@ -131,11 +149,22 @@ pub enum SelectAlgorithm {
     /// [`SelectAlgorithm::PeaksHead`] (`select_peaks_head.cu.tera`).
     #[serde(rename = "scan_peaks_head")]
     ScanPeaksHead,
+    /// Three radix passes over the scores by a thread-block cluster of [`CLUSTER_BLOCKS`]
+    /// blocks a query head, the histograms summed through distributed shared memory, then each
+    /// block writes its selected tokens: two launches, one of them the union
+    /// (`select_cluster.cu.tera`; sm_90).
+    Cluster,
+    /// The cluster select from the peaks the scan wrote (`ScanSpec::peaks`): the radix passes
+    /// over the peaks of the row's halves for the k-th largest peak, then over the tokens of
+    /// the halves whose peak reaches it (`select_cluster_peaks.cu.tera`; sm_90). Its `_chunk`
+    /// takes `n_stored`, `peaks` and `ld_peaks` as the other scan-peaks selects do.
+    #[serde(rename = "scan_peaks_cluster")]
+    ScanPeaksCluster,
 }
 
 impl SelectAlgorithm {
     /// Every algorithm, in the order the tuner tries them.
-    pub const ALL: [SelectAlgorithm; 8] = [
+    pub const ALL: [SelectAlgorithm; 10] = [
         SelectAlgorithm::Radix,
         SelectAlgorithm::Compact,
         SelectAlgorithm::Onepass,
@@ -144,6 +173,8 @@ impl SelectAlgorithm {
         SelectAlgorithm::PeaksHead,
         SelectAlgorithm::ScanPeaks,
         SelectAlgorithm::ScanPeaksHead,
+        SelectAlgorithm::Cluster,
+        SelectAlgorithm::ScanPeaksCluster,
     ];
 
     /// The name as specs, kernel names and tuning records spell it.
@@ -157,6 +188,8 @@ impl SelectAlgorithm {
             SelectAlgorithm::PeaksHead => "peaks_head",
             SelectAlgorithm::ScanPeaks => "scan_peaks",
             SelectAlgorithm::ScanPeaksHead => "scan_peaks_head",
+            SelectAlgorithm::Cluster => "cluster",
+            SelectAlgorithm::ScanPeaksCluster => "scan_peaks_cluster",
         }
     }
 
@@ -172,6 +205,8 @@ impl SelectAlgorithm {
             SelectAlgorithm::PeaksHead => "_peaks_head",
             SelectAlgorithm::ScanPeaks => "_scan_peaks",
             SelectAlgorithm::ScanPeaksHead => "_scan_peaks_head",
+            SelectAlgorithm::Cluster => "_cluster",
+            SelectAlgorithm::ScanPeaksCluster => "_scan_peaks_cluster",
         }
     }
 
@@ -204,7 +239,9 @@ impl SelectAlgorithm {
     pub fn scan_peaks(self) -> bool {
         matches!(
             self,
-            SelectAlgorithm::ScanPeaks | SelectAlgorithm::ScanPeaksHead
+            SelectAlgorithm::ScanPeaks
+                | SelectAlgorithm::ScanPeaksHead
+                | SelectAlgorithm::ScanPeaksCluster
         )
     }
 
@@ -216,12 +253,28 @@ impl SelectAlgorithm {
         )
     }
 
+    /// Whether a thread-block cluster of [`CLUSTER_BLOCKS`] blocks takes each query head
+    /// (sm_90).
+    pub fn cluster(self) -> bool {
+        matches!(
+            self,
+            SelectAlgorithm::Cluster | SelectAlgorithm::ScanPeaksCluster
+        )
+    }
+
+    /// Whether `_chunk` writes the selection itself (no slots, no `_final`): the one-block
+    /// forms and the cluster ones.
+    pub fn writes_selection(self) -> bool {
+        self.one_block() || self.cluster()
+    }
+
     /// The same algorithm reading the scores for its peaks: what a method whose scores do not
     /// come from the plane scan runs in place of a scan-peaks select.
     pub fn without_scan_peaks(self) -> SelectAlgorithm {
         match self {
             SelectAlgorithm::ScanPeaks => SelectAlgorithm::Peaks,
             SelectAlgorithm::ScanPeaksHead => SelectAlgorithm::PeaksHead,
+            SelectAlgorithm::ScanPeaksCluster => SelectAlgorithm::Cluster,
             other => other,
         }
     }
@@ -510,6 +563,15 @@ const fn with_candidates<const N: usize, const M: usize>(
 /// - `<name>_union`: as above.
 ///
 /// Launch order: `_chunk`, `_union` ([`SelectStage::FUSED_ORDER`]).
+///
+/// The cluster variant (`algorithm: cluster`, name suffix `_cluster`) has the one-block peaks
+/// form's entry points and workspaces: `_chunk(const float* scores, int ld_scores, const int*
+/// n_total, int k, int* sel, int* sel_count, int num_kv_heads)` with grid
+/// `(CLUSTER_BLOCKS, B*H*G)` in clusters of `(CLUSTER_BLOCKS, 1, 1)` (declared by the kernel),
+/// the blocks of query head `qh` one cluster; then `_union`. It needs sm_90. Its form
+/// reading the scan's peaks (`algorithm: scan_peaks_cluster`, name suffix
+/// `_scan_peaks_cluster`) takes `const int* n_stored, const unsigned* peaks, int ld_peaks` after
+/// `n_total`, as `scan_peaks_head` does (any row alignment).
 /// [`SelectSpec::params`] gives every entry point's list as data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -540,7 +602,9 @@ impl SelectSpec {
             }
             SelectAlgorithm::Fused
             | SelectAlgorithm::PeaksHead
-            | SelectAlgorithm::ScanPeaksHead => &SelectStage::FUSED_ORDER,
+            | SelectAlgorithm::ScanPeaksHead
+            | SelectAlgorithm::Cluster
+            | SelectAlgorithm::ScanPeaksCluster => &SelectStage::FUSED_ORDER,
         }
     }
 
@@ -569,8 +633,26 @@ impl SelectSpec {
             | SelectAlgorithm::Peaks
             | SelectAlgorithm::PeaksHead
             | SelectAlgorithm::ScanPeaks
-            | SelectAlgorithm::ScanPeaksHead => 0,
+            | SelectAlgorithm::ScanPeaksHead
+            | SelectAlgorithm::Cluster
+            | SelectAlgorithm::ScanPeaksCluster => 0,
         }
+    }
+
+    /// The cluster variant's buffer (`CAP` of its template): it keeps no candidates, and the
+    /// one-read block's key and index arrays, `max(2048, k_max)` entries rounded up to whole
+    /// entries per thread, hold the two radix histograms the blocks of a cluster exchange.
+    pub fn cluster_buffer(&self) -> u64 {
+        let threads = u64::from(self.threads.max(1));
+        2048u64.max(u64::from(self.k_max)).div_ceil(threads) * threads
+    }
+
+    /// Static shared memory of a cluster-variant block, in bytes: the exchanged histograms
+    /// ([`SelectSpec::cluster_buffer`] keys and indices), the summed one, five words per warp,
+    /// two result words, the block scan's words and the block's two counts.
+    pub fn cluster_shared_bytes(&self) -> u64 {
+        let warps = u64::from(self.threads) / 32;
+        8 * self.cluster_buffer() + 4 * 2048 + 4 * (5 * warps + 2) + 4 * (warps + 1) + 8
     }
 
     /// Candidates the one-read variant's block keeps in shared memory: `threads *
@@ -646,12 +728,24 @@ impl SelectSpec {
                 SelCount,
                 NumKvHeads,
             ],
-            (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::PeaksHead => {
+            (SelectStage::Chunk, _)
+                if matches!(
+                    self.algorithm,
+                    SelectAlgorithm::PeaksHead | SelectAlgorithm::Cluster
+                ) =>
+            {
                 &[Scores, LdScores, NTotal, K, Sel, SelCount, NumKvHeads]
             }
-            (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::ScanPeaksHead => &[
-                Scores, LdScores, NTotal, NStored, Peaks, LdPeaks, K, Sel, SelCount, NumKvHeads,
-            ],
+            (SelectStage::Chunk, _)
+                if matches!(
+                    self.algorithm,
+                    SelectAlgorithm::ScanPeaksHead | SelectAlgorithm::ScanPeaksCluster
+                ) =>
+            {
+                &[
+                    Scores, LdScores, NTotal, NStored, Peaks, LdPeaks, K, Sel, SelCount, NumKvHeads,
+                ]
+            }
             (SelectStage::Chunk, _) if self.algorithm == SelectAlgorithm::ScanPeaks => &[
                 Scores,
                 LdScores,
@@ -729,15 +823,17 @@ impl SelectSpec {
         )?;
         let kv = grid_dim(Self::FAMILY, "batch * kv_heads", kv, MAX_GRID_X)?;
         let onepass = self.algorithm.one_read();
-        let chunks = if self.algorithm.one_block() {
+        let chunks = if self.algorithm.cluster() {
+            CLUSTER_BLOCKS
+        } else if self.algorithm.one_block() {
             1
         } else if onepass {
             self.onepass_chunks(u64::from(heads), max_tokens)
         } else {
             blocks_for(max_tokens, self.chunk())
         };
-        // The one-block variant writes the selection from its block: no slots.
-        let slots = !self.algorithm.one_block();
+        // The one-block and cluster variants write the selection from their blocks: no slots.
+        let slots = !self.algorithm.writes_selection();
         let x = grid_dim(Self::FAMILY, "max_tokens / chunk", chunks, MAX_GRID_X)?;
         let per_head = Launch::new([heads, 1, 1], self.threads);
         let chunked = Launch::new([x, heads, 1], self.threads);
@@ -805,6 +901,48 @@ impl Family for SelectSpec {
                 "1..=32",
             ));
         }
+        if self.algorithm.cluster() {
+            let per_thread = self.cluster_buffer() / u64::from(self.threads);
+            if per_thread > ONEPASS_MAX_PER_THREAD {
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "threads",
+                    self.threads,
+                    format!(
+                        "at least {} for the cluster select: its histograms of \
+                         max(2048, k_max = {}) entries are at most {ONEPASS_MAX_PER_THREAD} a \
+                         thread",
+                        self.cluster_buffer().div_ceil(ONEPASS_MAX_PER_THREAD),
+                        self.k_max
+                    ),
+                ));
+            }
+            if self.cluster_buffer() + self.chunk() >= 65536 {
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "items_per_thread",
+                    self.items_per_thread,
+                    format!(
+                        "at most {} with {} threads: a tile's counts and the histograms are \
+                         packed in 16 bits",
+                        (65535 - self.cluster_buffer()) / u64::from(self.threads),
+                        self.threads
+                    ),
+                ));
+            }
+            let shared = self.cluster_shared_bytes();
+            if shared > MAX_STATIC_SHARED {
+                return Err(SpecError::new(
+                    Self::FAMILY,
+                    "k_max",
+                    self.k_max,
+                    format!(
+                        "a k_max whose cluster block fits {MAX_STATIC_SHARED} bytes of static \
+                         shared memory ({shared} needed; 4096 fits)"
+                    ),
+                ));
+            }
+        }
         if self.algorithm.one_read() {
             let buffer = self.onepass_buffer();
             if u64::from(self.k_max) > buffer {
@@ -861,6 +999,8 @@ impl Family for SelectSpec {
             SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead => {
                 "select_peaks_head.cu.tera".into()
             }
+            SelectAlgorithm::Cluster => "select_cluster.cu.tera".into(),
+            SelectAlgorithm::ScanPeaksCluster => "select_cluster_peaks.cu.tera".into(),
         }
     }
 
@@ -879,12 +1019,16 @@ impl Family for SelectSpec {
             | SelectAlgorithm::PeaksHead
             | SelectAlgorithm::ScanPeaks
             | SelectAlgorithm::ScanPeaksHead => context.insert("buffer", &self.onepass_buffer()),
+            SelectAlgorithm::Cluster | SelectAlgorithm::ScanPeaksCluster => {
+                context.insert("buffer", &self.cluster_buffer());
+                context.insert("cluster_blocks", &CLUSTER_BLOCKS);
+            }
         }
         context.insert("peaks", &self.algorithm.peaks());
         context.insert("scan_peaks", &self.algorithm.scan_peaks());
         // Whether `_chunk` writes slots for a `_final` (all one-read forms but the one-block
         // peaks selects, which write the selection).
-        context.insert("slots", &!self.algorithm.one_block());
+        context.insert("slots", &!self.algorithm.writes_selection());
         context
     }
 }

@@ -135,9 +135,15 @@ pub const ARCHS: [&str; 2] = ["sm_80", "sm_90"];
 /// The spec's source compiles with NVRTC for every arch of [`ARCHS`] with an empty log (no
 /// warnings), and the PTX defines every entry point.
 pub fn assert_compiles<F: Family>(spec: &F, entries: &[String]) {
+    assert_compiles_for(spec, entries, &ARCHS);
+}
+
+/// [`assert_compiles`] for the architectures `archs` (a kernel that needs a newer one than
+/// [`ARCHS`] holds).
+pub fn assert_compiles_for<F: Family>(spec: &F, entries: &[String], archs: &[&str]) {
     let source = render(spec).unwrap();
     let file_name = format!("{}.cu", spec.kernel_name());
-    for arch in ARCHS {
+    for &arch in archs {
         let out = codegen::nvrtc::compile(&source, &file_name, arch, &[])
             .unwrap_or_else(|e| panic!("{file_name} for {arch}: {e}"));
         assert_eq!(

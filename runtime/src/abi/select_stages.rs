@@ -178,7 +178,13 @@ fn stage_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuffers)
             num_kv_heads: b.num_kv_heads,
         }
         .args(),
-        (SelectStage::Chunk, _) if algorithm == SelectAlgorithm::PeaksHead => {
+        // The cluster select's `_chunk` has the one-block peaks select's parameters.
+        (SelectStage::Chunk, _)
+            if matches!(
+                algorithm,
+                SelectAlgorithm::PeaksHead | SelectAlgorithm::Cluster
+            ) =>
+        {
             select_peaks_head::ChunkArgs {
                 scores: b.scores,
                 ld_scores: b.ld_scores,
@@ -205,7 +211,13 @@ fn stage_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuffers)
             }
             .args()
         }
-        (SelectStage::Chunk, _) if algorithm == SelectAlgorithm::ScanPeaksHead => {
+        // The scan-peaks cluster select's `_chunk` has the one-block scan-peaks select's.
+        (SelectStage::Chunk, _)
+            if matches!(
+                algorithm,
+                SelectAlgorithm::ScanPeaksHead | SelectAlgorithm::ScanPeaksCluster
+            ) =>
+        {
             select_scan_peaks_head::ChunkArgs {
                 scores: b.scores,
                 ld_scores: b.ld_scores,

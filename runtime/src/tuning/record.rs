@@ -134,6 +134,8 @@ impl Variant {
                     Some(SelectAlgorithm::PeaksHead) => " onepass fused peaks",
                     Some(SelectAlgorithm::ScanPeaks) => " onepass peaks scan",
                     Some(SelectAlgorithm::ScanPeaksHead) => " onepass fused peaks scan",
+                    Some(SelectAlgorithm::Cluster) => " cluster",
+                    Some(SelectAlgorithm::ScanPeaksCluster) => " cluster scan",
                     None => " conflicting flags",
                 }
             ),

@@ -112,7 +112,10 @@ pub enum Tile {
     /// one with its blocks' top-k from the peaks of their shares (`onepass` and `peaks`,
     /// likewise), that one with one block a query head writing the selection (`onepass`,
     /// `fused` and `peaks`), or with none the plain one; either peaks form with `scan_peaks`
-    /// reads the peaks the scan wrote (likewise). A tile never sets `compact` with another.
+    /// reads the peaks the scan wrote (likewise); `cluster` alone, the cluster variant (a
+    /// thread-block cluster a query head, likewise), with `scan_peaks` its form reading the
+    /// scan's peaks. A tile never sets `compact` with another, nor `cluster` with another but
+    /// `scan_peaks`.
     Select {
         threads: u32,
         items_per_thread: u32,
@@ -126,6 +129,8 @@ pub enum Tile {
         peaks: bool,
         #[serde(default, skip_serializing_if = "is_false")]
         scan_peaks: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        cluster: bool,
     },
     /// Threads, rows each warp loads before computing, and blocks per query head (attention;
     /// `splits` is written only when above 1, so older records read and write back unchanged).
@@ -174,6 +179,7 @@ impl Tile {
             fused: algorithm == SelectAlgorithm::Fused || algorithm.one_block(),
             peaks: algorithm.peaks(),
             scan_peaks: algorithm.scan_peaks(),
+            cluster: algorithm.cluster(),
         }
     }
 
@@ -203,6 +209,7 @@ impl Tile {
                 fused: false,
                 peaks: false,
                 scan_peaks: false,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::Radix),
             Tile::Select {
@@ -211,6 +218,7 @@ impl Tile {
                 fused: false,
                 peaks: false,
                 scan_peaks: false,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::Compact),
             Tile::Select {
@@ -219,6 +227,7 @@ impl Tile {
                 fused: false,
                 peaks: false,
                 scan_peaks: false,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::Onepass),
             Tile::Select {
@@ -227,6 +236,7 @@ impl Tile {
                 fused: true,
                 peaks: false,
                 scan_peaks: false,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::Fused),
             Tile::Select {
@@ -235,6 +245,7 @@ impl Tile {
                 fused: false,
                 peaks: true,
                 scan_peaks: false,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::Peaks),
             Tile::Select {
@@ -243,6 +254,7 @@ impl Tile {
                 fused: true,
                 peaks: true,
                 scan_peaks: false,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::PeaksHead),
             Tile::Select {
@@ -251,6 +263,7 @@ impl Tile {
                 fused: false,
                 peaks: true,
                 scan_peaks: true,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::ScanPeaks),
             Tile::Select {
@@ -259,8 +272,27 @@ impl Tile {
                 fused: true,
                 peaks: true,
                 scan_peaks: true,
+                cluster: false,
                 ..
             } => Some(SelectAlgorithm::ScanPeaksHead),
+            Tile::Select {
+                compact: false,
+                onepass: false,
+                fused: false,
+                peaks: false,
+                scan_peaks: false,
+                cluster: true,
+                ..
+            } => Some(SelectAlgorithm::Cluster),
+            Tile::Select {
+                compact: false,
+                onepass: false,
+                fused: false,
+                peaks: false,
+                scan_peaks: true,
+                cluster: true,
+                ..
+            } => Some(SelectAlgorithm::ScanPeaksCluster),
             _ => None,
         }
     }

@@ -2,6 +2,7 @@
 //! variants.
 
 use super::*;
+use codegen::spec::select::CLUSTER_BLOCKS;
 
 struct Record {
     scan: Option<Tile>,
@@ -365,6 +366,8 @@ fn the_one_read_selects_plan_their_launches_and_slots() {
         SelectAlgorithm::Fused,
         SelectAlgorithm::Peaks,
         SelectAlgorithm::PeaksHead,
+        SelectAlgorithm::Cluster,
+        SelectAlgorithm::ScanPeaksCluster,
     ] {
         one_read_plans(algorithm);
     }
@@ -422,11 +425,13 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
             stages.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
             spec.stages()
         );
-        // The one-block peaks select: one block a query head, which writes the selection.
+        // The one-block peaks select: one block a query head, which writes the selection; the
+        // cluster select: a cluster of blocks a query head, which do.
         let one_block = algorithm == SelectAlgorithm::PeaksHead;
+        let writes = algorithm.writes_selection();
         assert_eq!(
             stages.len(),
-            if algorithm == SelectAlgorithm::Fused || one_block {
+            if algorithm == SelectAlgorithm::Fused || writes {
                 2
             } else {
                 3
@@ -435,12 +440,15 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
         assert_eq!(plan.select_chunks as u64, want.chunks);
         assert_eq!(stages[0].1[0] as usize, plan.select_chunks);
         assert_eq!(plan.select_chunks == 1, one_block);
+        if algorithm.cluster() {
+            assert_eq!(plan.select_chunks as u64, CLUSTER_BLOCKS);
+        }
         let z = plan.sizes;
         assert_eq!(z.select_state, 0);
         assert_eq!(z.select_candidate_runs, 0);
         assert_eq!(z.select_candidates as u64, want.candidate_words);
         assert_eq!(z.chunk_counts as u64, want.chunk_count_words);
-        let slots = if one_block { 0 } else { plan.select_chunks };
+        let slots = if writes { 0 } else { plan.select_chunks };
         assert_eq!(z.select_candidates, b * h * g * slots * k * 2);
         assert_eq!(z.chunk_counts, b * h * g * slots);
         assert_eq!(z.select_arrivals as u64, want.arrival_words);
@@ -464,7 +472,7 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
 
 #[test]
 fn a_select_tile_of_two_variants_is_refused() {
-    struct Conflicting(bool, bool, bool, bool, bool);
+    struct Conflicting(bool, bool, bool, bool, bool, bool);
     impl Tuning for Conflicting {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
             (key.family == TunedFamily::Select).then_some(Tile::Select {
@@ -475,6 +483,7 @@ fn a_select_tile_of_two_variants_is_refused() {
                 fused: self.2,
                 peaks: self.3,
                 scan_peaks: self.4,
+                cluster: self.5,
             })
         }
         fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
@@ -484,20 +493,24 @@ fn a_select_tile_of_two_variants_is_refused() {
     let s = shape(4, 10_000, Placement::Hbm);
     // Compacting and one-read; compacting and fused; fused without one-read; compacting with
     // the one-block peaks flags; peaks without one-read; fused peaks without one-read; the
-    // scan's peaks without peaks, on the one-read or fused select, or with compacting.
+    // scan's peaks without peaks, on the one-read or fused select, or with compacting; the
+    // cluster select with any other flag.
     for flags in [
-        (true, true, false, false, false),
-        (true, true, true, false, false),
-        (false, false, true, false, false),
-        (true, true, true, true, false),
-        (false, false, false, true, false),
-        (false, false, true, true, false),
-        (false, true, false, false, true),
-        (false, true, true, false, true),
-        (true, true, false, true, true),
-        (false, false, false, false, true),
+        (true, true, false, false, false, false),
+        (true, true, true, false, false, false),
+        (false, false, true, false, false, false),
+        (true, true, true, true, false, false),
+        (false, false, false, true, false, false),
+        (false, false, true, true, false, false),
+        (false, true, false, false, true, false),
+        (false, true, true, false, true, false),
+        (true, true, false, true, true, false),
+        (false, false, false, false, true, false),
+        (true, false, false, false, false, true),
+        (false, true, false, false, false, true),
+        (false, true, true, true, false, true),
     ] {
-        let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3, flags.4);
+        let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3, flags.4, flags.5);
         let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&tuning)).unwrap_err();
         assert!(
             matches!(
