@@ -93,15 +93,22 @@ pub fn programmatic_from_env() -> Result<bool, GpuError> {
     }
 }
 
-/// A `FATHOM_PDL` value: `1` on; `0` or empty off; anything else an error that says so.
+/// The `FATHOM_PDL` value that also compiles every kernel to let the next one be scheduled only
+/// as its blocks exit (`jit::compile_options`), instead of as soon as it starts.
+pub const PDL_AT_EXIT: &str = "exit";
+
+/// A `FATHOM_PDL` value: `1` or `exit` on ([`PDL_AT_EXIT`]); `0` or empty off; anything else an
+/// error that says so.
 pub fn parse_programmatic(text: &str) -> Result<bool, GpuError> {
     match text.trim() {
-        "1" => Ok(true),
+        "1" | PDL_AT_EXIT => Ok(true),
         "" | "0" => Ok(false),
         other => Err(GpuError::Setting {
             var: PDL_VAR,
             got: other.to_string(),
-            allowed: "1 (launch with programmatic stream serialization) or 0 (the default)",
+            allowed: "1 (launch with programmatic stream serialization), exit (the same, each \
+                      kernel letting the next be scheduled only as its blocks exit) or 0 (the \
+                      default)",
         }),
     }
 }

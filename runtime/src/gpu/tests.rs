@@ -72,14 +72,15 @@ fn running_out_of_memory_names_the_memory_and_the_request() {
 }
 
 #[test]
-fn fathom_pdl_is_one_or_zero_and_anything_else_says_what_is_allowed() {
+fn fathom_pdl_is_one_exit_or_zero_and_anything_else_says_what_is_allowed() {
     assert!(parse_programmatic("1").unwrap());
     assert!(parse_programmatic(" 1\n").unwrap());
+    assert!(parse_programmatic("exit").unwrap());
     assert!(!parse_programmatic("0").unwrap());
     assert!(!parse_programmatic("").unwrap());
     let e = parse_programmatic("yes").unwrap_err().to_string();
     assert!(
-        e.contains(PDL_VAR) && e.contains("yes") && e.contains("1 (launch"),
+        e.contains(PDL_VAR) && e.contains("yes") && e.contains("1 (launch") && e.contains("exit ("),
         "{e}"
     );
 }

@@ -55,12 +55,28 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// cache key; the PTX otherwise is unchanged.
 pub const JIT_LINEINFO_VAR: &str = "FATHOM_JIT_LINEINFO";
 
+/// The define that compiles every kernel to let the next one be scheduled only as its blocks
+/// exit (`templates/common.cuh.tera`, `await_previous_kernel`): with `FATHOM_PDL=exit`.
+pub const PDL_AT_EXIT_DEFINE: &str = "-DFATHOM_PDL_TRIGGER_AT_EXIT";
+
 /// The options every kernel is compiled with: codegen's, so that the JIT's PTX is the PTX of
-/// `codegen::emit::build_kernel`, and `-lineinfo` when [`JIT_LINEINFO_VAR`] asks for it.
+/// `codegen::emit::build_kernel`; `-lineinfo` when [`JIT_LINEINFO_VAR`] asks for it;
+/// [`PDL_AT_EXIT_DEFINE`] when `FATHOM_PDL` is `exit` (both part of the cache key).
 pub fn compile_options() -> Vec<String> {
+    options_for(
+        std::env::var(JIT_LINEINFO_VAR).is_ok_and(|v| v == "1"),
+        std::env::var(crate::gpu::PDL_VAR).is_ok_and(|v| v.trim() == crate::gpu::PDL_AT_EXIT),
+    )
+}
+
+/// [`compile_options`] for these settings.
+pub fn options_for(lineinfo: bool, pdl_at_exit: bool) -> Vec<String> {
     let mut options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
-    if std::env::var(JIT_LINEINFO_VAR).is_ok_and(|v| v == "1") {
+    if lineinfo {
         options.push("-lineinfo".to_string());
+    }
+    if pdl_at_exit {
+        options.push(PDL_AT_EXIT_DEFINE.to_string());
     }
     options
 }
@@ -172,6 +188,34 @@ mod tests {
             rendered.key,
             "the runtime's embedded source is the rendering"
         );
+    }
+
+    /// `FATHOM_PDL=exit` compiles with the define that moves the trigger to the blocks' exit:
+    /// another key, the same options otherwise; and the define takes the explicit trigger out
+    /// of the PTX and leaves the wait (NVRTC, when this machine has it: `FATHOM_NVRTC`).
+    #[test]
+    fn the_trigger_at_exit_is_its_own_key_and_takes_the_trigger_out() {
+        let plain = options_for(false, false);
+        let at_exit = options_for(false, true);
+        assert_eq!(at_exit.len(), plain.len() + 1);
+        assert_eq!(at_exit.last().map(String::as_str), Some(PDL_AT_EXIT_DEFINE));
+        let source = spec().render().unwrap();
+        assert_ne!(
+            cache_key(&source, (13, 0), "sm_90", &plain),
+            cache_key(&source, (13, 0), "sm_90", &at_exit)
+        );
+        if std::env::var_os("FATHOM_NVRTC").is_none() {
+            return;
+        }
+        let ptx = |options: &[String]| {
+            codegen::nvrtc::compile(&source, "oracle.cu", "sm_90", options)
+                .unwrap()
+                .ptx
+        };
+        let (early, late) = (ptx(&plain), ptx(&at_exit));
+        assert!(early.contains("griddepcontrol.launch_dependents"));
+        assert!(!late.contains("griddepcontrol.launch_dependents"));
+        assert!(early.contains("griddepcontrol.wait") && late.contains("griddepcontrol.wait"));
     }
 
     #[test]
