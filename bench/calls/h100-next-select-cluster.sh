@@ -12,23 +12,23 @@
 # tokens of the halves whose peak reaches K' (~k halves of the row). Predicted: 32k ~5-7 us
 # against 19-22 (either); 1M ~8-12 us against ~42 (scan_peaks_cluster; `cluster` reads the row
 # four times and should lose there).
-# This call: (1) gpu_select with only the cluster variant (and peaks_head beside it), the step's
-# cluster tests, compute-sanitizer memcheck and racecheck on the short and boundary lengths;
+# This call: (1) gpu_select with only the two cluster selects, the step's cluster tests,
+# compute-sanitizer memcheck and racecheck on the short and boundary lengths;
 # (2) autotune's select (qwen3-8b, HBM) with the opt-in, every variant timed in one run;
 # (3) step-bench fathom(48) and sparq(32) in HBM at 32k and 1M under the committed record and
 # under it with the opt-in run's entries merged; (4) ncu's time of each select kernel of the 32k
 # step under the merged record.
-# If (1) passes and (2)-(3) show it faster: add `Cluster` to SELECT_ALGORITHMS, move
-# `select-cluster` to OptIn::GRADUATED, re-make the record.
+# If (1) passes and (2)-(3) show them faster: add `Cluster` and `ScanPeaksCluster` to
+# SELECT_ALGORITHMS, move `select-cluster` to OptIn::GRADUATED, re-make the record.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=420 bash bench/calls/h100-next-select-cluster.sh
+#   C=$(git rev-parse --short HEAD) BUDGET=500 bash bench/calls/h100-next-select-cluster.sh
 set -u
-DEFAULT_BUDGET=420 . bench/calls/budget.sh
+DEFAULT_BUDGET=500 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
 export FATHOM_KERNEL_CACHE=/tmp/kc-cluster
-select_checks cluster,scan_peaks_cluster,peaks_head cluster
+select_checks cluster,scan_peaks_cluster cluster
 timeout -k 10 $(lim 90) $B/autotune --model qwen3-8b --only select/hbm --opt-in select-cluster --timings \
   --out $L/tune-cluster > $L/autotune-cluster.txt 2>&1
 el autotune select opt-in rc=$?
