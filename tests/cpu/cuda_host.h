@@ -687,8 +687,6 @@ inline void launch(dim3 grid, dim3 threads, unsigned int cluster_blocks, const s
     cluster() = nullptr;
 }
 
-inline void launch(dim3 grid, dim3 threads, const std::function<void()>& body) { launch(grid, threads, 1, body); }
-
 inline void seed(unsigned long long s) { rng().seed(s); }
 
 }  // namespace fathom_cpu

@@ -57,7 +57,7 @@ pub const JIT_LINEINFO_VAR: &str = "FATHOM_JIT_LINEINFO";
 
 /// The define that compiles every kernel to let the next one be scheduled only as its blocks
 /// exit (`templates/common.cuh.tera`, `await_previous_kernel`): with `FATHOM_PDL=exit`.
-pub const PDL_AT_EXIT_DEFINE: &str = "-DFATHOM_PDL_TRIGGER_AT_EXIT";
+const PDL_AT_EXIT_DEFINE: &str = "-DFATHOM_PDL_TRIGGER_AT_EXIT";
 
 /// The options every kernel is compiled with: codegen's, so that the JIT's PTX is the PTX of
 /// `codegen::emit::build_kernel`; `-lineinfo` when [`JIT_LINEINFO_VAR`] asks for it;
@@ -70,7 +70,7 @@ pub fn compile_options() -> Vec<String> {
 }
 
 /// [`compile_options`] for these settings.
-pub fn options_for(lineinfo: bool, pdl_at_exit: bool) -> Vec<String> {
+fn options_for(lineinfo: bool, pdl_at_exit: bool) -> Vec<String> {
     let mut options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
     if lineinfo {
         options.push("-lineinfo".to_string());

@@ -25,10 +25,7 @@ pub use cudarc::driver::CudaFunction;
 pub use entry::{CacheEntry, CorruptReason};
 pub use error::JitError;
 pub use image::{cubin_key, ModuleImage, JIT_IMAGE_VAR};
-pub use key::{
-    cache_key, compile_options, options_for, prepare, prepare_among, Prepared, FORMAT_VERSION,
-    PDL_AT_EXIT_DEFINE,
-};
+pub use key::{cache_key, compile_options, prepare, prepare_among, Prepared, FORMAT_VERSION};
 pub use loader::{Jit, LoadedKernel};
 pub use report::{KernelLoad, LoadReport};
 pub use source::KernelSource;

@@ -202,97 +202,15 @@ impl Tile {
 
     /// The algorithm of a select tile; `None` for another tile or one whose flags conflict.
     pub fn select_algorithm(&self) -> Option<SelectAlgorithm> {
+        // The inverse of `Tile::select`: the algorithm whose flags these are.
         match *self {
             Tile::Select {
-                compact: false,
-                onepass: false,
-                fused: false,
-                peaks: false,
-                scan_peaks: false,
-                cluster: false,
+                threads,
+                items_per_thread,
                 ..
-            } => Some(SelectAlgorithm::Radix),
-            Tile::Select {
-                compact: true,
-                onepass: false,
-                fused: false,
-                peaks: false,
-                scan_peaks: false,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::Compact),
-            Tile::Select {
-                compact: false,
-                onepass: true,
-                fused: false,
-                peaks: false,
-                scan_peaks: false,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::Onepass),
-            Tile::Select {
-                compact: false,
-                onepass: true,
-                fused: true,
-                peaks: false,
-                scan_peaks: false,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::Fused),
-            Tile::Select {
-                compact: false,
-                onepass: true,
-                fused: false,
-                peaks: true,
-                scan_peaks: false,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::Peaks),
-            Tile::Select {
-                compact: false,
-                onepass: true,
-                fused: true,
-                peaks: true,
-                scan_peaks: false,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::PeaksHead),
-            Tile::Select {
-                compact: false,
-                onepass: true,
-                fused: false,
-                peaks: true,
-                scan_peaks: true,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::ScanPeaks),
-            Tile::Select {
-                compact: false,
-                onepass: true,
-                fused: true,
-                peaks: true,
-                scan_peaks: true,
-                cluster: false,
-                ..
-            } => Some(SelectAlgorithm::ScanPeaksHead),
-            Tile::Select {
-                compact: false,
-                onepass: false,
-                fused: false,
-                peaks: false,
-                scan_peaks: false,
-                cluster: true,
-                ..
-            } => Some(SelectAlgorithm::Cluster),
-            Tile::Select {
-                compact: false,
-                onepass: false,
-                fused: false,
-                peaks: false,
-                scan_peaks: true,
-                cluster: true,
-                ..
-            } => Some(SelectAlgorithm::ScanPeaksCluster),
+            } => SelectAlgorithm::ALL
+                .into_iter()
+                .find(|&a| Tile::select(threads, items_per_thread, a) == *self),
             _ => None,
         }
     }
