@@ -532,6 +532,38 @@ fn the_onepass_buffer_holds_k_max_and_fits_shared_memory() {
     }
 }
 
+/// The cluster selects hold their histograms (max(2048, k_max) entries) at most 32 entries a
+/// thread: fewer threads are refused, naming the field and the least thread count that fits;
+/// from there to 1,024 every thread count fits, at any items per thread, in 48 KiB.
+#[test]
+fn cluster_selects_refuse_too_few_threads_and_fit_the_rest() {
+    for algorithm in [SelectAlgorithm::Cluster, SelectAlgorithm::ScanPeaksCluster] {
+        for (k_max, least) in [(1, 64), (2048, 64), (3000, 96), (4096, 128)] {
+            let spec = |threads| SelectSpec {
+                group: 4,
+                k_max,
+                threads,
+                items_per_thread: 32,
+                algorithm,
+            };
+            for threads in (32..=1024).step_by(32) {
+                let spec = spec(threads);
+                if threads < least {
+                    let e = spec.validate().unwrap_err().to_string();
+                    assert!(
+                        e.contains("threads") && e.contains(&format!("at least {least}")),
+                        "{e}"
+                    );
+                } else {
+                    assert!(spec.validate().is_ok(), "{}", spec.kernel_name());
+                    assert!(spec.cluster_buffer() >= 2048.max(u64::from(k_max)));
+                    assert!(spec.cluster_shared_bytes() <= 48 * 1024);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_sampled_grid_compiles_without_warnings() {
     let samples = [

@@ -912,21 +912,11 @@ impl Family for SelectSpec {
                         "at least {} for the cluster select: its histograms of \
                          max(2048, k_max = {}) entries are at most {ONEPASS_MAX_PER_THREAD} a \
                          thread",
-                        self.cluster_buffer().div_ceil(ONEPASS_MAX_PER_THREAD),
+                        2048u64
+                            .max(u64::from(self.k_max))
+                            .div_ceil(ONEPASS_MAX_PER_THREAD)
+                            .next_multiple_of(32),
                         self.k_max
-                    ),
-                ));
-            }
-            if self.cluster_buffer() + self.chunk() >= 65536 {
-                return Err(SpecError::new(
-                    Self::FAMILY,
-                    "items_per_thread",
-                    self.items_per_thread,
-                    format!(
-                        "at most {} with {} threads: a tile's counts and the histograms are \
-                         packed in 16 bits",
-                        (65535 - self.cluster_buffer()) / u64::from(self.threads),
-                        self.threads
                     ),
                 ));
             }
