@@ -25,6 +25,10 @@ pub enum Scores {
     /// it in the last quarter, the rest below: the top-k holds the late token, which a
     /// running floor must not have raised past.
     NextAbove,
+    /// Every middle token `-(1 + its place in a random order)`, the sink and the window 10:
+    /// the largest peaks of 32-token halves are small integers far apart, so one peak raised
+    /// by the sink moves the k-th largest even where it is known only to its first 21 bits.
+    Ranks,
 }
 
 /// Ties of `Scores::WideTies`: more than the candidates of `k_max` = 1024 (8,192).
@@ -106,6 +110,15 @@ pub fn scores(rng: &mut impl Rng, family: Scores, n: usize, k: usize) -> Vec<f32
             }
             let late = rng.gen_range(4 + middle - middle / 4..4 + middle);
             s[late] = next_up(v);
+            s
+        }
+        Scores::Ranks => {
+            let mut places: Vec<usize> = (0..n.saturating_sub(ALWAYS)).collect();
+            places.shuffle(rng);
+            let mut s = vec![10.0f32; n];
+            for (i, place) in places.into_iter().enumerate() {
+                s[4 + i] = -(1.0 + place as f32);
+            }
             s
         }
         Scores::Straddle | Scores::WideTies => {

@@ -394,6 +394,7 @@ fn assert_caught(spec: SelectSpec, mutations: &[(&str, &str, &str)]) {
         Scores::Uniform,
         Scores::SmallIntegers,
         Scores::WideTies,
+        Scores::Ranks,
     ];
     let mut missed = Vec::new();
     for &(what, from, to) in mutations {
@@ -877,9 +878,9 @@ fn scan_peaks_cluster_mutations_are_caught() {
                 "unsigned int m = token >= x.lo ?",
             ),
             (
-                "a block's tokens counted only in halves above K'",
-                "for (unsigned int hot = __ballot_sync(FULL_MASK, peak >= kth_peak); hot != 0u; hot &= hot - 1u) {",
-                "for (unsigned int hot = __ballot_sync(FULL_MASK, peak > kth_peak); hot != 0u; hot &= hot - 1u) {",
+                "a block's tokens counted only in halves above the floor",
+                "for (unsigned int hot = __ballot_sync(FULL_MASK, peak >= hot_floor); hot != 0u; hot &= hot - 1u) {",
+                "for (unsigned int hot = __ballot_sync(FULL_MASK, peak > hot_floor); hot != 0u; hot &= hot - 1u) {",
             ),
             (
                 "the runs rounded down (the row's last halves in none)",
