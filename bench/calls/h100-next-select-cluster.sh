@@ -17,7 +17,7 @@
 # (2) autotune's select (qwen3-8b, HBM) with the opt-in, every variant timed in one run;
 # (3) step-bench fathom(48) and sparq(32) in HBM at 32k and 1M under the committed record and
 # under it with the opt-in run's entries merged; (4) ncu's time of each select kernel of the 32k
-# step under the merged record.
+# step under the merged record, if time is left after (5).
 # If (1) passes and (2)-(3) show them faster: add `Cluster` and `ScanPeaksCluster` to
 # SELECT_ALGORITHMS, move `select-cluster` to OptIn::GRADUATED, re-make the record.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
@@ -37,6 +37,14 @@ if [ $(left) -gt 60 ]; then
   sb_hbm committed 32k,1m
   sb_hbm cluster 32k,1m FATHOM_TUNING_DIR=$L/merged
 fi
+# (5) the host step at 1M under the merged record (K/V rows side by side, the default), against
+# the host 1M cell of the seventh session (51.35 ms, 1.27x its floor, separate rows).
+if [ $(left) -gt 100 ]; then
+  FATHOM_TUNING_DIR=$L/merged timeout -k 10 $(lim 90) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" \
+    --batch 1 --no-standing --commit $C --placement host --contexts 1m --out $L/sb-host-cluster \
+    > $L/step-bench-host-cluster.txt 2>&1
+  el "step-bench host 1m merged rc=$?"
+fi
 if [ $(left) -gt 40 ]; then
   FATHOM_TUNING_DIR=$L/merged timeout -k 10 $(lim 40) ncu --clock-control none --csv \
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum \
@@ -50,7 +58,7 @@ cd $L && { cat nvidia-smi.txt timeline.txt
   grep -hE "^test |test result|panicked|not run" gpu_select.log gpu_step.log | head -20
   cat sanitize/summary.txt 2>/dev/null; tail -2 sanitize.txt
   echo "== autotune (select, opt-in)"; grep -E "^select|disqualified|cluster|peaks" autotune-cluster.txt | head -60; tail -6 autotune-cluster.txt
-  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^sparq|record" $f; done
+  for f in step-bench-*.txt; do echo "== $f"; grep -hE "^method|^fathom|^sparq|record|link floor \(issue" $f; done
   echo "== ncu"; head -12 ncu-select.txt 2>/dev/null; } > $OUT/summary.txt 2>&1
 tar czf $OUT/select-cluster.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
