@@ -67,10 +67,11 @@
 //! no workspace, and eight times the blocks of the one-block form: meant for short contexts,
 //! where the one-block select's `_chunk` is the work of one block a query head. Its form
 //! reading the scan's peaks ([`SelectAlgorithm::ScanPeaksCluster`],
-//! `select_cluster_peaks.cu.tera`) runs the radix passes twice: over the peaks of the row's
-//! 32-token halves for the k-th largest peak K', then over the tokens of the halves whose peak
-//! reaches K' alone (about k halves of the row, against the k tiles every block of the
-//! one-read selects reads for its own top-k).
+//! `select_cluster_peaks.cu.tera`) runs the radix passes twice: two over the peaks of the
+//! row's 32-token halves for a floor at most the k-th largest peak K' (K' with its last 10 bits
+//! cleared), then three over the tokens of the halves whose peak reaches the floor alone (about
+//! k halves of the row, against the k tiles every block of the one-read selects reads for its
+//! own top-k).
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -154,9 +155,9 @@ pub enum SelectAlgorithm {
     /// block writes its selected tokens: two launches, one of them the union
     /// (`select_cluster.cu.tera`; sm_90).
     Cluster,
-    /// The cluster select from the peaks the scan wrote (`ScanSpec::peaks`): the radix passes
-    /// over the peaks of the row's halves for the k-th largest peak, then over the tokens of
-    /// the halves whose peak reaches it (`select_cluster_peaks.cu.tera`; sm_90). Its `_chunk`
+    /// The cluster select from the peaks the scan wrote (`ScanSpec::peaks`): two radix passes
+    /// over the peaks of the row's halves for a floor at most the k-th largest peak, then three
+    /// over the tokens of the halves whose peak reaches it (`select_cluster_peaks.cu.tera`; sm_90). Its `_chunk`
     /// takes `n_stored`, `peaks` and `ld_peaks` as the other scan-peaks selects do.
     #[serde(rename = "scan_peaks_cluster")]
     ScanPeaksCluster,
