@@ -157,8 +157,9 @@ pub enum SelectAlgorithm {
     Cluster,
     /// The cluster select from the peaks the scan wrote (`ScanSpec::peaks`): two radix passes
     /// over the peaks of the row's halves for a floor at most the k-th largest peak, then three
-    /// over the tokens of the halves whose peak reaches it (`select_cluster_peaks.cu.tera`; sm_90). Its `_chunk`
-    /// takes `n_stored`, `peaks` and `ld_peaks` as the other scan-peaks selects do.
+    /// over the tokens of the halves whose peak reaches it (`select_cluster_peaks.cu.tera`;
+    /// sm_90). Its `_chunk` takes `n_stored`, `peaks` and `ld_peaks` as the other scan-peaks
+    /// selects do.
     #[serde(rename = "scan_peaks_cluster")]
     ScanPeaksCluster,
 }
