@@ -98,8 +98,9 @@ pub const SELECT_ALGORITHMS: [SelectAlgorithm; 6] = [
 
 /// Candidates a run tries only when asked for (`--opt-in NAME`): variants whose kernels pass
 /// their CPU tests but have not yet run on a GPU, or ran exact but won nowhere, so that a
-/// default run neither depends on them nor spends its time on them. A run with an opt-in has its own candidate checksum ([`candidate_checksum`]); its
-/// record merges into one made without only through `--merge`.
+/// default run neither depends on them nor spends its time on them. A run with an opt-in has
+/// its own candidate checksum ([`candidate_checksum`]); its record merges into one made
+/// without only through `--merge`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OptIn {
     /// `select-fused`: every select tile also as the fused one-read variant

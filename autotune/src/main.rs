@@ -50,8 +50,9 @@ struct Args {
     /// Also try the candidates of NAME, left out of a default run (repeatable):
     /// `select-fused`, the one-read select with its `_final` folded into `_chunk` (exact on the
     /// H200, no faster); `select-cluster`, the select by a thread-block cluster of eight blocks
-    /// a query head (exact on an H100 but slower there than the one-block selects; sm_90). The record gets its own candidate checksum: write it to a scratch
-    /// `--out` (`--merge` takes its entries into a default record).
+    /// a query head (exact on an H100 but slower there than the one-block selects; sm_90). The
+    /// record gets its own candidate checksum: write it to a scratch `--out` (`--merge` takes
+    /// its entries into a default record).
     #[arg(long = "opt-in", value_name = "NAME")]
     opt_in: Vec<String>,
     /// The most timed runs per candidate (default 25, 10 with --quick; after 5, a candidate

@@ -27,7 +27,7 @@ pub enum Scores {
     NextAbove,
     /// Every middle token `-(1 + its place in a random order)`, the sink and the window 10:
     /// the largest peaks of 32-token halves are small integers far apart, so one peak raised
-    /// by the sink moves the k-th largest even where it is known only to its first 21 bits.
+    /// by the sink moves the k-th largest even where it is known only to its first 22 bits.
     Ranks,
 }
 
