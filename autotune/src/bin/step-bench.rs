@@ -88,25 +88,26 @@ fn main() -> ExitCode {
             eprintln!("step-bench: {e}");
         }
     };
-    match run(options, &mut partial) {
-        Ok((header, rows)) => {
-            let record = record(&header, &rows, largest);
-            print!("{}", table(&record.rows));
-            println!("targets (batch 1):");
-            for (target, outcome) in &record.targets {
-                println!("  {target}: {outcome}");
+    let finish = |header: &Header, rows: &[Row]| {
+        let record = record(header, rows, largest);
+        print!("{}", table(&record.rows));
+        println!("targets (batch 1):");
+        for (target, outcome) in &record.targets {
+            println!("  {target}: {outcome}");
+        }
+        match write(&dir, &record, largest) {
+            Ok(path) => {
+                println!("record: {path} (plots beside it)");
+                ExitCode::SUCCESS
             }
-            match write(&dir, &record, largest) {
-                Ok(path) => {
-                    println!("record: {path} (plots beside it)");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("step-bench: {e}");
-                    ExitCode::FAILURE
-                }
+            Err(e) => {
+                eprintln!("step-bench: {e}");
+                ExitCode::FAILURE
             }
         }
+    };
+    match run(options, &mut partial, finish) {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("step-bench: {e}");
             ExitCode::FAILURE

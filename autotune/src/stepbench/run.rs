@@ -760,10 +760,11 @@ impl Bench {
 
 /// Runs every cell of `options`; `write` is called with the header and the rows so far after
 /// each (placement, context), so that a run cut short still leaves its record.
-pub fn run(
+pub fn run<T>(
     options: Options,
     write: &mut dyn FnMut(&Header, &[Row]),
-) -> Result<(Header, Vec<Row>), BenchError> {
+    finish: impl FnOnce(&Header, &[Row]) -> T,
+) -> Result<T, BenchError> {
     let mut bench = Bench::new(options.clone())?;
     let unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -798,7 +799,9 @@ pub fn run(
         write(&header, &rows);
     }
     progress.finish();
-    Ok((header, rows))
+    // Before `bench` goes: unpinning a 1M-token host store takes seconds, and the table
+    // should not wait for it (nor be lost when a caller's timeout falls in them).
+    Ok(finish(&header, &rows))
 }
 
 /// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`

@@ -202,7 +202,9 @@ def test_ten_thousand_steps_leave_memory_flat(torch, setup):
     torch.cuda.synchronize()
     free1, mem1 = torch.cuda.mem_get_info()[0], store.memory()
     assert mem1 == mem0, (mem0, mem1)
-    assert abs(free1 - free0) <= 2 << 20, (free0, free1)
+    # Free memory is the device's: a leak lowers it, while another process on the GPU may
+    # raise it by freeing its own (seen on the H200, 2026-12-06: +94 MiB beside the Rust tests).
+    assert free0 - free1 <= 2 << 20, (free0, free1)
 
 
 def test_bad_tensors_raise_typed_errors_and_the_store_stays_usable(torch, setup):
