@@ -18,8 +18,11 @@
 //! The reference (the CPU index build and retrieval) covers a sample of KV heads, the first
 //! and the last ([`check_heads`]): the device runs every head, and the head index enters only
 //! the pointer tables and the output strides, which the last head exercises. Building the f64
-//! reference index of every head at 1M tokens would take longer than tuning them.
+//! reference index of every head at 1M tokens would take longer than tuning them. The sampled
+//! heads' reference indexes depend on the keys alone, so they are built once a shape and context
+//! and kept for every group size's cases (~4 s a head at 1M).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use codegen::spec::pariskv::{candidate_count, padded_dim, retrievable, subspaces};
@@ -249,10 +252,15 @@ pub enum Outputs {
     },
 }
 
+/// The reference indexes of the checked KV heads ([`check_heads`]), by head.
+type HeadIndexes = Vec<(usize, PariskvIndex)>;
+
 /// Times the ParisKV candidates.
 #[derive(Default)]
 pub struct PariskvBench {
     prepared: Option<Prepared>,
+    /// The checked heads' reference indexes by (D, KV heads, tokens).
+    indexes: HashMap<(usize, usize, usize), Arc<HeadIndexes>>,
 }
 
 fn int(value: usize) -> Result<i32, String> {
@@ -268,31 +276,47 @@ fn family(case: &Case) -> Result<TunedFamily, String> {
     }
 }
 
-/// The reference retrieval of the sampled heads, on as many threads.
-fn reference(
-    rows: &HostRows,
-    q: &[f32],
-    group: usize,
-    k: usize,
-) -> Result<Vec<(usize, Retrieval)>, String> {
-    let (d, n) = (rows.head_dim, rows.tokens);
+/// Runs `work` on every checked head of `items`, a thread each, in their order.
+fn on_heads<T: Sync, R: Send>(
+    items: &[(usize, T)],
+    work: impl Fn(usize, &T) -> Result<R, String> + Sync,
+) -> Result<Vec<(usize, R)>, String> {
     std::thread::scope(|scope| {
-        let workers: Vec<_> = check_heads(rows.heads())
-            .into_iter()
-            .map(|h| {
-                scope.spawn(move || -> Result<(usize, Retrieval), String> {
-                    let index = PariskvIndex::build(&rows.keys[h], d).map_err(|e| e.to_string())?;
-                    let group_queries: Vec<Vec<f64>> =
-                        (0..group).map(|g| query(q, h, g, group, d)).collect();
-                    let r = retrieve(&index, &group_queries, n, k).map_err(|e| e.to_string())?;
-                    Ok((h, r))
-                })
-            })
+        let work = &work;
+        let workers: Vec<_> = items
+            .iter()
+            .map(|(h, item)| scope.spawn(move || work(*h, item).map(|r| (*h, r))))
             .collect();
         workers
             .into_iter()
             .map(|w| w.join().map_err(|_| "the reference panicked".to_string())?)
             .collect()
+    })
+}
+
+/// The reference indexes of `rows`' checked heads, a thread each.
+fn reference_indexes(rows: &HostRows) -> Result<HeadIndexes, String> {
+    let heads: Vec<(usize, ())> = check_heads(rows.heads())
+        .into_iter()
+        .map(|h| (h, ()))
+        .collect();
+    on_heads(&heads, |h, _| {
+        PariskvIndex::build(&rows.keys[h], rows.head_dim).map_err(|e| e.to_string())
+    })
+}
+
+/// The reference retrieval of the checked heads from their `indexes`, a thread each.
+fn reference(
+    indexes: &HeadIndexes,
+    d: usize,
+    n: usize,
+    q: &[f32],
+    group: usize,
+    k: usize,
+) -> Result<Vec<(usize, Retrieval)>, String> {
+    on_heads(indexes, |h, index| {
+        let group_queries: Vec<Vec<f64>> = (0..group).map(|g| query(q, h, g, group, d)).collect();
+        retrieve(index, &group_queries, n, k).map_err(|e| e.to_string())
     })
 }
 
@@ -315,7 +339,15 @@ impl PariskvBench {
         if self.prepared.as_ref().map(|p| p.ident) != Some(ident) {
             self.prepared = None;
             let rows = inputs.rows(d, heads, n)?;
-            self.prepared = Some(prepare(dev, rows, ident)?);
+            let indexes = match self.indexes.get(&(d, heads, n)) {
+                Some(built) => built.clone(),
+                None => {
+                    let built = Arc::new(reference_indexes(&rows)?);
+                    self.indexes.insert((d, heads, n), built.clone());
+                    built
+                }
+            };
+            self.prepared = Some(prepare(dev, rows, &indexes, ident)?);
         }
         let p = self.prepared.as_mut().ok_or("ParisKV inputs missing")?;
         if case.placement == Placement::Host && p.host.is_none() {
@@ -524,6 +556,7 @@ impl PariskvBench {
 fn prepare(
     dev: &Device,
     rows: Arc<HostRows>,
+    indexes: &HeadIndexes,
     ident: (usize, usize, usize, usize),
 ) -> Result<Prepared, String> {
     let (d, g, heads, n) = ident;
@@ -608,7 +641,7 @@ fn prepare(
         })
         .collect::<Result<Vec<_>, String>>()?;
     // The reference on the host while the device builds and runs the chain.
-    let reference = reference(&rows, &host_q, g, k)?;
+    let reference = reference(indexes, d, n, &host_q, g, k)?;
     dev.run_once(&launches)?;
     let why = |what: &str, e: String| format!("the default {what} (the later stages' input): {e}");
     check_votes(
@@ -665,7 +698,8 @@ mod tests {
         let (d, n, heads, g, k) = (64, 3000, 2, 3, 40);
         let rows = HostRows::new(d, heads, n).unwrap();
         let q = queries(d, g, heads);
-        let reference = reference(&rows, &q, g, k).unwrap();
+        let indexes = reference_indexes(&rows).unwrap();
+        let reference = reference(&indexes, d, n, &q, g, k).unwrap();
         assert_eq!(
             reference.iter().map(|(h, _)| *h).collect::<Vec<_>>(),
             [0, 1]
