@@ -12,6 +12,15 @@ lim() { local a=$1 b; b=$(left); [ "$b" -lt "$a" ] && a=$b; [ "$a" -lt 5 ] && a=
 el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$L/timeline.txt"; }
 #   unpack   the GPU pack (.gpu/pack.tar.xz) into /tmp/fg: B its programs, TESTS its test binaries.
 unpack() { rm -rf /tmp/fg && mkdir -p /tmp/fg && tar xJf "$R/.gpu/pack.tar.xz" -C /tmp/fg && B=/tmp/fg/.gpu/bin TESTS=/tmp/fg/.gpu/tests; }
+#   python_tests   the wheel (.gpu/wheels) into /tmp/site and python/tests into /tmp/py/tests,
+#                  PYTHONPATH set: `cd /tmp/py && FATHOM_GPU_TESTS=1 python3 -m pytest tests/gpu`.
+python_tests() {
+  rm -rf /tmp/py && mkdir -p /tmp/py && cp -r "$R/python/tests" /tmp/py/
+  python3 -m pip install -q --no-deps --no-index --no-compile --upgrade --target /tmp/site "$R"/.gpu/wheels/*.whl \
+    > "$L/pip.txt" 2>&1
+  el "pip rc=$?"
+  export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+}
 #   merged_record RUN MERGED   the record of a scratch autotune run (RUN/*.json) merged by key into
 #                              a copy of the committed record of the same name, in MERGED (the
 #                              run's record alone where none is committed): FATHOM_TUNING_DIR=MERGED.

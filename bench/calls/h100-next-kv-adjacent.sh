@@ -14,9 +14,7 @@ DEFAULT_BUDGET=560 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack; el unpacked
-rm -rf /tmp/py && mkdir -p /tmp/py && cp -r python/tests /tmp/py/
-python3 -m pip install -q --no-deps --no-index --no-compile --upgrade --target /tmp/site .gpu/wheels/*.whl > $L/pip.txt 2>&1; el pip rc=$?
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+python_tests
 # A: every Rust GPU test but gpu_faults, six binaries at a time, longest first; the Python GPU tests.
 # gpu_select without the two cluster selects (opt-in; h100-next-select-cluster.sh tests them):
 # with all ten algorithms it would outgrow its 300 s beside five other binaries.

@@ -8,12 +8,9 @@
 # BINARIES="" runs the Python tests alone (BINARIES names the Rust test binaries to run).
 set -u
 DEFAULT_BUDGET=420 . bench/calls/budget.sh
-C=${C:-unknown}; export FATHOM_COMMIT=$C
+export FATHOM_COMMIT=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
-unpack; el unpacked
-rm -rf /tmp/py && mkdir -p /tmp/py && cp -r python/tests /tmp/py/
-python3 -m pip install -q --no-deps --no-index --no-compile --upgrade --target /tmp/site .gpu/wheels/*.whl > $L/pip.txt 2>&1; el pip rc=$?
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+unpack && el unpacked && python_tests
 ( cd /tmp/py && FATHOM_GPU_TESTS=1 timeout -k 10 $(lim 90) python3 -m pytest -q -rA --timeout 80 tests/gpu/test_gpu.py > $L/pytest_gpu.log 2>&1; el "pytest gpu rc=$?" )
 export FATHOM_SELECT_ALGORITHMS=radix,compact,onepass,fused,peaks,peaks_head,scan_peaks,scan_peaks_head
 BINARIES=${BINARIES-gpu_select gpu_scan gpu_pariskv}
