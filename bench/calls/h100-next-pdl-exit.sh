@@ -9,6 +9,7 @@
 # 32k (four or five launches a layer), no change at 1M.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=240 bash bench/calls/h100-next-pdl-exit.sh
+# PDL_RUNS="0 exit 0" (with BUDGET=190) leaves out the early trigger, measured slower before.
 set -u
 DEFAULT_BUDGET=240 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C
@@ -17,7 +18,7 @@ unpack; el unpacked
 export FATHOM_KERNEL_CACHE=/tmp/kc-pdl
 # Off again last, to see the machine's drift over the call.
 run=0
-for pdl in 0 1 exit 0; do
+for pdl in ${PDL_RUNS:-0 1 exit 0}; do
   [ $(left) -gt 40 ] || break
   run=$((run + 1))
   env FATHOM_PDL=$pdl timeout -k 10 $(lim 70) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" \
