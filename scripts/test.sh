@@ -13,7 +13,12 @@ export FATHOM_NVRTC
 echo "test.sh: FATHOM_NVRTC=$FATHOM_NVRTC" >&2
 
 cargo test --workspace "$@"
-# The Python package (ruff, wheel, pytest) after a full run, not after `-p CRATE` or `-- FILTER`.
+# The Python package (ruff, wheel, pytest) after a full run, not after `-p CRATE` or `-- FILTER`;
+# and the shell scripts parse (a device call that stops on a syntax error costs the session's
+# GPU time).
 if [[ $# -eq 0 ]]; then
     scripts/test-python.sh
+    for script in scripts/*.sh bench/calls/*.sh; do
+        bash -n "$script" || { echo "test.sh: $script does not parse" >&2; exit 1; }
+    done
 fi
