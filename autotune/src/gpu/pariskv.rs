@@ -296,12 +296,12 @@ fn on_heads<T: Sync, R: Send>(
 
 /// The reference indexes of `rows`' checked heads, a thread each.
 fn reference_indexes(rows: &HostRows) -> Result<HeadIndexes, String> {
-    let heads: Vec<(usize, ())> = check_heads(rows.heads())
+    let keys: Vec<(usize, &Vec<bf16>)> = check_heads(rows.heads())
         .into_iter()
-        .map(|h| (h, ()))
+        .map(|h| (h, &rows.keys[h]))
         .collect();
-    on_heads(&heads, |h, _| {
-        PariskvIndex::build(&rows.keys[h], rows.head_dim).map_err(|e| e.to_string())
+    on_heads(&keys, |_, keys| {
+        PariskvIndex::build(keys, rows.head_dim).map_err(|e| e.to_string())
     })
 }
 
