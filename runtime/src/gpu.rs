@@ -80,35 +80,60 @@ fn check<T>(call: &'static str, r: Result<T, DriverError>) -> Result<T, GpuError
     r.map_err(|source| GpuError::Driver { call, source })
 }
 
-/// The environment variable that turns on programmatic dependent launch
-/// ([`Gpu::set_programmatic_launch`]) for every handle opened after it is set.
+/// The environment variable that sets programmatic dependent launch
+/// ([`Gpu::set_programmatic_launch`]) for every handle opened after it is set ([`Pdl`]).
 pub const PDL_VAR: &str = "FATHOM_PDL";
 
-/// What `FATHOM_PDL` says ([`parse_programmatic`]); off when it is unset.
-pub fn programmatic_from_env() -> Result<bool, GpuError> {
+/// How kernels are launched one after another (`FATHOM_PDL`). On by default: with each
+/// kernel's trigger at its blocks' exit, the HBM step at 32k took 2.4-2.8% less time than with
+/// plain launches, and 1M the same (H100, 2026-12-06, `bench/results/pdl-exit-h100-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pdl {
+    /// `0`: plain launches, each kernel scheduled once the one before it has finished.
+    Off,
+    /// `1` or `early`: programmatic launches, and every kernel lets the next be scheduled right
+    /// after its own wait (compiled with [`PDL_EARLY_DEFINE`]); 2-3% slower than `Off` on the
+    /// H200 (2026-12-02): the next kernel's blocks sit resident beside the running one.
+    Early,
+    /// `exit`, or unset or empty (the default): programmatic launches, the next kernel
+    /// scheduled as this one's blocks exit.
+    AtExit,
+}
+
+impl Pdl {
+    /// Whether kernels are launched with programmatic stream serialization.
+    pub fn launches(self) -> bool {
+        self != Pdl::Off
+    }
+}
+
+/// The define that compiles every kernel to let the next one be scheduled right after its own
+/// wait (`templates/common.cuh.tera`, `await_previous_kernel`): with [`Pdl::Early`].
+pub const PDL_EARLY_DEFINE: &str = "-DFATHOM_PDL_TRIGGER_EARLY";
+
+/// What `FATHOM_PDL` says ([`parse_programmatic`]); [`Pdl::AtExit`] when it is unset.
+pub fn programmatic_from_env() -> Result<Pdl, GpuError> {
     match std::env::var(PDL_VAR) {
         Ok(text) => parse_programmatic(&text),
-        Err(std::env::VarError::NotPresent) => Ok(false),
+        Err(std::env::VarError::NotPresent) => Ok(Pdl::AtExit),
         Err(std::env::VarError::NotUnicode(raw)) => parse_programmatic(&raw.to_string_lossy()),
     }
 }
 
-/// The `FATHOM_PDL` value that also compiles every kernel to let the next one be scheduled only
-/// as its blocks exit (`jit::compile_options`), instead of as soon as it starts.
-pub const PDL_AT_EXIT: &str = "exit";
-
-/// A `FATHOM_PDL` value: `1` or `exit` on ([`PDL_AT_EXIT`]); `0` or empty off; anything else an
-/// error that says so.
-pub fn parse_programmatic(text: &str) -> Result<bool, GpuError> {
+/// A `FATHOM_PDL` value: `exit` or empty [`Pdl::AtExit`], `1` or `early` [`Pdl::Early`], `0`
+/// [`Pdl::Off`]; anything else an error that says what is allowed.
+pub fn parse_programmatic(text: &str) -> Result<Pdl, GpuError> {
     match text.trim() {
-        "1" | PDL_AT_EXIT => Ok(true),
-        "" | "0" => Ok(false),
+        "" | "exit" => Ok(Pdl::AtExit),
+        "1" | "early" => Ok(Pdl::Early),
+        "0" => Ok(Pdl::Off),
         other => Err(GpuError::Setting {
             var: PDL_VAR,
             got: other.to_string(),
-            allowed: "1 (launch with programmatic stream serialization), exit (the same, each \
-                      kernel letting the next be scheduled only as its blocks exit) or 0 (the \
-                      default)",
+            allowed: "exit (the default: launch with programmatic stream serialization, each \
+                      kernel letting the next be scheduled as its blocks exit), 1 or early (the \
+                      same, the next scheduled right after each kernel's wait) or 0 (plain \
+                      launches)",
         }),
     }
 }
@@ -278,7 +303,7 @@ impl Gpu {
         let (ctx, info) = Self::primary_context(ordinal)?;
         let stream = check("cuStreamCreate", ctx.new_stream())?;
         let gpu = Gpu::with_stream(ctx, stream, info);
-        gpu.set_programmatic_launch(programmatic_from_env()?);
+        gpu.set_programmatic_launch(programmatic_from_env()?.launches());
         Ok(gpu)
     }
 
@@ -353,8 +378,8 @@ impl Gpu {
     /// Launches this handle's kernels from now on with programmatic stream serialization
     /// (Hopper's programmatic dependent launch: a kernel may be scheduled while the one before
     /// it drains, and waits for it in `await_previous_kernel()`), where the device has it
-    /// (compute capability 9.0 and later; elsewhere this keeps plain launches). Off by default;
-    /// `FATHOM_PDL=1` turns it on for handles opened after it is set. Launches captured into a
+    /// (compute capability 9.0 and later; elsewhere this keeps plain launches). On by default;
+    /// `FATHOM_PDL=0` turns it off for handles opened after it is set. Launches captured into a
     /// graph keep the setting they were captured with. Every kernel launched through the
     /// handle while it is on must wait for its predecessor before touching memory, as every
     /// fathom kernel does (`await_previous_kernel()`, `griddepcontrol.wait`).

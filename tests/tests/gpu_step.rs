@@ -854,19 +854,23 @@ gpu_test!(gpu_step_attention_from_the_store_g7, |t| {
     run_case_configured(&mut t, D, 7, Basis::Klt, Tuned::Default, config);
 });
 
-// Programmatic dependent launch (`Gpu::set_programmatic_launch`, `FATHOM_PDL=1`): every kernel
-// of the step, eager and replayed from its graph, may be scheduled while the one before it
-// drains, and waits for it in `await_previous_kernel()`; the step must not change by a bit.
-gpu_test!(gpu_step_with_programmatic_launch_g4, |t| {
-    t.gpu.set_programmatic_launch(true);
+// Programmatic dependent launch (`Gpu::set_programmatic_launch`, on by default, `FATHOM_PDL`):
+// every kernel of the step, eager and replayed from its graph, may be scheduled while the one
+// before it drains, and waits for it in `await_previous_kernel()`; the step must not change by
+// a bit, with it and with plain launches (`FATHOM_PDL=0`).
+gpu_test!(gpu_step_with_and_without_programmatic_launch_g4, |t| {
+    let default = t.gpu.programmatic_launch();
     let able = t.gpu.info().compute_capability.0 >= 9;
-    assert_eq!(
-        t.gpu.programmatic_launch(),
-        able,
-        "programmatic launch is on exactly where the device has it"
-    );
-    run_case(&mut t, D, 4, Basis::Raw);
-    t.gpu.set_programmatic_launch(false);
+    for on in [true, false] {
+        t.gpu.set_programmatic_launch(on);
+        assert_eq!(
+            t.gpu.programmatic_launch(),
+            on && able,
+            "programmatic launch is on exactly where asked and the device has it"
+        );
+        run_case(&mut t, D, 4, Basis::Raw);
+    }
+    t.gpu.set_programmatic_launch(default);
 });
 
 gpu_test!(gpu_step_refuses_bad_input, |t| {

@@ -66,15 +66,25 @@ gpu_test!(gpu_decoder_uses_the_record_of_this_gpu, |t| {
     let scan = plan.specs.scan.expect("fathom scans");
     let segment_words = DecoderConfig::default().segment_words;
     let bucket = context_bucket(TOKENS);
-    let key = TuneKey {
-        family: TunedFamily::Scan,
-        head_dim: d,
-        group: g,
-        placement: Placement::Host,
-        context_bucket: bucket,
-    };
     let (want_tile, want_transfer) = match &record {
         Some(r) => {
+            let transfer = r
+                .transfer(d, g, bucket)
+                .expect("the record has a transfer winner");
+            // The fused transfer scans the store's planes in host memory; the others stage
+            // them in HBM first, and the step scans them there with the HBM scan's tile.
+            let placement = if transfer == Transfer::Fused {
+                Placement::Host
+            } else {
+                Placement::Hbm
+            };
+            let key = TuneKey {
+                family: TunedFamily::Scan,
+                head_dim: d,
+                group: g,
+                placement,
+                context_bucket: bucket,
+            };
             let tile = match r.tile(&key) {
                 Some(runtime::tuning::Tile::Scan {
                     tile_words,
@@ -83,9 +93,6 @@ gpu_test!(gpu_decoder_uses_the_record_of_this_gpu, |t| {
                 }) => (tile_words, threads),
                 other => panic!("the record has no scan tile for {key:?}: {other:?}"),
             };
-            let transfer = r
-                .transfer(d, g, bucket)
-                .expect("the record has a transfer winner");
             (fit_scan_tile(tile, segment_words), transfer)
         }
         None => (
@@ -96,7 +103,7 @@ gpu_test!(gpu_decoder_uses_the_record_of_this_gpu, |t| {
     assert_eq!(
         (scan.tile_words, scan.threads),
         want_tile,
-        "the step's host scan tile is not the record's"
+        "the step's scan tile is not the record's for its transfer"
     );
     assert_eq!(plan.transfer, Some(want_transfer));
 

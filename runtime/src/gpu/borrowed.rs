@@ -65,7 +65,7 @@ impl Gpu {
     pub unsafe fn borrow_stream(ordinal: usize, stream: StreamHandle) -> Result<Gpu, GpuError> {
         let (ctx, info) = Self::primary_context(ordinal)?;
         let root = Gpu::with_stream(ctx.clone(), ctx.default_stream(), info);
-        root.set_programmatic_launch(super::programmatic_from_env()?);
+        root.set_programmatic_launch(super::programmatic_from_env()?.launches());
         unsafe { root.on_stream(stream) }
     }
 

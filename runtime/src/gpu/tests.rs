@@ -72,15 +72,20 @@ fn running_out_of_memory_names_the_memory_and_the_request() {
 }
 
 #[test]
-fn fathom_pdl_is_one_exit_or_zero_and_anything_else_says_what_is_allowed() {
-    assert!(parse_programmatic("1").unwrap());
-    assert!(parse_programmatic(" 1\n").unwrap());
-    assert!(parse_programmatic("exit").unwrap());
-    assert!(!parse_programmatic("0").unwrap());
-    assert!(!parse_programmatic("").unwrap());
+fn fathom_pdl_is_exit_by_default_one_early_or_zero_and_anything_else_says_what_is_allowed() {
+    assert_eq!(parse_programmatic("exit").unwrap(), Pdl::AtExit);
+    assert_eq!(parse_programmatic("").unwrap(), Pdl::AtExit);
+    assert_eq!(parse_programmatic("1").unwrap(), Pdl::Early);
+    assert_eq!(parse_programmatic(" 1\n").unwrap(), Pdl::Early);
+    assert_eq!(parse_programmatic("early").unwrap(), Pdl::Early);
+    assert_eq!(parse_programmatic("0").unwrap(), Pdl::Off);
+    assert!(Pdl::AtExit.launches() && Pdl::Early.launches() && !Pdl::Off.launches());
     let e = parse_programmatic("yes").unwrap_err().to_string();
     assert!(
-        e.contains(PDL_VAR) && e.contains("yes") && e.contains("1 (launch") && e.contains("exit ("),
+        e.contains(PDL_VAR)
+            && e.contains("yes")
+            && e.contains("exit (the default")
+            && e.contains("0 (plain"),
         "{e}"
     );
 }

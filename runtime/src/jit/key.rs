@@ -9,6 +9,7 @@ use codegen::spec::KernelSpec;
 use sha2::{Digest, Sha256};
 
 use super::error::JitError;
+use crate::gpu::{programmatic_from_env, Pdl, PDL_EARLY_DEFINE};
 
 /// The version of the key derivation and of the entry file format; bumping it orphans every
 /// existing entry instead of misreading it.
@@ -55,28 +56,25 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// cache key; the PTX otherwise is unchanged.
 pub const JIT_LINEINFO_VAR: &str = "FATHOM_JIT_LINEINFO";
 
-/// The define that compiles every kernel to let the next one be scheduled only as its blocks
-/// exit (`templates/common.cuh.tera`, `await_previous_kernel`): with `FATHOM_PDL=exit`.
-const PDL_AT_EXIT_DEFINE: &str = "-DFATHOM_PDL_TRIGGER_AT_EXIT";
-
 /// The options every kernel is compiled with: codegen's, so that the JIT's PTX is the PTX of
 /// `codegen::emit::build_kernel`; `-lineinfo` when [`JIT_LINEINFO_VAR`] asks for it;
-/// [`PDL_AT_EXIT_DEFINE`] when `FATHOM_PDL` is `exit` (both part of the cache key).
+/// [`PDL_EARLY_DEFINE`] when `FATHOM_PDL` is `1` or `early` (both part of the cache key). An
+/// invalid `FATHOM_PDL` compiles as the default: opening the GPU handle refuses it.
 pub fn compile_options() -> Vec<String> {
     options_for(
         std::env::var(JIT_LINEINFO_VAR).is_ok_and(|v| v == "1"),
-        std::env::var(crate::gpu::PDL_VAR).is_ok_and(|v| v.trim() == crate::gpu::PDL_AT_EXIT),
+        programmatic_from_env().is_ok_and(|p| p == Pdl::Early),
     )
 }
 
 /// [`compile_options`] for these settings.
-fn options_for(lineinfo: bool, pdl_at_exit: bool) -> Vec<String> {
+fn options_for(lineinfo: bool, pdl_early: bool) -> Vec<String> {
     let mut options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
     if lineinfo {
         options.push("-lineinfo".to_string());
     }
-    if pdl_at_exit {
-        options.push(PDL_AT_EXIT_DEFINE.to_string());
+    if pdl_early {
+        options.push(PDL_EARLY_DEFINE.to_string());
     }
     options
 }
@@ -190,19 +188,20 @@ mod tests {
         );
     }
 
-    /// `FATHOM_PDL=exit` compiles with the define that moves the trigger to the blocks' exit:
-    /// another key, the same options otherwise; and the define takes the explicit trigger out
-    /// of the PTX and leaves the wait (NVRTC, when this machine has it: `FATHOM_NVRTC`).
+    /// `FATHOM_PDL=1` compiles with the define that moves the trigger to right after each
+    /// kernel's wait: another key, the same options otherwise; without it (the default, the
+    /// trigger at the blocks' exit) the PTX waits and has no explicit trigger, with it the
+    /// trigger is there (NVRTC, when this machine has it: `FATHOM_NVRTC`).
     #[test]
-    fn the_trigger_at_exit_is_its_own_key_and_takes_the_trigger_out() {
+    fn the_early_trigger_is_its_own_key_and_puts_the_trigger_in() {
         let plain = options_for(false, false);
-        let at_exit = options_for(false, true);
-        assert_eq!(at_exit.len(), plain.len() + 1);
-        assert_eq!(at_exit.last().map(String::as_str), Some(PDL_AT_EXIT_DEFINE));
+        let early = options_for(false, true);
+        assert_eq!(early.len(), plain.len() + 1);
+        assert_eq!(early.last().map(String::as_str), Some(PDL_EARLY_DEFINE));
         let source = spec().render().unwrap();
         assert_ne!(
             cache_key(&source, (13, 0), "sm_90", &plain),
-            cache_key(&source, (13, 0), "sm_90", &at_exit)
+            cache_key(&source, (13, 0), "sm_90", &early)
         );
         if std::env::var_os("FATHOM_NVRTC").is_none() {
             return;
@@ -212,10 +211,10 @@ mod tests {
                 .unwrap()
                 .ptx
         };
-        let (early, late) = (ptx(&plain), ptx(&at_exit));
+        let (at_exit, early) = (ptx(&plain), ptx(&early));
         assert!(early.contains("griddepcontrol.launch_dependents"));
-        assert!(!late.contains("griddepcontrol.launch_dependents"));
-        assert!(early.contains("griddepcontrol.wait") && late.contains("griddepcontrol.wait"));
+        assert!(!at_exit.contains("griddepcontrol.launch_dependents"));
+        assert!(early.contains("griddepcontrol.wait") && at_exit.contains("griddepcontrol.wait"));
     }
 
     #[test]
