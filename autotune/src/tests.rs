@@ -16,7 +16,7 @@ use runtime::tuning::{Tile, Tiles, TuneKey, TunedFamily, Tuning};
 use crate::candidates::{bench_k, bench_k_max, candidate_checksum, enumerate, Case, SUBJECTS};
 use crate::records::merge_into;
 use crate::tuner::{
-    choose, simplicity, tune, tune_case, Bench, CaseInfo, Observer, Reps, Settings,
+    choose, simplicity, tune, tune_case, Bench, CaseInfo, Observer, Reps, Settings, Silent,
 };
 
 /// How the fake bench treats a candidate (by name); unnamed ones take `default_ms` exactly.
@@ -433,6 +433,7 @@ fn a_slow_candidate_stops_after_the_least_runs_once_its_budget_is_spent() {
         min: 5,
         max: 25,
         budget_ms: 250.0,
+        give_up_above_ms: f64::INFINITY,
     };
     let count = |ms: f64| reps.collect(|_| Ok::<_, ()>(ms)).unwrap().len();
     assert_eq!(count(0.01), 25, "a fast kernel gets every run");
@@ -928,4 +929,54 @@ fn the_run_compiles_each_candidate_kernel_once() {
         "{} specs of {candidates}",
         specs.len()
     );
+}
+
+#[test]
+fn a_candidate_twice_as_slow_as_the_fastest_so_far_gets_only_the_least_runs() {
+    let reps = Settings::full().reps;
+    let count = |r: Reps, ms: &[f64]| r.collect(|i| Ok::<_, ()>(ms[i % ms.len()])).unwrap().len();
+    assert_eq!(
+        count(reps.after_fastest(None), &[0.1]),
+        25,
+        "the first candidate"
+    );
+    assert_eq!(
+        count(reps.after_fastest(Some(0.1)), &[0.19]),
+        25,
+        "under twice"
+    );
+    assert_eq!(
+        count(reps.after_fastest(Some(0.1)), &[0.21]),
+        5,
+        "over twice"
+    );
+    // Its fastest run decides: one run within twice keeps it going.
+    assert_eq!(count(reps.after_fastest(Some(0.1)), &[0.3, 0.3, 0.15]), 25);
+    let few = Settings::full().with_max_reps(3).reps;
+    assert_eq!(
+        count(few.after_fastest(Some(0.1)), &[1.0]),
+        3,
+        "never under the least"
+    );
+
+    // In a case: the tuner gives each candidate the fastest median before it.
+    let c = hbm_scan();
+    let names: Vec<String> = enumerate(&c).iter().map(|v| v.name()).collect();
+    let (first, slow, close) = (&names[0], &names[1], &names[2]);
+    let mut bench = FakeBench::new(0.1)
+        .with(first, Fake::Times(vec![0.1]))
+        .with(slow, Fake::Times(vec![0.25]))
+        .with(close, Fake::Times(vec![0.15]));
+    let entry = tune_case(&mut bench, &c, &Settings::full(), &mut Silent);
+    let samples = |name: &str| match entry.candidates.iter().find(|x| x.name == name) {
+        Some(CandidateRecord {
+            outcome: Outcome::Timed { samples, .. },
+            ..
+        }) => *samples,
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(samples(first), 25);
+    assert_eq!(samples(slow), 5, "2.5x the fastest so far");
+    assert_eq!(samples(close), 25, "1.5x the fastest so far");
+    assert_eq!(entry.winner.unwrap().median_ms, 0.1);
 }

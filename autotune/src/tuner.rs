@@ -54,12 +54,22 @@ pub trait Bench {
 /// once the runs so far add up to `budget_ms`. A 40 ms candidate (a host-memory kernel at 1M
 /// tokens) is as well measured by 5 runs as a 40 us one by 25: its runs agree to well under
 /// the noise floor, and 20 more of them would cost most of a second per candidate.
+/// And a candidate whose fastest run is over `give_up_above_ms` stops after `min` runs too: the
+/// tuner sets it to [`GIVE_UP`] times the fastest median of the case so far, which such a
+/// candidate cannot tie unless the noise band is 100% (the records' widest so far: 89%).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reps {
     pub min: usize,
     pub max: usize,
     pub budget_ms: f64,
+    pub give_up_above_ms: f64,
 }
+
+/// How many times the case's fastest median so far a candidate's fastest run may take before
+/// it gets no more than the least runs. On the H100 record of 2026-12-06, 794 of 3,561
+/// candidates were that slow, and their runs past the fifth were ~15 s of the run's 63 s of
+/// timing.
+pub const GIVE_UP: f64 = 2.0;
 
 impl Reps {
     /// Exactly `n` runs, whatever they take.
@@ -68,13 +78,30 @@ impl Reps {
             min: n,
             max: n,
             budget_ms: f64::INFINITY,
+            give_up_above_ms: f64::INFINITY,
+        }
+    }
+
+    /// These reps for a candidate timed after one whose median was `fastest_ms` (the case's
+    /// fastest so far): it gives up after `min` runs once its own fastest is over
+    /// [`GIVE_UP`] times that.
+    pub fn after_fastest(self, fastest_ms: Option<f64>) -> Reps {
+        Reps {
+            give_up_above_ms: fastest_ms.map_or(f64::INFINITY, |f| GIVE_UP * f),
+            ..self
         }
     }
 
     /// Whether another run is due after `samples`.
     pub fn more(&self, samples: &[f64]) -> bool {
         let n = samples.len();
-        n < self.min.min(self.max) || (n < self.max && samples.iter().sum::<f64>() < self.budget_ms)
+        if n < self.min.min(self.max) {
+            return true;
+        }
+        let fastest = samples.iter().copied().fold(f64::INFINITY, f64::min);
+        n < self.max
+            && samples.iter().sum::<f64>() < self.budget_ms
+            && fastest <= self.give_up_above_ms
     }
 
     /// Runs `run` (given the run's index, returning its milliseconds) while [`Reps::more`]
@@ -105,6 +132,7 @@ impl Settings {
                 min: 5,
                 max: 25,
                 budget_ms: 250.0,
+                give_up_above_ms: f64::INFINITY,
             },
             noise_floor: 0.02,
         }
@@ -117,6 +145,7 @@ impl Settings {
                 min: 5,
                 max: 10,
                 budget_ms: 50.0,
+                give_up_above_ms: f64::INFINITY,
             },
             ..Settings::full()
         }
@@ -414,7 +443,7 @@ fn run_candidate(
     case: &Case,
     variant: &Variant,
     info: &CaseInfo,
-    settings: &Settings,
+    reps: Reps,
     observer: &mut dyn Observer,
     clock: &dyn Clock,
 ) -> Outcome {
@@ -428,7 +457,7 @@ fn run_candidate(
     if let Err(reason) = verified {
         return disqualified("verify", reason);
     }
-    let timed = guarded(|| bench.time(case, variant, settings.reps));
+    let timed = guarded(|| bench.time(case, variant, reps));
     observer.phase_done(case, Phase::Time, clock.now().saturating_sub(t1));
     let samples = match timed {
         Ok(s) => s,
@@ -515,13 +544,18 @@ pub fn tune_case_clocked(
         ceiling: None,
     });
     let mut candidates = Vec::with_capacity(variants.len());
+    let mut fastest: Option<f64> = None;
     for variant in &variants {
+        let reps = settings.reps.after_fastest(fastest);
         let outcome = match &prepared {
-            Ok(_) => run_candidate(bench, case, variant, &info, settings, observer, clock),
+            Ok(_) => run_candidate(bench, case, variant, &info, reps, observer, clock),
             Err(reason) => Outcome::Disqualified {
                 reason: format!("prepare: {reason}"),
             },
         };
+        if let Some(m) = outcome.median_ms() {
+            fastest = Some(fastest.map_or(m, |f| f.min(m)));
+        }
         let candidate = CandidateRecord {
             name: variant.name(),
             variant: *variant,
