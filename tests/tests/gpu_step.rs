@@ -873,6 +873,15 @@ gpu_test!(gpu_step_with_and_without_programmatic_launch_g4, |t| {
     t.gpu.set_programmatic_launch(default);
 });
 
+// The tail's oracle on a second stream beside the plan and the scan
+// (`DecoderConfig::overlap_tail`), forked and joined inside the graph too: the step must not
+// change by a bit, eager or replayed, in either placement.
+gpu_test!(gpu_step_tail_on_a_second_stream_g4, |t| {
+    let mut config = decoder_config();
+    config.overlap_tail = true;
+    run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
 gpu_test!(gpu_step_refuses_bad_input, |t| {
     let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
     let batch = DeviceBatch::new(&t.gpu, &f, Placement::Hbm);

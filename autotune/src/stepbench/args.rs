@@ -77,6 +77,10 @@ pub struct Args {
     #[arg(long, default_value_t = runtime::tuning::Tiles::default().pariskv_query_blocks,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub pariskv_query_blocks: u32,
+    /// Score the tail (the tokens past the last encoded segment) on a second stream beside the
+    /// plan and the scan (`DecoderConfig::overlap_tail`, off by default).
+    #[arg(long)]
+    pub overlap_tail: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -112,6 +116,8 @@ pub struct Options {
     pub attention_rows: AttentionRows,
     /// `--pariskv-query-blocks`.
     pub pariskv_query_blocks: u32,
+    /// `--overlap-tail`.
+    pub overlap_tail: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -338,6 +344,7 @@ impl Options {
             kv_rows: args.kv_rows.parse()?,
             attention_rows: args.attention_rows.parse()?,
             pariskv_query_blocks: args.pariskv_query_blocks,
+            overlap_tail: args.overlap_tail,
         })
     }
 

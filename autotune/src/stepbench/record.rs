@@ -145,6 +145,10 @@ pub struct Header {
     /// option).
     #[serde(default = "one_block")]
     pub pariskv_query_blocks: u32,
+    /// Whether the tail was scored on a second stream (`--overlap-tail`; false in records
+    /// written before the option).
+    #[serde(default)]
+    pub overlap_tail: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

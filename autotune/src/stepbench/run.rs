@@ -301,6 +301,7 @@ impl Bench {
             kv_rows: self.options.kv_rows.to_string(),
             attention_rows: self.options.attention_rows.to_string(),
             pariskv_query_blocks: self.options.pariskv_query_blocks,
+            overlap_tail: self.options.overlap_tail,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -805,11 +806,12 @@ pub fn run<T>(
     Ok(finish(&header, &rows))
 }
 
-/// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`
-/// and the ParisKV query's blocks from `--pariskv-query-blocks`.
+/// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`,
+/// the ParisKV query's blocks from `--pariskv-query-blocks` and `--overlap-tail`.
 fn decoder_config(options: &Options) -> DecoderConfig {
     let mut config = DecoderConfig::default();
     config.tiles.attention_rows = options.attention_rows;
     config.tiles.pariskv_query_blocks = options.pariskv_query_blocks;
+    config.overlap_tail = options.overlap_tail;
     config
 }

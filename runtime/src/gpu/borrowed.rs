@@ -137,6 +137,22 @@ impl Gpu {
         check("cuStreamWaitEvent", self.stream.wait(&event))
     }
 
+    /// Makes work queued on this handle's stream from now on wait for everything queued on
+    /// `earlier`'s stream so far (an event, no host wait), also while either is captured: a
+    /// fork (a second stream of the step waits for the first) or a join (the first waits for
+    /// the second) inside one capture, which pulls the waiting stream into it. Unlike
+    /// [`Gpu::order_after`], meant for the two streams of one piece of work.
+    pub fn wait_on(&self, earlier: &Gpu) -> Result<(), GpuError> {
+        if self.same_stream(earlier) {
+            return Ok(());
+        }
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let event = check("cuEventCreate", self.ctx.new_event(flags))?;
+        check("cuEventRecord", event.record(&earlier.stream))?;
+        check("cuStreamWaitEvent", self.stream.wait(&event))
+    }
+
     /// Where `addr` lives, as the driver says (`cuPointerGetAttribute`): device memory of which
     /// device, or host memory.
     pub fn pointer_place(&self, addr: u64) -> Result<PointerPlace, GpuError> {

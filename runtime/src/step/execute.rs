@@ -4,7 +4,7 @@
 use codegen::spec::AttentionRows;
 use cudarc::driver::CudaFunction;
 
-use super::launches::{LaunchPlan, Role};
+use super::launches::{LaunchPlan, Operation, Role};
 use super::workspace::{addr, Buf, Workspace};
 use super::StepError;
 use crate::abi::{self, select_args, SelectBuffers};
@@ -85,9 +85,12 @@ struct Sizes {
     k: i32,
 }
 
-/// Queues every operation of `plan`.
+/// Queues every operation of `plan`. With `side` (a second stream,
+/// [`super::DecoderConfig::overlap_tail`]), the tail's oracle runs there from the step's start,
+/// beside the plan and the scan, and the main stream waits for it where the oracle stood.
 pub(crate) fn record(
     gpu: &Gpu,
+    side: Option<&Gpu>,
     plan: &LaunchPlan,
     functions: &[Option<CudaFunction>],
     ws: &Workspace,
@@ -108,8 +111,29 @@ pub(crate) fn record(
         (&ws.uni, &ws.sel_pos)
     };
     let retrieval = retrieval_parts(plan, ws, view, inputs);
+    let tail = Role::Oracle { whole: false };
+    // The tail's scores go to columns the scan never writes (tokens past `n_stored`), and
+    // nothing before the select reads them.
+    let side = side.filter(|_| plan.operations.iter().any(|op| op.role == tail));
+    if let Some(side) = side {
+        side.wait_on(gpu)?;
+        for (op, function) in plan.operations.iter().zip(functions) {
+            if op.role == tail {
+                launch(
+                    side,
+                    op,
+                    function,
+                    &oracle_args(false, view, inputs, ws, &n),
+                )?;
+            }
+        }
+    }
     for (op, function) in plan.operations.iter().zip(functions) {
         let args: Vec<Arg> = match op.role {
+            Role::Oracle { whole: false } if side.is_some() => {
+                gpu.wait_on(side.expect("checked"))?;
+                continue;
+            }
             Role::ClearStatus => {
                 if let Some(status) = &ws.plan_status {
                     gpu.fill(status, 0)?;
@@ -183,16 +207,7 @@ pub(crate) fn record(
                 num_kv_heads: n.heads,
             }
             .args(),
-            Role::Oracle { whole } => abi::oracle::Args {
-                k_rows: view.k_rows.ptr().cast(),
-                q: at(inputs.queries),
-                range_start: at(if whole { 0 } else { view.n_stored.addr() }),
-                range_end: view.n_total.ptr(),
-                scores: output(&ws.scores),
-                ld_scores: n.ld,
-                num_kv_heads: n.heads,
-            }
-            .args(),
+            Role::Oracle { whole } => oracle_args(whole, view, inputs, ws, &n),
             Role::Select(stage) => {
                 let spec = plan
                     .specs
@@ -298,19 +313,51 @@ pub(crate) fn record(
                 }
             }
         };
-        let (Some(function), Some(kernel)) = (function, &op.kernel) else {
-            unreachable!("every kernel role has its launch and function");
-        };
-        let l = kernel.launch;
-        gpu.launch(
-            function,
-            (l.grid[0], l.grid[1], l.grid[2]),
-            (l.block[0], l.block[1], l.block[2]),
-            l.shared_bytes,
-            &args,
-        )?;
+        launch(gpu, op, function, &args)?;
     }
     Ok(())
+}
+
+/// Launches the kernel of `op` on `gpu`'s stream with `args`.
+fn launch(
+    gpu: &Gpu,
+    op: &Operation,
+    function: &Option<CudaFunction>,
+    args: &[Arg],
+) -> Result<(), StepError> {
+    let (Some(function), Some(kernel)) = (function, &op.kernel) else {
+        unreachable!("every kernel role has its launch and function");
+    };
+    let l = kernel.launch;
+    gpu.launch(
+        function,
+        (l.grid[0], l.grid[1], l.grid[2]),
+        (l.block[0], l.block[1], l.block[2]),
+        l.shared_bytes,
+        args,
+    )?;
+    Ok(())
+}
+
+/// The oracle's arguments: exact scores of every token (`whole`, the oracle method) or of the
+/// tail, the tokens past `n_stored`.
+fn oracle_args(
+    whole: bool,
+    view: &LayerView<'_>,
+    inputs: &Inputs,
+    ws: &Workspace,
+    n: &Sizes,
+) -> Vec<Arg> {
+    abi::oracle::Args {
+        k_rows: view.k_rows.ptr().cast(),
+        q: at(inputs.queries),
+        range_start: at(if whole { 0 } else { view.n_stored.addr() }),
+        range_end: view.n_total.ptr(),
+        scores: output(&ws.scores),
+        ld_scores: n.ld,
+        num_kv_heads: n.heads,
+    }
+    .args()
 }
 
 /// What the ParisKV launches read and write: the view's index and lengths, the queries, and the
