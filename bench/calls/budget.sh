@@ -76,3 +76,19 @@ sb_hbm() {
     > "$L/step-bench-$label.txt" 2>&1
   el "step-bench $label rc=$?"
 }
+#   ncu_step_times CELL...   ncu's time per kernel (clock control off) of step-bench (qwen3-8b,
+#                            fathom(48), batch 1, 3 steps) in each CELL, "PLACEMENT CONTEXT"
+#                            (e.g. "host 1m"), while over 40 s are left: $L/times-PLACEMENT-CONTEXT.txt.
+#                            Needs `unpack` first.
+ncu_step_times() {
+  local cell
+  for cell in "$@"; do
+    set -- $cell
+    [ "$(left)" -gt 40 ] || break
+    timeout -k 10 "$(lim 90)" ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 1500 \
+      "$B/step-bench" --model qwen3-8b --methods "fathom(48)" --batch 1 --steps 3 --slots 1 --no-standing \
+      --placement "$1" --contexts "$2" --out "$L/ncu-sb-$1-$2" > "$L/ncu-step-$1-$2.csv" 2> "$L/ncu-step-$1-$2.err"
+    el "ncu $1 $2 rc=$?"
+    python3 "$R/bench/calls/ncu-kernel-times.py" "$L/ncu-step-$1-$2.csv" "$1 $2" > "$L/times-$1-$2.txt" 2>&1
+  done
+}

@@ -32,10 +32,7 @@ for cell in "host 1m" "hbm 32k" "hbm 1m"; do
     el nsys stats rc=$?
     python3 $R/bench/calls/nsys-step-gaps.py $(ls $L/$1-$2*cuda_gpu_trace*.csv | head -1) $1 "$1 $2, H100" > $L/gaps-$1-$2.txt 2>&1
   else
-    timeout -k 10 $(lim 90) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 1500 \
-      $B/step-bench $SB --placement $1 --contexts $2 --out $L/ncu-sb-$1-$2 > $L/ncu-step-$1-$2.csv 2> $L/ncu-step-$1-$2.err
-    el ncu $1 $2 rc=$?
-    python3 $R/bench/calls/ncu-kernel-times.py $L/ncu-step-$1-$2.csv "$1 $2" > $L/gaps-$1-$2.txt 2>&1
+    ncu_step_times "$1 $2" && mv $L/times-$1-$2.txt $L/gaps-$1-$2.txt
   fi
 done
 cd $L && { cat nvidia-smi.txt timeline.txt rc.txt; for f in gpu_*.log; do echo "$f: $(grep -E '^test result' $f | tail -1)"; grep -E '^test .* FAILED|panicked at' $f | head -5; done

@@ -28,15 +28,7 @@ mkdir -p $L/sanitize
     bash scripts/sanitize.sh --tools memcheck,racecheck --tests gpu_select --jobs 2 --timeout 80 gpu_select_short_and_boundary_lengths \
     > $L/sanitize.txt 2>&1 ); el "sanitize rc=$?"
 export FATHOM_KERNEL_CACHE=/tmp/kc-prof
-SB="--model qwen3-8b --methods fathom(48) --batch 1 --steps 3 --slots 1 --no-standing"
-for cell in "host 1m" "hbm 32k"; do
-  set -- $cell
-  [ $(left) -gt 40 ] || break
-  timeout -k 10 $(lim 90) ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 1500 \
-    $B/step-bench $SB --placement $1 --contexts $2 --out $L/ncu-sb-$1-$2 > $L/ncu-step-$1-$2.csv 2> $L/ncu-step-$1-$2.err
-  el ncu $1 $2 rc=$?
-  python3 $R/bench/calls/ncu-kernel-times.py $L/ncu-step-$1-$2.csv "$1 $2" > $L/times-$1-$2.txt 2>&1
-done
+ncu_step_times "host 1m" "hbm 32k"
 cd $L && { cat nvidia-smi.txt timeline.txt rc.txt; for f in gpu_*.log; do echo "$f: $(grep -E '^test result' $f | tail -1)"; grep -E '^test .* FAILED|panicked at' $f | head -5; done
   tail -8 sanitize.txt; for f in times-*.txt; do head -12 $f; done; } > $OUT/summary.txt 2>&1
 tar czf $OUT/union-plan.tgz -C $OUT logs && rm -rf $L

@@ -130,11 +130,7 @@ impl Gpu {
         if self.same_stream(earlier) || self.is_capturing()? || earlier.is_capturing()? {
             return Ok(());
         }
-        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        let event = check("cuEventCreate", self.ctx.new_event(flags))?;
-        check("cuEventRecord", event.record(&earlier.stream))?;
-        check("cuStreamWaitEvent", self.stream.wait(&event))
+        self.wait_on(earlier)
     }
 
     /// Makes work queued on this handle's stream from now on wait for everything queued on
