@@ -48,6 +48,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         b if b == runtime::tuning::Tiles::default().pariskv_query_blocks => stem,
         blocks => format!("{stem}-pkq{blocks}"),
     };
+    // And a run with the tail on a second stream (`--overlap-tail`).
+    let stem = if h.overlap_tail {
+        format!("{stem}-overlaptail")
+    } else {
+        stem
+    };
     let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{stem}.json"));
     std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;

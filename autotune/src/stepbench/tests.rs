@@ -814,4 +814,7 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     );
     let zero = Args::try_parse_from(["step-bench", "--pariskv-query-blocks", "0"]).unwrap_err();
     assert!(zero.to_string().contains("pariskv-query-blocks"), "{zero}");
+    // The tail on a second stream: off unless asked.
+    assert!(!options(&[]).unwrap().overlap_tail);
+    assert!(options(&["--overlap-tail"]).unwrap().overlap_tail);
 }
