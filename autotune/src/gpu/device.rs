@@ -2,14 +2,14 @@
 //! ceilings, and how a candidate's launches are run once and timed.
 
 use codegen::spec::Placement;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use codegen::spec::launch::Launch as Geometry;
 use codegen::spec::KernelSpec;
 use cudarc::driver::CudaFunction;
 use runtime::ceilings::Ceilings;
-use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError};
+use runtime::gpu::{Arg, DeviceBuffer, Gpu, GpuError, MappedBuffer};
 use runtime::jit::Jit;
 
 use crate::tuner::Reps;
@@ -32,6 +32,17 @@ pub struct Device {
     pub jit: Arc<Jit>,
     pub ceilings: Ceilings,
     flush: DeviceBuffer<u8>,
+    read_back: Mutex<ReadBack>,
+}
+
+/// The pinned host buffer verification reads scores back into ([`Device::read_back`]).
+#[derive(Default)]
+struct ReadBack {
+    buffer: Option<MappedBuffer<f32>>,
+    /// The first read of the run was compared with a plain download.
+    checked: bool,
+    /// Reads download plainly: the pinned road failed or differed.
+    plain: bool,
 }
 
 impl Device {
@@ -55,6 +66,7 @@ impl Device {
             flush: gpu.filled(FLUSH_BYTES, 0).map_err(gpu_err)?,
             gpu,
             ceilings,
+            read_back: Mutex::new(ReadBack::default()),
         })
     }
 
@@ -74,6 +86,73 @@ impl Device {
     /// candidate is verified, by its own error, so failures here are ignored.
     pub fn preload(&self, specs: &[KernelSpec]) {
         let _ = self.jit.load_set(specs);
+    }
+
+    /// Runs `check` on `src` copied to the host. A verification reads a few thousand tokens of
+    /// a score buffer of up to 268 MB, once per candidate: the copy goes into a pinned buffer
+    /// kept from one read to the next (one DMA, no allocation or first touch of a fresh `Vec`,
+    /// which took ~90-250 ms a candidate at 1M). The run's first read is also downloaded
+    /// plainly and compared bit for bit; if the pinned road fails or differs, every read
+    /// downloads plainly from then on, and the log says so once.
+    pub fn read_back<R>(
+        &self,
+        src: &DeviceBuffer<f32>,
+        check: impl FnOnce(&[f32]) -> R,
+    ) -> Result<R, String> {
+        let mut rb = self.read_back.lock().unwrap_or_else(|e| e.into_inner());
+        if !rb.plain {
+            match self.pinned_copy(&mut rb, src) {
+                Ok(()) if rb.checked => {
+                    let host = rb.buffer.as_ref().expect("copied into it");
+                    return Ok(check(&host.as_slice()[..src.len()]));
+                }
+                Ok(()) => {
+                    rb.checked = true;
+                    let plain = src.download().map_err(gpu_err)?;
+                    let host = rb.buffer.as_ref().expect("copied into it");
+                    let pinned = &host.as_slice()[..src.len()];
+                    if pinned
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .eq(plain.iter().map(|x| x.to_bits()))
+                    {
+                        eprintln!(
+                            "autotune: scores are read back through pinned memory (the first read \
+                             matched a plain download bit for bit)"
+                        );
+                        return Ok(check(pinned));
+                    }
+                    eprintln!(
+                        "autotune: scores read back through pinned memory differ from a plain \
+                         download; downloading plainly from now on"
+                    );
+                    rb.plain = true;
+                    return Ok(check(&plain));
+                }
+                Err(e) => {
+                    eprintln!(
+                        "autotune: reading scores back through pinned memory failed ({e}); \
+                         downloading plainly from now on"
+                    );
+                    rb.plain = true;
+                }
+            }
+        }
+        let plain = src.download().map_err(gpu_err)?;
+        Ok(check(&plain))
+    }
+
+    /// `src` into the pinned buffer (grown to fit), the stream waited for.
+    fn pinned_copy(&self, rb: &mut ReadBack, src: &DeviceBuffer<f32>) -> Result<(), GpuError> {
+        if rb.buffer.as_ref().is_none_or(|b| b.len() < src.len()) {
+            rb.buffer = None;
+            rb.buffer = Some(self.gpu.mapped::<f32>(src.len(), 0)?);
+        }
+        let host = rb.buffer.as_ref().expect("allocated above");
+        // SAFETY: both ranges hold `src.bytes()` bytes: the pinned buffer at least `src.len()`
+        // floats, and the copy is waited for before either is touched again.
+        unsafe { self.gpu.copy_raw(host.addr(), src.addr(), src.bytes())? };
+        self.gpu.synchronize()
     }
 
     /// Queues `launches` in order.

@@ -294,28 +294,9 @@ impl GpuBench {
     /// the tensor-core scan.
     fn compare(&self, case: &Case, tensor_cores: bool) -> Result<(), String> {
         let p = self.prepared()?;
-        let scores = p.scores.download().map_err(gpu_err)?;
-        let (g, n) = (case.group, case.tokens);
-        let mut k = 0;
-        for h in 0..case.kv_heads {
-            for gi in 0..g {
-                let row = &scores[(h * g + gi) * n..(h * g + gi + 1) * n];
-                for &i in &p.sample {
-                    let (want, plain, tc) = p.want[k];
-                    let bound = if tensor_cores { tc } else { plain };
-                    k += 1;
-                    let got = row[i];
-                    // NaN is a mismatch too.
-                    let within = (f64::from(got) - want).abs() <= bound;
-                    if !within {
-                        return Err(format!(
-                            "head {h} query {gi} token {i}: {got}, want {want} (tolerance {bound:.3e})"
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.dev.read_back(&p.scores, |scores| {
+            compare_sample(p, case, tensor_cores, scores)
+        })?
     }
 
     /// Builds (or keeps) the store, staging and plan of a store or plan case.
@@ -394,6 +375,37 @@ impl GpuBench {
             ceiling: Some(ceiling),
         })
     }
+}
+
+/// The sampled scores of a scan candidate against the reference, within the tolerance of the
+/// plain or the tensor-core scan.
+fn compare_sample(
+    p: &Prepared,
+    case: &Case,
+    tensor_cores: bool,
+    scores: &[f32],
+) -> Result<(), String> {
+    let (g, n) = (case.group, case.tokens);
+    let mut k = 0;
+    for h in 0..case.kv_heads {
+        for gi in 0..g {
+            let row = &scores[(h * g + gi) * n..(h * g + gi + 1) * n];
+            for &i in &p.sample {
+                let (want, plain, tc) = p.want[k];
+                let bound = if tensor_cores { tc } else { plain };
+                k += 1;
+                let got = row[i];
+                // NaN is a mismatch too.
+                let within = (f64::from(got) - want).abs() <= bound;
+                if !within {
+                    return Err(format!(
+                        "head {h} query {gi} token {i}: {got}, want {want} (tolerance {bound:.3e})"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The reference score of each sampled token, with the tolerances of the plain and the
@@ -501,7 +513,7 @@ impl Bench for GpuBench {
             Kind::Rows => {
                 let (launches, out) = self.rows.candidate(dev, case, variant)?;
                 dev.run_once(&launches)?;
-                self.rows.check(case, &out)
+                self.rows.check(dev, case, &out)
             }
             Kind::Pariskv => {
                 let (launches, out) = self.pariskv.candidate(dev, case, variant)?;

@@ -232,14 +232,17 @@ impl RowsBench {
     }
 
     /// Compares a run's outputs with the reference.
-    pub fn check(&self, case: &Case, out: &Outputs) -> Result<(), String> {
+    pub fn check(&self, dev: &Device, case: &Case, out: &Outputs) -> Result<(), String> {
         let p = self
             .prepared
             .as_ref()
             .ok_or("the row case was not prepared")?;
         match out {
             Outputs::Rows(k_sel, v_sel) => check_rows(p, case, k_sel, v_sel),
-            Outputs::Scores => check_scores(p, case, family(case)?),
+            Outputs::Scores => {
+                let family = family(case)?;
+                dev.read_back(&p.out_scores, |got| check_scores(p, case, family, got))?
+            }
         }
     }
 }
@@ -321,9 +324,8 @@ fn dot(q: &[f64], x: impl Iterator<Item = f64>) -> (f64, f64) {
     (sum, tol)
 }
 
-fn check_scores(p: &Prepared, case: &Case, family: TunedFamily) -> Result<(), String> {
+fn check_scores(p: &Prepared, case: &Case, family: TunedFamily, got: &[f32]) -> Result<(), String> {
     let (d, g) = (case.head_dim, case.group);
-    let got = p.out_scores.download().map_err(gpu_err)?;
     let scored = match family {
         TunedFamily::Landmark => case.tokens / LANDMARK_TOKENS * LANDMARK_TOKENS,
         _ => case.tokens,
