@@ -543,9 +543,12 @@ pub fn tune_case_clocked(
         bytes: None,
         ceiling: None,
     });
-    let mut candidates = Vec::with_capacity(variants.len());
-    let mut fastest: Option<f64> = None;
+    let mut candidates: Vec<CandidateRecord> = Vec::with_capacity(variants.len());
     for variant in &variants {
+        let fastest = candidates
+            .iter()
+            .filter_map(|c| c.outcome.median_ms())
+            .reduce(f64::min);
         let reps = settings.reps.after_fastest(fastest);
         let outcome = match &prepared {
             Ok(_) => run_candidate(bench, case, variant, &info, reps, observer, clock),
@@ -553,9 +556,6 @@ pub fn tune_case_clocked(
                 reason: format!("prepare: {reason}"),
             },
         };
-        if let Some(m) = outcome.median_ms() {
-            fastest = Some(fastest.map_or(m, |f| f.min(m)));
-        }
         let candidate = CandidateRecord {
             name: variant.name(),
             variant: *variant,

@@ -18,7 +18,7 @@
 pub mod borrowed;
 pub mod capture;
 
-pub use borrowed::{PointerPlace, StreamHandle};
+pub use borrowed::{Marker, PointerPlace, StreamHandle};
 pub use capture::CaptureStatus;
 
 use std::ffi::c_void;

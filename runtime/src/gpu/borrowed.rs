@@ -45,6 +45,9 @@ impl StreamHandle {
     }
 }
 
+/// An event one stream records and another waits on ([`Gpu::marker`], [`Gpu::wait_on`]).
+pub struct Marker(cudarc::driver::CudaEvent);
+
 /// Where the driver says an address lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PointerPlace {
@@ -130,23 +133,29 @@ impl Gpu {
         if self.same_stream(earlier) || self.is_capturing()? || earlier.is_capturing()? {
             return Ok(());
         }
-        self.wait_on(earlier)
+        self.wait_on(earlier, &self.marker()?)
+    }
+
+    /// An event for [`Gpu::wait_on`], made once and used for every wait of its kind.
+    pub fn marker(&self) -> Result<Marker, GpuError> {
+        check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        Ok(Marker(check("cuEventCreate", self.ctx.new_event(flags))?))
     }
 
     /// Makes work queued on this handle's stream from now on wait for everything queued on
-    /// `earlier`'s stream so far (an event, no host wait), also while either is captured: a
-    /// fork (a second stream of the step waits for the first) or a join (the first waits for
-    /// the second) inside one capture, which pulls the waiting stream into it. Unlike
+    /// `earlier`'s stream so far (`marker` recorded there, no host wait), also while either is
+    /// captured: a fork (a second stream of the step waits for the first) or a join (the first
+    /// waits for the second) inside one capture, which pulls the waiting stream into it. A
+    /// wait takes the marker's latest record, so one marker serves every step. Unlike
     /// [`Gpu::order_after`], meant for the two streams of one piece of work.
-    pub fn wait_on(&self, earlier: &Gpu) -> Result<(), GpuError> {
+    pub fn wait_on(&self, earlier: &Gpu, marker: &Marker) -> Result<(), GpuError> {
         if self.same_stream(earlier) {
             return Ok(());
         }
         check("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        let event = check("cuEventCreate", self.ctx.new_event(flags))?;
-        check("cuEventRecord", event.record(&earlier.stream))?;
-        check("cuStreamWaitEvent", self.stream.wait(&event))
+        check("cuEventRecord", marker.0.record(&earlier.stream))?;
+        check("cuStreamWaitEvent", self.stream.wait(&marker.0))
     }
 
     /// Where `addr` lives, as the driver says (`cuPointerGetAttribute`): device memory of which

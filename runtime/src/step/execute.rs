@@ -6,7 +6,7 @@ use cudarc::driver::CudaFunction;
 
 use super::launches::{LaunchPlan, Operation, Role};
 use super::workspace::{addr, Buf, Workspace};
-use super::StepError;
+use super::{Side, StepError};
 use crate::abi::{self, select_args, SelectBuffers};
 use crate::gpu::{Arg, Gpu};
 use crate::jit::KernelSource;
@@ -90,7 +90,7 @@ struct Sizes {
 /// beside the plan and the scan, and the main stream waits for it where the oracle stood.
 pub(crate) fn record(
     gpu: &Gpu,
-    side: Option<&Gpu>,
+    side: Option<&Side>,
     plan: &LaunchPlan,
     functions: &[Option<CudaFunction>],
     ws: &Workspace,
@@ -116,24 +116,20 @@ pub(crate) fn record(
     // nothing before the select reads them.
     let side = side.filter(|_| plan.operations.iter().any(|op| op.role == tail));
     if let Some(side) = side {
-        side.wait_on(gpu)?;
+        side.gpu.wait_on(gpu, &side.fork)?;
         for (op, function) in plan.operations.iter().zip(functions) {
             if op.role == tail {
-                launch(
-                    side,
-                    op,
-                    function,
-                    &oracle_args(false, view, inputs, ws, &n),
-                )?;
+                let args = oracle_args(false, view, inputs, ws, &n);
+                launch(&side.gpu, op, function, &args)?;
             }
         }
     }
     for (op, function) in plan.operations.iter().zip(functions) {
+        if let (Some(side), true) = (side, op.role == tail) {
+            gpu.wait_on(&side.gpu, &side.join)?;
+            continue;
+        }
         let args: Vec<Arg> = match op.role {
-            Role::Oracle { whole: false } if side.is_some() => {
-                gpu.wait_on(side.expect("checked"))?;
-                continue;
-            }
             Role::ClearStatus => {
                 if let Some(status) = &ws.plan_status {
                     gpu.fill(status, 0)?;

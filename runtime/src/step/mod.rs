@@ -73,7 +73,7 @@ pub use launches::{launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
 
-use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph};
+use crate::gpu::{DeviceBuffer, Gpu, GpuError, Graph, Marker};
 use crate::jit::{Jit, KernelSource};
 use crate::tuning::{Tiles, Tuning};
 use crate::view::LayerView;
@@ -212,7 +212,15 @@ pub struct Decoder {
     /// The ParisKV sign vector, uploaded on the first `pariskv` step.
     pariskv_signs: Option<Arc<DeviceBuffer<f32>>>,
     /// The second stream of [`DecoderConfig::overlap_tail`], opened on the first step.
-    side: Option<Gpu>,
+    side: Option<Side>,
+}
+
+/// The second stream of [`DecoderConfig::overlap_tail`] and the two markers of its fork (the
+/// side waits for the step's start) and join (the step waits for the side), made once.
+pub(crate) struct Side {
+    pub gpu: Gpu,
+    pub fork: Marker,
+    pub join: Marker,
 }
 
 /// A step ready to queue: its plan, kernels and inputs.
@@ -505,7 +513,9 @@ impl Decoder {
         if self.config.overlap_tail && self.side.is_none() {
             self.gpu
                 .refuse_while_capturing("opening the tail's stream")?;
-            self.side = Some(self.gpu.with_new_stream()?);
+            let gpu = self.gpu.with_new_stream()?;
+            let (fork, join) = (gpu.marker()?, gpu.marker()?);
+            self.side = Some(Side { gpu, fork, join });
         }
         Ok(())
     }
