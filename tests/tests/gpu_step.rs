@@ -225,6 +225,7 @@ struct DeviceBatch {
     queries: DeviceBuffer<f32>,
     sigma2: DeviceBuffer<f32>,
     head_dim: usize,
+    batch: usize,
     kv_heads: usize,
 }
 
@@ -249,9 +250,26 @@ impl DeviceBatch {
     /// The KV heads `heads` of every sequence only (with their query heads and `σ²`): what a
     /// tensor-parallel rank holding them sees.
     fn of_heads(gpu: &Gpu, f: &Fixture, placement: Placement, heads: Range<usize>) -> DeviceBatch {
+        DeviceBatch::of(gpu, f, placement, 0..BATCH, heads)
+    }
+
+    /// Sequence `b` of the fixture alone, every KV head: a batch of one.
+    fn of_sequence(gpu: &Gpu, f: &Fixture, placement: Placement, b: usize) -> DeviceBatch {
+        DeviceBatch::of(gpu, f, placement, b..b + 1, 0..KV_HEADS)
+    }
+
+    /// The KV heads `heads` of the sequences `sequences`.
+    fn of(
+        gpu: &Gpu,
+        f: &Fixture,
+        placement: Placement,
+        sequences: Range<usize>,
+        heads: Range<usize>,
+    ) -> DeviceBatch {
         let pick = |b: usize| heads.clone().map(move |h| (b, h));
-        let each: Vec<(usize, usize)> = (0..BATCH).flat_map(pick).collect();
-        let stores: Vec<Vec<HeadStore>> = (0..BATCH)
+        let each: Vec<(usize, usize)> = sequences.clone().flat_map(pick).collect();
+        let stores: Vec<Vec<HeadStore>> = sequences
+            .clone()
             .map(|b| f.stores[b][heads.clone()].to_vec())
             .collect();
         let max_seg = f
@@ -277,9 +295,11 @@ impl DeviceBatch {
                 .copied()
                 .collect()
         };
-        let totals: Vec<i32> = f.lengths.iter().map(|&n| n as i32).collect();
+        let lengths = &f.lengths[sequences.clone()];
+        let totals: Vec<i32> = lengths.iter().map(|&n| n as i32).collect();
         DeviceBatch {
             placement,
+            batch: sequences.len(),
             store: DeviceStore::new(gpu, placement, &stores, max_seg).expect("store uploads"),
             n_total: gpu.upload(&totals).expect("n_total uploads"),
             k_rows: HeadTable::upload(gpu, placement, &bits(&f.keys)).expect("keys upload"),
@@ -287,7 +307,7 @@ impl DeviceBatch {
             landmarks: HeadTable::upload(gpu, placement, &means).expect("means upload"),
             head_dim: f.d,
             kv_heads: heads.len(),
-            max_tokens: *f.lengths.iter().max().expect("a batch"),
+            max_tokens: *lengths.iter().max().expect("a batch"),
             queries: gpu
                 .upload(&per_head(&f.queries, f.group * f.d))
                 .expect("queries upload"),
@@ -298,7 +318,7 @@ impl DeviceBatch {
     fn view(&self) -> LayerView<'_> {
         LayerView {
             layer: LAYER,
-            batch: BATCH,
+            batch: self.batch,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
             placement: self.placement,
@@ -880,6 +900,87 @@ gpu_test!(gpu_step_tail_on_a_second_stream_g4, |t| {
     let mut config = decoder_config();
     config.overlap_tail = true;
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+// KV heads in groups pipelined on two streams (`DecoderConfig::head_groups`, opt-in): each
+// sequence alone (batch 1, where grouping applies), every method and transfer, both
+// placements, one KV head a group: the step runs grouped wherever it should, and its sets,
+// union and outputs are the whole step's bit for bit, eager (over poisoned outputs) and
+// replayed from a graph that forks and joins the second stream.
+gpu_test!(gpu_step_head_groups_equal_the_whole_step_g4, |t| {
+    let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
+    let gpu = t.gpu.clone();
+    let decoder = |head_groups| {
+        let config = DecoderConfig {
+            head_groups,
+            ..decoder_config()
+        };
+        Decoder::new(gpu.clone(), f.model(), config)
+            .expect("a valid decoder")
+            .with_calibration(f.calibration.clone())
+            .expect("calibration of the model")
+    };
+    let (mut whole, mut grouped) = (decoder(1), decoder(KV_HEADS));
+    let mut m = Mismatches::new(t.name, t.seed);
+    for placement in [Placement::Hbm, Placement::Host] {
+        for b in 0..BATCH {
+            let batch = DeviceBatch::of_sequence(&gpu, &f, placement, b);
+            let view = batch.view();
+            for method in methods(false) {
+                for transfer in transfers(placement, method) {
+                    let what = format!(
+                        "{method} {} {} sequence {b} ({} tokens)",
+                        placement.as_str(),
+                        transfer.map_or("-", Transfer::as_str),
+                        f.lengths[b]
+                    );
+                    let request = StepRequest {
+                        method,
+                        transfer,
+                        ..shard_request(method, &f, &batch)
+                    };
+                    let groups = grouped.head_groups_for(&view, &request).expect("plan");
+                    let expect = if method == Method::Dense || transfer == Some(Transfer::Memcpy) {
+                        1
+                    } else {
+                        KV_HEADS
+                    };
+                    m.check(groups == expect, || {
+                        format!("{what}: {groups} head groups where {expect} were due")
+                    });
+                    let want = eager_step(&mut whole, &view, &batch.queries, request, &what);
+                    let dense = method == Method::Dense;
+                    {
+                        let out = grouped.step(&view, &batch.queries, request).expect("step");
+                        poison(&gpu, &out, dense);
+                    }
+                    let got = eager_step(&mut grouped, &view, &batch.queries, request, &what);
+                    let differs = replay_difference(&want, &got);
+                    m.check(differs.is_none(), || {
+                        format!(
+                            "{what}: the grouped step differs from the whole one: {}",
+                            differs.unwrap_or_default()
+                        )
+                    });
+                    if transfer == Some(Transfer::Memcpy) {
+                        continue;
+                    }
+                    let graph = grouped
+                        .capture(&view, &batch.queries, request)
+                        .unwrap_or_else(|e| panic!("{what}: capture: {e}"));
+                    let replay = replayed(&gpu, &graph, dense);
+                    let differs = replay_difference(&want, &replay);
+                    m.check(differs.is_none(), || {
+                        format!(
+                            "{what}: the grouped step's graph differs from the whole step: {}",
+                            differs.unwrap_or_default()
+                        )
+                    });
+                }
+            }
+        }
+    }
+    m.finish();
 });
 
 gpu_test!(gpu_step_refuses_bad_input, |t| {

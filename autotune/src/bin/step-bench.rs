@@ -54,6 +54,11 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         stem
     };
+    // And one with the KV heads in groups (`--head-groups N`).
+    let stem = match h.head_groups {
+        1 => stem,
+        groups => format!("{stem}-hg{groups}"),
+    };
     let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{stem}.json"));
     std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;

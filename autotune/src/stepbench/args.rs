@@ -81,6 +81,12 @@ pub struct Args {
     /// plan and the scan (`DecoderConfig::overlap_tail`, off by default).
     #[arg(long)]
     pub overlap_tail: bool,
+    /// Pipeline each step's KV heads in this many groups on two streams
+    /// (`DecoderConfig::head_groups`; 1, the default, runs steps whole). It must divide the
+    /// model's KV heads; it applies to batch 1.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub head_groups: u32,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -118,6 +124,8 @@ pub struct Options {
     pub pariskv_query_blocks: u32,
     /// `--overlap-tail`.
     pub overlap_tail: bool,
+    /// `--head-groups`.
+    pub head_groups: usize,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -345,6 +353,7 @@ impl Options {
             attention_rows: args.attention_rows.parse()?,
             pariskv_query_blocks: args.pariskv_query_blocks,
             overlap_tail: args.overlap_tail,
+            head_groups: args.head_groups as usize,
         })
     }
 

@@ -149,6 +149,10 @@ pub struct Header {
     /// written before the option).
     #[serde(default)]
     pub overlap_tail: bool,
+    /// KV-head groups a step was pipelined in (`--head-groups`; 1 in records written before
+    /// the option, and where grouping does not apply).
+    #[serde(default = "one_group")]
+    pub head_groups: usize,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,
@@ -182,6 +186,11 @@ fn fetched() -> String {
 }
 
 fn one_block() -> u32 {
+    1
+}
+
+/// The head groups of records written before `--head-groups`.
+fn one_group() -> usize {
     1
 }
 

@@ -302,6 +302,7 @@ impl Bench {
             attention_rows: self.options.attention_rows.to_string(),
             pariskv_query_blocks: self.options.pariskv_query_blocks,
             overlap_tail: self.options.overlap_tail,
+            head_groups: self.options.head_groups,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -807,11 +808,13 @@ pub fn run<T>(
 }
 
 /// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`,
-/// the ParisKV query's blocks from `--pariskv-query-blocks` and `--overlap-tail`.
+/// the ParisKV query's blocks from `--pariskv-query-blocks`, `--overlap-tail` and
+/// `--head-groups`.
 fn decoder_config(options: &Options) -> DecoderConfig {
     let mut config = DecoderConfig::default();
     config.tiles.attention_rows = options.attention_rows;
     config.tiles.pariskv_query_blocks = options.pariskv_query_blocks;
     config.overlap_tail = options.overlap_tail;
+    config.head_groups = options.head_groups;
     config
 }

@@ -817,4 +817,6 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     // The tail on a second stream: off unless asked.
     assert!(!options(&[]).unwrap().overlap_tail);
     assert!(options(&["--overlap-tail"]).unwrap().overlap_tail);
+    assert_eq!(options(&[]).unwrap().head_groups, 1);
+    assert_eq!(options(&["--head-groups", "4"]).unwrap().head_groups, 4);
 }

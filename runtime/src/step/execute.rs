@@ -4,7 +4,7 @@
 use codegen::spec::AttentionRows;
 use cudarc::driver::CudaFunction;
 
-use super::launches::{LaunchPlan, Operation, Role};
+use super::launches::{LaunchPlan, Operation, Role, WorkspaceSizes};
 use super::workspace::{addr, Buf, Workspace};
 use super::{Side, StepError};
 use crate::abi::{self, select_args, SelectBuffers};
@@ -67,14 +67,14 @@ fn at<T>(addr: u64) -> DevicePtr<T> {
 
 /// A workspace buffer the kernel reads (null when absent: the launch plan sizes every buffer
 /// its launches use).
-fn input<T>(buffer: &Buf<T>) -> DevicePtr<T> {
-    DevicePtr::from_addr(addr(buffer))
+fn input<T>(addr: u64) -> DevicePtr<T> {
+    DevicePtr::from_addr(addr)
 }
 
 /// A workspace buffer the kernel writes: the workspace is the step's own, written only by the
 /// step's launches, in stream order.
-fn output<T>(buffer: &Buf<T>) -> DevicePtrMut<T> {
-    DevicePtrMut::from_addr(addr(buffer))
+fn output<T>(addr: u64) -> DevicePtrMut<T> {
+    DevicePtrMut::from_addr(addr)
 }
 
 /// The sizes every launch of a step shares.
@@ -83,6 +83,157 @@ struct Sizes {
     max_seg: i32,
     ld: i32,
     k: i32,
+}
+
+/// Where one recording's launches read and write: the whole step's inputs, view tables and
+/// workspace, or one head group's share of them ([`Target::group`]).
+pub(crate) struct Target {
+    inputs: Inputs,
+    view: Tables,
+    ws: Buffers,
+}
+
+/// The view's device tables, by address.
+struct Tables {
+    seg_words: u64,
+    seg_scales: u64,
+    n_stored: u64,
+    n_total: u64,
+    k_rows: u64,
+    v_rows: u64,
+    landmarks: u64,
+}
+
+/// The workspace's buffers the kernels take, by address (0: absent).
+struct Buffers {
+    q_store: u64,
+    depths: u64,
+    class_count: u64,
+    runs: u64,
+    staged_runs: u64,
+    stage_words: u64,
+    stage_scales: u64,
+    plan_status: u64,
+    scores: u64,
+    peaks: u64,
+    select_state: u64,
+    chunk_counts: u64,
+    select_candidates: u64,
+    select_candidate_runs: u64,
+    select_arrivals: u64,
+    scratch: u64,
+    sel: u64,
+    sel_pos: u64,
+    sel_count: u64,
+    uni: u64,
+    uni_count: u64,
+    k_sel: u64,
+    v_sel: u64,
+    out: u64,
+    attention_partials: u64,
+    attention_arrivals: u64,
+    dense_uni: u64,
+    dense_sel: u64,
+}
+
+/// `base` advanced by `count` elements of `T`, or 0 when absent.
+fn advanced<T>(base: u64, count: usize) -> u64 {
+    if base == 0 {
+        0
+    } else {
+        base + (count * std::mem::size_of::<T>()) as u64
+    }
+}
+
+impl Target {
+    /// The whole step's buffers.
+    pub(crate) fn whole(ws: &Workspace, view: &LayerView<'_>, inputs: &Inputs) -> Target {
+        Self::share(ws, view, inputs, None)
+    }
+
+    /// The buffers of head group `index` of a grouped step whose group plan is `group`
+    /// (batch 1, `group.shape.kv_heads` KV heads a group): every per-head input and view table
+    /// advanced by the group's first KV head, every workspace buffer by `index` times the group
+    /// plan's size of it. Each group's share of the workspace is then disjoint from the others',
+    /// and the per-head results (`sel`, `sel_pos`, `sel_count`, `uni`, `uni_count`, `out`) lie
+    /// where the whole step would have written them, their strides depending on `k`, `G` and
+    /// `D` only.
+    pub(crate) fn group(
+        ws: &Workspace,
+        view: &LayerView<'_>,
+        inputs: &Inputs,
+        group: &LaunchPlan,
+        index: usize,
+    ) -> Target {
+        Self::share(ws, view, inputs, Some((group, index)))
+    }
+
+    fn share(
+        ws: &Workspace,
+        view: &LayerView<'_>,
+        inputs: &Inputs,
+        group: Option<(&LaunchPlan, usize)>,
+    ) -> Target {
+        let (heads, sizes, i) = match group {
+            Some((plan, i)) => (i * plan.shape.kv_heads, plan.sizes, i),
+            None => (0, WorkspaceSizes::default(), 0),
+        };
+        let (g, d) = group.map_or((0, 0), |(plan, _)| (plan.shape.group, plan.shape.head_dim));
+        let max_seg = view.max_seg;
+        let inputs = Inputs {
+            queries: advanced::<f32>(inputs.queries, heads * g * d),
+            sigma2: advanced::<f32>(inputs.sigma2, heads * d),
+            fixed: advanced::<u8>(inputs.fixed, heads * d),
+            rotation: advanced::<f32>(inputs.rotation, heads * d * d),
+            out: advanced::<f32>(inputs.out, heads * g * d),
+            ..*inputs
+        };
+        let view = Tables {
+            seg_words: advanced::<u64>(view.seg_words.addr(), heads * max_seg),
+            seg_scales: advanced::<u64>(view.seg_scales.addr(), heads * max_seg),
+            n_stored: view.n_stored.addr(),
+            n_total: view.n_total.addr(),
+            k_rows: advanced::<u64>(view.k_rows.addr(), heads),
+            v_rows: advanced::<u64>(view.v_rows.addr(), heads),
+            landmarks: advanced::<u64>(view.landmarks.map_or(0, |l| l.addr()), heads),
+        };
+        // Buffer `b`'s share: `i` times the group plan's elements of it.
+        fn at<T>(b: &Buf<T>, i: usize, elements: usize) -> u64 {
+            advanced::<T>(addr(b), i * elements)
+        }
+        let s = sizes;
+        let ws = Buffers {
+            q_store: at(&ws.q_store, i, s.q_store),
+            depths: at(&ws.depths, i, s.depths),
+            class_count: at(&ws.class_count, i, s.class_count),
+            runs: at(&ws.runs, i, s.runs),
+            staged_runs: at(&ws.staged_runs, i, s.staged_runs),
+            stage_words: at(&ws.stage_words, i, s.stage_words),
+            stage_scales: at(&ws.stage_scales, i, s.stage_scales),
+            plan_status: at(&ws.plan_status, i, s.plan_status),
+            scores: at(&ws.scores, i, s.scores),
+            peaks: at(&ws.peaks, i, s.peaks),
+            select_state: at(&ws.select_state, i, s.select_state),
+            chunk_counts: at(&ws.chunk_counts, i, s.chunk_counts),
+            select_candidates: at(&ws.select_candidates, i, s.select_candidates),
+            select_candidate_runs: at(&ws.select_candidate_runs, i, s.select_candidate_runs),
+            select_arrivals: at(&ws.select_arrivals, i, s.select_arrivals),
+            scratch: at(&ws.scratch, i, s.scratch),
+            sel: at(&ws.sel, i, s.sel),
+            sel_pos: at(&ws.sel_pos, i, s.sel),
+            sel_count: at(&ws.sel_count, i, s.sel_count),
+            uni: at(&ws.uni, i, s.uni),
+            uni_count: at(&ws.uni_count, i, s.uni_count),
+            k_sel: at(&ws.k_sel, i, s.rows),
+            v_sel: at(&ws.v_sel, i, s.rows),
+            out: at(&ws.out, i, s.out),
+            attention_partials: at(&ws.attention_partials, i, s.attention_partials),
+            attention_arrivals: at(&ws.attention_arrivals, i, s.attention_arrivals),
+            dense_uni: at(&ws.dense_uni, i, s.dense_uni),
+            dense_sel: at(&ws.dense_sel, i, s.dense_sel),
+        };
+        Target { inputs, view, ws }
+    }
 }
 
 /// Queues every operation of `plan`. With `side` (a second stream,
@@ -97,6 +248,89 @@ pub(crate) fn record(
     view: &LayerView<'_>,
     inputs: &Inputs,
 ) -> Result<(), StepError> {
+    let t = Target::whole(ws, view, inputs);
+    let ops: Vec<_> = plan.operations.iter().zip(functions).collect();
+    let tail = Role::Oracle { whole: false };
+    // The tail's scores go to columns the scan never writes (tokens past `n_stored`), and
+    // nothing before the select reads them.
+    let at = ops.iter().position(|(op, _)| op.role == tail);
+    let (Some(side), Some(at)) = (side, at) else {
+        return record_ops(gpu, plan, &ops, ws, view, &t);
+    };
+    side.gpu.wait_on(gpu, &side.fork)?;
+    record_ops(&side.gpu, plan, &ops[at..=at], ws, view, &t)?;
+    record_ops(gpu, plan, &ops[..at], ws, view, &t)?;
+    gpu.wait_on(&side.gpu, &side.join)?;
+    record_ops(gpu, plan, &ops[at + 1..], ws, view, &t)
+}
+
+/// Whether `role` works on the whole layer in a head-grouped step: the plan (one launch for
+/// every head: it is latency-bound, so a launch a group would only lengthen the chain) and
+/// what stages its planes.
+fn whole_layer(role: Role) -> bool {
+    matches!(role, Role::ClearStatus | Role::Plan { .. } | Role::Gather)
+}
+
+/// Whether `role` runs on the second stream in a head-grouped step: what follows the scores.
+fn after_scores(role: Role) -> bool {
+    matches!(role, Role::Select(_) | Role::Fetch | Role::Attention)
+}
+
+/// A launch plan and the functions of its operations.
+pub(crate) type Planned<'a> = (&'a LaunchPlan, &'a [Option<CudaFunction>]);
+
+/// The operations of `planned` whose role `keep` accepts, with their functions.
+fn pick<'a>(
+    (plan, functions): Planned<'a>,
+    keep: impl Fn(Role) -> bool,
+) -> Vec<(&'a Operation, &'a Option<CudaFunction>)> {
+    plan.operations
+        .iter()
+        .zip(functions)
+        .filter(|(op, _)| keep(op.role))
+        .collect()
+}
+
+/// Queues a head-grouped step ([`super::DecoderConfig::head_groups`]): the plan of every head
+/// from `whole`, then for each group of `group.shape.kv_heads` KV heads its scoring launches
+/// (scan, tail) on the main stream and, behind a marker, its select, fetch and attention on
+/// `side`'s stream, so that they run while the next group is scanned. The main stream waits
+/// for the side's last launch at the end.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_groups(
+    gpu: &Gpu,
+    side: &Side,
+    whole: Planned<'_>,
+    group: Planned<'_>,
+    groups: usize,
+    ws: &Workspace,
+    view: &LayerView<'_>,
+    inputs: &Inputs,
+) -> Result<(), StepError> {
+    let t = Target::whole(ws, view, inputs);
+    record_ops(gpu, whole.0, &pick(whole, whole_layer), ws, view, &t)?;
+    let scoring = pick(group, |r| !whole_layer(r) && !after_scores(r));
+    let rest = pick(group, after_scores);
+    for index in 0..groups {
+        let t = Target::group(ws, view, inputs, group.0, index);
+        record_ops(gpu, group.0, &scoring, ws, view, &t)?;
+        side.gpu.wait_on(gpu, &side.fork)?;
+        record_ops(&side.gpu, group.0, &rest, ws, view, &t)?;
+    }
+    gpu.wait_on(&side.gpu, &side.join)?;
+    Ok(())
+}
+
+/// Queues `ops` (operations of `plan` with their functions) on `gpu`'s stream, reading and
+/// writing `t`'s buffers.
+fn record_ops(
+    gpu: &Gpu,
+    plan: &LaunchPlan,
+    ops: &[(&Operation, &Option<CudaFunction>)],
+    ws: &Workspace,
+    view: &LayerView<'_>,
+    t: &Target,
+) -> Result<(), StepError> {
     let shape = plan.shape;
     let n = Sizes {
         heads: int(shape.kv_heads),
@@ -106,29 +340,12 @@ pub(crate) fn record(
     };
     let dense = plan.sizes.dense_uni > 0;
     let (uni, sel_pos) = if dense {
-        (&ws.dense_uni, &ws.dense_sel)
+        (t.ws.dense_uni, t.ws.dense_sel)
     } else {
-        (&ws.uni, &ws.sel_pos)
+        (t.ws.uni, t.ws.sel_pos)
     };
-    let retrieval = retrieval_parts(plan, ws, view, inputs);
-    let tail = Role::Oracle { whole: false };
-    // The tail's scores go to columns the scan never writes (tokens past `n_stored`), and
-    // nothing before the select reads them.
-    let side = side.filter(|_| plan.operations.iter().any(|op| op.role == tail));
-    if let Some(side) = side {
-        side.gpu.wait_on(gpu, &side.fork)?;
-        for (op, function) in plan.operations.iter().zip(functions) {
-            if op.role == tail {
-                let args = oracle_args(false, view, inputs, ws, &n);
-                launch(&side.gpu, op, function, &args)?;
-            }
-        }
-    }
-    for (op, function) in plan.operations.iter().zip(functions) {
-        if let (Some(side), true) = (side, op.role == tail) {
-            gpu.wait_on(&side.gpu, &side.join)?;
-            continue;
-        }
+    let retrieval = retrieval_parts(plan, ws, view, &t.inputs);
+    for &(op, function) in ops {
         let args: Vec<Arg> = match op.role {
             Role::ClearStatus => {
                 if let Some(status) = &ws.plan_status {
@@ -147,33 +364,33 @@ pub(crate) fn record(
             Role::Plan { staged } => {
                 let staged_out = |x: u64| if staged { x } else { 0 };
                 abi::plan::Args {
-                    q: at(inputs.queries),
-                    sigma2: at(inputs.sigma2),
-                    fixed_channels: at(inputs.fixed),
-                    rot: at(inputs.rotation),
-                    budget: inputs.budget,
-                    seg_words: view.seg_words.ptr().cast(),
-                    seg_scales: view.seg_scales.ptr().cast(),
+                    q: at(t.inputs.queries),
+                    sigma2: at(t.inputs.sigma2),
+                    fixed_channels: at(t.inputs.fixed),
+                    rot: at(t.inputs.rotation),
+                    budget: t.inputs.budget,
+                    seg_words: at(t.view.seg_words),
+                    seg_scales: at(t.view.seg_scales),
                     max_seg: n.max_seg,
-                    n_stored: view.n_stored.ptr(),
+                    n_stored: at(t.view.n_stored),
                     n_heads: n.heads,
-                    q_store: output(&ws.q_store),
-                    depths: output(&ws.depths),
-                    class_count: output(&ws.class_count),
-                    runs: output(&ws.runs),
-                    staged_runs: DevicePtrMut::from_addr(staged_out(addr(&ws.staged_runs))),
-                    stage_words: DevicePtrMut::from_addr(staged_out(addr(&ws.stage_words))),
-                    stage_scales: DevicePtrMut::from_addr(staged_out(addr(&ws.stage_scales))),
+                    q_store: output(t.ws.q_store),
+                    depths: output(t.ws.depths),
+                    class_count: output(t.ws.class_count),
+                    runs: output(t.ws.runs),
+                    staged_runs: DevicePtrMut::from_addr(staged_out(t.ws.staged_runs)),
+                    stage_words: DevicePtrMut::from_addr(staged_out(t.ws.stage_words)),
+                    stage_scales: DevicePtrMut::from_addr(staged_out(t.ws.stage_scales)),
                     stage_planes: int(plan.stage_planes),
-                    status: output(&ws.plan_status),
+                    status: output(t.ws.plan_status),
                 }
                 .args()
             }
             Role::Gather => abi::gather::Args {
-                src_runs: input(&ws.runs),
-                dst_runs: input(&ws.staged_runs),
-                class_count: input(&ws.class_count),
-                n_stored: view.n_stored.ptr(),
+                src_runs: input(t.ws.runs),
+                dst_runs: input(t.ws.staged_runs),
+                class_count: input(t.ws.class_count),
+                n_stored: at(t.view.n_stored),
                 max_seg: n.max_seg,
                 n_heads: n.heads,
             }
@@ -182,113 +399,113 @@ pub(crate) fn record(
                 let peaks = plan.specs.scan.is_some_and(|scan| scan.peaks);
                 abi::scan_args(
                     abi::scan::Args {
-                        runs: input(if staged { &ws.staged_runs } else { &ws.runs }),
-                        class_count: input(&ws.class_count),
-                        q_store: input(&ws.q_store),
-                        n_stored: view.n_stored.ptr(),
+                        runs: input(if staged { t.ws.staged_runs } else { t.ws.runs }),
+                        class_count: input(t.ws.class_count),
+                        q_store: input(t.ws.q_store),
+                        n_stored: at(t.view.n_stored),
                         max_seg: n.max_seg,
                         n_heads: n.heads,
-                        scores: output(&ws.scores),
+                        scores: output(t.ws.scores),
                         ld_scores: n.ld,
                     },
-                    peaks.then(|| (output(&ws.peaks), int(plan.ld_peaks))),
+                    peaks.then(|| (output(t.ws.peaks), int(plan.ld_peaks))),
                 )
             }
             Role::LandmarkScan => abi::landmark::ScanArgs {
-                means: at(view.landmarks.map_or(0, |l| l.addr())),
-                q: at(inputs.queries),
-                n_stored: view.n_stored.ptr(),
-                scores: output(&ws.scores),
+                means: at(t.view.landmarks),
+                q: at(t.inputs.queries),
+                n_stored: at(t.view.n_stored),
+                scores: output(t.ws.scores),
                 ld_scores: n.ld,
                 num_kv_heads: n.heads,
             }
             .args(),
-            Role::Oracle { whole } => oracle_args(whole, view, inputs, ws, &n),
+            Role::Oracle { whole } => oracle_args(whole, t, &n),
             Role::Select(stage) => {
                 let spec = plan
                     .specs
                     .select
                     .expect("a select launch has a select spec");
                 let buffers = SelectBuffers {
-                    scores: input(&ws.scores),
+                    scores: input(t.ws.scores),
                     ld_scores: n.ld,
-                    n_total: view.n_total.ptr(),
-                    n_stored: view.n_stored.ptr(),
-                    peaks: input(&ws.peaks),
+                    n_total: at(t.view.n_total),
+                    n_stored: at(t.view.n_stored),
+                    peaks: input(t.ws.peaks),
                     ld_peaks: int(plan.ld_peaks),
                     k: n.k,
                     num_kv_heads: n.heads,
                     chunks: i32::try_from(plan.select_chunks).unwrap_or(i32::MAX),
-                    state: output(&ws.select_state),
-                    chunk_counts: output(&ws.chunk_counts),
+                    state: output(t.ws.select_state),
+                    chunk_counts: output(t.ws.chunk_counts),
                     // The workspace holds the `uint2` candidates as pairs of `u32`.
-                    candidates: output(&ws.select_candidates).cast(),
-                    candidate_runs: output(&ws.select_candidate_runs),
-                    arrivals: output(&ws.select_arrivals),
-                    scratch: output(&ws.scratch),
-                    sel: output(&ws.sel),
-                    sel_pos: output(&ws.sel_pos),
-                    sel_count: output(&ws.sel_count),
-                    uni: output(&ws.uni),
-                    uni_count: output(&ws.uni_count),
+                    candidates: output::<u32>(t.ws.select_candidates).cast(),
+                    candidate_runs: output(t.ws.select_candidate_runs),
+                    arrivals: output(t.ws.select_arrivals),
+                    scratch: output(t.ws.scratch),
+                    sel: output(t.ws.sel),
+                    sel_pos: output(t.ws.sel_pos),
+                    sel_count: output(t.ws.sel_count),
+                    uni: output(t.ws.uni),
+                    uni_count: output(t.ws.uni_count),
                 };
                 select_args(spec.algorithm, stage, &buffers)?
             }
             Role::Pariskv(stage) => retrieval_args(stage, &retrieval.0, &retrieval.1),
             Role::Fetch => abi::fetch::Args {
-                k_rows: view.k_rows.ptr().cast(),
-                v_rows: view.v_rows.ptr().cast(),
+                k_rows: at(t.view.k_rows),
+                v_rows: at(t.view.v_rows),
                 uni: input(uni),
-                uni_count: input(&ws.uni_count),
-                k_sel: output(&ws.k_sel),
-                v_sel: output(&ws.v_sel),
+                uni_count: input(t.ws.uni_count),
+                k_sel: output(t.ws.k_sel),
+                v_sel: output(t.ws.v_sel),
                 k: n.k,
                 num_kv_heads: n.heads,
             }
             .args(),
             Role::Attention => {
                 // The caller's buffer when it lent one (`Inputs::out`), else the workspace's.
-                let out = if inputs.out != 0 {
-                    DevicePtrMut::from_addr(inputs.out)
+                let out = if t.inputs.out != 0 {
+                    DevicePtrMut::from_addr(t.inputs.out)
                 } else {
-                    output(&ws.out)
+                    output(t.ws.out)
                 };
                 // `dense` selects every token: its row positions are its tokens.
-                let sel = input(if dense { &ws.dense_sel } else { &ws.sel });
-                let (k_rows, v_rows) = (view.k_rows.ptr().cast(), view.v_rows.ptr().cast());
+                let sel = input(if dense { t.ws.dense_sel } else { t.ws.sel });
+                let (k_rows, v_rows) = (at(t.view.k_rows), at(t.view.v_rows));
                 let split = plan.specs.attention.splits > 1;
                 match (plan.specs.attention.rows, split) {
                     (AttentionRows::Fetched, false) => abi::attention::Args {
-                        k_sel: input(&ws.k_sel),
-                        v_sel: input(&ws.v_sel),
+                        k_sel: input(t.ws.k_sel),
+                        v_sel: input(t.ws.v_sel),
                         sel_pos: input(sel_pos),
-                        sel_count: input(&ws.sel_count),
-                        q: at(inputs.queries),
-                        scale: inputs.scale,
+                        sel_count: input(t.ws.sel_count),
+                        q: at(t.inputs.queries),
+                        scale: t.inputs.scale,
                         out,
                         k: n.k,
                     }
                     .args(),
                     (AttentionRows::Fetched, true) => abi::attention_split::Args {
-                        k_sel: input(&ws.k_sel),
-                        v_sel: input(&ws.v_sel),
+                        k_sel: input(t.ws.k_sel),
+                        v_sel: input(t.ws.v_sel),
                         sel_pos: input(sel_pos),
-                        sel_count: input(&ws.sel_count),
-                        q: at(inputs.queries),
-                        scale: inputs.scale,
+                        sel_count: input(t.ws.sel_count),
+                        q: at(t.inputs.queries),
+                        scale: t.inputs.scale,
                         out,
                         k: n.k,
-                        partials: output(&ws.attention_partials),
-                        arrivals: output(&ws.attention_arrivals),
+                        partials: output(t.ws.attention_partials),
+                        arrivals: output(t.ws.attention_arrivals),
                     }
                     .args(),
                     (AttentionRows::Store, false) => abi::attention_store::Args {
                         k_rows,
                         v_rows,
                         sel,
-                        sel_count: input(&ws.sel_count),
-                        q: at(inputs.queries),
-                        scale: inputs.scale,
+                        sel_count: input(t.ws.sel_count),
+                        q: at(t.inputs.queries),
+                        scale: t.inputs.scale,
                         out,
                         k: n.k,
                     }
@@ -297,13 +514,13 @@ pub(crate) fn record(
                         k_rows,
                         v_rows,
                         sel,
-                        sel_count: input(&ws.sel_count),
-                        q: at(inputs.queries),
-                        scale: inputs.scale,
+                        sel_count: input(t.ws.sel_count),
+                        q: at(t.inputs.queries),
+                        scale: t.inputs.scale,
                         out,
                         k: n.k,
-                        partials: output(&ws.attention_partials),
-                        arrivals: output(&ws.attention_arrivals),
+                        partials: output(t.ws.attention_partials),
+                        arrivals: output(t.ws.attention_arrivals),
                     }
                     .args(),
                 }
@@ -337,19 +554,13 @@ fn launch(
 
 /// The oracle's arguments: exact scores of every token (`whole`, the oracle method) or of the
 /// tail, the tokens past `n_stored`.
-fn oracle_args(
-    whole: bool,
-    view: &LayerView<'_>,
-    inputs: &Inputs,
-    ws: &Workspace,
-    n: &Sizes,
-) -> Vec<Arg> {
+fn oracle_args(whole: bool, t: &Target, n: &Sizes) -> Vec<Arg> {
     abi::oracle::Args {
-        k_rows: view.k_rows.ptr().cast(),
-        q: at(inputs.queries),
-        range_start: at(if whole { 0 } else { view.n_stored.addr() }),
-        range_end: view.n_total.ptr(),
-        scores: output(&ws.scores),
+        k_rows: at(t.view.k_rows),
+        q: at(t.inputs.queries),
+        range_start: at(if whole { 0 } else { t.view.n_stored }),
+        range_end: at(t.view.n_total),
+        scores: output(t.ws.scores),
         ld_scores: n.ld,
         num_kv_heads: n.heads,
     }

@@ -211,6 +211,41 @@ impl WorkspaceSizes {
         ]
     }
 
+    /// Every buffer `n` times as long: the shares of `n` head groups side by side
+    /// (`DecoderConfig::head_groups`; `pariskv`'s retrieval buffers, which no grouped step
+    /// uses, stay as they are).
+    pub fn times(&self, n: usize) -> WorkspaceSizes {
+        WorkspaceSizes {
+            q_store: n * self.q_store,
+            depths: n * self.depths,
+            class_count: n * self.class_count,
+            runs: n * self.runs,
+            staged_runs: n * self.staged_runs,
+            stage_words: n * self.stage_words,
+            stage_scales: n * self.stage_scales,
+            plan_status: n * self.plan_status,
+            scores: n * self.scores,
+            peaks: n * self.peaks,
+            select_state: n * self.select_state,
+            chunk_counts: n * self.chunk_counts,
+            select_candidates: n * self.select_candidates,
+            select_candidate_runs: n * self.select_candidate_runs,
+            select_arrivals: n * self.select_arrivals,
+            scratch: n * self.scratch,
+            sel: n * self.sel,
+            sel_count: n * self.sel_count,
+            uni: n * self.uni,
+            uni_count: n * self.uni_count,
+            rows: n * self.rows,
+            out: n * self.out,
+            attention_partials: n * self.attention_partials,
+            attention_arrivals: n * self.attention_arrivals,
+            dense_uni: n * self.dense_uni,
+            dense_sel: n * self.dense_sel,
+            pariskv: self.pariskv,
+        }
+    }
+
     /// Device bytes of the whole workspace.
     pub fn bytes(&self) -> usize {
         4 * (self.q_store + self.class_count + self.plan_status + self.scores + self.peaks)
@@ -380,6 +415,27 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
         tuned: chooser.tuned,
         untuned: chooser.untuned,
     })
+}
+
+/// Whether `groups` head groups of `group`'s plan make up the step of `whole`'s, so that the
+/// whole step's plan launch can feed every group's scan and the groups' results land where the
+/// whole step's would: the group's heads are a `groups`-th of the whole's, the two agree on
+/// everything a group's launches index by (`k`, the score and peak strides, the union), and
+/// every buffer the whole step's plan writes, or a caller reads, is `groups` group shares
+/// long (per-head layouts).
+pub fn groups_share_the_plan(whole: &LaunchPlan, group: &LaunchPlan, groups: usize) -> bool {
+    let (w, g) = (&whole.sizes, &group.sizes.times(groups));
+    whole.shape.batch == 1
+        && group.shape.kv_heads * groups == whole.shape.kv_heads
+        && (whole.k, whole.ld_scores, whole.ld_peaks, whole.union)
+            == (group.k, group.ld_scores, group.ld_peaks, group.union)
+        && whole.transfer == group.transfer
+        && whole.stage_planes == group.stage_planes
+        && [w.q_store, w.depths, w.class_count, w.runs, w.staged_runs]
+            == [g.q_store, g.depths, g.class_count, g.runs, g.staged_runs]
+        && [w.stage_words, w.stage_scales, w.sel, w.sel_count, w.uni]
+            == [g.stage_words, g.stage_scales, g.sel, g.sel_count, g.uni]
+        && [w.uni_count, w.out] == [g.uni_count, g.out]
 }
 
 #[cfg(test)]

@@ -111,10 +111,21 @@ pub struct DecoderConfig {
     pub tiles: Tiles,
     /// Scores the tail (the tokens past the last encoded segment, exactly, by the oracle
     /// kernel) on a second stream beside the plan and the scan, which it does not depend on,
-    /// instead of after the scan: one launch off the critical path of every plane method's
-    /// step (~2.6 us a layer on the H100). Off by default until timed on a GPU
-    /// (`step-bench --overlap-tail`).
+    /// instead of after the scan. Exact, but slower on the H100 (HBM 32k, fathom(48): 1.48 ->
+    /// 1.59 ms a step, 2026-12-06): the select behind the cross-stream wait loses its
+    /// programmatic launch. Off by default (`step-bench --overlap-tail`).
     pub overlap_tail: bool,
+    /// Cuts a step's KV heads into this many groups and pipelines them on two streams: the
+    /// plan runs once for every head, then each group's scan (and tail) on the main stream,
+    /// and its select, fetch and attention on a second stream while the next group is
+    /// scanned. It must divide the model's KV heads. It applies to steps of batch 1 whose
+    /// scores are selected (every method but `dense` and `pariskv`), except with the memcpy
+    /// transfer; the others run whole ([`Decoder::head_groups_for`]). Exact, but slower on the
+    /// H100 (host 1M, fathom(48): 45.9 ms a step whole, 51.9 with 4 groups, 61.4 with 8,
+    /// 2026-12-06): the select, union and attention take as long for one head as for eight, and
+    /// the groups run them one after another. 1 (the default) runs every step whole
+    /// (`step-bench --head-groups N`).
+    pub head_groups: usize,
 }
 
 impl Default for DecoderConfig {
@@ -126,6 +137,7 @@ impl Default for DecoderConfig {
             k_max: 2048,
             tiles: Tiles::default(),
             overlap_tail: false,
+            head_groups: 1,
         }
     }
 }
@@ -154,6 +166,23 @@ impl DecoderConfig {
         }
         if !(1..=MAX_K as usize).contains(&self.k_max) {
             return Err(bad("k_max", self.k_max, format!("1 to {MAX_K}")));
+        }
+        if self.head_groups == 0 {
+            return Err(bad(
+                "head_groups",
+                0,
+                "1 (whole steps) or more, dividing the model's KV heads".into(),
+            ));
+        }
+        if self.head_groups > 1 && self.overlap_tail {
+            return Err(StepError::Config {
+                field: "overlap_tail",
+                got: "true".into(),
+                allowed: format!(
+                    "false with head_groups = {} (the tail runs in its group's scoring)",
+                    self.head_groups
+                ),
+            });
         }
         Ok(())
     }
@@ -227,6 +256,9 @@ pub(crate) struct Side {
 struct Prepared {
     plan: LaunchPlan,
     functions: Vec<Option<cudarc::driver::CudaFunction>>,
+    /// A head-grouped step ([`DecoderConfig::head_groups`]): the plan of one group's KV
+    /// heads, its functions, and the number of groups.
+    grouped: Option<(LaunchPlan, Vec<Option<cudarc::driver::CudaFunction>>, usize)>,
     inputs: Inputs,
     /// Calibration buffers the step reads (a graph keeps them alive).
     keep: Vec<Arc<dyn Any + Send + Sync>>,
@@ -276,7 +308,24 @@ impl Decoder {
         model
             .validate()
             .map_err(|e| StepError::Model(e.to_string()))?;
-        config.validate()
+        config.validate()?;
+        if !model.kv_heads.is_multiple_of(config.head_groups) {
+            let divisors: Vec<String> = (1..=model.kv_heads)
+                .filter(|d| model.kv_heads.is_multiple_of(*d))
+                .map(|d| d.to_string())
+                .collect();
+            return Err(StepError::Config {
+                field: "head_groups",
+                got: config.head_groups.to_string(),
+                allowed: format!(
+                    "a divisor of {}'s {} KV heads: {}",
+                    model.name,
+                    model.kv_heads,
+                    divisors.join(", ")
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Uses `calibration` (it must be of this model's layers, KV heads and head dimension).
@@ -325,44 +374,23 @@ impl Decoder {
         self.plan_for(&ViewShape::of(view), request)
     }
 
+    /// How many head groups a step over `view` with `request` runs in
+    /// ([`DecoderConfig::head_groups`], or 1 where grouping does not apply: a batch of several
+    /// sequences, `dense`, `pariskv`, the memcpy transfer).
+    pub fn head_groups_for(
+        &self,
+        view: &LayerView<'_>,
+        request: &StepRequest<'_>,
+    ) -> Result<usize, StepError> {
+        let v = ViewShape::of(view);
+        let plan = self.plan_for(&v, request)?;
+        Ok(self
+            .group_plan(&v, request, &plan)?
+            .map_or(1, |(_, groups)| groups))
+    }
+
     fn plan_for(&self, v: &ViewShape, request: &StepRequest<'_>) -> Result<LaunchPlan, StepError> {
-        validate::check_view(&self.model, v)?;
-        let scoring = Scoring::of(
-            request.method,
-            self.model.head_dim,
-            self.config.block,
-            self.model.basis,
-        )?;
-        validate::check_needs(
-            &scoring,
-            &request.method.to_string(),
-            self.model.basis,
-            v,
-            self.calibration.as_ref(),
-            request.sigma2.map(|s| s.len()),
-        )?;
-        let plan = launch_plan(&launches::PlanInputs {
-            shape: StepShape {
-                batch: v.batch,
-                kv_heads: v.kv_heads,
-                head_dim: v.head_dim,
-                group: self.model.group_size(),
-                block: self.config.block,
-                segment_words: self.config.segment_words,
-                max_seg: v.max_seg,
-                max_tokens: v.max_tokens,
-                placement: v.placement,
-                basis: self.model.basis,
-                kv_rows: v.kv_rows,
-            },
-            scoring,
-            transfer: request.transfer,
-            k: request.k,
-            k_max: self.config.k_max,
-            union: request.union,
-            tiles: &self.config.tiles,
-            tuning: self.tuning.as_deref(),
-        })?;
+        let plan = self.plan_heads(v, request, v.kv_heads)?;
         if !plan.tuned {
             let what = format!(
                 "{} (D = {}, G = {}) on {}",
@@ -380,6 +408,73 @@ impl Decoder {
         Ok(plan)
     }
 
+    /// The plan of a step over `kv_heads` of the view's KV heads (all of them, or one head
+    /// group's).
+    fn plan_heads(
+        &self,
+        v: &ViewShape,
+        request: &StepRequest<'_>,
+        kv_heads: usize,
+    ) -> Result<LaunchPlan, StepError> {
+        validate::check_view(&self.model, v)?;
+        let scoring = Scoring::of(
+            request.method,
+            self.model.head_dim,
+            self.config.block,
+            self.model.basis,
+        )?;
+        validate::check_needs(
+            &scoring,
+            &request.method.to_string(),
+            self.model.basis,
+            v,
+            self.calibration.as_ref(),
+            request.sigma2.map(|s| s.len()),
+        )?;
+        launch_plan(&launches::PlanInputs {
+            shape: StepShape {
+                batch: v.batch,
+                kv_heads,
+                head_dim: v.head_dim,
+                group: self.model.group_size(),
+                block: self.config.block,
+                segment_words: self.config.segment_words,
+                max_seg: v.max_seg,
+                max_tokens: v.max_tokens,
+                placement: v.placement,
+                basis: self.model.basis,
+                kv_rows: v.kv_rows,
+            },
+            scoring,
+            transfer: request.transfer,
+            k: request.k,
+            k_max: self.config.k_max,
+            union: request.union,
+            tiles: &self.config.tiles,
+            tuning: self.tuning.as_deref(),
+        })
+    }
+
+    /// The plan of one head group when `plan` (the whole step's) is grouped
+    /// ([`DecoderConfig::head_groups`]), else `None`.
+    fn group_plan(
+        &self,
+        v: &ViewShape,
+        request: &StepRequest<'_>,
+        plan: &LaunchPlan,
+    ) -> Result<Option<(LaunchPlan, usize)>, StepError> {
+        let groups = self.config.head_groups;
+        let groupable = groups > 1
+            && v.batch == 1
+            && plan.specs.select.is_some()
+            && plan.transfer != Some(Transfer::Memcpy);
+        if !groupable {
+            return Ok(None);
+        }
+        let group = self.plan_heads(v, request, v.kv_heads / groups)?;
+        Ok(launches::groups_share_the_plan(plan, &group, groups).then_some((group, groups)))
+    }
+
     /// Validates, plans, grows the workspace, uploads calibration and loads kernels: all that
     /// may allocate or synchronise, done before anything of the step is queued.
     fn prepare(
@@ -391,6 +486,7 @@ impl Decoder {
         let v = ViewShape::of(view);
         let plan = self.plan_for(&v, request)?;
         validate::check_query_len(&v, self.model.group_size(), queries.len())?;
+        let group = self.group_plan(&v, request, &plan)?;
         let shape = plan.shape;
         self.workspace.ensure(
             &self.gpu,
@@ -399,6 +495,13 @@ impl Decoder {
             shape.group,
             plan.k,
         )?;
+        if let Some((group, groups)) = &group {
+            // Every group's share of each buffer, side by side.
+            let sizes = group.sizes.times(*groups);
+            let kv_heads = shape.batch * shape.kv_heads;
+            self.workspace
+                .ensure(&self.gpu, &sizes, kv_heads, shape.group, plan.k)?;
+        }
         let mut inputs = Inputs {
             queries: queries.addr(),
             sigma2: 0,
@@ -481,9 +584,17 @@ impl Decoder {
             }
         }
         let functions = execute::resolve(self.kernels.as_ref(), &plan)?;
+        let grouped = match group {
+            Some((group, groups)) => {
+                let functions = execute::resolve(self.kernels.as_ref(), &group)?;
+                Some((group, functions, groups))
+            }
+            None => None,
+        };
         Ok(Prepared {
             plan,
             functions,
+            grouped,
             inputs,
             keep,
         })
@@ -510,7 +621,8 @@ impl Decoder {
 
     /// Opens the second stream of [`DecoderConfig::overlap_tail`] once, outside any capture.
     fn open_side(&mut self) -> Result<(), StepError> {
-        if self.config.overlap_tail && self.side.is_none() {
+        let wanted = self.config.overlap_tail || self.config.head_groups > 1;
+        if wanted && self.side.is_none() {
             self.gpu
                 .refuse_while_capturing("opening the tail's stream")?;
             let gpu = self.gpu.with_new_stream()?;
@@ -523,6 +635,20 @@ impl Decoder {
     /// Queues the launches of `prepared` on the decoder's stream (or records them, during a
     /// capture).
     fn record(&self, prepared: &Prepared, view: &LayerView<'_>) -> Result<(), StepError> {
+        if let (Some((group, functions, groups)), Some(side)) =
+            (&prepared.grouped, self.side.as_ref())
+        {
+            return execute::record_groups(
+                &self.gpu,
+                side,
+                (&prepared.plan, &prepared.functions),
+                (group, functions),
+                *groups,
+                &self.workspace,
+                view,
+                &prepared.inputs,
+            );
+        }
         execute::record(
             &self.gpu,
             self.side.as_ref(),

@@ -156,8 +156,25 @@ fn config_fields_are_checked() {
             k_max: 4097,
             ..Default::default()
         },
+        DecoderConfig {
+            head_groups: 0,
+            ..Default::default()
+        },
+        DecoderConfig {
+            head_groups: 2,
+            overlap_tail: true,
+            ..Default::default()
+        },
     ];
-    let fields = ["block", "segment_words", "segment_words", "k_max", "k_max"];
+    let fields = [
+        "block",
+        "segment_words",
+        "segment_words",
+        "k_max",
+        "k_max",
+        "head_groups",
+        "overlap_tail",
+    ];
     for (config, field) in bad.iter().zip(fields) {
         match config.validate() {
             Err(StepError::Config { field: f, .. }) => assert_eq!(f, field),

@@ -401,3 +401,103 @@ fn a_step_without_the_union_drops_its_launch_only_where_nothing_reads_it() {
         }
     }
 }
+
+#[test]
+fn head_groups_share_the_whole_steps_plan_and_results() {
+    use super::super::launches::groups_share_the_plan;
+    let at = |heads: usize, tokens, placement| StepShape {
+        batch: 1,
+        kv_heads: heads,
+        ..shape(4, tokens, placement)
+    };
+    let methods = [
+        Method::Fathom { bits: 48.0 },
+        Method::Sparq { r: 16 },
+        Method::Oracle,
+    ];
+    for algorithm in SelectAlgorithm::ALL {
+        let tiles = Tiles {
+            select_algorithm: algorithm,
+            ..fetched()
+        };
+        for (placement, transfer) in [
+            (Placement::Hbm, None),
+            (Placement::Host, Some(Transfer::Fused)),
+            (Placement::Host, Some(Transfer::CopyKernel)),
+        ] {
+            for tokens in [5_000, 40_000, 300_000] {
+                for method in methods {
+                    for groups in [2, 4, 8] {
+                        let plan = |heads| {
+                            plan_inputs(
+                                at(heads, tokens, placement),
+                                method,
+                                transfer,
+                                256,
+                                &tiles,
+                                None,
+                            )
+                            .unwrap()
+                        };
+                        let (whole, group) = (plan(8), plan(8 / groups));
+                        let what = format!(
+                            "{algorithm:?} {placement:?} {transfer:?} {tokens} {method} {groups}"
+                        );
+                        assert!(groups_share_the_plan(&whole, &group, groups), "{what}");
+                        // A group's share of the workspace is a groups-th of the whole's, or
+                        // more where a select with fewer rows splits each row further.
+                        let shares = group.sizes.times(groups);
+                        assert!(shares.bytes() + 64 * 1024 >= whole.sizes.bytes(), "{what}");
+                        assert_eq!(group.specs.scan, whole.specs.scan, "{what}");
+                    }
+                }
+            }
+        }
+    }
+    // Not with a batch of several sequences, nor when the heads do not split evenly.
+    let whole = plan_of(
+        shape(4, 40_000, Placement::Hbm),
+        Method::Sparq { r: 16 },
+        None,
+        64,
+        None,
+    )
+    .unwrap();
+    let two = StepShape {
+        kv_heads: 1,
+        ..shape(4, 40_000, Placement::Hbm)
+    };
+    let group = plan_of(two, Method::Sparq { r: 16 }, None, 64, None).unwrap();
+    assert!(!groups_share_the_plan(&whole, &group, 2), "batch 3");
+    let one = |heads| {
+        plan_of(
+            at(heads, 40_000, Placement::Hbm),
+            Method::Sparq { r: 16 },
+            None,
+            64,
+            None,
+        )
+        .unwrap()
+    };
+    assert!(!groups_share_the_plan(&one(8), &one(2), 3));
+}
+
+#[test]
+fn workspace_sizes_times_n_scale_every_buffer() {
+    let plan = plan_of(
+        StepShape {
+            batch: 1,
+            ..shape(4, 40_000, Placement::Host)
+        },
+        Method::Fathom { bits: 48.0 },
+        Some(Transfer::CopyKernel),
+        256,
+        None,
+    )
+    .unwrap();
+    let (one, three) = (plan.sizes, plan.sizes.times(3));
+    assert_eq!(three.bytes(), 3 * one.bytes());
+    for ((name, a), (_, b)) in one.parts().iter().zip(three.parts()) {
+        assert_eq!(3 * a, b, "{name}");
+    }
+}

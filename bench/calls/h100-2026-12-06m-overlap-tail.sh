@@ -6,7 +6,7 @@
 # leaves the critical path), nothing at 1M beyond noise. If it wins, make it the default
 # (`DecoderConfig::default`) after the whole gpu_step binary passes with it.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=420 bash bench/calls/h100-next-overlap-tail.sh
+#   C=$(git rev-parse --short HEAD) BUDGET=420 bash bench/calls/h100-2026-12-06m-overlap-tail.sh
 set -u
 DEFAULT_BUDGET=420 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}

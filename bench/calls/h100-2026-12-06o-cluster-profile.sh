@@ -5,7 +5,7 @@
 # 32k). ncu's sections for each of the two kernels' `_chunk` and `_union` (one launch each,
 # after the tuner's verify launch), with the stall reasons and their SASS lines at 32k.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=200 bash bench/calls/h100-next-cluster-profile.sh
+#   C=$(git rev-parse --short HEAD) BUDGET=200 bash bench/calls/h100-2026-12-06o-cluster-profile.sh
 set -u
 DEFAULT_BUDGET=200 . bench/calls/budget.sh
 C=${C:-unknown}; export FATHOM_COMMIT=$C
