@@ -40,6 +40,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/scan_tc.cu.tera"),
     ),
     (
+        "oracle_rows.cuh.tera",
+        include_str!("../../templates/oracle_rows.cuh.tera"),
+    ),
+    (
         "oracle.cu.tera",
         include_str!("../../templates/oracle.cu.tera"),
     ),

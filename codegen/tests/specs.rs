@@ -109,7 +109,10 @@ fn plan_name_carries_every_field() {
         method: _,
         rotate: _,
         threads: _,
+        tail: _,
+        tail_kv_rows: _,
     } = s;
+    let tail = s.with_tail(Placement::Hbm, KvRows::Separate);
     assert_every_field_named(
         s,
         vec![
@@ -134,6 +137,36 @@ fn plan_name_carries_every_field() {
             ("threads", PlanSpec { threads: 512, ..s }),
         ],
     );
+    // The tail (not serialised when absent, so not among the fields above), its placement and
+    // its row layout each have their own name.
+    let tails: BTreeSet<String> = [
+        s,
+        tail,
+        s.with_tail(Placement::Host, KvRows::Separate),
+        s.with_tail(Placement::Hbm, KvRows::Adjacent),
+    ]
+    .iter()
+    .map(|spec| spec.kernel_name())
+    .collect();
+    assert_eq!(tails.len(), 4);
+    // Adjacent rows without a tail say nothing: refused.
+    let stray = PlanSpec {
+        tail_kv_rows: KvRows::Adjacent,
+        ..s
+    };
+    assert_eq!(stray.validate().unwrap_err().field, "tail_kv_rows");
+    // Nor a tail in blocks of more than 512 threads.
+    let wide = PlanSpec {
+        threads: 1024,
+        ..tail
+    };
+    assert_eq!(wide.validate().unwrap_err().field, "threads");
+    assert!(PlanSpec {
+        threads: 512,
+        ..tail
+    }
+    .validate()
+    .is_ok());
     // Every method, and every method parameter, has its own name.
     let methods = [
         PlanMethod::Fathom,

@@ -6,7 +6,8 @@
 //!
 //! One line per distinct signature of a family: the kernels of one family differ in sizes,
 //! placements and methods, which the template bakes in, but not in their parameters, except
-//! the scan that also writes the peaks of its 32-token halves (`scan_peaks`: `peaks`,
+//! the plan that also scores the tail (`plan_tail`: `k_rows`, `n_total`, `scores`, `ld_scores`
+//! after `status`), the scan that also writes the peaks of its 32-token halves (`scan_peaks`: `peaks`,
 //! `ld_peaks` after `ld_scores`), the compacting select (`select_compact`), whose chunked stages also take the candidates,
 //! the one-read select (`select_onepass`), whose `_chunk` and `_final` are its own, its fused
 //! form (`select_fused`), whose `_chunk` also writes the selection, the one-block peaks select
@@ -26,6 +27,8 @@ fathom_macros::abi! {
                         rotate = false, threads = 256);
         plan = plan(head_dim = 128, group = 4, block = 64, segment_words = 512,
                     method = fathom, rotate = false, threads = 256);
+        plan_tail = plan(head_dim = 128, group = 4, block = 64, segment_words = 512,
+                         method = fathom, rotate = false, threads = 256, tail = hbm);
         gather = gather(head_dim = 128, block = 64, segment_words = 512, loads_in_flight = 4,
                         threads = 256);
         scan = scan(head_dim = 128, group = 4, block = 64, segment_words = 512,
@@ -77,7 +80,51 @@ pub use kernels::*;
 pub use select_stages::{select_args, SelectArgsError, SelectBuffers};
 
 use crate::gpu::Arg;
-use crate::launch::{DevicePtrMut, KernelArgs};
+use crate::launch::{DevicePtr, DevicePtrMut, KernelArgs};
+
+/// What a plan that also scores the tail (`PlanSpec::tail`) takes after the plan's own
+/// arguments: the key rows' table, the sequences' lengths, and the scores with their row stride.
+#[derive(Clone, Copy, Debug)]
+pub struct TailArgs {
+    pub k_rows: DevicePtr<DevicePtr<u16>>,
+    pub n_total: DevicePtr<i32>,
+    pub scores: DevicePtrMut<f32>,
+    pub ld_scores: i32,
+}
+
+/// The arguments of a plan: `args` as they are, or, for a plan that also scores the tail, with
+/// `tail` after them, as `plan_tail` takes them.
+pub fn plan_args(args: plan::Args, tail: Option<TailArgs>) -> Vec<Arg> {
+    match tail {
+        None => args.args(),
+        Some(tail) => plan_tail::Args {
+            q: args.q,
+            sigma2: args.sigma2,
+            fixed_channels: args.fixed_channels,
+            rot: args.rot,
+            budget: args.budget,
+            seg_words: args.seg_words,
+            seg_scales: args.seg_scales,
+            max_seg: args.max_seg,
+            n_stored: args.n_stored,
+            n_heads: args.n_heads,
+            q_store: args.q_store,
+            depths: args.depths,
+            class_count: args.class_count,
+            runs: args.runs,
+            staged_runs: args.staged_runs,
+            stage_words: args.stage_words,
+            stage_scales: args.stage_scales,
+            stage_planes: args.stage_planes,
+            status: args.status,
+            k_rows: tail.k_rows,
+            n_total: tail.n_total,
+            scores: tail.scores,
+            ld_scores: tail.ld_scores,
+        }
+        .args(),
+    }
+}
 
 /// The arguments of a scan: `args` as they are, or, for a scan that also writes the peaks of
 /// its 32-token halves (`ScanSpec::peaks`), with `peaks` (the buffer and its row stride in

@@ -4,7 +4,7 @@
 //! (`reference::plans::depth_plan`, which water-fills with `planner::water_fill` for `fathom`).
 
 use codegen::model::Basis;
-use codegen::spec::{PlanMethod, PlanSpec};
+use codegen::spec::{KvRows, PlanMethod, PlanSpec};
 use rand::Rng;
 use reference::plans::{depth_plan, DepthPlan, DoubleSparsityCalibration, Method, PlanContext};
 use reference::store::{BlockSize, StoreLayout};
@@ -64,6 +64,8 @@ impl PlanCase {
             method: self.method,
             rotate: self.rotate,
             threads: self.threads,
+            tail: None,
+            tail_kv_rows: KvRows::Separate,
         }
     }
 

@@ -34,6 +34,19 @@ pub struct CpuPlanArgs<'a> {
     pub budget: f32,
     /// Staging planes per `(b, h, s)`: `Some` passes a staging and a staged run table.
     pub stage_planes: Option<usize>,
+    /// For a plan that scores the tail (`PlanSpec::tail`): its key rows and lengths.
+    pub tail: Option<CpuTail<'a>>,
+}
+
+/// What a plan that scores the tail reads beyond the plan's own inputs.
+pub struct CpuTail<'a> {
+    /// `[b*H + h]`: the head's bf16 key rows as laid out in memory (`[n][D]`, or `[n][2][D]`
+    /// with adjacent rows), as 32-bit words, two values each.
+    pub rows: &'a [Vec<u32>],
+    /// `[b]`: stored plus tail tokens.
+    pub n_total: &'a [i32],
+    /// Row stride of the scores, in floats.
+    pub ld_scores: usize,
 }
 
 /// A run's outputs, where its store and staging lived, and what it wrote where it must not
@@ -45,6 +58,8 @@ pub struct CpuPlanRun {
     pub staging: Option<(u64, u64, usize)>,
     pub shape: TableShape,
     pub stray_writes: Vec<String>,
+    /// With a tail: the scores `[B][H][G][ld_scores]`, NaN where nothing was written.
+    pub scores: Option<Vec<f32>>,
 }
 
 impl CpuPlanRun {
@@ -175,6 +190,24 @@ impl CpuKernel<PlanSpec> {
             vec![0; 4],
         ];
         buffers.extend(segments.iter().cloned());
+        // The tail's buffers after the segments: the key-row table, the lengths, the scores,
+        // then one buffer of rows per head.
+        let tail_at = buffers.len();
+        if let Some(tail) = &a.tail {
+            assert_eq!(tail.rows.len(), batch * heads, "rows [b*H + h]");
+            buffers.push(vec![0; 2 * batch * heads]);
+            buffers.push(tail.n_total.iter().map(|&n| n as u32).collect());
+            buffers.push(vec![f32::NAN.to_bits(); batch * heads * g * tail.ld_scores]);
+            for (bh, rows) in tail.rows.iter().enumerate() {
+                addresses.push(Address {
+                    buffer: tail_at,
+                    index: bh,
+                    target: tail_at + 3 + bh,
+                    offset: 0,
+                });
+                buffers.push(rows.clone());
+            }
+        }
         let before = buffers.clone();
 
         let ptr = |buf: Buf, present: bool| {
@@ -206,6 +239,15 @@ impl CpuKernel<PlanSpec> {
             Value::Int(planes as i64),
             Value::Buffer(Buf::Status as usize),
         ];
+        let mut args = args;
+        if let Some(tail) = &a.tail {
+            args.extend([
+                Value::Buffer(tail_at),
+                Value::Buffer(tail_at + 1),
+                Value::Buffer(tail_at + 2),
+                Value::Int(tail.ld_scores as i64),
+            ]);
+        }
         let ((gx, gy, gz), (threads, _, _), _) = spec.launch_dims(batch, heads);
         let launch = Launch {
             entry: 0,
@@ -242,6 +284,20 @@ impl CpuKernel<PlanSpec> {
                 stray_writes.push(format!("segment buffer {i} written"));
             }
         }
+        if a.tail.is_some() {
+            // The key-row table holds the rows' addresses in the run; the scores are output.
+            for i in (tail_at + 1..buffers.len()).filter(|&i| i != tail_at + 2) {
+                if buffers[i] != before[i] {
+                    stray_writes.push(format!("tail input buffer {} written", i - tail_at));
+                }
+            }
+        }
+        let scores = a.tail.as_ref().map(|_| {
+            buffers[tail_at + 2]
+                .iter()
+                .map(|&w| f32::from_bits(w))
+                .collect()
+        });
 
         let depths: Vec<u8> = buffers[Buf::Depths as usize]
             .iter()
@@ -269,6 +325,7 @@ impl CpuKernel<PlanSpec> {
             staging: a.stage_planes.map(|p| (stage[0], stage[1], p)),
             shape,
             stray_writes,
+            scores,
         })
     }
 }

@@ -45,15 +45,20 @@
 //! fewer and the last round one level short; on the exact ties the depth comparisons `>=`
 //! turned to `>` (which changes no plan elsewhere).
 //!
+//! The plan that also scores the tail (`PlanSpec::tail`): its plan checked as above, its tail
+//! blocks' scores against the f64 dot products (and nothing else of the scores written), two
+//! mutants of the tail's indexing caught.
+//!
 //! About 60 s on two cores from a cold cache, most of it compiling 46 programs (mutants
 //! included), which later runs reuse (cached by the hash of their source): then about 25 s.
 
 use codegen::render::render;
-use codegen::spec::PlanMethod;
+use codegen::spec::{KvRows, Placement, PlanMethod};
 use fathom_tests::device_store::max_seg;
 use fathom_tests::inputs;
+use fathom_tests::kv_rows::interleave;
 use fathom_tests::plan_check::{check_plan, PlanCase, PlanHostInputs, SEGMENT_WORDS};
-use fathom_tests::plan_cpu::{CpuPlan, CpuPlanArgs};
+use fathom_tests::plan_cpu::{CpuPlan, CpuPlanArgs, CpuTail};
 use fathom_tests::store_kernels::class_count;
 use rand::{Rng, SeedableRng};
 use reference::planner::{depth_at, min_budget, plan_cost, water_fill, BRACKET_LOW_MARGIN};
@@ -104,6 +109,7 @@ fn run_with(
             Staging::None => None,
             Staging::Planes => Some(case.stage_planes),
         },
+        tail: None,
     };
     let label = format!(
         "{} on the CPU: budget {} n_stored {:?} zero queries {:?} staging {staging:?} ({} planes)",
@@ -736,5 +742,215 @@ fn depth_comparison_mutation_is_caught_on_exact_ties() {
             "return (d >= 2.0) + (d >= 4.0) + (d >= 6.0) + (d >= 8.0);",
             "return (d > 2.0) + (d > 4.0) + (d > 6.0) + (d > 8.0);",
         )],
+    );
+}
+
+/// 16-bit values as the words of a CPU buffer (a zero pads an odd count).
+fn words16(x: &[u16]) -> Vec<u32> {
+    x.chunks(2)
+        .map(|p| u32::from(p[0]) | u32::from(*p.get(1).unwrap_or(&0)) << 16)
+        .collect()
+}
+
+/// One case of a plan that scores the tail, `plan` built from `case.spec()` with the tail:
+/// fresh stores, queries and bf16 keys; what differed from the reference plan and the f64 tail.
+fn tail_case_failures(
+    rng: &mut impl Rng,
+    seed: u64,
+    case: &PlanCase,
+    plan: &CpuPlan,
+    kv_rows: KvRows,
+) -> Vec<String> {
+    let (d, g, blk, ld) = (case.d, case.g, case.blk, 512);
+    let n_total = [
+        case.n_stored[0] + rng.gen_range(1..blk),
+        rng.gen_range(150..ld),
+        case.n_stored[2],
+    ];
+    let host = PlanHostInputs::random(rng, case);
+    let layout = case.layout();
+    let stores = inputs::head_stores(rng, layout, &case.n_stored, case.heads);
+    // Fresh bf16 keys in [-2, 2) for every token of every (b, h), laid out as `kv_rows`.
+    let keys: Vec<Vec<u16>> = (0..n_total.len() * case.heads)
+        .map(|bh| {
+            (0..n_total[bh / case.heads] * d)
+                .map(|_| half::bf16::from_f32(rng.gen_range(-2.0f32..2.0)).to_bits())
+                .collect()
+        })
+        .collect();
+    let rows: Vec<Vec<u32>> = keys
+        .iter()
+        .map(|k| match kv_rows {
+            KvRows::Separate => words16(k),
+            KvRows::Adjacent => words16(&interleave(k, &vec![0; k.len()], d)),
+        })
+        .collect();
+    let totals: Vec<i32> = n_total.iter().map(|&n| n as i32).collect();
+    let args = CpuPlanArgs {
+        stores: &stores,
+        max_seg: max_seg(layout, &case.n_stored),
+        queries: &host.queries,
+        sigma2: host.sigma2_arg(case),
+        fixed_channels: host.fixed_arg(case),
+        rotation: host.rotation.as_deref(),
+        budget: case.budget,
+        stage_planes: None,
+        tail: Some(CpuTail {
+            rows: &rows,
+            n_total: &totals,
+            ld_scores: ld,
+        }),
+    };
+    let label = format!("{} on the CPU: n_total {n_total:?}", plan.name());
+    let run = match plan.run(&args, rng.gen()) {
+        Ok(run) => run,
+        Err(e) => return vec![format!("{label}: {e}")],
+    };
+    let mut failures: Vec<String> = run
+        .stray_writes
+        .iter()
+        .map(|w| format!("{label}: {w}"))
+        .collect();
+    let (report, _) = check_plan(
+        &label,
+        seed,
+        case,
+        &host,
+        &run.result,
+        &run.addresses(),
+        &run.shape,
+    );
+    failures.extend(report);
+    let scores = run.scores.expect("a plan with a tail returns the scores");
+    for (bh, key) in keys.iter().enumerate() {
+        let b = bh / case.heads;
+        for gi in 0..g {
+            let q = &host.queries[(bh * g + gi) * d..][..d];
+            for t in 0..ld {
+                let got = scores[(bh * g + gi) * ld + t];
+                if t < case.n_stored[b] || t >= n_total[b] {
+                    if !got.is_nan() {
+                        failures.push(format!(
+                            "{label}: ({bh}, {gi}) token {t} outside the tail written"
+                        ));
+                    }
+                    continue;
+                }
+                let want: f64 = (0..d)
+                    .map(|c| f64::from(q[c]) * half::bf16::from_bits(key[t * d + c]).to_f64())
+                    .sum();
+                let bound: f64 =
+                    1e-5 * (1.0 + (0..d).map(|c| (f64::from(q[c]) * 2.0).abs()).sum::<f64>());
+                // A NaN (a token the tail missed) fails too.
+                if got.is_nan() || (f64::from(got) - want).abs() > bound {
+                    failures.push(format!(
+                        "{label}: ({bh}, {gi}) token {t}: {got} against {want}"
+                    ));
+                }
+            }
+        }
+    }
+    failures
+}
+
+/// The plan that also scores the tail (`PlanSpec::tail`, opt-in, `Tiles::tail_in_plan`): its
+/// plan is the reference's as before (every output, poison guards and all), and its extra
+/// blocks write exactly the tail's scores, `n_stored .. n_total` of each sequence, within fp32
+/// rounding of the f64 dot products of the raw queries and bf16 keys, and nothing else of the
+/// scores. Sequences with a partial block of tail, with nothing stored (a tail of several loop
+/// steps) and with no tail; both placements, both row layouts, D of 64, 80 (padded row lanes),
+/// 96 and 128, G of 1, 3, 4 and 7, 32 to 256 threads, raw and rotated. Mutants that must be
+/// caught: the tail's first token skipped, every sequence's tail taken from the first's heads.
+#[test]
+fn a_plan_scoring_the_tail_plans_as_before_and_scores_exactly_the_tail() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_plan tail");
+    let mut failures = Vec::new();
+    let cases = [
+        (
+            128,
+            4,
+            64,
+            PlanMethod::Fathom,
+            false,
+            256,
+            Placement::Hbm,
+            KvRows::Separate,
+        ),
+        (
+            96,
+            7,
+            32,
+            PlanMethod::Sparq { r: 16 },
+            true,
+            64,
+            Placement::Host,
+            KvRows::Adjacent,
+        ),
+        (
+            64,
+            1,
+            128,
+            PlanMethod::Uniform { t: 3 },
+            false,
+            32,
+            Placement::Hbm,
+            KvRows::Adjacent,
+        ),
+        (
+            80,
+            3,
+            64,
+            PlanMethod::Thumbnail,
+            false,
+            128,
+            Placement::Host,
+            KvRows::Separate,
+        ),
+    ];
+    for (i, (d, g, blk, method, rotate, threads, placement, kv_rows)) in
+        cases.into_iter().enumerate()
+    {
+        let case = PlanCase {
+            rotate,
+            threads,
+            n_stored: vec![3 * blk, 0, 3 * blk],
+            ..PlanCase::new(d, g, blk, method)
+        };
+        let spec = case.spec().with_tail(placement, kv_rows);
+        let plan = CpuPlan::build(spec).expect("the plan builds for the CPU");
+        failures.extend(tail_case_failures(&mut rng, seed, &case, &plan, kv_rows));
+        if i > 0 {
+            continue;
+        }
+        let source = render(&spec).unwrap();
+        for (what, from, to) in [
+            (
+                "first tail token skipped",
+                "ld_scores, start, end, 0u, 1u",
+                "ld_scores, start + 1, end, 0u, 1u",
+            ),
+            (
+                "every tail from sequence 0",
+                "(int)blockIdx.y * n_heads + (int)blockIdx.x - n_heads",
+                "(int)blockIdx.x - n_heads",
+            ),
+        ] {
+            assert!(
+                source.contains(from),
+                "{what}: `{from}` is not in the source"
+            );
+            let mutant = CpuPlan::build_source(spec, &source.replacen(from, to, 1))
+                .expect("the mutant builds");
+            let caught = tail_case_failures(&mut rng, seed, &case, &mutant, kv_rows);
+            assert!(
+                !caught.is_empty(),
+                "mutant not caught: {what} (FATHOM_TEST_SEED={seed})"
+            );
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} (FATHOM_TEST_SEED={seed})",
+        failures.join("\n")
     );
 }

@@ -47,7 +47,7 @@
 
 use codegen::spec::peaks::order_key;
 use codegen::spec::shape::HEAD_DIMS;
-use codegen::spec::{Family, GatherSpec, Placement, PlanMethod, PlanSpec, ScanSpec};
+use codegen::spec::{Family, GatherSpec, KvRows, Placement, PlanMethod, PlanSpec, ScanSpec};
 use fathom_tests::device_store::{random_device_stores, DeviceStore};
 use fathom_tests::scan_check::{
     batch_depths, check_peaks, check_same_scores, check_score, compare_scores, reference_depths,
@@ -527,6 +527,8 @@ fn staged_pipeline(
         method,
         rotate: false,
         threads: 256,
+        tail: None,
+        tail_kv_rows: KvRows::Separate,
     };
     let plan_kernel = Kernel::compile(gpu, plan_spec);
     let staging = Staging::new(gpu, &shape, 4 * d);
@@ -661,6 +663,8 @@ gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
         method: PlanMethod::Uniform { t: 4 },
         rotate: false,
         threads: 256,
+        tail: None,
+        tail_kv_rows: KvRows::Separate,
     };
     let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
     let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);

@@ -75,6 +75,7 @@ use rand::Rng;
 use reference::store::{BlockSize, HeadId, HeadStore, StoreLayout};
 use runtime::gpu::{DeviceBuffer, Gpu};
 use runtime::shard::HeadShard;
+use runtime::step::launches::Role;
 use runtime::step::{
     Calibration, Decoder, DecoderConfig, HostStepOutput, Method, StepError, StepOutput,
     StepRequest, Transfer,
@@ -981,6 +982,41 @@ gpu_test!(gpu_step_head_groups_equal_the_whole_step_g4, |t| {
         }
     }
     m.finish();
+});
+
+// The tail scored in blocks of the plan's launch (`Tiles::tail_in_plan`, opt-in, not yet run on
+// a GPU): the plan carries the tail and no oracle launch follows the scan; every method, eager
+// and replayed, both placements, against the reference (the fixture's lengths leave tails).
+gpu_test!(gpu_step_tail_in_the_plan_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.tail_in_plan = true;
+    {
+        let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
+        let batch = DeviceBatch::new(&t.gpu, &f, Placement::Host);
+        let decoder = Decoder::new(t.gpu.clone(), f.model(), config)
+            .expect("a valid decoder")
+            .with_calibration(f.calibration.clone())
+            .expect("calibration of the model");
+        let request = StepRequest::new(Method::Sparq { r: 16 }, K);
+        let plan = decoder.launch_plan(&batch.view(), &request).expect("plan");
+        assert!(
+            plan.specs.plan.is_some_and(|p| p.tail.is_some()),
+            "the plan scores no tail"
+        );
+        assert!(
+            plan.operations
+                .iter()
+                .all(|op| op.role != Role::Oracle { whole: false }),
+            "an oracle launch still scores the tail"
+        );
+    }
+    run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+gpu_test!(gpu_step_tail_in_the_plan_g7, |t| {
+    let mut config = decoder_config();
+    config.tiles.tail_in_plan = true;
+    run_case_configured(&mut t, D, 7, Basis::Klt, Tuned::Default, config);
 });
 
 gpu_test!(gpu_step_refuses_bad_input, |t| {

@@ -54,6 +54,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         stem
     };
+    // And one with the tail in the plan's launch (`--tail-in-plan`).
+    let stem = if h.tail_in_plan {
+        format!("{stem}-tailplan")
+    } else {
+        stem
+    };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {
         1 => stem,

@@ -87,6 +87,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub head_groups: u32,
+    /// Score the tail in blocks of the plan's launch instead of an oracle launch after the
+    /// scan (`Tiles::tail_in_plan`, off by default).
+    #[arg(long)]
+    pub tail_in_plan: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -126,6 +130,8 @@ pub struct Options {
     pub overlap_tail: bool,
     /// `--head-groups`.
     pub head_groups: usize,
+    /// `--tail-in-plan`.
+    pub tail_in_plan: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -354,6 +360,7 @@ impl Options {
             pariskv_query_blocks: args.pariskv_query_blocks,
             overlap_tail: args.overlap_tail,
             head_groups: args.head_groups as usize,
+            tail_in_plan: args.tail_in_plan,
         })
     }
 

@@ -153,6 +153,10 @@ pub struct Header {
     /// the option, and where grouping does not apply).
     #[serde(default = "one_group")]
     pub head_groups: usize,
+    /// Whether the plan's launch scored the tail (`--tail-in-plan`; false in records written
+    /// before the option).
+    #[serde(default)]
+    pub tail_in_plan: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

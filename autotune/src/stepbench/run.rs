@@ -303,6 +303,7 @@ impl Bench {
             pariskv_query_blocks: self.options.pariskv_query_blocks,
             overlap_tail: self.options.overlap_tail,
             head_groups: self.options.head_groups,
+            tail_in_plan: self.options.tail_in_plan,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -808,13 +809,14 @@ pub fn run<T>(
 }
 
 /// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`,
-/// the ParisKV query's blocks from `--pariskv-query-blocks`, `--overlap-tail` and
-/// `--head-groups`.
+/// the ParisKV query's blocks from `--pariskv-query-blocks`, `--overlap-tail`,
+/// `--head-groups` and `--tail-in-plan`.
 fn decoder_config(options: &Options) -> DecoderConfig {
     let mut config = DecoderConfig::default();
     config.tiles.attention_rows = options.attention_rows;
     config.tiles.pariskv_query_blocks = options.pariskv_query_blocks;
     config.overlap_tail = options.overlap_tail;
     config.head_groups = options.head_groups;
+    config.tiles.tail_in_plan = options.tail_in_plan;
     config
 }

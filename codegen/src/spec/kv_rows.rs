@@ -40,6 +40,12 @@ impl KvRows {
         }
     }
 
+    /// Whether this is the default layout (serde skips the default where a spec's field is
+    /// optional).
+    pub fn is_separate(&self) -> bool {
+        *self == KvRows::Separate
+    }
+
     /// Elements (bf16 values) from one key row to the next: `D` or `2*D`.
     pub fn row_stride(self, head_dim: usize) -> usize {
         match self {

@@ -1,8 +1,9 @@
 //! The `plan` family (§3, §4): per query group, the read depth of every channel, and the run
 //! tables that tell gather and scan which words to read.
 
+use super::row::RowFields;
 use super::shape::{self, LaunchDims};
-use super::{Family, SpecError};
+use super::{Family, KvRows, Placement, SpecError};
 use serde::{Deserialize, Serialize};
 
 /// How a plan picks depths (§4): every method is a depth plan over the same store.
@@ -86,6 +87,17 @@ impl PlanMethod {
 ///                                         //   (needed when staged_runs is given)
 /// ```
 ///
+/// With [`PlanSpec::tail`] four more parameters follow `status`, and blocks `H .. 2H` of the
+/// launch score the tail, the tokens past the last encoded segment, exactly from the bf16 key
+/// rows (as the oracle kernel scores it), beside the plan's blocks:
+///
+/// ```text
+/// const unsigned short* const* k_rows,    // [b*H + h] bf16 keys [capacity][D] (tail_kv_rows' stride)
+/// const int* n_total,                     // [b] stored plus tail tokens
+/// float* scores,                          // [B][H][G][ld_scores] out: columns n_stored .. n_total
+/// int ld_scores
+/// ```
+///
 /// Run slots are written for the stored segments `s < ceil(n_stored[b] / 64S)` only: active
 /// channels by depth class (4 first) then channel, then the inactive channels with depth 0.
 /// When the plan does not fit the staging, the staged table of that head gets depth 0 everywhere
@@ -106,9 +118,22 @@ pub struct PlanSpec {
     pub rotate: bool,
     /// Threads per thread block.
     pub threads: usize,
+    /// Also score the tail (SPEC §6: tokens `n_stored .. n_total`, exactly, from the bf16 key
+    /// rows, which live here) in blocks of this launch beside the plan's, instead of in an
+    /// oracle launch after the scan: one launch fewer a layer. `None`: the plan only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<Placement>,
+    /// How the key rows the tail reads are laid out (with `tail` only).
+    #[serde(default, skip_serializing_if = "KvRows::is_separate")]
+    pub tail_kv_rows: KvRows,
 }
 
 impl PlanSpec {
+    /// The most threads a block of a plan that scores the tail may have: at 1,024 (64
+    /// registers a thread) the tail's rows spill from host memory, where the oracle kernel's
+    /// do not.
+    pub const TAIL_MAX_THREADS: usize = 512;
+
     /// The default plan kernel of a shape.
     pub fn new(head_dim: usize, group: usize, method: PlanMethod, rotate: bool) -> Self {
         PlanSpec {
@@ -119,13 +144,42 @@ impl PlanSpec {
             method,
             rotate,
             threads: 256,
+            tail: None,
+            tail_kv_rows: KvRows::Separate,
         }
     }
 
-    /// One thread block per (KV head, sequence).
+    /// The same plan that also scores the tail of key rows in `placement` laid out as
+    /// `kv_rows`.
+    pub fn with_tail(self, placement: Placement, kv_rows: KvRows) -> Self {
+        PlanSpec {
+            tail: Some(placement),
+            tail_kv_rows: kv_rows,
+            ..self
+        }
+    }
+
+    /// The tail's rows as the row families see them (with `tail`).
+    fn tail_rows(&self) -> Option<RowFields> {
+        self.tail.map(|placement| RowFields {
+            head_dim: self.head_dim as u32,
+            group: self.group as u32,
+            threads: self.threads as u32,
+            placement,
+            kv_rows: self.tail_kv_rows,
+        })
+    }
+
+    /// One thread block per (KV head, sequence), and with `tail` one more per (KV head,
+    /// sequence) that scores its tail.
     pub fn launch_dims(&self, batch: usize, heads: usize) -> LaunchDims {
+        let blocks = if self.tail.is_some() {
+            2 * heads
+        } else {
+            heads
+        };
         (
-            (shape::dim(heads), shape::dim(batch), 1),
+            (shape::dim(blocks), shape::dim(batch), 1),
             (shape::dim(self.threads), 1, 1),
             0,
         )
@@ -144,7 +198,28 @@ impl Family for PlanSpec {
             method,
             rotate: _,
             threads,
+            tail,
+            tail_kv_rows,
         } = *self;
+        if tail.is_some() && threads > Self::TAIL_MAX_THREADS {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "threads",
+                threads,
+                format!(
+                    "at most {} with the tail (its rows need the registers)",
+                    Self::TAIL_MAX_THREADS
+                ),
+            ));
+        }
+        if tail.is_none() && tail_kv_rows != KvRows::Separate {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "tail_kv_rows",
+                tail_kv_rows.as_str(),
+                "separate (the default) unless the plan scores the tail",
+            ));
+        }
         shape::check_head_dim(Self::FAMILY, head_dim)?;
         shape::check_group(Self::FAMILY, group)?;
         shape::check_block(Self::FAMILY, block)?;
@@ -168,8 +243,16 @@ impl Family for PlanSpec {
 
     /// Every field, so distinct specs never share a name (the tests check each one).
     fn kernel_name(&self) -> String {
+        let tail = match self.tail {
+            Some(placement) => format!(
+                "_tail{}{}",
+                placement.as_str(),
+                self.tail_kv_rows.name_suffix()
+            ),
+            None => String::new(),
+        };
         format!(
-            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}",
+            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{tail}",
             self.head_dim,
             self.group,
             self.block,
@@ -190,6 +273,12 @@ impl Family for PlanSpec {
         c.insert("method_parameter", &self.method.parameter());
         c.insert("rotate", &self.rotate);
         c.insert("threads", &self.threads);
+        c.insert("tail", &self.tail.is_some());
+        if let Some(rows) = self.tail_rows() {
+            // The oracle's row variables (placement, unroll, row_lanes, row_padded,
+            // kv_adjacent, row_stride) at the plan's threads.
+            c.extend(rows.context());
+        }
         c
     }
 }

@@ -3,7 +3,7 @@ use std::collections::BTreeSet;
 use codegen::model::presets;
 use codegen::signature::entry_params;
 use codegen::spec::{
-    AppendRowsSpec, AttentionRows, AttentionSpec, ConvertSpec, KvRows, MappedReadSpec,
+    AppendRowsSpec, AttentionRows, AttentionSpec, ConvertSpec, KvRows, MappedReadSpec, Placement,
 };
 use codegen::{kernels_for, KernelSetOptions, KernelSpec};
 use serde_json::Value;
@@ -109,6 +109,15 @@ fn variants(spec: &KernelSpec) -> Vec<KernelSpec> {
             }
             .into(),
         );
+    }
+    // The plan that also scores the tail: `tail` is not serialised when absent, so it is set
+    // here, in both placements and row layouts.
+    if let KernelSpec::Plan(p) = spec {
+        for placement in [Placement::Hbm, Placement::Host] {
+            for kv_rows in KvRows::ALL {
+                out.push(p.with_tail(placement, kv_rows).into());
+            }
+        }
     }
     // Attention over several blocks a query head: `splits` is not serialised at its default,
     // so it is set here, with both row sources.

@@ -363,7 +363,7 @@ fn record_ops(
             }
             Role::Plan { staged } => {
                 let staged_out = |x: u64| if staged { x } else { 0 };
-                abi::plan::Args {
+                let args = abi::plan::Args {
                     q: at(t.inputs.queries),
                     sigma2: at(t.inputs.sigma2),
                     fixed_channels: at(t.inputs.fixed),
@@ -383,8 +383,16 @@ fn record_ops(
                     stage_scales: DevicePtrMut::from_addr(staged_out(t.ws.stage_scales)),
                     stage_planes: int(plan.stage_planes),
                     status: output(t.ws.plan_status),
-                }
-                .args()
+                };
+                // A plan that also scores the tail (`PlanSpec::tail`) writes its scores.
+                let tail = plan.specs.plan.is_some_and(|p| p.tail.is_some());
+                let tail = tail.then(|| abi::TailArgs {
+                    k_rows: at(t.view.k_rows),
+                    n_total: at(t.view.n_total),
+                    scores: output(t.ws.scores),
+                    ld_scores: n.ld,
+                });
+                abi::plan_args(args, tail)
             }
             Role::Gather => abi::gather::Args {
                 src_runs: input(t.ws.runs),

@@ -379,8 +379,11 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     if let Some(landmark) = specs.landmark {
         stages.landmark(landmark)?;
     }
-    if let Some(oracle) = specs.oracle {
-        stages.oracle(oracle, inputs.scoring == Scoring::Oracle)?;
+    let whole = inputs.scoring == Scoring::Oracle;
+    // A plan that scores the tail (`Tiles::tail_in_plan`) leaves the oracle nothing to do.
+    let tail_in_plan = specs.plan.is_some_and(|plan| plan.tail.is_some());
+    if let (Some(oracle), false) = (specs.oracle, tail_in_plan && !whole) {
+        stages.oracle(oracle, whole)?;
     }
     // Selection.
     // The fetch reads the union; attention from the store's rows reads only the sets.

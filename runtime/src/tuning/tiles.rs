@@ -263,6 +263,11 @@ pub struct Tiles {
     /// Blocks of the ParisKV query kernel per KV head (`PariskvQuerySpec::subspace_blocks`),
     /// each ranking a share of the subspaces; at most one a subspace is used.
     pub pariskv_query_blocks: u32,
+    /// Whether the plan's launch also scores the tail (the tokens past the last encoded
+    /// segment, `PlanSpec::tail`) in blocks beside its own, instead of an oracle launch after
+    /// the scan: one launch fewer a layer for every plane method. Opt-in: not yet run on a GPU
+    /// (`step-bench --tail-in-plan`; the GPU test `gpu_step_tail_in_the_plan_g4`).
+    pub tail_in_plan: bool,
 }
 
 impl Default for Tiles {
@@ -298,6 +303,7 @@ impl Default for Tiles {
             // the 16 subspaces in turn (H100, 2026-12-05, db8722f,
             // `bench/results/record-peaks-h100-2026-12-05-db8722f-step-pk-q*`).
             pariskv_query_blocks: 16,
+            tail_in_plan: false,
         }
     }
 }

@@ -221,6 +221,11 @@ fn plan(
     tiles: &Tiles,
     chooser: &mut TileChooser<'_>,
 ) -> Result<PlanSpec, StepError> {
+    let threads =
+        chooser.threads(TunedFamily::Plan, Placement::Hbm, tiles.plan_threads as u32)? as usize;
+    // The tail's rows are read where they live, as the oracle reads them; a plan of more
+    // threads than a tail allows leaves it to the oracle.
+    let tail = tiles.tail_in_plan && threads <= PlanSpec::TAIL_MAX_THREADS;
     Ok(PlanSpec {
         head_dim: shape.head_dim,
         group: shape.group,
@@ -228,8 +233,13 @@ fn plan(
         segment_words: shape.segment_words,
         method,
         rotate: shape.basis == Basis::Klt,
-        threads: chooser.threads(TunedFamily::Plan, Placement::Hbm, tiles.plan_threads as u32)?
-            as usize,
+        threads,
+        tail: tail.then_some(shape.placement),
+        tail_kv_rows: if tail {
+            shape.kv_rows
+        } else {
+            KvRows::Separate
+        },
     })
 }
 

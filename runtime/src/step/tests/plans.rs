@@ -501,3 +501,47 @@ fn workspace_sizes_times_n_scale_every_buffer() {
         assert_eq!(3 * a, b, "{name}");
     }
 }
+
+#[test]
+fn a_plan_that_scores_the_tail_drops_the_oracle_launch() {
+    let tiles = Tiles {
+        tail_in_plan: true,
+        ..fetched()
+    };
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(4, 40_000, placement);
+        for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+            let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+            let fused = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+            let tail = Role::Oracle { whole: false };
+            assert!(roles(&plain).contains(&tail));
+            let mut want = roles(&plain);
+            want.retain(|&r| r != tail);
+            assert_eq!(roles(&fused), want, "{method} {placement:?}");
+            let spec = fused.specs.plan.unwrap();
+            assert_eq!(spec.tail, Some(placement));
+            assert_eq!(spec.tail_kv_rows, s.kv_rows);
+            let launch = &fused.operations[0].kernel.as_ref().unwrap().launch;
+            // A block a (KV head, sequence) plans, one more scores its tail.
+            assert_eq!(launch.grid, [2 * 2, 3, 1]);
+            assert!(fused.operations[0]
+                .kernel
+                .as_ref()
+                .unwrap()
+                .entry
+                .ends_with(&format!("_tail{}", placement.as_str())));
+            assert_eq!(fused.sizes, plain.sizes);
+        }
+        // The oracle method scores every token itself; a plan of more threads than a tail
+        // allows leaves the tail to the oracle.
+        let oracle = plan_inputs(s, Method::Oracle, None, 256, &tiles, None).unwrap();
+        assert!(roles(&oracle).contains(&Role::Oracle { whole: true }));
+        let wide = Tiles {
+            plan_threads: 1024,
+            ..tiles
+        };
+        let wide = plan_inputs(s, Method::Fathom { bits: 48.0 }, None, 256, &wide, None).unwrap();
+        assert_eq!(wide.specs.plan.unwrap().tail, None);
+        assert!(roles(&wide).contains(&Role::Oracle { whole: false }));
+    }
+}
