@@ -471,6 +471,26 @@ fn tensor_core_scans_compile_without_warnings_or_spills() {
 /// compile without a warning for both architectures (the plain one's `__reduce_max_sync` is
 /// sm_80's `redux.sync`), and where the same kernel without peaks keeps nothing in local memory
 /// the peaks one keeps nothing there either (ptxas at sm_90).
+/// What `spec`'s kernel uses on sm_90 (ptxas's report), after checking that NVRTC compiles it
+/// without a warning.
+fn sm90_resources(spec: &KernelSpec) -> codegen::resources::EntryResources {
+    let options: Vec<String> = COMPILE_OPTIONS
+        .iter()
+        .map(|o| o.to_string())
+        .chain(["--ptxas-options=-v".to_string()])
+        .collect();
+    let source = render_any(spec).unwrap();
+    let name = spec.kernel_name();
+    let compiled = nvrtc::compile(&source, &format!("{name}.cu"), "sm_90", &options)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        !compiled.log.contains("warning"),
+        "{name}: {}",
+        compiled.log
+    );
+    codegen::resources::parse_entry(&compiled.log, &name).unwrap()
+}
+
 #[test]
 fn peaks_scans_compile_without_warnings_or_new_local_memory() {
     let tiles = [(4, 64), (8, 128), (16, 256), (32, 512), (64, 1024)];
@@ -505,23 +525,7 @@ fn peaks_scans_compile_without_warnings_or_new_local_memory() {
     }
     specs.retain(|s| s.validate().is_ok());
     assert!(specs.len() >= 30, "the grid has {} specs", specs.len());
-    let options: Vec<String> = COMPILE_OPTIONS
-        .iter()
-        .map(|o| o.to_string())
-        .chain(["--ptxas-options=-v".to_string()])
-        .collect();
-    let resources = |spec: ScanSpec| {
-        let source = render_any(&spec.into()).unwrap();
-        let name = spec.kernel_name();
-        let compiled = nvrtc::compile(&source, &format!("{name}.cu"), "sm_90", &options)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            !compiled.log.contains("warning"),
-            "{name}: {}",
-            compiled.log
-        );
-        codegen::resources::parse_entry(&compiled.log, &name).unwrap()
-    };
+    let resources = |spec: ScanSpec| sm90_resources(&spec.into());
     for spec in &specs {
         let name = spec.kernel_name();
         assert!(name.ends_with("_pk"), "{name}");
@@ -584,23 +588,7 @@ fn plans_scoring_the_tail_compile_without_warnings_or_new_local_memory() {
             }
         }
     }
-    let options: Vec<String> = COMPILE_OPTIONS
-        .iter()
-        .map(|o| o.to_string())
-        .chain(["--ptxas-options=-v".to_string()])
-        .collect();
-    let resources = |spec: KernelSpec| {
-        let source = render_any(&spec).unwrap();
-        let name = spec.kernel_name();
-        let compiled = nvrtc::compile(&source, &format!("{name}.cu"), "sm_90", &options)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            !compiled.log.contains("warning"),
-            "{name}: {}",
-            compiled.log
-        );
-        codegen::resources::parse_entry(&compiled.log, &name).unwrap()
-    };
+    let resources = |spec: KernelSpec| sm90_resources(&spec);
     for spec in &specs {
         spec.validate().unwrap();
         let name = spec.kernel_name();

@@ -58,11 +58,11 @@ use fathom_tests::device_store::max_seg;
 use fathom_tests::inputs;
 use fathom_tests::kv_rows::interleave;
 use fathom_tests::plan_check::{check_plan, PlanCase, PlanHostInputs, SEGMENT_WORDS};
-use fathom_tests::plan_cpu::{CpuPlan, CpuPlanArgs, CpuTail};
+use fathom_tests::plan_cpu::{CpuPlan, CpuPlanArgs, CpuPlanRun, CpuTail};
 use fathom_tests::store_kernels::class_count;
 use rand::{Rng, SeedableRng};
 use reference::planner::{depth_at, min_budget, plan_cost, water_fill, BRACKET_LOW_MARGIN};
-use reference::store::BlockSize;
+use reference::store::{BlockSize, HeadStore};
 
 /// How a case is launched beyond its spec.
 #[derive(Clone, Copy, Debug)]
@@ -95,22 +95,12 @@ fn run_with(
     staging: Staging,
     host: &PlanHostInputs,
 ) -> (Vec<String>, Vec<Vec<Vec<u8>>>) {
-    let layout = case.layout();
-    let stores = inputs::head_stores(rng, layout, &case.n_stored, case.heads);
-    let args = CpuPlanArgs {
-        stores: &stores,
-        max_seg: max_seg(layout, &case.n_stored),
-        queries: &host.queries,
-        sigma2: host.sigma2_arg(case),
-        fixed_channels: host.fixed_arg(case),
-        rotation: host.rotation.as_deref(),
-        budget: case.budget,
-        stage_planes: match staging {
-            Staging::None => None,
-            Staging::Planes => Some(case.stage_planes),
-        },
-        tail: None,
+    let stores = inputs::head_stores(rng, case.layout(), &case.n_stored, case.heads);
+    let stage_planes = match staging {
+        Staging::None => None,
+        Staging::Planes => Some(case.stage_planes),
     };
+    let args = plan_args(case, host, &stores, stage_planes, None);
     let label = format!(
         "{} on the CPU: budget {} n_stored {:?} zero queries {:?} staging {staging:?} ({} planes)",
         plan.name(),
@@ -119,17 +109,57 @@ fn run_with(
         case.zero_queries,
         case.stage_planes,
     );
-    let run = match plan.run(&args, rng.gen()) {
-        Ok(run) => run,
-        Err(e) => return (vec![format!("{label}: {e}")], Vec::new()),
-    };
+    match run_and_check(rng, seed, case, host, plan, &args, &label) {
+        Ok((_, failures, expected)) => (failures, expected),
+        Err(e) => (vec![e], Vec::new()),
+    }
+}
+
+/// The launch arguments of `case` over `stores` with the inputs `host`.
+fn plan_args<'a>(
+    case: &PlanCase,
+    host: &'a PlanHostInputs,
+    stores: &'a [Vec<HeadStore>],
+    stage_planes: Option<usize>,
+    tail: Option<CpuTail<'a>>,
+) -> CpuPlanArgs<'a> {
+    CpuPlanArgs {
+        stores,
+        max_seg: max_seg(case.layout(), &case.n_stored),
+        queries: &host.queries,
+        sigma2: host.sigma2_arg(case),
+        fixed_channels: host.fixed_arg(case),
+        rotation: host.rotation.as_deref(),
+        budget: case.budget,
+        stage_planes,
+        tail,
+    }
+}
+
+/// A checked run: the run, what differed from the reference, the expected depths `[b][h]`.
+type Checked = (CpuPlanRun, Vec<String>, Vec<Vec<Vec<u8>>>);
+
+/// Runs `plan` over `args` and checks what it planned against the reference: the run, what
+/// differed (stray writes included) and the expected depths `[b][h]`; or why it did not run.
+fn run_and_check(
+    rng: &mut impl Rng,
+    seed: u64,
+    case: &PlanCase,
+    host: &PlanHostInputs,
+    plan: &CpuPlan,
+    args: &CpuPlanArgs<'_>,
+    label: &str,
+) -> Result<Checked, String> {
+    let run = plan
+        .run(args, rng.gen())
+        .map_err(|e| format!("{label}: {e}"))?;
     let mut failures: Vec<String> = run
         .stray_writes
         .iter()
         .map(|w| format!("{label}: {w} (FATHOM_TEST_SEED={seed})"))
         .collect();
     let (report, expected) = check_plan(
-        &label,
+        label,
         seed,
         case,
         host,
@@ -138,7 +168,7 @@ fn run_with(
         &run.shape,
     );
     failures.extend(report);
-    (failures, expected)
+    Ok((run, failures, expected))
 }
 
 fn assert_none(failures: Vec<String>) {
@@ -768,8 +798,7 @@ fn tail_case_failures(
         case.n_stored[2],
     ];
     let host = PlanHostInputs::random(rng, case);
-    let layout = case.layout();
-    let stores = inputs::head_stores(rng, layout, &case.n_stored, case.heads);
+    let stores = inputs::head_stores(rng, case.layout(), &case.n_stored, case.heads);
     // Fresh bf16 keys in [-2, 2) for every token of every (b, h), laid out as `kv_rows`.
     let keys: Vec<Vec<u16>> = (0..n_total.len() * case.heads)
         .map(|bh| {
@@ -786,41 +815,17 @@ fn tail_case_failures(
         })
         .collect();
     let totals: Vec<i32> = n_total.iter().map(|&n| n as i32).collect();
-    let args = CpuPlanArgs {
-        stores: &stores,
-        max_seg: max_seg(layout, &case.n_stored),
-        queries: &host.queries,
-        sigma2: host.sigma2_arg(case),
-        fixed_channels: host.fixed_arg(case),
-        rotation: host.rotation.as_deref(),
-        budget: case.budget,
-        stage_planes: None,
-        tail: Some(CpuTail {
-            rows: &rows,
-            n_total: &totals,
-            ld_scores: ld,
-        }),
+    let tail = CpuTail {
+        rows: &rows,
+        n_total: &totals,
+        ld_scores: ld,
     };
+    let args = plan_args(case, &host, &stores, None, Some(tail));
     let label = format!("{} on the CPU: n_total {n_total:?}", plan.name());
-    let run = match plan.run(&args, rng.gen()) {
-        Ok(run) => run,
-        Err(e) => return vec![format!("{label}: {e}")],
+    let (run, mut failures, _) = match run_and_check(rng, seed, case, &host, plan, &args, &label) {
+        Ok(checked) => checked,
+        Err(e) => return vec![e],
     };
-    let mut failures: Vec<String> = run
-        .stray_writes
-        .iter()
-        .map(|w| format!("{label}: {w}"))
-        .collect();
-    let (report, _) = check_plan(
-        &label,
-        seed,
-        case,
-        &host,
-        &run.result,
-        &run.addresses(),
-        &run.shape,
-    );
-    failures.extend(report);
     let scores = run.scores.expect("a plan with a tail returns the scores");
     for (bh, key) in keys.iter().enumerate() {
         let b = bh / case.heads;
