@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# (Thirteenth session: its ncu parts on the select's `_chunk`, the plan and attention at 32k
+# ran as h100-2026-12-06q-select-32k-sass.sh and h100-2026-12-06r-plan-attention-32k-sass.sh;
+# what is left here is the host 1M kernel times and pariskv(100) from host memory.)
 # What the one-block select's `_chunk` spends its 19 us on at HBM 32k (the largest stage of
 # the step there: ncu at e52a32f, H100, bench/NOTES.md "Seventh session"): ncu's full set
 # (source counters with SASS stall samples, warp states, memory) on one `_chunk` launch of the
