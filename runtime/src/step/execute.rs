@@ -59,15 +59,10 @@ fn int(value: usize) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
 }
 
-/// A buffer the kernel reads, at a raw address (the step's inputs, the view's tables); the
-/// parameter's type gives the element type.
+/// A buffer the kernel reads, at its address (the step's inputs, the view's tables, a
+/// workspace buffer: null when absent, which the launch plan's sizes rule out for every buffer
+/// its launches use); the parameter's type gives the element type.
 fn at<T>(addr: u64) -> DevicePtr<T> {
-    DevicePtr::from_addr(addr)
-}
-
-/// A workspace buffer the kernel reads (null when absent: the launch plan sizes every buffer
-/// its launches use).
-fn input<T>(addr: u64) -> DevicePtr<T> {
     DevicePtr::from_addr(addr)
 }
 
@@ -174,11 +169,20 @@ impl Target {
         inputs: &Inputs,
         group: Option<(&LaunchPlan, usize)>,
     ) -> Target {
-        let (heads, sizes, i) = match group {
-            Some((plan, i)) => (i * plan.shape.kv_heads, plan.sizes, i),
-            None => (0, WorkspaceSizes::default(), 0),
+        // The whole step is share 0: nothing is advanced.
+        let (i, s, heads, g, d) = match group {
+            Some((plan, i)) => {
+                let shape = plan.shape;
+                (
+                    i,
+                    plan.sizes,
+                    i * shape.kv_heads,
+                    shape.group,
+                    shape.head_dim,
+                )
+            }
+            None => (0, WorkspaceSizes::default(), 0, 0, 0),
         };
-        let (g, d) = group.map_or((0, 0), |(plan, _)| (plan.shape.group, plan.shape.head_dim));
         let max_seg = view.max_seg;
         let inputs = Inputs {
             queries: advanced::<f32>(inputs.queries, heads * g * d),
@@ -201,7 +205,6 @@ impl Target {
         fn at<T>(b: &Buf<T>, i: usize, elements: usize) -> u64 {
             advanced::<T>(addr(b), i * elements)
         }
-        let s = sizes;
         let ws = Buffers {
             q_store: at(&ws.q_store, i, s.q_store),
             depths: at(&ws.depths, i, s.depths),
@@ -395,9 +398,9 @@ fn record_ops(
                 abi::plan_args(args, tail)
             }
             Role::Gather => abi::gather::Args {
-                src_runs: input(t.ws.runs),
-                dst_runs: input(t.ws.staged_runs),
-                class_count: input(t.ws.class_count),
+                src_runs: at(t.ws.runs),
+                dst_runs: at(t.ws.staged_runs),
+                class_count: at(t.ws.class_count),
                 n_stored: at(t.view.n_stored),
                 max_seg: n.max_seg,
                 n_heads: n.heads,
@@ -407,9 +410,9 @@ fn record_ops(
                 let peaks = plan.specs.scan.is_some_and(|scan| scan.peaks);
                 abi::scan_args(
                     abi::scan::Args {
-                        runs: input(if staged { t.ws.staged_runs } else { t.ws.runs }),
-                        class_count: input(t.ws.class_count),
-                        q_store: input(t.ws.q_store),
+                        runs: at(if staged { t.ws.staged_runs } else { t.ws.runs }),
+                        class_count: at(t.ws.class_count),
+                        q_store: at(t.ws.q_store),
                         n_stored: at(t.view.n_stored),
                         max_seg: n.max_seg,
                         n_heads: n.heads,
@@ -435,11 +438,11 @@ fn record_ops(
                     .select
                     .expect("a select launch has a select spec");
                 let buffers = SelectBuffers {
-                    scores: input(t.ws.scores),
+                    scores: at(t.ws.scores),
                     ld_scores: n.ld,
                     n_total: at(t.view.n_total),
                     n_stored: at(t.view.n_stored),
-                    peaks: input(t.ws.peaks),
+                    peaks: at(t.ws.peaks),
                     ld_peaks: int(plan.ld_peaks),
                     k: n.k,
                     num_kv_heads: n.heads,
@@ -463,8 +466,8 @@ fn record_ops(
             Role::Fetch => abi::fetch::Args {
                 k_rows: at(t.view.k_rows),
                 v_rows: at(t.view.v_rows),
-                uni: input(uni),
-                uni_count: input(t.ws.uni_count),
+                uni: at(uni),
+                uni_count: at(t.ws.uni_count),
                 k_sel: output(t.ws.k_sel),
                 v_sel: output(t.ws.v_sel),
                 k: n.k,
@@ -479,15 +482,15 @@ fn record_ops(
                     output(t.ws.out)
                 };
                 // `dense` selects every token: its row positions are its tokens.
-                let sel = input(if dense { t.ws.dense_sel } else { t.ws.sel });
+                let sel = at(if dense { t.ws.dense_sel } else { t.ws.sel });
                 let (k_rows, v_rows) = (at(t.view.k_rows), at(t.view.v_rows));
                 let split = plan.specs.attention.splits > 1;
                 match (plan.specs.attention.rows, split) {
                     (AttentionRows::Fetched, false) => abi::attention::Args {
-                        k_sel: input(t.ws.k_sel),
-                        v_sel: input(t.ws.v_sel),
-                        sel_pos: input(sel_pos),
-                        sel_count: input(t.ws.sel_count),
+                        k_sel: at(t.ws.k_sel),
+                        v_sel: at(t.ws.v_sel),
+                        sel_pos: at(sel_pos),
+                        sel_count: at(t.ws.sel_count),
                         q: at(t.inputs.queries),
                         scale: t.inputs.scale,
                         out,
@@ -495,10 +498,10 @@ fn record_ops(
                     }
                     .args(),
                     (AttentionRows::Fetched, true) => abi::attention_split::Args {
-                        k_sel: input(t.ws.k_sel),
-                        v_sel: input(t.ws.v_sel),
-                        sel_pos: input(sel_pos),
-                        sel_count: input(t.ws.sel_count),
+                        k_sel: at(t.ws.k_sel),
+                        v_sel: at(t.ws.v_sel),
+                        sel_pos: at(sel_pos),
+                        sel_count: at(t.ws.sel_count),
                         q: at(t.inputs.queries),
                         scale: t.inputs.scale,
                         out,
@@ -511,7 +514,7 @@ fn record_ops(
                         k_rows,
                         v_rows,
                         sel,
-                        sel_count: input(t.ws.sel_count),
+                        sel_count: at(t.ws.sel_count),
                         q: at(t.inputs.queries),
                         scale: t.inputs.scale,
                         out,
@@ -522,7 +525,7 @@ fn record_ops(
                         k_rows,
                         v_rows,
                         sel,
-                        sel_count: input(t.ws.sel_count),
+                        sel_count: at(t.ws.sel_count),
                         q: at(t.inputs.queries),
                         scale: t.inputs.scale,
                         out,

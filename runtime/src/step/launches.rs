@@ -379,11 +379,11 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     if let Some(landmark) = specs.landmark {
         stages.landmark(landmark)?;
     }
-    let whole = inputs.scoring == Scoring::Oracle;
-    // A plan that scores the tail (`Tiles::tail_in_plan`) leaves the oracle nothing to do.
+    // A plan that scores the tail (`Tiles::tail_in_plan`) leaves the oracle nothing to do (the
+    // `oracle` method, which scores every token, has no plan).
     let tail_in_plan = specs.plan.is_some_and(|plan| plan.tail.is_some());
-    if let (Some(oracle), false) = (specs.oracle, tail_in_plan && !whole) {
-        stages.oracle(oracle, whole)?;
+    if let Some(oracle) = specs.oracle.filter(|_| !tail_in_plan) {
+        stages.oracle(oracle, inputs.scoring == Scoring::Oracle)?;
     }
     // Selection.
     // The fetch reads the union; attention from the store's rows reads only the sets.

@@ -240,12 +240,14 @@ pub struct Decoder {
     host_queries: Option<DeviceBuffer<f32>>,
     /// The ParisKV sign vector, uploaded on the first `pariskv` step.
     pariskv_signs: Option<Arc<DeviceBuffer<f32>>>,
-    /// The second stream of [`DecoderConfig::overlap_tail`], opened on the first step.
+    /// The second stream of [`DecoderConfig::overlap_tail`] and [`DecoderConfig::head_groups`],
+    /// opened on the first step that needs it.
     side: Option<Side>,
 }
 
-/// The second stream of [`DecoderConfig::overlap_tail`] and the two markers of its fork (the
-/// side waits for the step's start) and join (the step waits for the side), made once.
+/// The second stream of [`DecoderConfig::overlap_tail`] and [`DecoderConfig::head_groups`],
+/// and the two markers of its fork (the side waits for the main stream) and join (the main
+/// stream waits for the side), made once.
 pub(crate) struct Side {
     pub gpu: Gpu,
     pub fork: Marker,
@@ -619,12 +621,13 @@ impl Decoder {
         Ok(self.outputs(&prepared.plan))
     }
 
-    /// Opens the second stream of [`DecoderConfig::overlap_tail`] once, outside any capture.
+    /// Opens the second stream of [`DecoderConfig::overlap_tail`] and
+    /// [`DecoderConfig::head_groups`] once, outside any capture.
     fn open_side(&mut self) -> Result<(), StepError> {
         let wanted = self.config.overlap_tail || self.config.head_groups > 1;
         if wanted && self.side.is_none() {
             self.gpu
-                .refuse_while_capturing("opening the tail's stream")?;
+                .refuse_while_capturing("opening the step's second stream")?;
             let gpu = self.gpu.with_new_stream()?;
             let (fork, join) = (gpu.marker()?, gpu.marker()?);
             self.side = Some(Side { gpu, fork, join });

@@ -11,7 +11,7 @@ use super::launches::{launch_plan, token_capacity, PlanInputs, Role, StepShape, 
 use super::request::{Method, Scoring};
 use super::validate::{check_host_queries, check_needs, check_query_len, check_view, ViewShape};
 use super::workspace::dense_tables;
-use super::{Calibration, CalibrationError, DecoderConfig, StepError};
+use super::{Calibration, CalibrationError, Decoder, DecoderConfig, StepError};
 use crate::tuning::Transfer;
 use crate::tuning::{context_bucket, fit_scan_tile, Tile, Tiles, TuneKey, TunedFamily, Tuning};
 
@@ -179,6 +179,31 @@ fn config_fields_are_checked() {
         match config.validate() {
             Err(StepError::Config { field: f, .. }) => assert_eq!(f, field),
             other => panic!("{config:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn head_groups_must_divide_the_model_s_kv_heads() {
+    // The test model has 2 KV heads: 1 and 2 groups divide them, 3 and 4 do not.
+    let m = model(Basis::Raw, 4);
+    let config = |head_groups| DecoderConfig {
+        head_groups,
+        ..Default::default()
+    };
+    assert!(Decoder::check(&m, &config(1)).is_ok());
+    assert!(Decoder::check(&m, &config(2)).is_ok());
+    for groups in [3, 4] {
+        match Decoder::check(&m, &config(groups)) {
+            Err(StepError::Config {
+                field: "head_groups",
+                got,
+                allowed,
+            }) => {
+                assert_eq!(got, groups.to_string());
+                assert!(allowed.ends_with("2 KV heads: 1, 2"), "{allowed}");
+            }
+            other => panic!("{groups} groups: {other:?}"),
         }
     }
 }
