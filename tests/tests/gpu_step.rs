@@ -984,12 +984,13 @@ gpu_test!(gpu_step_head_groups_equal_the_whole_step_g4, |t| {
     m.finish();
 });
 
-// The tail scored in blocks of the plan's launch (`Tiles::tail_in_plan`, opt-in, not yet run on
-// a GPU): the plan carries the tail and no oracle launch follows the scan; every method, eager
-// and replayed, both placements, against the reference (the fixture's lengths leave tails).
-gpu_test!(gpu_step_tail_in_the_plan_g4, |t| {
+// The tail scored in the oracle's launch after the scan (`Tiles::tail_in_plan` false; the
+// default scores it in blocks of the plan's launch, as every other test here runs): the plan
+// carries no tail and the oracle launch follows the scan; every method, eager and replayed, both
+// placements, against the reference (the fixture's lengths leave tails).
+gpu_test!(gpu_step_tail_in_the_oracle_g4, |t| {
     let mut config = decoder_config();
-    config.tiles.tail_in_plan = true;
+    config.tiles.tail_in_plan = false;
     {
         let f = Fixture::new(&mut t.rng, D, 4, Basis::Raw);
         let batch = DeviceBatch::new(&t.gpu, &f, Placement::Host);
@@ -1000,22 +1001,22 @@ gpu_test!(gpu_step_tail_in_the_plan_g4, |t| {
         let request = StepRequest::new(Method::Sparq { r: 16 }, K);
         let plan = decoder.launch_plan(&batch.view(), &request).expect("plan");
         assert!(
-            plan.specs.plan.is_some_and(|p| p.tail.is_some()),
-            "the plan scores no tail"
+            plan.specs.plan.is_some_and(|p| p.tail.is_none()),
+            "the plan scores the tail"
         );
         assert!(
             plan.operations
                 .iter()
-                .all(|op| op.role != Role::Oracle { whole: false }),
-            "an oracle launch still scores the tail"
+                .any(|op| op.role == Role::Oracle { whole: false }),
+            "no oracle launch scores the tail"
         );
     }
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
 });
 
-gpu_test!(gpu_step_tail_in_the_plan_g7, |t| {
+gpu_test!(gpu_step_tail_in_the_oracle_g7, |t| {
     let mut config = decoder_config();
-    config.tiles.tail_in_plan = true;
+    config.tiles.tail_in_plan = false;
     run_case_configured(&mut t, D, 7, Basis::Klt, Tuned::Default, config);
 });
 

@@ -54,11 +54,11 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         stem
     };
-    // And one with the tail in the plan's launch (`--tail-in-plan`).
+    // And one with the tail in the oracle's launch (`--tail-in-oracle`).
     let stem = if h.tail_in_plan {
-        format!("{stem}-tailplan")
-    } else {
         stem
+    } else {
+        format!("{stem}-tailoracle")
     };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {

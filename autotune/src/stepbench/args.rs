@@ -87,10 +87,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub head_groups: u32,
-    /// Score the tail in blocks of the plan's launch instead of an oracle launch after the
-    /// scan (`Tiles::tail_in_plan`, off by default).
+    /// Score the tail in an oracle launch after the scan instead of blocks of the plan's
+    /// launch (`Tiles::tail_in_plan` false; the runtime scores it in the plan's launch).
     #[arg(long)]
-    pub tail_in_plan: bool,
+    pub tail_in_oracle: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -130,7 +130,7 @@ pub struct Options {
     pub overlap_tail: bool,
     /// `--head-groups`.
     pub head_groups: usize,
-    /// `--tail-in-plan`.
+    /// Whether the plan's launch scores the tail (not `--tail-in-oracle`).
     pub tail_in_plan: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
@@ -360,7 +360,7 @@ impl Options {
             pariskv_query_blocks: args.pariskv_query_blocks,
             overlap_tail: args.overlap_tail,
             head_groups: args.head_groups as usize,
-            tail_in_plan: args.tail_in_plan,
+            tail_in_plan: !args.tail_in_oracle,
         })
     }
 

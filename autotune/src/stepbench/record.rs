@@ -153,8 +153,8 @@ pub struct Header {
     /// the option, and where grouping does not apply).
     #[serde(default = "one_group")]
     pub head_groups: usize,
-    /// Whether the plan's launch scored the tail (`--tail-in-plan`; false in records written
-    /// before the option).
+    /// Whether the plan's launch scored the tail (the default since 2026-12-06; false with
+    /// `--tail-in-oracle`, and in records written before the plan could).
     #[serde(default)]
     pub tail_in_plan: bool,
     pub model: String,

@@ -819,6 +819,7 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert!(options(&["--overlap-tail"]).unwrap().overlap_tail);
     assert_eq!(options(&[]).unwrap().head_groups, 1);
     assert_eq!(options(&["--head-groups", "4"]).unwrap().head_groups, 4);
-    assert!(!options(&[]).unwrap().tail_in_plan);
-    assert!(options(&["--tail-in-plan"]).unwrap().tail_in_plan);
+    // The tail in the plan's launch: on unless asked otherwise.
+    assert!(options(&[]).unwrap().tail_in_plan);
+    assert!(!options(&["--tail-in-oracle"]).unwrap().tail_in_plan);
 }

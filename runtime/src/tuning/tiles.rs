@@ -265,8 +265,9 @@ pub struct Tiles {
     pub pariskv_query_blocks: u32,
     /// Whether the plan's launch also scores the tail (the tokens past the last encoded
     /// segment, `PlanSpec::tail`) in blocks beside its own, instead of an oracle launch after
-    /// the scan: one launch fewer a layer for every plane method. Opt-in: not yet run on a GPU
-    /// (`step-bench --tail-in-plan`; the GPU test `gpu_step_tail_in_the_plan_g4`).
+    /// the scan: one launch fewer a layer for every plane method. On by default; false keeps
+    /// the oracle's launch (`step-bench --tail-in-oracle`; the GPU tests
+    /// `gpu_step_tail_in_the_oracle_g{4,7}`).
     pub tail_in_plan: bool,
 }
 
@@ -303,7 +304,10 @@ impl Default for Tiles {
             // the 16 subspaces in turn (H100, 2026-12-05, db8722f,
             // `bench/results/record-peaks-h100-2026-12-05-db8722f-step-pk-q*`).
             pariskv_query_blocks: 16,
-            tail_in_plan: false,
+            // One launch fewer a layer: the HBM step at 32k took 1.399 ms against 1.431 and
+            // 1.451 with the oracle's launch (H100, 2026-12-06, c3b2949; 1M and host 1M within
+            // noise), `bench/results/tail-plan-h100-2026-12-06-c3b2949-*`.
+            tail_in_plan: true,
         }
     }
 }

@@ -109,14 +109,16 @@ fn plan_inputs(
     })
 }
 
-/// The default tiles with the rows fetched in HBM too and the radix select: the roads these
-/// plans test (attention from the store's rows, the default, has its own tests in `plans.rs`;
-/// the default select, the one reading the scan's peaks, in `tuning.rs`).
+/// The default tiles with the rows fetched in HBM too, the radix select and the tail in the
+/// oracle's launch: the roads these plans test (attention from the store's rows, the default,
+/// has its own tests in `plans.rs`, as has the tail in the plan's launch; the default select,
+/// the one reading the scan's peaks, in `tuning.rs`).
 fn fetched() -> Tiles {
     Tiles {
         attention_rows: codegen::spec::AttentionRows::Fetched,
         select: (256, 16),
         select_algorithm: SelectAlgorithm::Radix,
+        tail_in_plan: false,
         ..Tiles::default()
     }
 }
