@@ -514,8 +514,23 @@ fn peaks_mutations_are_caught() {
             ),
             (
                 "the window's scores in the peaks",
-                "if (first >= lo && first + VEC <= hi) {",
-                "if (first >= lo) {",
+                "if (first >= lo && first + VEC <= hi) return peak_of(v);",
+                "if (first >= lo) return peak_of(v);",
+            ),
+            (
+                "the row's last load's peak taken over all its scores",
+                "l == first_load || l == last_load ?",
+                "l == first_load ?",
+            ),
+            (
+                "the row's first load's peak taken over all its scores",
+                "l == first_load || l == last_load ?",
+                "l == last_load ?",
+            ),
+            (
+                "a thread's next batch read from this batch's loads",
+                "next[j] = __ldg(at + ROUND + j * THREADS);",
+                "next[j] = __ldg(at + j * THREADS);",
             ),
             (
                 "the block's last load left out of the hot tiles",
