@@ -113,11 +113,15 @@ pub struct OptIn {
     /// shared memory; sm_90 only; exact on an H100 but 1.6-2x slower there than the one-block
     /// selects, 2026-12-06).
     pub select_cluster: bool,
+    /// `attention-splits16`: every attention tile also with 16 blocks a query head
+    /// ([`ATTENTION_SPLITS_OPT_IN`]; the kernels at 16 splits are exact on the GPU in
+    /// `gpu_attention_split_matches_reference`, but no record has timed them yet).
+    pub attention_splits16: bool,
 }
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 2] = ["select-fused", "select-cluster"];
+    pub const NAMES: [&'static str; 3] = ["select-fused", "select-cluster", "attention-splits16"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -161,6 +165,7 @@ impl OptIn {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
                 "select-cluster" => opt_in.select_cluster = true,
+                "attention-splits16" => opt_in.attention_splits16 = true,
                 _ => {
                     if let Some((_, since)) =
                         OptIn::GRADUATED.iter().find(|(n, _)| *n == name.as_str())
@@ -197,8 +202,26 @@ impl OptIn {
                     ..OptIn::default()
                 }
             }
+            Variant::Tile(Tile::Attention { splits, .. })
+                if !ATTENTION_SPLITS.contains(&splits) =>
+            {
+                OptIn {
+                    attention_splits16: true,
+                    ..OptIn::default()
+                }
+            }
             _ => OptIn::default(),
         }
+    }
+
+    /// The blocks a query head tried for every attention tile: [`ATTENTION_SPLITS`], and
+    /// [`ATTENTION_SPLITS_OPT_IN`] too with `attention-splits16`.
+    pub fn attention_splits(self) -> Vec<u32> {
+        let mut splits = ATTENTION_SPLITS.to_vec();
+        if self.attention_splits16 {
+            splits.extend(ATTENTION_SPLITS_OPT_IN);
+        }
+        splits
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
@@ -222,6 +245,10 @@ pub const ATTENTION_ROWS: [u32; 4] = [1, 2, 4, 8];
 /// Blocks per query head tried for attention (`AttentionSpec::splits`): with one block a head
 /// a batch-1 step of a 32-head model fills a quarter of an H200's SMs.
 pub const ATTENTION_SPLITS: [u32; 4] = [1, 2, 4, 8];
+/// Blocks per query head tried for attention with `--opt-in attention-splits16`: at 8 (the
+/// H100 record's winner at every context) a block of the HBM step at 32k still walks ~70 of a
+/// head's ~550 rows in three rounds of dependent loads; 16 takes two.
+pub const ATTENTION_SPLITS_OPT_IN: [u32; 1] = [16];
 /// Threads per block tried for the ParisKV vote, top-C and rerank.
 pub const PARISKV_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];
 /// The rerank `_score` variants tried for every thread count: one thread a candidate, or whole
@@ -519,8 +546,9 @@ pub fn grid_with(subject: Subject, placement: Placement, opt_in: OptIn) -> Vec<V
         Subject::Kernel(TunedFamily::Attention) => ATTENTION_THREADS
             .iter()
             .flat_map(|&threads| {
+                let splits = opt_in.attention_splits();
                 ATTENTION_ROWS.iter().flat_map(move |&rows_per_warp| {
-                    ATTENTION_SPLITS.iter().map(move |&splits| {
+                    splits.clone().into_iter().map(move |splits| {
                         Variant::Tile(Tile::Attention {
                             threads,
                             rows_per_warp,

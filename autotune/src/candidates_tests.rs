@@ -332,6 +332,47 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
 }
 
 #[test]
+fn attention_splits16_adds_sixteen_blocks_a_head_to_every_attention_tile() {
+    let opt_in = OptIn::parse(&["attention-splits16".to_string()]).unwrap();
+    assert_eq!(
+        opt_in,
+        OptIn {
+            attention_splits16: true,
+            ..OptIn::default()
+        }
+    );
+    let subject = Subject::Kernel(TunedFamily::Attention);
+    let plain = grid(subject, Placement::Hbm);
+    let with = grid_with(subject, Placement::Hbm, opt_in);
+    let tiles = ATTENTION_THREADS.len() * ATTENTION_ROWS.len();
+    assert_eq!(plain.len(), tiles * ATTENTION_SPLITS.len());
+    assert_eq!(with.len(), plain.len() + tiles);
+    let added: Vec<_> = with.iter().filter(|v| !plain.contains(v)).collect();
+    assert_eq!(added.len(), tiles);
+    for v in added {
+        assert!(v.name().ends_with(" s16"), "{}", v.name());
+        assert_eq!(OptIn::needed_for(v), opt_in);
+    }
+    for v in &plain {
+        assert_eq!(OptIn::needed_for(v), OptIn::default(), "{}", v.name());
+    }
+    // Every added tile builds a valid spec for a 32-head model (splits up to MAX_SPLITS).
+    let c = Case {
+        opt_in,
+        ..case(subject, Placement::Hbm, 4)
+    };
+    let valid = enumerate(&c);
+    assert_eq!(
+        valid.iter().filter(|v| v.name().ends_with(" s16")).count(),
+        tiles
+    );
+    assert_ne!(
+        candidate_checksum(opt_in),
+        candidate_checksum(OptIn::default())
+    );
+}
+
+#[test]
 fn the_defaults_of_every_family_are_candidates() {
     let t = runtime::tuning::Tiles::default();
     let has = |family, placement, tile| {

@@ -50,7 +50,8 @@ struct Args {
     /// Also try the candidates of NAME, left out of a default run (repeatable):
     /// `select-fused`, the one-read select with its `_final` folded into `_chunk` (exact on the
     /// H200, no faster); `select-cluster`, the select by a thread-block cluster of eight blocks
-    /// a query head (exact on an H100 but slower there than the one-block selects; sm_90). The
+    /// a query head (exact on an H100 but slower there than the one-block selects; sm_90);
+    /// `attention-splits16`, every attention tile also with 16 blocks a query head. The
     /// record gets its own candidate checksum: write it to a scratch `--out` (`--merge` takes
     /// its entries into a default record).
     #[arg(long = "opt-in", value_name = "NAME")]

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# RAN on 2026-12-06 (fourteenth session, H100, c3b2949): exact, sanitizer-clean, HBM 32k
+# 1.431 / 1.399 / 1.451 ms off / on / off; the tail in the plan is the default since 3efb851
+# (`bench/results/tail-plan-h100-2026-12-06-c3b2949-*`). Kept as the record of what ran.
 # The tail scored in blocks of the plan's launch (`Tiles::tail_in_plan`, `PlanSpec::tail`,
 # opt-in, built in the thirteenth session and exact on the CPU emulator, never yet on a GPU):
 # gpu_step's two tests (g4 raw, g7 KLT: every method, eager and replayed, both placements,

@@ -46,9 +46,10 @@
 //!   the scan on the tensor cores (`ScanSpec::tensor_cores`, both placements), through a record
 //!   whose only entry it is; ties are then judged within that scan's bound
 //!   (`StepCheck::for_plan`, as every case does from its step's launch plan).
-//! - `gpu_step_split_attention_g4`, `gpu_step_split_attention_g7`: the first two cases with
-//!   attention over 4 and 3 blocks a query head (`splits`; their arrival counters are the
-//!   workspace's, reused by every step and graph replay).
+//! - `gpu_step_split_attention_g4`, `gpu_step_split_attention_g7`,
+//!   `gpu_step_split_attention_16_g4`: the first two cases with attention over 4, 3 and 16
+//!   blocks a query head (`splits`; their arrival counters are the workspace's, reused by every
+//!   step and graph replay).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -763,6 +764,12 @@ gpu_test!(gpu_step_split_attention_g4, |t| {
 
 gpu_test!(gpu_step_split_attention_g7, |t| {
     run_case_with(&mut t, D, 7, Basis::Klt, Tuned::SplitAttention(3));
+});
+
+// The most blocks a query head (`MAX_SPLITS`, autotune's `--opt-in attention-splits16`): most
+// of the fixture's heads have fewer rows a split than a block has warps, some none at all.
+gpu_test!(gpu_step_split_attention_16_g4, |t| {
+    run_case_with(&mut t, D, 4, Basis::Raw, Tuned::SplitAttention(16));
 });
 
 gpu_test!(gpu_step_rotated_store_g7, |t| {
