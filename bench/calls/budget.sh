@@ -92,3 +92,33 @@ ncu_step_times() {
     python3 "$R/bench/calls/ncu-kernel-times.py" "$L/ncu-step-$1-$2.csv" "$1 $2" > "$L/times-$1-$2.txt" 2>&1
   done
 }
+#   all_gpu_tests   every GPU test: the Python GPU tests alone first (their memory test reads the
+#                   device's free memory), then every Rust test binary but gpu_faults, six at a
+#                   time, the slowest first (330 s each at most), then gpu_faults: $L/pytest_gpu.log,
+#                   $L/<binary>.log, $L/rc.txt. Needs `unpack` first and the wheel in .gpu/wheels.
+all_gpu_tests() {
+  local order all list
+  python_tests
+  ( cd /tmp/py && FATHOM_GPU_TESTS=1 timeout -k 10 "$(lim 100)" python3 -m pytest -q -rA --timeout 90 tests/gpu/test_gpu.py \
+      > "$L/pytest_gpu.log" 2>&1; el "pytest gpu rc=$?" )
+  order="gpu_select gpu_scan gpu_pariskv gpu_step gpu_decode gpu_pariskv_step gpu_plan gpu_encode gpu_store"
+  all=$(ls "$TESTS" | sed 's/-test$//' | grep -v '^gpu_faults$')
+  list=$( { for t in $order; do echo "$all" | grep -qx "$t" && echo "$t"; done
+            echo "$all" | grep -vxF -f <(echo $order | tr ' ' '\n'); } )
+  ( cd "$TESTS/.." && echo "$list" | xargs -P 6 -I{} bash -c 'timeout -k 10 '"$(lim 330)"' ./tests/{}-test --ignored \
+      --test-threads=1 > '"$L"'/{}.log 2>&1; echo "{} rc=$?"' > "$L/rc.txt" )
+  el "rust tests done"
+  ( cd "$TESTS/.." && timeout -k 10 "$(lim 60)" ./tests/gpu_faults-test --ignored --test-threads=1 > "$L/gpu_faults.log" 2>&1
+    echo "gpu_faults rc=$?" >> "$L/rc.txt" )
+  el "gpu_faults done"
+}
+#   test_summary   one line a test log of $L (result, count ok, the first failures) and the
+#                  Python GPU tests' result.
+test_summary() {
+  local f
+  for f in "$L"/gpu_*.log; do
+    echo "$(basename "$f"): $(grep -E '^test result' "$f" | tail -1) ($(grep -cE '^test .* ok$' "$f") ok)"
+    grep -E '^test .* FAILED|panicked at' "$f" | head -5
+  done
+  grep -E "passed|failed" "$L/pytest_gpu.log" | tail -3
+}

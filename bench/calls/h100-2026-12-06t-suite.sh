@@ -6,6 +6,7 @@
 # free memory), then every Rust test binary, six at a time, the slowest first, gpu_faults
 # last; then the peaks selects' SASS before and after (nvdisasm, where the machine has it) for
 # the instruction counts of the peaks loop.
+# (Rewritten after it ran on `all_gpu_tests` and `test_summary` of budget.sh, which do the same.)
 # From the repository root, after `scripts/pack-gpu.sh && scripts/build-wheel.sh` and
 # `codegen machine-code` of the peaks selects into .gpu/cubin-{old,new}; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=470 bash bench/calls/h100-2026-12-06t-suite.sh
@@ -13,21 +14,14 @@ set -u
 DEFAULT_BUDGET=470 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
-unpack && el unpacked && python_tests
-( cd /tmp/py && FATHOM_GPU_TESTS=1 timeout -k 10 $(lim 100) python3 -m pytest -q -rA --timeout 90 tests/gpu/test_gpu.py > $L/pytest_gpu.log 2>&1; el "pytest gpu rc=$?" )
+unpack && el unpacked
 export FATHOM_SELECT_ALGORITHMS=radix,compact,onepass,fused,peaks,peaks_head,scan_peaks,scan_peaks_head
-ORDER="gpu_select gpu_scan gpu_pariskv gpu_step gpu_decode gpu_pariskv_step gpu_plan gpu_encode gpu_store"
-ALL=$(ls $TESTS | sed 's/-test$//' | grep -v '^gpu_faults$')
-LIST=$( { for t in $ORDER; do echo "$ALL" | grep -qx $t && echo $t; done; echo "$ALL" | grep -vxF -f <(echo $ORDER | tr ' ' '\n'); } )
-( cd $TESTS/.. && echo "$LIST" | xargs -P 6 -I{} bash -c 'timeout -k 10 '$(lim 330)' ./tests/{}-test --ignored --test-threads=1 > '$L'/{}.log 2>&1; echo "{} rc=$?"' > $L/rc.txt )
-el A done
-( cd $TESTS/.. && timeout -k 10 $(lim 60) ./tests/gpu_faults-test --ignored --test-threads=1 > $L/gpu_faults.log 2>&1; echo "gpu_faults rc=$?" >> $L/rc.txt ); el B done
+all_gpu_tests
 ND=$(command -v nvdisasm || ls /usr/local/cuda*/bin/nvdisasm 2>/dev/null | head -1)
 mkdir -p $L/sass
 for v in old new; do for f in $R/.gpu/cubin-$v/*.cubin; do [ -n "$ND" ] && [ -f "$f" ] && \
   timeout -k 5 20 $ND -c "$f" > $L/sass/$v-$(basename $f .cubin).sass 2>&1; done; done
 el "nvdisasm ${ND:-absent}"
-cd $L && { cat nvidia-smi.txt timeline.txt rc.txt; for f in gpu_*.log; do echo "$f: $(grep -E '^test result' $f | tail -1) ($(grep -cE '^test .* ok$' $f) ok)"; grep -E '^test .* FAILED|panicked at' $f | head -5; done
-  grep -E "passed|failed" pytest_gpu.log | tail -3; wc -l sass/* 2>/dev/null; } > $OUT/summary.txt 2>&1
+cd $L && { cat nvidia-smi.txt timeline.txt rc.txt; test_summary; wc -l sass/* 2>/dev/null; } > $OUT/summary.txt 2>&1
 tar czf $OUT/suite.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
