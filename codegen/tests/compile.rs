@@ -555,11 +555,65 @@ fn peaks_scans_compile_without_warnings_or_new_local_memory() {
     }
 }
 
-/// The plan that also scores the tail (`PlanSpec::tail`, opt-in): every head dimension, small
-/// and large groups, both placements and row layouts, the plane methods, at the plan's thread
-/// counts, compile without warnings, and with at most 8 bytes of local memory where neither the
-/// plain plan nor the oracle kernel of the same rows and threads has any; without the option
-/// the source has nothing of the tail.
+/// Plans with batched run tables (`PlanSpec::batched_runs`, opt-in) compile without warnings
+/// and with no more registers' worth of local memory than the same plan without, at every
+/// thread count (batches of 8 up to 256 threads, of 4 above) and with a tail; without the
+/// option the source has no batch.
+#[test]
+fn plans_with_batched_run_tables_compile_without_new_local_memory() {
+    let mut specs = Vec::new();
+    for (i, (head_dim, group)) in [(64, 3), (96, 7), (128, 4), (128, 16), (256, 8)]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, threads) in [32, 128, 256, 512, 1024].into_iter().enumerate() {
+            let method = [
+                PlanMethod::Fathom,
+                PlanMethod::Sparq { r: 16 },
+                PlanMethod::Uniform { t: 2 },
+            ][(i + j) % 3];
+            let spec = PlanSpec {
+                threads,
+                batched_runs: true,
+                ..PlanSpec::new(head_dim, group, method, (i + j) % 2 == 1)
+            };
+            specs.push(spec);
+            if threads <= PlanSpec::TAIL_MAX_THREADS {
+                specs.push(spec.with_tail(Placement::Hbm, KvRows::Adjacent));
+            }
+        }
+    }
+    for spec in &specs {
+        spec.validate().unwrap();
+        let name = spec.kernel_name();
+        assert!(name.contains("_rb"), "{name}");
+        let plain = PlanSpec {
+            batched_runs: false,
+            ..*spec
+        };
+        let batch = spec.run_batch();
+        assert_eq!(batch, if spec.threads > 256 { 4 } else { 8 });
+        let source = render_any(&(*spec).into()).unwrap();
+        assert!(
+            source.contains(&format!("constexpr int RUN_BATCH = {batch};")),
+            "{name}"
+        );
+        assert!(!render_any(&plain.into()).unwrap().contains("RUN_BATCH"));
+        let with = sm90_resources(&(*spec).into());
+        let without = sm90_resources(&plain.into());
+        assert!(
+            with.stack_bytes <= without.stack_bytes
+                && with.spill_store_bytes <= without.spill_store_bytes,
+            "{name}: {with:?}, without batches {without:?}"
+        );
+    }
+}
+
+/// The plan that also scores the tail (`PlanSpec::tail`, the runtime's default): every head
+/// dimension, small and large groups, both placements and row layouts, the plane methods, at
+/// the plan's thread counts, compile without warnings, and with at most 8 bytes of local memory
+/// where neither the plain plan nor the oracle kernel of the same rows and threads has any;
+/// without the option the source has nothing of the tail.
 #[test]
 fn plans_scoring_the_tail_compile_without_warnings_or_new_local_memory() {
     let mut specs = Vec::new();

@@ -111,6 +111,7 @@ fn plan_name_carries_every_field() {
         threads: _,
         tail: _,
         tail_kv_rows: _,
+        batched_runs: _,
     } = s;
     let tail = s.with_tail(Placement::Hbm, KvRows::Separate);
     assert_every_field_named(
@@ -136,6 +137,22 @@ fn plan_name_carries_every_field() {
             ("rotate", PlanSpec { rotate: true, ..s }),
             ("threads", PlanSpec { threads: 512, ..s }),
         ],
+    );
+    // Batched run tables (not serialised when off, so not among the fields above) have their
+    // own name, with and without a tail.
+    let batched = PlanSpec {
+        batched_runs: true,
+        ..s
+    };
+    batched.validate().unwrap();
+    assert_eq!(batched.kernel_name(), format!("{}_rb", s.kernel_name()));
+    assert_ne!(
+        PlanSpec {
+            batched_runs: true,
+            ..tail
+        }
+        .kernel_name(),
+        tail.kernel_name()
     );
     // The tail (not serialised when absent, so not among the fields above), its placement and
     // its row layout each have their own name.

@@ -36,6 +36,8 @@ pub struct PlanCase {
     pub stage_planes: usize,
     /// Threads per block (the bisection's rounds and midpoints per warp follow it).
     pub threads: usize,
+    /// `PlanSpec::batched_runs`: the run tables' segment pointers loaded in batches.
+    pub batched_runs: bool,
 }
 
 impl PlanCase {
@@ -52,6 +54,7 @@ impl PlanCase {
             zero_queries: Vec::new(),
             stage_planes: 4 * d,
             threads: 256,
+            batched_runs: false,
         }
     }
 
@@ -66,6 +69,7 @@ impl PlanCase {
             threads: self.threads,
             tail: None,
             tail_kv_rows: KvRows::Separate,
+            batched_runs: self.batched_runs,
         }
     }
 

@@ -610,6 +610,77 @@ fn fathom_near_ties_match_the_reference() {
     assert_none(failures);
 }
 
+/// The run tables written from segment pointers loaded in batches (`PlanSpec::batched_runs`,
+/// opt-in): every output the reference's, at 32 to 1,024 threads (batches of 8 and of 4 a
+/// thread), with and without staging, over stores of many segments (several batches, the last
+/// partial) and of none.
+#[test]
+fn batched_run_tables_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("batched_run_tables_match_the_reference");
+    let mut failures = Vec::new();
+    let methods = [
+        PlanMethod::Fathom,
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Uniform { t: 3 },
+        PlanMethod::Fathom,
+    ];
+    for (i, (&threads, method)) in [32, 256, 512, 1024].iter().zip(methods).enumerate() {
+        let d = HEAD_DIMS[i % 3];
+        let blk = BLOCKS[i % 3];
+        let base = PlanCase {
+            threads,
+            batched_runs: true,
+            rotate: i == 3,
+            // 40 blocks: 20 to 40 segments of 2 words, up to 40 D entries a head.
+            n_stored: vec![40 * blk, 0, 3 * blk],
+            ..PlanCase::new(d, GROUPS[i % 3], blk, method)
+        };
+        let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
+        assert!(plan.name().contains("_rb"), "{}", plan.name());
+        for staging in [Staging::Planes, Staging::None] {
+            failures.extend(run_case(&mut rng, seed, &base, &plan, staging).0);
+        }
+    }
+    assert_none(failures);
+}
+
+#[test]
+fn batched_run_table_mutations_are_caught() {
+    let base = PlanCase {
+        threads: 64,
+        batched_runs: true,
+        n_stored: vec![40 * 64, 0, 3 * 64],
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    };
+    assert_caught(
+        &base,
+        &[48.0],
+        Inputs::Random,
+        &[
+            (
+                "a batch's pointers from its first entry's segment",
+                "const size_t seg = (size_t)bh * max_seg + e / D;\n        words_of[j]",
+                "const size_t seg = (size_t)bh * max_seg + e0 / D;\n        words_of[j]",
+            ),
+            (
+                "a batch's entries past the tables written",
+                "if (e >= n_seg * D) continue;",
+                "(void)0;",
+            ),
+            (
+                "one entry a batch written",
+                "for (int j = 0; j < RUN_BATCH; ++j) {\n        const int e = e0 + j * THREADS + (int)threadIdx.x;\n        if (e >= n_seg * D) continue;",
+                "for (int j = 0; j < 1; ++j) {\n        const int e = e0 + j * THREADS + (int)threadIdx.x;\n        if (e >= n_seg * D) continue;",
+            ),
+            (
+                "every entry's words from the batch's first pointer",
+                "(unsigned long long)(words_of[j] + (size_t)c * 4 * S)",
+                "(unsigned long long)(words_of[0] + (size_t)c * 4 * S)",
+            ),
+        ],
+    );
+}
+
 /// The inputs a mutation check draws.
 #[derive(Clone, Copy)]
 enum Inputs {

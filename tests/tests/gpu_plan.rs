@@ -21,6 +21,8 @@
 //!   `{segment words + c·4·S words, segment scales + c·SPC, c, t_c}` in depth-class order) and
 //!   the staged table (dense packing per `(b, h, s)`), built independently on the CPU; slots of
 //!   segments past the store keep their poison.
+//! - the same with the run tables' segment pointers loaded in batches
+//!   (`gpu_plan_batched_run_tables`, `PlanSpec::batched_runs`).
 //! - edges: all-zero queries (all depths 0), a huge budget (every channel with `w_c > 0` at
 //!   depth 4), the minimum budget (one channel at depth 1), a batch of three sequences of
 //!   different lengths including `n_stored = 0` (depths written, no run slot), and a plan that
@@ -161,6 +163,30 @@ gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
                 };
                 check(&t.gpu, &mut t.rng, t.seed, &case);
             }
+        }
+    }
+});
+
+// The run tables written from segment pointers loaded in batches (`PlanSpec::batched_runs`,
+// opt-in, not yet run on a GPU when written): batches of 8 a thread up to 256 threads, of 4
+// above; sequences of many segments (several batches a thread, the last partial) and of none;
+// every method's run tables, staged and not.
+gpu_test!(gpu_plan_batched_run_tables, |t| {
+    let methods = [
+        PlanMethod::Fathom,
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Uniform { t: 3 },
+        PlanMethod::Thumbnail,
+    ];
+    for threads in [32, 96, 256, 512, 1024] {
+        for (i, (g, d, blk)) in FEW_SHAPES.into_iter().enumerate() {
+            let case = Case {
+                threads,
+                batched_runs: true,
+                n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
+                ..Case::new(d, g, blk, methods[(i + threads) % methods.len()])
+            };
+            check(&t.gpu, &mut t.rng, t.seed, &case);
         }
     }
 });

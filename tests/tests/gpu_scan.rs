@@ -529,6 +529,7 @@ fn staged_pipeline(
         threads: 256,
         tail: None,
         tail_kv_rows: KvRows::Separate,
+        batched_runs: false,
     };
     let plan_kernel = Kernel::compile(gpu, plan_spec);
     let staging = Staging::new(gpu, &shape, 4 * d);
@@ -665,6 +666,7 @@ gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
         threads: 256,
         tail: None,
         tail_kv_rows: KvRows::Separate,
+        batched_runs: false,
     };
     let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
     let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);

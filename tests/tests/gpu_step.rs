@@ -1021,6 +1021,15 @@ gpu_test!(gpu_step_tail_in_the_oracle_g4, |t| {
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
 });
 
+// The plan's run tables from segment pointers loaded in batches (`Tiles::plan_batched_runs`,
+// opt-in, not yet run on a GPU when written): every method, eager and replayed, both
+// placements, against the reference.
+gpu_test!(gpu_step_plan_batched_runs_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.plan_batched_runs = true;
+    run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
 gpu_test!(gpu_step_tail_in_the_oracle_g7, |t| {
     let mut config = decoder_config();
     config.tiles.tail_in_plan = false;

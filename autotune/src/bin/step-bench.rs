@@ -60,6 +60,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         format!("{stem}-tailoracle")
     };
+    // And one with the plan's run tables from batched loads (`--plan-batched-runs`).
+    let stem = if h.plan_batched_runs {
+        format!("{stem}-planrb")
+    } else {
+        stem
+    };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {
         1 => stem,

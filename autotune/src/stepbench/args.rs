@@ -91,6 +91,10 @@ pub struct Args {
     /// launch (`Tiles::tail_in_plan` false; the runtime scores it in the plan's launch).
     #[arg(long)]
     pub tail_in_oracle: bool,
+    /// Load the plan's run-table segment pointers in batches before storing the entries
+    /// (`Tiles::plan_batched_runs`, off by default; files `-planrb`).
+    #[arg(long)]
+    pub plan_batched_runs: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -132,6 +136,8 @@ pub struct Options {
     pub head_groups: usize,
     /// Whether the plan's launch scores the tail (not `--tail-in-oracle`).
     pub tail_in_plan: bool,
+    /// `--plan-batched-runs`.
+    pub plan_batched_runs: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -361,6 +367,7 @@ impl Options {
             overlap_tail: args.overlap_tail,
             head_groups: args.head_groups as usize,
             tail_in_plan: !args.tail_in_oracle,
+            plan_batched_runs: args.plan_batched_runs,
         })
     }
 

@@ -157,6 +157,10 @@ pub struct Header {
     /// `--tail-in-oracle`, and in records written before the plan could).
     #[serde(default)]
     pub tail_in_plan: bool,
+    /// Whether the plan loaded its run tables' segment pointers in batches
+    /// (`--plan-batched-runs`; false in records written before the option).
+    #[serde(default)]
+    pub plan_batched_runs: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

@@ -304,6 +304,7 @@ impl Bench {
             overlap_tail: self.options.overlap_tail,
             head_groups: self.options.head_groups,
             tail_in_plan: self.options.tail_in_plan,
+            plan_batched_runs: self.options.plan_batched_runs,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -818,5 +819,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.overlap_tail = options.overlap_tail;
     config.head_groups = options.head_groups;
     config.tiles.tail_in_plan = options.tail_in_plan;
+    config.tiles.plan_batched_runs = options.plan_batched_runs;
     config
 }

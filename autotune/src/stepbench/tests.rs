@@ -822,4 +822,6 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     // The tail in the plan's launch: on unless asked otherwise.
     assert!(options(&[]).unwrap().tail_in_plan);
     assert!(!options(&["--tail-in-oracle"]).unwrap().tail_in_plan);
+    assert!(!options(&[]).unwrap().plan_batched_runs);
+    assert!(options(&["--plan-batched-runs"]).unwrap().plan_batched_runs);
 }

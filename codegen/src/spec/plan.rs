@@ -126,6 +126,17 @@ pub struct PlanSpec {
     /// How the key rows the tail reads are laid out (with `tail` only).
     #[serde(default, skip_serializing_if = "KvRows::is_separate")]
     pub tail_kv_rows: KvRows,
+    /// Load the segment pointers of several run-table entries a thread before storing any of
+    /// them ([`PlanSpec::run_batch`]): `runs` may alias `seg_words` as far as the compiler
+    /// knows, so each entry's store made the next entry's loads wait (a global round trip an
+    /// entry, 16 a thread at 1M tokens and 256 threads: the plan's 19 us there against 11 at
+    /// 32k on the H100). Opt-in: not yet run on a GPU (`Tiles::plan_batched_runs`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub batched_runs: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl PlanSpec {
@@ -133,6 +144,17 @@ impl PlanSpec {
     /// registers a thread) the tail's rows spill from host memory, where the oracle kernel's
     /// do not.
     pub const TAIL_MAX_THREADS: usize = 512;
+
+    /// Run-table entries whose segment pointers a thread loads before it stores them, with
+    /// [`PlanSpec::batched_runs`]: 8 (at most two round trips a thread up to 2M tokens at 256
+    /// threads); 4 in blocks of more than 256 threads, whose threads have fewer registers.
+    pub fn run_batch(&self) -> usize {
+        if self.threads > 256 {
+            4
+        } else {
+            8
+        }
+    }
 
     /// The default plan kernel of a shape.
     pub fn new(head_dim: usize, group: usize, method: PlanMethod, rotate: bool) -> Self {
@@ -146,6 +168,7 @@ impl PlanSpec {
             threads: 256,
             tail: None,
             tail_kv_rows: KvRows::Separate,
+            batched_runs: false,
         }
     }
 
@@ -200,6 +223,7 @@ impl Family for PlanSpec {
             threads,
             tail,
             tail_kv_rows,
+            batched_runs: _,
         } = *self;
         if tail.is_some() && threads > Self::TAIL_MAX_THREADS {
             return Err(SpecError::new(
@@ -251,8 +275,9 @@ impl Family for PlanSpec {
             ),
             None => String::new(),
         };
+        let runs = if self.batched_runs { "_rb" } else { "" };
         format!(
-            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{tail}",
+            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{runs}{tail}",
             self.head_dim,
             self.group,
             self.block,
@@ -274,6 +299,14 @@ impl Family for PlanSpec {
         c.insert("rotate", &self.rotate);
         c.insert("threads", &self.threads);
         c.insert("tail", &self.tail.is_some());
+        c.insert(
+            "run_batch",
+            &if self.batched_runs {
+                self.run_batch()
+            } else {
+                1
+            },
+        );
         if let Some(rows) = self.tail_rows() {
             // The oracle's row variables (placement, unroll, row_lanes, row_padded,
             // kv_adjacent, row_stride) at the plan's threads.

@@ -269,6 +269,11 @@ pub struct Tiles {
     /// the oracle's launch (`step-bench --tail-in-oracle`; the GPU tests
     /// `gpu_step_tail_in_the_oracle_g{4,7}`).
     pub tail_in_plan: bool,
+    /// Whether the plan loads its run tables' segment pointers in batches before it stores
+    /// the entries (`PlanSpec::batched_runs`): a round trip a batch instead of one an entry
+    /// (16 a thread at 1M tokens). Opt-in: not yet run on a GPU (`step-bench
+    /// --plan-batched-runs`; the GPU test `gpu_plan_batched_run_tables`).
+    pub plan_batched_runs: bool,
 }
 
 impl Default for Tiles {
@@ -308,6 +313,7 @@ impl Default for Tiles {
             // 1.451 with the oracle's launch (H100, 2026-12-06, c3b2949; 1M and host 1M within
             // noise), `bench/results/tail-plan-h100-2026-12-06-c3b2949-*`.
             tail_in_plan: true,
+            plan_batched_runs: false,
         }
     }
 }

@@ -240,6 +240,7 @@ fn plan(
         } else {
             KvRows::Separate
         },
+        batched_runs: tiles.plan_batched_runs,
     })
 }
 

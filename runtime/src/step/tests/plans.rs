@@ -547,3 +547,37 @@ fn a_plan_that_scores_the_tail_drops_the_oracle_launch() {
         assert!(roles(&wide).contains(&Role::Oracle { whole: false }));
     }
 }
+
+#[test]
+fn batched_run_tables_reach_the_plan_spec_and_nothing_else() {
+    // Off unless asked for (not yet run on a GPU).
+    assert!(!Tiles::default().plan_batched_runs);
+    let tiles = Tiles {
+        plan_batched_runs: true,
+        ..fetched()
+    };
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(4, 40_000, placement);
+        for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+            let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+            let batched = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+            assert_eq!(roles(&batched), roles(&plain), "{method} {placement:?}");
+            assert!(batched.specs.plan.unwrap().batched_runs);
+            assert!(!plain.specs.plan.unwrap().batched_runs);
+            let entry = |p: &crate::step::LaunchPlan| {
+                p.operations[0].kernel.as_ref().unwrap().entry.clone()
+            };
+            assert_eq!(
+                entry(&batched),
+                entry(&plain).replacen("_t256", "_t256_rb", 1)
+            );
+            for (a, b) in plain.operations.iter().zip(&batched.operations).skip(1) {
+                assert_eq!(
+                    a.kernel.as_ref().map(|k| &k.entry),
+                    b.kernel.as_ref().map(|k| &k.entry)
+                );
+            }
+            assert_eq!(batched.sizes, plain.sizes);
+        }
+    }
+}
