@@ -50,6 +50,11 @@
 //!   `gpu_step_split_attention_16_g4`: the first two cases with attention over 4, 3 and 16
 //!   blocks a query head (`splits`; their arrival counters are the workspace's, reused by every
 //!   step and graph replay).
+//! - The tail (tokens past `n_stored`) is scored in blocks of the plan's launch in every case
+//!   (`Tiles::tail_in_plan`, the default); `gpu_step_tail_in_the_oracle_g4/_g7` score it in
+//!   the oracle's launch after the scan instead.
+//! - `gpu_step_plan_batched_runs_g4`: the first case with the plan's run tables written from
+//!   batched pointer loads (`Tiles::plan_batched_runs`, opt-in).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
