@@ -122,3 +122,15 @@ test_summary() {
   done
   grep -E "passed|failed" "$L/pytest_gpu.log" | tail -3
 }
+#   step_bench LABEL PLACEMENT CONTEXTS SECONDS [FLAG...]   step-bench (qwen3-8b, fathom(48) and
+#                  sparq(32), batch 1, no standing cell) with the FLAGs, at most SECONDS, while
+#                  over 50 s are left: $L/sb-LABEL, $L/step-bench-LABEL.txt. Needs `unpack` first.
+step_bench() {
+  local label=$1 placement=$2 contexts=$3 seconds=$4
+  shift 4
+  [ "$(left)" -gt 50 ] || return
+  timeout -k 10 "$(lim "$seconds")" "$B/step-bench" --model qwen3-8b --methods "fathom(48),sparq(32)" \
+    --contexts "$contexts" --placement "$placement" --batch 1 --no-standing "$@" --out "$L/sb-$label" \
+    --commit "${C:-unknown}" > "$L/step-bench-$label.txt" 2>&1
+  el "step-bench $label rc=$?"
+}

@@ -30,16 +30,10 @@ mkdir -p $L/sanitize
 ( cd /tmp/fg && cp -r "$R/scripts" . && OUT=$L/sanitize timeout -k 10 $(lim 150) bash scripts/sanitize.sh \
     --tools memcheck,racecheck --tests gpu_plan --jobs 2 --timeout 140 gpu_plan_batched_run_tables > $L/sanitize.txt 2>&1
   el "sanitize rc=$?" )
-sb() {  # sb LABEL PLACEMENT CONTEXTS SECONDS [--plan-batched-runs]
-  [ $(left) -gt 50 ] || return
-  timeout -k 10 $(lim $4) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" --contexts $3 \
-    --placement $2 --batch 1 --no-standing ${5:-} --out $L/sb-$1 --commit ${C:-unknown} > $L/step-bench-$1.txt 2>&1
-  el "step-bench $1 rc=$?"
-}
-sb hbm-off hbm 32k,1m 100
-sb hbm-on hbm 32k,1m 100 --plan-batched-runs
-sb hbm-off2 hbm 32k,1m 100
-sb host-on host 1m 110 --plan-batched-runs
+step_bench hbm-off hbm 32k,1m 100
+step_bench hbm-on hbm 32k,1m 100 --plan-batched-runs
+step_bench hbm-off2 hbm 32k,1m 100
+step_bench host-on host 1m 110 --plan-batched-runs
 cd $L && { cat nvidia-smi.txt timeline.txt; grep -hE "^test |^test result|FAILED|panicked" gpu_plan.log gpu_step.log | head -20
   cat sanitize/summary.txt 2>/dev/null
   for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done; } > $OUT/summary.txt 2>&1
