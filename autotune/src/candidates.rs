@@ -115,7 +115,8 @@ pub struct OptIn {
     pub select_cluster: bool,
     /// `attention-splits16`: every attention tile also with 16 blocks a query head
     /// ([`ATTENTION_SPLITS_OPT_IN`]; the kernels at 16 splits are exact on the GPU in
-    /// `gpu_attention_split_matches_reference`, but no record has timed them yet).
+    /// `gpu_attention_split_matches_reference` and the step, but no faster on an H100:
+    /// 12.96-12.99 us against 8 blocks' 12.64-12.74 at 32k / 128k / 1M, 2026-12-06).
     pub attention_splits16: bool,
 }
 
@@ -247,7 +248,8 @@ pub const ATTENTION_ROWS: [u32; 4] = [1, 2, 4, 8];
 pub const ATTENTION_SPLITS: [u32; 4] = [1, 2, 4, 8];
 /// Blocks per query head tried for attention with `--opt-in attention-splits16`: at 8 (the
 /// H100 record's winner at every context) a block of the HBM step at 32k still walks ~70 of a
-/// head's ~550 rows in three rounds of dependent loads; 16 takes two.
+/// head's ~550 rows in three rounds of dependent loads; 16 takes two. That was not the
+/// attention's bound: 16 were no faster on the H100 (`bench/NOTES.md`, fifteenth session).
 pub const ATTENTION_SPLITS_OPT_IN: [u32; 1] = [16];
 /// Threads per block tried for the ParisKV vote, top-C and rerank.
 pub const PARISKV_THREADS: [u32; 5] = [64, 128, 256, 512, 1024];

@@ -92,7 +92,8 @@ pub struct Args {
     #[arg(long)]
     pub tail_in_oracle: bool,
     /// Load the plan's run-table segment pointers in batches before storing the entries
-    /// (`Tiles::plan_batched_runs`, off by default; files `-planrb`).
+    /// (`Tiles::plan_batched_runs`, off by default: exact, no faster on the H100; files
+    /// `-planrb`).
     #[arg(long)]
     pub plan_batched_runs: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the

@@ -130,7 +130,9 @@ pub struct PlanSpec {
     /// them ([`PlanSpec::run_batch`]): `runs` may alias `seg_words` as far as the compiler
     /// knows, so each entry's store made the next entry's loads wait (a global round trip an
     /// entry, 16 a thread at 1M tokens and 256 threads: the plan's 19 us there against 11 at
-    /// 32k on the H100). Opt-in: not yet run on a GPU (`Tiles::plan_batched_runs`).
+    /// 32k on the H100). Opt-in (`Tiles::plan_batched_runs`): exact on an H100, but the step
+    /// was no faster with it (2026-12-06), so those round trips are not what the plan's 1M
+    /// time is.
     #[serde(default, skip_serializing_if = "is_false")]
     pub batched_runs: bool,
 }

@@ -271,8 +271,10 @@ pub struct Tiles {
     pub tail_in_plan: bool,
     /// Whether the plan loads its run tables' segment pointers in batches before it stores
     /// the entries (`PlanSpec::batched_runs`): a round trip a batch instead of one an entry
-    /// (16 a thread at 1M tokens). Opt-in: not yet run on a GPU (`step-bench
-    /// --plan-batched-runs`; the GPU test `gpu_plan_batched_run_tables`).
+    /// (16 a thread at 1M tokens). Opt-in: exact on an H100 but no faster there (HBM 1M
+    /// 6.574 ms a step against 6.535 / 6.562 without, 2026-12-06, `bench/NOTES.md`), so the
+    /// plan at 1M is not bound by those round trips (`step-bench --plan-batched-runs`; the
+    /// GPU test `gpu_plan_batched_run_tables`).
     pub plan_batched_runs: bool,
 }
 

@@ -550,7 +550,7 @@ fn a_plan_that_scores_the_tail_drops_the_oracle_launch() {
 
 #[test]
 fn batched_run_tables_reach_the_plan_spec_and_nothing_else() {
-    // Off unless asked for (not yet run on a GPU).
+    // Off unless asked for (exact on an H100, no faster there).
     assert!(!Tiles::default().plan_batched_runs);
     let tiles = Tiles {
         plan_batched_runs: true,
