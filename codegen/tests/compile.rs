@@ -555,12 +555,12 @@ fn peaks_scans_compile_without_warnings_or_new_local_memory() {
     }
 }
 
-/// Plans with batched run tables (`PlanSpec::batched_runs`, opt-in) compile without warnings
-/// and with no more registers' worth of local memory than the same plan without, at every
-/// thread count (batches of 8 up to 256 threads, of 4 above) and with a tail; without the
-/// option the source has no batch.
+/// Plans with batched run tables (`PlanSpec::batched_runs`, opt-in) or run tables shared among
+/// blocks (`PlanSpec::run_blocks`, opt-in) compile without warnings and with no more local
+/// memory than the same plan without, at every thread count (batches of 8 up to 256 threads, of
+/// 4 above) and with a tail; without the option the source has nothing of it.
 #[test]
-fn plans_with_batched_run_tables_compile_without_new_local_memory() {
+fn plans_with_batched_or_shared_run_tables_compile_without_new_local_memory() {
     let mut specs = Vec::new();
     for (i, (head_dim, group)) in [(64, 3), (96, 7), (128, 4), (128, 16), (256, 8)]
         .into_iter()
@@ -572,39 +572,58 @@ fn plans_with_batched_run_tables_compile_without_new_local_memory() {
                 PlanMethod::Sparq { r: 16 },
                 PlanMethod::Uniform { t: 2 },
             ][(i + j) % 3];
-            let spec = PlanSpec {
+            let plain = PlanSpec {
                 threads,
-                batched_runs: true,
                 ..PlanSpec::new(head_dim, group, method, (i + j) % 2 == 1)
             };
-            specs.push(spec);
-            if threads <= PlanSpec::TAIL_MAX_THREADS {
-                specs.push(spec.with_tail(Placement::Hbm, KvRows::Adjacent));
+            let batched = PlanSpec {
+                batched_runs: true,
+                ..plain
+            };
+            let shared = PlanSpec {
+                run_blocks: [2, 4, 8][(i + j) % 3],
+                ..plain
+            };
+            for spec in [batched, shared] {
+                specs.push(spec);
+                if threads <= PlanSpec::TAIL_MAX_THREADS {
+                    specs.push(spec.with_tail(Placement::Hbm, KvRows::Adjacent));
+                }
             }
         }
     }
     for spec in &specs {
         spec.validate().unwrap();
         let name = spec.kernel_name();
-        assert!(name.contains("_rb"), "{name}");
         let plain = PlanSpec {
             batched_runs: false,
+            run_blocks: 1,
             ..*spec
         };
-        let batch = spec.run_batch();
-        assert_eq!(batch, if spec.threads > 256 { 4 } else { 8 });
-        let source = render_any(&(*spec).into()).unwrap();
+        let (marker, line) = if spec.batched_runs {
+            let batch = spec.run_batch();
+            assert_eq!(batch, if spec.threads > 256 { 4 } else { 8 });
+            assert!(name.contains("_rb"), "{name}");
+            ("RUN_BATCH", format!("constexpr int RUN_BATCH = {batch};"))
+        } else {
+            assert!(name.contains(&format!("_rt{}", spec.run_blocks)), "{name}");
+            (
+                "RUN_BLOCKS",
+                format!("constexpr int RUN_BLOCKS = {};", spec.run_blocks),
+            )
+        };
         assert!(
-            source.contains(&format!("constexpr int RUN_BATCH = {batch};")),
+            render_any(&(*spec).into()).unwrap().contains(&line),
             "{name}"
         );
-        assert!(!render_any(&plain.into()).unwrap().contains("RUN_BATCH"));
+        let plain_source = render_any(&plain.into()).unwrap();
+        assert!(!plain_source.contains(marker) && !plain_source.contains("writes_plan"));
         let with = sm90_resources(&(*spec).into());
         let without = sm90_resources(&plain.into());
         assert!(
             with.stack_bytes <= without.stack_bytes
                 && with.spill_store_bytes <= without.spill_store_bytes,
-            "{name}: {with:?}, without batches {without:?}"
+            "{name}: {with:?}, without {without:?}"
         );
     }
 }

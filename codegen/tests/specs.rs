@@ -112,6 +112,7 @@ fn plan_name_carries_every_field() {
         tail: _,
         tail_kv_rows: _,
         batched_runs: _,
+        run_blocks: _,
     } = s;
     let tail = s.with_tail(Placement::Hbm, KvRows::Separate);
     assert_every_field_named(
@@ -154,6 +155,35 @@ fn plan_name_carries_every_field() {
         .kernel_name(),
         tail.kernel_name()
     );
+    // Run tables shared among blocks (not serialised at 1, so not among the fields above):
+    // each count its own name, with and without a tail, and the launch's z; 0, more than
+    // MAX_RUN_BLOCKS and the combination with batched run tables refused.
+    let mut shared = BTreeSet::new();
+    for run_blocks in [2, 3, 4, 8, PlanSpec::MAX_RUN_BLOCKS] {
+        for base in [s, tail] {
+            let spec = PlanSpec { run_blocks, ..base };
+            spec.validate().unwrap();
+            assert!(spec.kernel_name().contains(&format!("_rt{run_blocks}")));
+            assert_eq!(spec.launch_dims(3, 8).0 .2, run_blocks as u32);
+            assert!(shared.insert(spec.kernel_name()));
+        }
+    }
+    assert_eq!(s.launch_dims(3, 8).0 .2, 1);
+    let json = serde_json::to_value(PlanSpec { run_blocks: 4, ..s }).unwrap();
+    assert_eq!(json["run_blocks"], 4);
+    assert!(serde_json::to_value(s).unwrap().get("run_blocks").is_none());
+    let back: PlanSpec = serde_json::from_value(serde_json::to_value(s).unwrap()).unwrap();
+    assert_eq!(back.run_blocks, 1);
+    for run_blocks in [0, PlanSpec::MAX_RUN_BLOCKS + 1] {
+        let bad = PlanSpec { run_blocks, ..s };
+        assert_eq!(bad.validate().unwrap_err().field, "run_blocks");
+    }
+    let both = PlanSpec {
+        run_blocks: 4,
+        batched_runs: true,
+        ..s
+    };
+    assert_eq!(both.validate().unwrap_err().field, "run_blocks");
     // The tail (not serialised when absent, so not among the fields above), its placement and
     // its row layout each have their own name.
     let tails: BTreeSet<String> = [

@@ -38,6 +38,8 @@ pub struct PlanCase {
     pub threads: usize,
     /// `PlanSpec::batched_runs`: the run tables' segment pointers loaded in batches.
     pub batched_runs: bool,
+    /// `PlanSpec::run_blocks`: blocks a (KV head, sequence) that share its run tables.
+    pub run_blocks: usize,
 }
 
 impl PlanCase {
@@ -55,6 +57,7 @@ impl PlanCase {
             stage_planes: 4 * d,
             threads: 256,
             batched_runs: false,
+            run_blocks: 1,
         }
     }
 
@@ -70,6 +73,7 @@ impl PlanCase {
             tail: None,
             tail_kv_rows: KvRows::Separate,
             batched_runs: self.batched_runs,
+            run_blocks: self.run_blocks,
         }
     }
 

@@ -49,6 +49,10 @@
 //! blocks' scores against the f64 dot products (and nothing else of the scores written), two
 //! mutants of the tail's indexing caught.
 //!
+//! The run tables written from batched pointer loads (`PlanSpec::batched_runs`) and shared
+//! among several blocks a head (`PlanSpec::run_blocks`, also with a tail): every output as
+//! above, and their mutants caught.
+//!
 //! About 60 s on two cores from a cold cache, most of it compiling 46 programs (mutants
 //! included), which later runs reuse (cached by the hash of their source): then about 25 s.
 
@@ -681,6 +685,81 @@ fn batched_run_table_mutations_are_caught() {
     );
 }
 
+/// The run tables shared among blocks (`PlanSpec::run_blocks`, opt-in): every output the
+/// reference's, every entry written by exactly the block whose share holds it (poison guards
+/// see any missed), at 32 to 1,024 threads and 2 to 16 blocks a head (shares that do not
+/// divide the entries, blocks with no entry at all), with and without staging, over stores of
+/// many segments, of a few and of none.
+#[test]
+fn shared_run_tables_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("shared_run_tables_match_the_reference");
+    let mut failures = Vec::new();
+    let methods = [
+        PlanMethod::Fathom,
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Uniform { t: 3 },
+        PlanMethod::Fathom,
+    ];
+    let runs = [(32, 3), (64, 16), (256, 4), (1024, 2)];
+    for (i, (&(threads, run_blocks), method)) in runs.iter().zip(methods).enumerate() {
+        let d = HEAD_DIMS[i % 3];
+        let blk = BLOCKS[i % 3];
+        let base = PlanCase {
+            threads,
+            run_blocks,
+            rotate: i == 3,
+            // 40 blocks: 20 to 40 segments of 2 words, up to 40 D entries a head.
+            n_stored: vec![40 * blk, 0, 3 * blk],
+            ..PlanCase::new(d, GROUPS[i % 3], blk, method)
+        };
+        let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
+        assert!(
+            plan.name().contains(&format!("_rt{run_blocks}")),
+            "{}",
+            plan.name()
+        );
+        for staging in [Staging::Planes, Staging::None] {
+            failures.extend(run_case(&mut rng, seed, &base, &plan, staging).0);
+        }
+    }
+    assert_none(failures);
+}
+
+/// Mutants of the shared run tables. (Blocks writing more than their share, or the plan's
+/// other outputs, write the same values as the block that owns them, which no output shows,
+/// and so does another block than 0 writing the plan's outputs: not mutants a test can see.)
+#[test]
+fn shared_run_table_mutations_are_caught() {
+    let base = PlanCase {
+        threads: 64,
+        run_blocks: 3,
+        n_stored: vec![40 * 64, 0, 3 * 64],
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    };
+    assert_caught(
+        &base,
+        &[48.0],
+        Inputs::Random,
+        &[
+            (
+                "every block's share from the first entry",
+                "const int run_begin = (int)blockIdx.z * run_share;",
+                "const int run_begin = 0;",
+            ),
+            (
+                "shares not rounded up",
+                "const int run_share = ((n_seg * D + RUN_BLOCKS - 1) / RUN_BLOCKS + THREADS - 1) / THREADS * THREADS;",
+                "const int run_share = (n_seg * D) / RUN_BLOCKS;",
+            ),
+            (
+                "block 0 leaves when it has no entry",
+                "if (!writes_plan && run_begin >= run_end) return;",
+                "if (run_begin >= run_end) return;",
+            ),
+        ],
+    );
+}
+
 /// The inputs a mutation check draws.
 #[derive(Clone, Copy)]
 enum Inputs {
@@ -990,6 +1069,9 @@ fn a_plan_scoring_the_tail_plans_as_before_and_scores_exactly_the_tail() {
             rotate,
             threads,
             n_stored: vec![3 * blk, 0, 3 * blk],
+            // The run tables shared among blocks too (`PlanSpec::run_blocks`): one block a
+            // sequence scores its tail all the same.
+            run_blocks: [1, 3, 8, 1][i],
             ..PlanCase::new(d, g, blk, method)
         };
         let spec = case.spec().with_tail(placement, kv_rows);

@@ -22,7 +22,8 @@
 //!   the staged table (dense packing per `(b, h, s)`), built independently on the CPU; slots of
 //!   segments past the store keep their poison.
 //! - the same with the run tables' segment pointers loaded in batches
-//!   (`gpu_plan_batched_run_tables`, `PlanSpec::batched_runs`).
+//!   (`gpu_plan_batched_run_tables`, `PlanSpec::batched_runs`), and shared among several
+//!   blocks a head (`gpu_plan_shared_run_tables`, `PlanSpec::run_blocks`).
 //! - edges: all-zero queries (all depths 0), a huge budget (every channel with `w_c > 0` at
 //!   depth 4), the minimum budget (one channel at depth 1), a batch of three sequences of
 //!   different lengths including `n_stored = 0` (depths written, no run slot), and a plan that
@@ -183,6 +184,30 @@ gpu_test!(gpu_plan_batched_run_tables, |t| {
             let case = Case {
                 threads,
                 batched_runs: true,
+                n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
+                ..Case::new(d, g, blk, methods[(i + threads) % methods.len()])
+            };
+            check(&t.gpu, &mut t.rng, t.seed, &case);
+        }
+    }
+});
+
+// The run tables shared among blocks (`PlanSpec::run_blocks`, opt-in, not yet run on a GPU
+// when written): 2 to 16 blocks a head, each working out the same plan and writing its share
+// of the entries (block 0 the other outputs); shares that do not divide the entries, blocks
+// with no entry; every method's run tables, staged and not, at 32 to 1,024 threads.
+gpu_test!(gpu_plan_shared_run_tables, |t| {
+    let methods = [
+        PlanMethod::Fathom,
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Uniform { t: 3 },
+        PlanMethod::Thumbnail,
+    ];
+    for (threads, run_blocks) in [(32, 3), (96, 16), (256, 4), (512, 8), (1024, 2)] {
+        for (i, (g, d, blk)) in FEW_SHAPES.into_iter().enumerate() {
+            let case = Case {
+                threads,
+                run_blocks,
                 n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
                 ..Case::new(d, g, blk, methods[(i + threads) % methods.len()])
             };

@@ -530,6 +530,7 @@ fn staged_pipeline(
         tail: None,
         tail_kv_rows: KvRows::Separate,
         batched_runs: false,
+        run_blocks: 1,
     };
     let plan_kernel = Kernel::compile(gpu, plan_spec);
     let staging = Staging::new(gpu, &shape, 4 * d);
@@ -667,6 +668,7 @@ gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
         tail: None,
         tail_kv_rows: KvRows::Separate,
         batched_runs: false,
+        run_blocks: 1,
     };
     let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
     let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);

@@ -55,6 +55,8 @@
 //!   the oracle's launch after the scan instead.
 //! - `gpu_step_plan_batched_runs_g4`: the first case with the plan's run tables written from
 //!   batched pointer loads (`Tiles::plan_batched_runs`, opt-in).
+//! - `gpu_step_plan_run_blocks_g4`: the first case with the plan's run tables shared among 4
+//!   blocks a head (`Tiles::plan_run_blocks`, opt-in).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -1032,6 +1034,15 @@ gpu_test!(gpu_step_tail_in_the_oracle_g4, |t| {
 gpu_test!(gpu_step_plan_batched_runs_g4, |t| {
     let mut config = decoder_config();
     config.tiles.plan_batched_runs = true;
+    run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+// The plan's run tables shared among 4 blocks a head (`Tiles::plan_run_blocks`, opt-in, not
+// yet run on a GPU when written): every method, eager and replayed, both placements, against
+// the reference.
+gpu_test!(gpu_step_plan_run_blocks_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.plan_run_blocks = 4;
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
 });
 

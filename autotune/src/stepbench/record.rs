@@ -161,6 +161,10 @@ pub struct Header {
     /// (`--plan-batched-runs`; false in records written before the option).
     #[serde(default)]
     pub plan_batched_runs: bool,
+    /// Blocks a KV head that shared the plan's run tables (`--plan-run-blocks`; 1 in records
+    /// written before the option).
+    #[serde(default = "one_group")]
+    pub plan_run_blocks: usize,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

@@ -305,6 +305,7 @@ impl Bench {
             head_groups: self.options.head_groups,
             tail_in_plan: self.options.tail_in_plan,
             plan_batched_runs: self.options.plan_batched_runs,
+            plan_run_blocks: self.options.plan_run_blocks,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -820,5 +821,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.head_groups = options.head_groups;
     config.tiles.tail_in_plan = options.tail_in_plan;
     config.tiles.plan_batched_runs = options.plan_batched_runs;
+    config.tiles.plan_run_blocks = options.plan_run_blocks;
     config
 }

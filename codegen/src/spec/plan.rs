@@ -135,10 +135,28 @@ pub struct PlanSpec {
     /// time is.
     #[serde(default, skip_serializing_if = "is_false")]
     pub batched_runs: bool,
+    /// Blocks a (KV head, sequence) that share its run tables (`R`, the launch's `z`; 1: one
+    /// block writes them all). Each of the `R` works out the same plan (the same instructions
+    /// on the same inputs) and writes its share of the entries, whole blocks' worth of them
+    /// (block 0 alone the queries, depths, counts and status), so that a long sequence's
+    /// tables (128 KiB a KV head at 1M tokens and D = 128) are written by `R` multiprocessors
+    /// instead of one: the plan takes 19.3 us at 1M against 10.7 at 32k on the H100, and
+    /// loading the entries' pointers in batches did not change it. Opt-in: not yet run on a
+    /// GPU (`Tiles::plan_run_blocks`); not with `batched_runs`.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub run_blocks: usize,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl PlanSpec {
@@ -171,6 +189,7 @@ impl PlanSpec {
             tail: None,
             tail_kv_rows: KvRows::Separate,
             batched_runs: false,
+            run_blocks: 1,
         }
     }
 
@@ -195,8 +214,12 @@ impl PlanSpec {
         })
     }
 
+    /// The most blocks a (KV head, sequence) may share its run tables among
+    /// ([`PlanSpec::run_blocks`]).
+    pub const MAX_RUN_BLOCKS: usize = 16;
+
     /// One thread block per (KV head, sequence), and with `tail` one more per (KV head,
-    /// sequence) that scores its tail.
+    /// sequence) that scores its tail; `run_blocks` of each along `z`.
     pub fn launch_dims(&self, batch: usize, heads: usize) -> LaunchDims {
         let blocks = if self.tail.is_some() {
             2 * heads
@@ -204,7 +227,11 @@ impl PlanSpec {
             heads
         };
         (
-            (shape::dim(blocks), shape::dim(batch), 1),
+            (
+                shape::dim(blocks),
+                shape::dim(batch),
+                shape::dim(self.run_blocks),
+            ),
             (shape::dim(self.threads), 1, 1),
             0,
         )
@@ -225,8 +252,25 @@ impl Family for PlanSpec {
             threads,
             tail,
             tail_kv_rows,
-            batched_runs: _,
+            batched_runs,
+            run_blocks,
         } = *self;
+        if !(1..=Self::MAX_RUN_BLOCKS).contains(&run_blocks) {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "run_blocks",
+                run_blocks,
+                format!("1 to {} blocks a KV head", Self::MAX_RUN_BLOCKS),
+            ));
+        }
+        if run_blocks > 1 && batched_runs {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "run_blocks",
+                run_blocks,
+                "1 with batched_runs (the two ways of writing the run tables do not combine)",
+            ));
+        }
         if tail.is_some() && threads > Self::TAIL_MAX_THREADS {
             return Err(SpecError::new(
                 Self::FAMILY,
@@ -277,7 +321,11 @@ impl Family for PlanSpec {
             ),
             None => String::new(),
         };
-        let runs = if self.batched_runs { "_rb" } else { "" };
+        let runs = match (self.batched_runs, self.run_blocks) {
+            (true, _) => "_rb".to_string(),
+            (false, 1) => String::new(),
+            (false, r) => format!("_rt{r}"),
+        };
         format!(
             "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{runs}{tail}",
             self.head_dim,
@@ -301,6 +349,7 @@ impl Family for PlanSpec {
         c.insert("rotate", &self.rotate);
         c.insert("threads", &self.threads);
         c.insert("tail", &self.tail.is_some());
+        c.insert("run_blocks", &self.run_blocks);
         c.insert(
             "run_batch",
             &if self.batched_runs {

@@ -276,6 +276,13 @@ pub struct Tiles {
     /// plan at 1M is not bound by those round trips (`step-bench --plan-batched-runs`; the
     /// GPU test `gpu_plan_batched_run_tables`).
     pub plan_batched_runs: bool,
+    /// Blocks a (KV head, sequence) of the plan's launch that share its run tables
+    /// (`PlanSpec::run_blocks`; 1 to `PlanSpec::MAX_RUN_BLOCKS`): each works out the same plan
+    /// and writes its share of the entries, so that a long sequence's tables are written by
+    /// several multiprocessors. 1 by default; opt-in, not yet run on a GPU (`step-bench
+    /// --plan-run-blocks N`; the GPU tests `gpu_plan_shared_run_tables`,
+    /// `gpu_step_plan_run_blocks_g4`).
+    pub plan_run_blocks: usize,
 }
 
 impl Default for Tiles {
@@ -316,6 +323,7 @@ impl Default for Tiles {
             // noise), `bench/results/tail-plan-h100-2026-12-06-c3b2949-*`.
             tail_in_plan: true,
             plan_batched_runs: false,
+            plan_run_blocks: 1,
         }
     }
 }

@@ -241,6 +241,7 @@ fn plan(
             KvRows::Separate
         },
         batched_runs: tiles.plan_batched_runs,
+        run_blocks: tiles.plan_run_blocks,
     })
 }
 

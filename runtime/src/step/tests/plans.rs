@@ -581,3 +581,52 @@ fn batched_run_tables_reach_the_plan_spec_and_nothing_else() {
         }
     }
 }
+
+#[test]
+fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
+    // One block a head unless asked for (not yet run on a GPU).
+    assert_eq!(Tiles::default().plan_run_blocks, 1);
+    for run_blocks in [2, 4, codegen::spec::PlanSpec::MAX_RUN_BLOCKS] {
+        let tiles = Tiles {
+            plan_run_blocks: run_blocks,
+            ..fetched()
+        };
+        for placement in [Placement::Hbm, Placement::Host] {
+            let s = shape(4, 40_000, placement);
+            for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+                let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+                let shared = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+                assert_eq!(roles(&shared), roles(&plain), "{method} {placement:?}");
+                assert_eq!(shared.specs.plan.unwrap().run_blocks, run_blocks);
+                let kernel = |p: &crate::step::LaunchPlan| p.operations[0].kernel.clone().unwrap();
+                let (a, b) = (kernel(&plain), kernel(&shared));
+                assert_eq!(
+                    b.entry,
+                    a.entry
+                        .replacen("_t256", &format!("_t256_rt{run_blocks}"), 1)
+                );
+                assert_eq!(b.launch.grid[..2], a.launch.grid[..2]);
+                assert_eq!((a.launch.grid[2], b.launch.grid[2]), (1, run_blocks as u32));
+                for (a, b) in plain.operations.iter().zip(&shared.operations).skip(1) {
+                    assert_eq!(
+                        a.kernel.as_ref().map(|k| &k.entry),
+                        b.kernel.as_ref().map(|k| &k.entry)
+                    );
+                }
+                assert_eq!(shared.sizes, plain.sizes);
+            }
+        }
+    }
+    // Out of range: a typed error naming the field, not a launch.
+    for run_blocks in [0, codegen::spec::PlanSpec::MAX_RUN_BLOCKS + 1] {
+        let tiles = Tiles {
+            plan_run_blocks: run_blocks,
+            ..fetched()
+        };
+        let s = shape(4, 40_000, Placement::Hbm);
+        let err = plan_inputs(s, Method::Fathom { bits: 48.0 }, None, 256, &tiles, None)
+            .err()
+            .unwrap_or_else(|| panic!("{run_blocks} blocks a head accepted"));
+        assert!(err.to_string().contains("run_blocks"), "{err}");
+    }
+}
