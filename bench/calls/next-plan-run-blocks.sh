@@ -12,7 +12,7 @@
 # This call: gpu_plan's test of the shared tables (2 to 16 blocks, 32 to 1,024 threads, every
 # method, staged and not) and gpu_step's case with 4 blocks (every method, eager and replayed,
 # both placements, against the reference); compute-sanitizer memcheck and racecheck on the
-# gpu_plan test; then step-bench off / 4 / 8 / off at HBM 32k and 1M, and host 1M at 4.
+# gpu_plan test; then step-bench off / 4 / off / 8 at HBM 32k and 1M, and host 1M at 4.
 # Any GPU (the A/B is within the call). From the repository root, after
 # `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=560 bash bench/calls/next-plan-run-blocks.sh
@@ -32,8 +32,8 @@ mkdir -p $L/sanitize
   el "sanitize rc=$?" )
 step_bench hbm-off hbm 32k,1m 100
 step_bench hbm-rt4 hbm 32k,1m 100 --plan-run-blocks 4
-step_bench hbm-rt8 hbm 32k,1m 100 --plan-run-blocks 8
 step_bench hbm-off2 hbm 32k,1m 100
+step_bench hbm-rt8 hbm 32k,1m 100 --plan-run-blocks 8
 step_bench host-rt4 host 1m 110 --plan-run-blocks 4
 cd $L && { cat nvidia-smi.txt timeline.txt; grep -hE "^test |^test result|FAILED|panicked" gpu_plan.log gpu_step.log | head -20
   cat sanitize/summary.txt 2>/dev/null
