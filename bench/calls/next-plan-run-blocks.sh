@@ -16,6 +16,7 @@
 # Any GPU (the A/B is within the call). From the repository root, after
 # `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=560 bash bench/calls/next-plan-run-blocks.sh
+# (SANITIZE_TOOLS=memcheck leaves racecheck out when the budget is short.)
 set -u
 DEFAULT_BUDGET=560 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
@@ -28,7 +29,7 @@ export FATHOM_KERNEL_CACHE=/tmp/kc-plan-rt
     > $L/gpu_step.log 2>&1; el "gpu_step plan_run_blocks rc=$?" )
 mkdir -p $L/sanitize
 ( cd /tmp/fg && cp -r "$R/scripts" . && OUT=$L/sanitize timeout -k 10 $(lim 150) bash scripts/sanitize.sh \
-    --tools memcheck,racecheck --tests gpu_plan --jobs 2 --timeout 140 gpu_plan_shared_run_tables > $L/sanitize.txt 2>&1
+    --tools ${SANITIZE_TOOLS:-memcheck,racecheck} --tests gpu_plan --jobs 2 --timeout 140 gpu_plan_shared_run_tables > $L/sanitize.txt 2>&1
   el "sanitize rc=$?" )
 step_bench hbm-off hbm 32k,1m 100
 step_bench hbm-rt4 hbm 32k,1m 100 --plan-run-blocks 4

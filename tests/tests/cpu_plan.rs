@@ -614,13 +614,17 @@ fn fathom_near_ties_match_the_reference() {
     assert_none(failures);
 }
 
-/// The run tables written from segment pointers loaded in batches (`PlanSpec::batched_runs`,
-/// opt-in): every output the reference's, at 32 to 1,024 threads (batches of 8 and of 4 a
-/// thread), with and without staging, over stores of many segments (several batches, the last
-/// partial) and of none.
-#[test]
-fn batched_run_tables_match_the_reference() {
-    let (mut rng, seed) = inputs::rng_and_seed("batched_run_tables_match_the_reference");
+/// Four cases of a way of writing the run tables, at `threads[i]` threads and `with(i, case)`
+/// applied: every output the reference's, with and without staging, over stores of many
+/// segments (20 to 40 of 2 words, up to 40 D entries a head), of a few and of none; the kernel's
+/// name carries `name(i)`.
+fn run_table_cases(
+    test: &str,
+    threads: [usize; 4],
+    with: impl Fn(usize, PlanCase) -> PlanCase,
+    name: impl Fn(usize) -> String,
+) {
+    let (mut rng, seed) = inputs::rng_and_seed(test);
     let mut failures = Vec::new();
     let methods = [
         PlanMethod::Fathom,
@@ -628,24 +632,41 @@ fn batched_run_tables_match_the_reference() {
         PlanMethod::Uniform { t: 3 },
         PlanMethod::Fathom,
     ];
-    for (i, (&threads, method)) in [32, 256, 512, 1024].iter().zip(methods).enumerate() {
+    for (i, (threads, method)) in threads.into_iter().zip(methods).enumerate() {
         let d = HEAD_DIMS[i % 3];
         let blk = BLOCKS[i % 3];
-        let base = PlanCase {
-            threads,
-            batched_runs: true,
-            rotate: i == 3,
-            // 40 blocks: 20 to 40 segments of 2 words, up to 40 D entries a head.
-            n_stored: vec![40 * blk, 0, 3 * blk],
-            ..PlanCase::new(d, GROUPS[i % 3], blk, method)
-        };
+        let base = with(
+            i,
+            PlanCase {
+                threads,
+                rotate: i == 3,
+                n_stored: vec![40 * blk, 0, 3 * blk],
+                ..PlanCase::new(d, GROUPS[i % 3], blk, method)
+            },
+        );
         let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
-        assert!(plan.name().contains("_rb"), "{}", plan.name());
+        assert!(plan.name().contains(&name(i)), "{}", plan.name());
         for staging in [Staging::Planes, Staging::None] {
             failures.extend(run_case(&mut rng, seed, &base, &plan, staging).0);
         }
     }
     assert_none(failures);
+}
+
+/// The run tables written from segment pointers loaded in batches (`PlanSpec::batched_runs`,
+/// opt-in), at 32 to 1,024 threads (batches of 8 and of 4 a thread; several batches a thread,
+/// the last partial).
+#[test]
+fn batched_run_tables_match_the_reference() {
+    run_table_cases(
+        "batched_run_tables_match_the_reference",
+        [32, 256, 512, 1024],
+        |_, case| PlanCase {
+            batched_runs: true,
+            ..case
+        },
+        |_| "_rb".to_string(),
+    );
 }
 
 #[test]
@@ -685,44 +706,21 @@ fn batched_run_table_mutations_are_caught() {
     );
 }
 
-/// The run tables shared among blocks (`PlanSpec::run_blocks`, opt-in): every output the
-/// reference's, every entry written by exactly the block whose share holds it (poison guards
-/// see any missed), at 32 to 1,024 threads and 2 to 16 blocks a head (shares that do not
-/// divide the entries, blocks with no entry at all), with and without staging, over stores of
-/// many segments, of a few and of none.
+/// The run tables shared among blocks (`PlanSpec::run_blocks`, opt-in): every entry written
+/// by the block whose share holds it (poison guards see any missed), at 32 to 1,024 threads
+/// and 2 to 16 blocks a head (shares that do not divide the entries, blocks with no entry).
 #[test]
 fn shared_run_tables_match_the_reference() {
-    let (mut rng, seed) = inputs::rng_and_seed("shared_run_tables_match_the_reference");
-    let mut failures = Vec::new();
-    let methods = [
-        PlanMethod::Fathom,
-        PlanMethod::Sparq { r: 16 },
-        PlanMethod::Uniform { t: 3 },
-        PlanMethod::Fathom,
-    ];
-    let runs = [(32, 3), (64, 16), (256, 4), (1024, 2)];
-    for (i, (&(threads, run_blocks), method)) in runs.iter().zip(methods).enumerate() {
-        let d = HEAD_DIMS[i % 3];
-        let blk = BLOCKS[i % 3];
-        let base = PlanCase {
-            threads,
-            run_blocks,
-            rotate: i == 3,
-            // 40 blocks: 20 to 40 segments of 2 words, up to 40 D entries a head.
-            n_stored: vec![40 * blk, 0, 3 * blk],
-            ..PlanCase::new(d, GROUPS[i % 3], blk, method)
-        };
-        let plan = CpuPlan::build(base.spec()).expect("the plan builds for the CPU");
-        assert!(
-            plan.name().contains(&format!("_rt{run_blocks}")),
-            "{}",
-            plan.name()
-        );
-        for staging in [Staging::Planes, Staging::None] {
-            failures.extend(run_case(&mut rng, seed, &base, &plan, staging).0);
-        }
-    }
-    assert_none(failures);
+    const RUN_BLOCKS: [usize; 4] = [3, 16, 4, 2];
+    run_table_cases(
+        "shared_run_tables_match_the_reference",
+        [32, 64, 256, 1024],
+        |i, case| PlanCase {
+            run_blocks: RUN_BLOCKS[i],
+            ..case
+        },
+        |i| format!("_rt{}", RUN_BLOCKS[i]),
+    );
 }
 
 /// Mutants of the shared run tables. (Blocks writing more than their share, or the plan's
