@@ -184,6 +184,28 @@ fn plan_name_carries_every_field() {
         ..s
     };
     assert_eq!(both.validate().unwrap_err().field, "run_blocks");
+    // The runtime's count: at most 4 entries a thread, at most 4 blocks (1M tokens of 32k-token
+    // segments at D = 128 and 256 threads: 4; 32k: 1).
+    for (max_seg, head_dim, threads, want) in [
+        (32, 128, 256, 4),
+        (33, 128, 256, 4),
+        (2, 128, 256, 1),
+        (8, 128, 256, 1),
+        (9, 128, 256, 2),
+        (16, 128, 256, 2),
+        (17, 128, 256, 3),
+        (32, 64, 256, 2),
+        (32, 128, 1024, 1),
+        (0, 128, 256, 1),
+        (1 << 20, 256, 32, 4),
+        (4, 128, 0, 4),
+    ] {
+        assert_eq!(
+            PlanSpec::run_blocks_for(max_seg, head_dim, threads),
+            want,
+            "{max_seg} segments, D = {head_dim}, {threads} threads"
+        );
+    }
     // The tail (not serialised when absent, so not among the fields above), its placement and
     // its row layout each have their own name.
     let tails: BTreeSet<String> = [

@@ -56,7 +56,7 @@
 //! - `gpu_step_plan_batched_runs_g4`: the first case with the plan's run tables written from
 //!   batched pointer loads (`Tiles::plan_batched_runs`, opt-in).
 //! - `gpu_step_plan_run_blocks_g4`: the first case with the plan's run tables shared among 4
-//!   blocks a head (`Tiles::plan_run_blocks`, opt-in).
+//!   blocks a head (`Tiles::plan_run_blocks`; the default shares them at long contexts only).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -1037,12 +1037,12 @@ gpu_test!(gpu_step_plan_batched_runs_g4, |t| {
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
 });
 
-// The plan's run tables shared among 4 blocks a head (`Tiles::plan_run_blocks`, opt-in, not
-// yet run on a GPU when written): every method, eager and replayed, both placements, against
-// the reference.
+// The plan's run tables shared among 4 blocks a head (`Tiles::plan_run_blocks`; the default
+// gives the shapes of these cases one): every method, eager and replayed, both placements,
+// against the reference.
 gpu_test!(gpu_step_plan_run_blocks_g4, |t| {
     let mut config = decoder_config();
-    config.tiles.plan_run_blocks = 4;
+    config.tiles.plan_run_blocks = Some(4);
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
 });
 

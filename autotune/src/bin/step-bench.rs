@@ -68,8 +68,8 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     };
     // And one with the plan's run tables shared among blocks (`--plan-run-blocks N`).
     let stem = match h.plan_run_blocks {
-        1 => stem,
-        blocks => format!("{stem}-planrt{blocks}"),
+        None => stem,
+        Some(blocks) => format!("{stem}-planrt{blocks}"),
     };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {

@@ -97,11 +97,12 @@ pub struct Args {
     #[arg(long)]
     pub plan_batched_runs: bool,
     /// Share each (KV head, sequence)'s plan run tables among N blocks of the plan's launch
-    /// (`Tiles::plan_run_blocks`; 1, the default, has one block write them; opt-in, not yet
-    /// run on a GPU; files `-planrtN`).
-    #[arg(long, default_value_t = 1, value_name = "N",
+    /// (`Tiles::plan_run_blocks`; without it, as many as the context asks:
+    /// `PlanSpec::run_blocks_for`, 1 up to ~128k tokens, 4 at 1M; 1 has one block write
+    /// them, as before 2026-12-06; files `-planrtN`).
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=codegen::spec::PlanSpec::MAX_RUN_BLOCKS as i64))]
-    pub plan_run_blocks: u32,
+    pub plan_run_blocks: Option<u32>,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -145,8 +146,8 @@ pub struct Options {
     pub tail_in_plan: bool,
     /// `--plan-batched-runs`.
     pub plan_batched_runs: bool,
-    /// `--plan-run-blocks`.
-    pub plan_run_blocks: usize,
+    /// `--plan-run-blocks` (`None`: the context's).
+    pub plan_run_blocks: Option<usize>,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -341,8 +342,11 @@ impl Options {
         if steps == 0 {
             return Err(ArgsError::Steps);
         }
-        if args.plan_run_blocks > 1 && args.plan_batched_runs {
-            return Err(ArgsError::PlanRuns(args.plan_run_blocks));
+        if let Some(blocks) = args
+            .plan_run_blocks
+            .filter(|&b| b > 1 && args.plan_batched_runs)
+        {
+            return Err(ArgsError::PlanRuns(blocks));
         }
         if !(1..=64).contains(&args.slots) {
             return Err(ArgsError::Slots(args.slots));
@@ -382,7 +386,7 @@ impl Options {
             head_groups: args.head_groups as usize,
             tail_in_plan: !args.tail_in_oracle,
             plan_batched_runs: args.plan_batched_runs,
-            plan_run_blocks: args.plan_run_blocks as usize,
+            plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
         })
     }
 

@@ -161,10 +161,11 @@ pub struct Header {
     /// (`--plan-batched-runs`; false in records written before the option).
     #[serde(default)]
     pub plan_batched_runs: bool,
-    /// Blocks a KV head that shared the plan's run tables (`--plan-run-blocks`; 1 in records
-    /// written before the option).
-    #[serde(default = "one_group")]
-    pub plan_run_blocks: usize,
+    /// Blocks a KV head that shared the plan's run tables when `--plan-run-blocks` set them
+    /// (`None`: as many as each context asks, `PlanSpec::run_blocks_for`; records written
+    /// before 2026-12-06's fifteenth session had one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_run_blocks: Option<usize>,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

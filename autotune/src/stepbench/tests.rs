@@ -824,13 +824,14 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert!(!options(&["--tail-in-oracle"]).unwrap().tail_in_plan);
     assert!(!options(&[]).unwrap().plan_batched_runs);
     assert!(options(&["--plan-batched-runs"]).unwrap().plan_batched_runs);
-    assert_eq!(options(&[]).unwrap().plan_run_blocks, 1);
+    assert_eq!(options(&[]).unwrap().plan_run_blocks, None);
     assert_eq!(
         options(&["--plan-run-blocks", "4"])
             .unwrap()
             .plan_run_blocks,
-        4
+        Some(4)
     );
+    assert!(options(&["--plan-run-blocks", "1", "--plan-batched-runs"]).is_ok());
     for bad in ["0", "17"] {
         assert!(Args::try_parse_from(["step-bench", "--plan-run-blocks", bad]).is_err());
     }

@@ -141,8 +141,9 @@ pub struct PlanSpec {
     /// (block 0 alone the queries, depths, counts and status), so that a long sequence's
     /// tables (128 KiB a KV head at 1M tokens and D = 128) are written by `R` multiprocessors
     /// instead of one: the plan takes 19.3 us at 1M against 10.7 at 32k on the H100, and
-    /// loading the entries' pointers in batches did not change it. Opt-in: not yet run on a
-    /// GPU (`Tiles::plan_run_blocks`); not with `batched_runs`.
+    /// loading the entries' pointers in batches did not change it. The runtime takes
+    /// [`PlanSpec::run_blocks_for`] the shape (`Tiles::plan_run_blocks`); not with
+    /// `batched_runs`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub run_blocks: usize,
 }
@@ -217,6 +218,26 @@ impl PlanSpec {
     /// The most blocks a (KV head, sequence) may share its run tables among
     /// ([`PlanSpec::run_blocks`]).
     pub const MAX_RUN_BLOCKS: usize = 16;
+
+    /// Run-table entries a thread of one block writes before [`PlanSpec::run_blocks_for`]
+    /// shares a head's tables among more blocks.
+    pub const RUN_ENTRIES_PER_THREAD: usize = 4;
+
+    /// The most blocks [`PlanSpec::run_blocks_for`] gives a head.
+    pub const AUTO_RUN_BLOCKS: usize = 4;
+
+    /// Blocks a (KV head, sequence) for the run tables of `max_seg` segments of `head_dim`
+    /// channels at `threads` threads: enough that a thread writes at most
+    /// [`PlanSpec::RUN_ENTRIES_PER_THREAD`] entries, at most [`PlanSpec::AUTO_RUN_BLOCKS`].
+    /// On the H100 (2026-12-06) 4 blocks at 1M tokens (32 segments, D = 128, 256 threads) took
+    /// the HBM step 6.566 / 6.631 -> 6.397 ms and 8 blocks 6.461; at 32k (one block) the
+    /// extra blocks, which have no entry, changed fathom(48) nothing and made sparq(32) ~4%
+    /// slower, so short sequences keep one.
+    pub fn run_blocks_for(max_seg: usize, head_dim: usize, threads: usize) -> usize {
+        (max_seg * head_dim)
+            .div_ceil(Self::RUN_ENTRIES_PER_THREAD * threads.max(1))
+            .clamp(1, Self::AUTO_RUN_BLOCKS)
+    }
 
     /// One thread block per (KV head, sequence), and with `tail` one more per (KV head,
     /// sequence) that scores its tail; `run_blocks` of each along `z`.

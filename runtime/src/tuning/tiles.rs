@@ -279,10 +279,12 @@ pub struct Tiles {
     /// Blocks a (KV head, sequence) of the plan's launch that share its run tables
     /// (`PlanSpec::run_blocks`; 1 to `PlanSpec::MAX_RUN_BLOCKS`): each works out the same plan
     /// and writes its share of the entries, so that a long sequence's tables are written by
-    /// several multiprocessors. 1 by default; opt-in, not yet run on a GPU (`step-bench
-    /// --plan-run-blocks N`; the GPU tests `gpu_plan_shared_run_tables`,
-    /// `gpu_step_plan_run_blocks_g4`).
-    pub plan_run_blocks: usize,
+    /// several multiprocessors. `None`, the default: `PlanSpec::run_blocks_for` the shape (1
+    /// up to ~128k tokens at D = 128, 4 at 1M: the HBM step at 1M 6.397 ms against 6.566 /
+    /// 6.631 with one, H100, 2026-12-06, `bench/results/plan-run-blocks-h100-2026-12-06-e5d41f1-*`);
+    /// `Some(n)`: n (`step-bench --plan-run-blocks N`; the GPU tests
+    /// `gpu_plan_shared_run_tables`, `gpu_step_plan_run_blocks_g4`).
+    pub plan_run_blocks: Option<usize>,
 }
 
 impl Default for Tiles {
@@ -323,7 +325,7 @@ impl Default for Tiles {
             // noise), `bench/results/tail-plan-h100-2026-12-06-c3b2949-*`.
             tail_in_plan: true,
             plan_batched_runs: false,
-            plan_run_blocks: 1,
+            plan_run_blocks: None,
         }
     }
 }

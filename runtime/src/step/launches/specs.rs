@@ -241,7 +241,12 @@ fn plan(
             KvRows::Separate
         },
         batched_runs: tiles.plan_batched_runs,
-        run_blocks: tiles.plan_run_blocks,
+        run_blocks: match tiles.plan_run_blocks {
+            Some(blocks) => blocks,
+            // The batched loads write a head's tables from one block.
+            None if tiles.plan_batched_runs => 1,
+            None => PlanSpec::run_blocks_for(shape.max_seg, shape.head_dim, threads),
+        },
     })
 }
 

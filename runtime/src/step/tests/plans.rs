@@ -584,17 +584,21 @@ fn batched_run_tables_reach_the_plan_spec_and_nothing_else() {
 
 #[test]
 fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
-    // One block a head unless asked for (not yet run on a GPU).
-    assert_eq!(Tiles::default().plan_run_blocks, 1);
+    // The shape's count unless asked for; `fetched()` keeps the default's.
+    assert_eq!(Tiles::default().plan_run_blocks, None);
+    let one = Tiles {
+        plan_run_blocks: Some(1),
+        ..fetched()
+    };
     for run_blocks in [2, 4, codegen::spec::PlanSpec::MAX_RUN_BLOCKS] {
         let tiles = Tiles {
-            plan_run_blocks: run_blocks,
+            plan_run_blocks: Some(run_blocks),
             ..fetched()
         };
         for placement in [Placement::Hbm, Placement::Host] {
             let s = shape(4, 40_000, placement);
             for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
-                let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+                let plain = plan_inputs(s, method, None, 256, &one, None).unwrap();
                 let shared = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
                 assert_eq!(roles(&shared), roles(&plain), "{method} {placement:?}");
                 assert_eq!(shared.specs.plan.unwrap().run_blocks, run_blocks);
@@ -620,7 +624,7 @@ fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
     // Out of range: a typed error naming the field, not a launch.
     for run_blocks in [0, codegen::spec::PlanSpec::MAX_RUN_BLOCKS + 1] {
         let tiles = Tiles {
-            plan_run_blocks: run_blocks,
+            plan_run_blocks: Some(run_blocks),
             ..fetched()
         };
         let s = shape(4, 40_000, Placement::Hbm);
@@ -628,5 +632,37 @@ fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
             .err()
             .unwrap_or_else(|| panic!("{run_blocks} blocks a head accepted"));
         assert!(err.to_string().contains("run_blocks"), "{err}");
+    }
+}
+
+#[test]
+fn long_sequences_share_their_run_tables_by_default() {
+    let mut tiles = fetched();
+    tiles.plan_run_blocks = None;
+    for (max_seg, want) in [(3, 1), (9, 2), (32, 4), (200, 4)] {
+        let s = StepShape {
+            max_seg,
+            ..shape(4, 40_000, Placement::Hbm)
+        };
+        for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+            let plan = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+            let spec = plan.specs.plan.unwrap();
+            assert_eq!(spec.run_blocks, want, "{max_seg} segments, {method}");
+            let kernel = plan.operations[0].kernel.as_ref().unwrap();
+            assert_eq!(kernel.launch.grid[2], want as u32);
+        }
+        // Batched pointer loads keep one block; a count asked for is taken as it is.
+        let batched = Tiles {
+            plan_batched_runs: true,
+            ..tiles
+        };
+        let plan = plan_inputs(s, Method::Fathom { bits: 48.0 }, None, 256, &batched, None);
+        assert_eq!(plan.unwrap().specs.plan.unwrap().run_blocks, 1);
+        let asked = Tiles {
+            plan_run_blocks: Some(8),
+            ..tiles
+        };
+        let plan = plan_inputs(s, Method::Fathom { bits: 48.0 }, None, 256, &asked, None);
+        assert_eq!(plan.unwrap().specs.plan.unwrap().run_blocks, 8);
     }
 }
