@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 at today's defaults (unseen since c4d3276: its README figures predate programmatic
-# launch, the plan's prologue, the tail in the plan's launch and the peaks pass's own pointer).
+# launch, the plan's prologue, the tail in the plan's launch, the peaks pass's own pointer and
+# the plan's run tables shared among 4 blocks a KV head at 1M).
 # Issue #15 asks the default autotune within 3 minutes on the H200. This call: autotune, the
 # default grid, on an empty kernel cache with --timings (the record to commit as
 # runtime/records/nvidia-h200.json when whole); then step-bench fathom(48) and sparq(32) under
