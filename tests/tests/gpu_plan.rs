@@ -168,51 +168,48 @@ gpu_test!(gpu_plan_fathom_every_block_size_matches_reference, |t| {
     }
 });
 
-// The run tables written from segment pointers loaded in batches (`PlanSpec::batched_runs`,
-// opt-in, not yet run on a GPU when written): batches of 8 a thread up to 256 threads, of 4
-// above; sequences of many segments (several batches a thread, the last partial) and of none;
-// every method's run tables, staged and not.
-gpu_test!(gpu_plan_batched_run_tables, |t| {
+/// Every shape of `FEW_SHAPES` at `threads`, `with` applied, over sequences of many segments
+/// (several run-table entries a thread, the last round partial), of a few and of none; the
+/// methods in turn, every method's run tables staged and not.
+fn check_run_tables(
+    t: &mut fathom_tests::kit::GpuTest,
+    threads: usize,
+    with: impl Fn(Case) -> Case,
+) {
     let methods = [
         PlanMethod::Fathom,
         PlanMethod::Sparq { r: 16 },
         PlanMethod::Uniform { t: 3 },
         PlanMethod::Thumbnail,
     ];
+    for (i, (g, d, blk)) in FEW_SHAPES.into_iter().enumerate() {
+        let case = with(Case {
+            threads,
+            n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
+            ..Case::new(d, g, blk, methods[(i + threads) % methods.len()])
+        });
+        check(&t.gpu, &mut t.rng, t.seed, &case);
+    }
+}
+
+// The run tables written from segment pointers loaded in batches (`PlanSpec::batched_runs`,
+// opt-in; exact on an H100, no faster): batches of 8 a thread up to 256 threads, of 4 above.
+gpu_test!(gpu_plan_batched_run_tables, |t| {
     for threads in [32, 96, 256, 512, 1024] {
-        for (i, (g, d, blk)) in FEW_SHAPES.into_iter().enumerate() {
-            let case = Case {
-                threads,
-                batched_runs: true,
-                n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
-                ..Case::new(d, g, blk, methods[(i + threads) % methods.len()])
-            };
-            check(&t.gpu, &mut t.rng, t.seed, &case);
-        }
+        check_run_tables(&mut t, threads, |case| Case {
+            batched_runs: true,
+            ..case
+        });
     }
 });
 
-// The run tables shared among blocks (`PlanSpec::run_blocks`, opt-in, not yet run on a GPU
-// when written): 2 to 16 blocks a head, each working out the same plan and writing its share
-// of the entries (block 0 the other outputs); shares that do not divide the entries, blocks
-// with no entry; every method's run tables, staged and not, at 32 to 1,024 threads.
+// The run tables shared among blocks (`PlanSpec::run_blocks`; exact on an H100, the default
+// at long contexts): 2 to 16 blocks a head, each working out the same plan and writing its
+// share of the entries (block 0 the other outputs); shares that do not divide the entries,
+// blocks with no entry.
 gpu_test!(gpu_plan_shared_run_tables, |t| {
-    let methods = [
-        PlanMethod::Fathom,
-        PlanMethod::Sparq { r: 16 },
-        PlanMethod::Uniform { t: 3 },
-        PlanMethod::Thumbnail,
-    ];
     for (threads, run_blocks) in [(32, 3), (96, 16), (256, 4), (512, 8), (1024, 2)] {
-        for (i, (g, d, blk)) in FEW_SHAPES.into_iter().enumerate() {
-            let case = Case {
-                threads,
-                run_blocks,
-                n_stored: vec![3 * blk, 0, (2 * threads + 3) * 64 * SEGMENT_WORDS + blk],
-                ..Case::new(d, g, blk, methods[(i + threads) % methods.len()])
-            };
-            check(&t.gpu, &mut t.rng, t.seed, &case);
-        }
+        check_run_tables(&mut t, threads, |case| Case { run_blocks, ..case });
     }
 });
 

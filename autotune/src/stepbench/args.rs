@@ -98,7 +98,7 @@ pub struct Args {
     pub plan_batched_runs: bool,
     /// Share each (KV head, sequence)'s plan run tables among N blocks of the plan's launch
     /// (`Tiles::plan_run_blocks`; without it, as many as the context asks:
-    /// `PlanSpec::run_blocks_for`, 1 up to ~128k tokens, 4 at 1M; 1 has one block write
+    /// `PlanSpec::run_blocks_for`, 1 up to 8 segments (256k tokens), 4 at 1M; 1 has one block write
     /// them, as before 2026-12-06; files `-planrtN`).
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=codegen::spec::PlanSpec::MAX_RUN_BLOCKS as i64))]

@@ -280,7 +280,7 @@ pub struct Tiles {
     /// (`PlanSpec::run_blocks`; 1 to `PlanSpec::MAX_RUN_BLOCKS`): each works out the same plan
     /// and writes its share of the entries, so that a long sequence's tables are written by
     /// several multiprocessors. `None`, the default: `PlanSpec::run_blocks_for` the shape (1
-    /// up to ~128k tokens at D = 128, 4 at 1M: the HBM step at 1M 6.397 ms against 6.566 /
+    /// up to 8 segments, 256k tokens, at D = 128; 4 at 1M: the HBM step at 1M 6.397 ms against 6.566 /
     /// 6.631 with one, H100, 2026-12-06, `bench/results/plan-run-blocks-h100-2026-12-06-e5d41f1-*`);
     /// `Some(n)`: n (`step-bench --plan-run-blocks N`; the GPU tests
     /// `gpu_plan_shared_run_tables`, `gpu_step_plan_run_blocks_g4`).
