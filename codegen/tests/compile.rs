@@ -555,10 +555,11 @@ fn peaks_scans_compile_without_warnings_or_new_local_memory() {
     }
 }
 
-/// Plans with batched run tables (`PlanSpec::batched_runs`, opt-in) or run tables shared among
-/// blocks (`PlanSpec::run_blocks`, opt-in) compile without warnings and with no more local
-/// memory than the same plan without, at every thread count (batches of 8 up to 256 threads, of
-/// 4 above) and with a tail; without the option the source has nothing of it.
+/// Plans with batched run tables (`PlanSpec::batched_runs`, opt-in), run tables shared among
+/// blocks (`PlanSpec::run_blocks`) or entries written by lane pairs (`PlanSpec::paired_runs`,
+/// opt-in, alone and with shared tables) compile without warnings and with no more local memory
+/// than the same plan without, at every thread count (batches of 8 up to 256 threads, of 4
+/// above) and with a tail; without the option the source has nothing of it.
 #[test]
 fn plans_with_batched_or_shared_run_tables_compile_without_new_local_memory() {
     let mut specs = Vec::new();
@@ -584,7 +585,11 @@ fn plans_with_batched_or_shared_run_tables_compile_without_new_local_memory() {
                 run_blocks: [2, 4, 8][(i + j) % 3],
                 ..plain
             };
-            for spec in [batched, shared] {
+            let paired = PlanSpec {
+                paired_runs: true,
+                ..[plain, shared][(i + j) % 2]
+            };
+            for spec in [batched, shared, paired] {
                 specs.push(spec);
                 if threads <= PlanSpec::TAIL_MAX_THREADS {
                     specs.push(spec.with_tail(Placement::Hbm, KvRows::Adjacent));
@@ -598,9 +603,13 @@ fn plans_with_batched_or_shared_run_tables_compile_without_new_local_memory() {
         let plain = PlanSpec {
             batched_runs: false,
             run_blocks: 1,
+            paired_runs: false,
             ..*spec
         };
-        let (marker, line) = if spec.batched_runs {
+        let (marker, line) = if spec.paired_runs {
+            assert!(name.contains("_rp"), "{name}");
+            ("half & 1", "entry[half & 1] = half & 1".to_string())
+        } else if spec.batched_runs {
             let batch = spec.run_batch();
             assert_eq!(batch, if spec.threads > 256 { 4 } else { 8 });
             assert!(name.contains("_rb"), "{name}");

@@ -113,6 +113,7 @@ fn plan_name_carries_every_field() {
         tail_kv_rows: _,
         batched_runs: _,
         run_blocks: _,
+        paired_runs: _,
     } = s;
     let tail = s.with_tail(Placement::Hbm, KvRows::Separate);
     assert_every_field_named(
@@ -184,6 +185,39 @@ fn plan_name_carries_every_field() {
         ..s
     };
     assert_eq!(both.validate().unwrap_err().field, "run_blocks");
+    // Run-table entries by lane pairs (not serialised when off): their own name, alone and
+    // with shared run tables or a tail; refused with batched run tables.
+    for base in [s, tail, PlanSpec { run_blocks: 4, ..s }] {
+        let paired = PlanSpec {
+            paired_runs: true,
+            ..base
+        };
+        paired.validate().unwrap();
+        assert!(
+            paired.kernel_name().contains("_rp"),
+            "{}",
+            paired.kernel_name()
+        );
+        assert!(shared.insert(paired.kernel_name()));
+        assert_ne!(paired.kernel_name(), base.kernel_name());
+    }
+    let json = serde_json::to_value(PlanSpec {
+        paired_runs: true,
+        ..s
+    })
+    .unwrap();
+    assert_eq!(json["paired_runs"], true);
+    assert!(serde_json::to_value(s)
+        .unwrap()
+        .get("paired_runs")
+        .is_none());
+    assert!(!back.paired_runs);
+    let both = PlanSpec {
+        paired_runs: true,
+        batched_runs: true,
+        ..s
+    };
+    assert_eq!(both.validate().unwrap_err().field, "paired_runs");
     // The runtime's count: at most 4 entries a thread, at most 4 blocks (1M tokens of 32k-token
     // segments at D = 128 and 256 threads: 4; 32k: 1).
     for (max_seg, head_dim, threads, want) in [

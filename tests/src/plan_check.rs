@@ -40,6 +40,8 @@ pub struct PlanCase {
     pub batched_runs: bool,
     /// `PlanSpec::run_blocks`: blocks a (KV head, sequence) that share its run tables.
     pub run_blocks: usize,
+    /// `PlanSpec::paired_runs`: each run-table entry written by a lane pair.
+    pub paired_runs: bool,
 }
 
 impl PlanCase {
@@ -58,6 +60,7 @@ impl PlanCase {
             threads: 256,
             batched_runs: false,
             run_blocks: 1,
+            paired_runs: false,
         }
     }
 
@@ -74,6 +77,7 @@ impl PlanCase {
             tail_kv_rows: KvRows::Separate,
             batched_runs: self.batched_runs,
             run_blocks: self.run_blocks,
+            paired_runs: self.paired_runs,
         }
     }
 

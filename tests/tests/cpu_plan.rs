@@ -723,6 +723,74 @@ fn shared_run_tables_match_the_reference() {
     );
 }
 
+/// The run-table entries written by lane pairs (`PlanSpec::paired_runs`, opt-in), alone and
+/// with the tables shared among blocks, at 32 to 1,024 threads: every half of every entry
+/// (poison guards see any missed), staged and not.
+#[test]
+fn paired_run_tables_match_the_reference() {
+    const RUN_BLOCKS: [usize; 4] = [1, 3, 4, 1];
+    run_table_cases(
+        "paired_run_tables_match_the_reference",
+        [32, 96, 256, 1024],
+        |i, case| PlanCase {
+            paired_runs: true,
+            run_blocks: RUN_BLOCKS[i],
+            ..case
+        },
+        |i| match RUN_BLOCKS[i] {
+            1 => "_rp".to_string(),
+            r => format!("_rt{r}_rp"),
+        },
+    );
+}
+
+/// Mutants of the paired entries: a pair writing one half twice, the halves swapped, the
+/// loop over whole entries, the staged table's halves swapped.
+#[test]
+fn paired_run_table_mutations_are_caught() {
+    for run_blocks in [1, 3] {
+        let base = PlanCase {
+            threads: 64,
+            run_blocks,
+            paired_runs: true,
+            n_stored: vec![40 * 64, 0, 3 * 64],
+            ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+        };
+        let end = if run_blocks > 1 {
+            "run_end"
+        } else {
+            "n_seg * D"
+        };
+        assert_caught(
+            &base,
+            &[48.0],
+            Inputs::Random,
+            &[
+                (
+                    "the channel and depth in the pointers' half",
+                    "entry[half & 1] = half & 1 ?",
+                    "entry[0] = half & 1 ?",
+                ),
+                (
+                    "the halves swapped",
+                    "entry[half & 1] = half & 1 ?",
+                    "entry[half & 1] = !(half & 1) ?",
+                ),
+                (
+                    "half the halves written",
+                    &format!("half < 2 * {end}; half += THREADS"),
+                    &format!("half < {end}; half += THREADS"),
+                ),
+                (
+                    "the staged halves swapped",
+                    "staged_entry[half & 1] =\n                half & 1 ?",
+                    "staged_entry[half & 1] =\n                !(half & 1) ?",
+                ),
+            ],
+        );
+    }
+}
+
 /// Mutants of the shared run tables. (Blocks writing more than their share, or the plan's
 /// other outputs, write the same values as the block that owns them, which no output shows,
 /// and so does another block than 0 writing the plan's outputs: not mutants a test can see.)

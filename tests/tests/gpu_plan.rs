@@ -23,7 +23,8 @@
 //!   segments past the store keep their poison.
 //! - the same with the run tables' segment pointers loaded in batches
 //!   (`gpu_plan_batched_run_tables`, `PlanSpec::batched_runs`), and shared among several
-//!   blocks a head (`gpu_plan_shared_run_tables`, `PlanSpec::run_blocks`).
+//!   blocks a head (`gpu_plan_shared_run_tables`, `PlanSpec::run_blocks`), and each entry
+//!   written by a lane pair (`gpu_plan_paired_run_tables`, `PlanSpec::paired_runs`).
 //! - edges: all-zero queries (all depths 0), a huge budget (every channel with `w_c > 0` at
 //!   depth 4), the minimum budget (one channel at depth 1), a batch of three sequences of
 //!   different lengths including `n_stored = 0` (depths written, no run slot), and a plan that
@@ -210,6 +211,18 @@ gpu_test!(gpu_plan_batched_run_tables, |t| {
 gpu_test!(gpu_plan_shared_run_tables, |t| {
     for (threads, run_blocks) in [(32, 3), (96, 16), (256, 4), (512, 8), (1024, 2)] {
         check_run_tables(&mut t, threads, |case| Case { run_blocks, ..case });
+    }
+});
+
+// The run-table entries written by lane pairs (`PlanSpec::paired_runs`, opt-in): a lane the
+// pointers, the next the channel and depth, alone and with the tables shared among blocks.
+gpu_test!(gpu_plan_paired_run_tables, |t| {
+    for (threads, run_blocks) in [(32, 1), (96, 3), (256, 4), (512, 1), (1024, 2)] {
+        check_run_tables(&mut t, threads, |case| Case {
+            run_blocks,
+            paired_runs: true,
+            ..case
+        });
     }
 });
 

@@ -531,6 +531,7 @@ fn staged_pipeline(
         tail_kv_rows: KvRows::Separate,
         batched_runs: false,
         run_blocks: 1,
+        paired_runs: false,
     };
     let plan_kernel = Kernel::compile(gpu, plan_spec);
     let staging = Staging::new(gpu, &shape, 4 * d);
@@ -669,6 +670,7 @@ gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
         tail_kv_rows: KvRows::Separate,
         batched_runs: false,
         run_blocks: 1,
+        paired_runs: false,
     };
     let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
     let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);

@@ -57,6 +57,8 @@
 //!   batched pointer loads (`Tiles::plan_batched_runs`, opt-in).
 //! - `gpu_step_plan_run_blocks_g4`: the first case with the plan's run tables shared among 4
 //!   blocks a head (`Tiles::plan_run_blocks`; the default shares them at long contexts only).
+//! - `gpu_step_plan_paired_runs_g4`: the first case with the plan's run-table entries written
+//!   by lane pairs (`Tiles::plan_paired_runs`, opt-in), with one block a head and with 4.
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -1044,6 +1046,18 @@ gpu_test!(gpu_step_plan_run_blocks_g4, |t| {
     let mut config = decoder_config();
     config.tiles.plan_run_blocks = Some(4);
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+// The plan's run-table entries written by lane pairs (`Tiles::plan_paired_runs`, opt-in),
+// with one block a head and with 4: every method, eager and replayed, both placements,
+// against the reference.
+gpu_test!(gpu_step_plan_paired_runs_g4, |t| {
+    for blocks in [None, Some(4)] {
+        let mut config = decoder_config();
+        config.tiles.plan_paired_runs = true;
+        config.tiles.plan_run_blocks = blocks;
+        run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+    }
 });
 
 gpu_test!(gpu_step_tail_in_the_oracle_g7, |t| {

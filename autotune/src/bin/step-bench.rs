@@ -71,6 +71,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         None => stem,
         Some(blocks) => format!("{stem}-planrt{blocks}"),
     };
+    // And one with the run-table entries written by lane pairs (`--plan-paired-runs`).
+    let stem = if h.plan_paired_runs {
+        format!("{stem}-planrp")
+    } else {
+        stem
+    };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {
         1 => stem,

@@ -103,6 +103,10 @@ pub struct Args {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=codegen::spec::PlanSpec::MAX_RUN_BLOCKS as i64))]
     pub plan_run_blocks: Option<u32>,
+    /// Write each plan run-table entry from a lane pair, one 16-byte half a lane
+    /// (`Tiles::plan_paired_runs`, off by default until timed; files `-planrp`).
+    #[arg(long)]
+    pub plan_paired_runs: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -148,6 +152,8 @@ pub struct Options {
     pub plan_batched_runs: bool,
     /// `--plan-run-blocks` (`None`: the context's).
     pub plan_run_blocks: Option<usize>,
+    /// `--plan-paired-runs`.
+    pub plan_paired_runs: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -206,6 +212,8 @@ pub enum ArgsError {
     AttentionRows(#[from] AttentionRowsParseError),
     #[error("--plan-run-blocks {0} and --plan-batched-runs do not combine; give one of them")]
     PlanRuns(u32),
+    #[error("--plan-paired-runs and --plan-batched-runs do not combine; give one of them")]
+    PlanPairedRuns,
 }
 
 /// Tokens per scale block of the stores built here: a context must hold whole blocks.
@@ -348,6 +356,9 @@ impl Options {
         {
             return Err(ArgsError::PlanRuns(blocks));
         }
+        if args.plan_paired_runs && args.plan_batched_runs {
+            return Err(ArgsError::PlanPairedRuns);
+        }
         if !(1..=64).contains(&args.slots) {
             return Err(ArgsError::Slots(args.slots));
         }
@@ -387,6 +398,7 @@ impl Options {
             tail_in_plan: !args.tail_in_oracle,
             plan_batched_runs: args.plan_batched_runs,
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
+            plan_paired_runs: args.plan_paired_runs,
         })
     }
 

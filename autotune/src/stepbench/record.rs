@@ -166,6 +166,10 @@ pub struct Header {
     /// before 2026-12-06's fifteenth session had one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_run_blocks: Option<usize>,
+    /// Whether lane pairs wrote the plan's run-table entries (`--plan-paired-runs`; absent in
+    /// records written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan_paired_runs: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

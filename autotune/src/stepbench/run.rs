@@ -306,6 +306,7 @@ impl Bench {
             tail_in_plan: self.options.tail_in_plan,
             plan_batched_runs: self.options.plan_batched_runs,
             plan_run_blocks: self.options.plan_run_blocks,
+            plan_paired_runs: self.options.plan_paired_runs,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -822,5 +823,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.tail_in_plan = options.tail_in_plan;
     config.tiles.plan_batched_runs = options.plan_batched_runs;
     config.tiles.plan_run_blocks = options.plan_run_blocks;
+    config.tiles.plan_paired_runs = options.plan_paired_runs;
     config
 }

@@ -825,6 +825,16 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert!(!options(&[]).unwrap().plan_batched_runs);
     assert!(options(&["--plan-batched-runs"]).unwrap().plan_batched_runs);
     assert_eq!(options(&[]).unwrap().plan_run_blocks, None);
+    assert!(!options(&[]).unwrap().plan_paired_runs);
+    assert!(
+        options(&["--plan-paired-runs", "--plan-run-blocks", "4"])
+            .unwrap()
+            .plan_paired_runs
+    );
+    assert_eq!(
+        options(&["--plan-paired-runs", "--plan-batched-runs"]).unwrap_err(),
+        ArgsError::PlanPairedRuns
+    );
     assert_eq!(
         options(&["--plan-run-blocks", "4"])
             .unwrap()

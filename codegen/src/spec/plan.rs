@@ -146,6 +146,14 @@ pub struct PlanSpec {
     /// `batched_runs`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub run_blocks: usize,
+    /// Write each run-table entry (32 bytes, one sector) from a lane pair, the pointers from
+    /// the even lane and the channel and depth from the odd one, so that a warp's store
+    /// writes 16 whole entries (512 contiguous bytes) instead of one half of each of 32: the
+    /// plan's excess at 1M tokens was one multiprocessor's 8,192 half-sector stores a KV head
+    /// (`bench/NOTES.md`, fifteenth session). Opt-in until timed on a GPU
+    /// (`Tiles::plan_paired_runs`); not with `batched_runs`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub paired_runs: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -191,6 +199,7 @@ impl PlanSpec {
             tail_kv_rows: KvRows::Separate,
             batched_runs: false,
             run_blocks: 1,
+            paired_runs: false,
         }
     }
 
@@ -275,7 +284,16 @@ impl Family for PlanSpec {
             tail_kv_rows,
             batched_runs,
             run_blocks,
+            paired_runs,
         } = *self;
+        if paired_runs && batched_runs {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "paired_runs",
+                paired_runs,
+                "false with batched_runs (the two ways of writing the run tables do not combine)",
+            ));
+        }
         if !(1..=Self::MAX_RUN_BLOCKS).contains(&run_blocks) {
             return Err(SpecError::new(
                 Self::FAMILY,
@@ -347,6 +365,11 @@ impl Family for PlanSpec {
             (false, 1) => String::new(),
             (false, r) => format!("_rt{r}"),
         };
+        let runs = if self.paired_runs {
+            format!("{runs}_rp")
+        } else {
+            runs
+        };
         format!(
             "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{runs}{tail}",
             self.head_dim,
@@ -371,6 +394,7 @@ impl Family for PlanSpec {
         c.insert("threads", &self.threads);
         c.insert("tail", &self.tail.is_some());
         c.insert("run_blocks", &self.run_blocks);
+        c.insert("paired_runs", &self.paired_runs);
         c.insert(
             "run_batch",
             &if self.batched_runs {

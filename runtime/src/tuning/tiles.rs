@@ -285,6 +285,11 @@ pub struct Tiles {
     /// `Some(n)`: n (`step-bench --plan-run-blocks N`; the GPU tests
     /// `gpu_plan_shared_run_tables`, `gpu_step_plan_run_blocks_g4`).
     pub plan_run_blocks: Option<usize>,
+    /// Whether lane pairs write the plan's run-table entries, one 16-byte half a lane
+    /// (`PlanSpec::paired_runs`): a warp's store then writes whole sectors. Opt-in until timed
+    /// on a GPU (`step-bench --plan-paired-runs`; the GPU tests `gpu_plan_paired_run_tables`,
+    /// `gpu_step_plan_paired_runs_g4`); ignored with `plan_batched_runs`.
+    pub plan_paired_runs: bool,
 }
 
 impl Default for Tiles {
@@ -326,6 +331,7 @@ impl Default for Tiles {
             tail_in_plan: true,
             plan_batched_runs: false,
             plan_run_blocks: None,
+            plan_paired_runs: false,
         }
     }
 }

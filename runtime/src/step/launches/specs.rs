@@ -247,6 +247,7 @@ fn plan(
             None if tiles.plan_batched_runs => 1,
             None => PlanSpec::run_blocks_for(shape.max_seg, shape.head_dim, threads),
         },
+        paired_runs: tiles.plan_paired_runs && !tiles.plan_batched_runs,
     })
 }
 

@@ -583,6 +583,47 @@ fn batched_run_tables_reach_the_plan_spec_and_nothing_else() {
 }
 
 #[test]
+fn paired_run_tables_reach_the_plan_spec_and_nothing_else() {
+    // Off unless asked for; with batched pointer loads it is left out (they do not combine).
+    assert!(!Tiles::default().plan_paired_runs);
+    let tiles = Tiles {
+        plan_paired_runs: true,
+        ..fetched()
+    };
+    for placement in [Placement::Hbm, Placement::Host] {
+        let s = shape(4, 40_000, placement);
+        for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+            let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+            let paired = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+            assert_eq!(roles(&paired), roles(&plain), "{method} {placement:?}");
+            assert!(paired.specs.plan.unwrap().paired_runs);
+            assert!(!plain.specs.plan.unwrap().paired_runs);
+            let entry = |p: &crate::step::LaunchPlan| {
+                p.operations[0].kernel.as_ref().unwrap().entry.clone()
+            };
+            assert_eq!(
+                entry(&paired),
+                entry(&plain).replacen("_t256", "_t256_rp", 1)
+            );
+            for (a, b) in plain.operations.iter().zip(&paired.operations).skip(1) {
+                assert_eq!(
+                    a.kernel.as_ref().map(|k| &k.entry),
+                    b.kernel.as_ref().map(|k| &k.entry)
+                );
+            }
+            assert_eq!(paired.sizes, plain.sizes);
+            let both = Tiles {
+                plan_batched_runs: true,
+                ..tiles
+            };
+            let both = plan_inputs(s, method, None, 256, &both, None).unwrap();
+            let spec = both.specs.plan.unwrap();
+            assert!(spec.batched_runs && !spec.paired_runs);
+        }
+    }
+}
+
+#[test]
 fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
     // The shape's count unless asked for; `fetched()` keeps the default's.
     assert_eq!(Tiles::default().plan_run_blocks, None);
