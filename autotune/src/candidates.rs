@@ -688,6 +688,7 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits,
+            cluster_merge: false,
         }
         .into(),
         _ => return Err(mismatch()),

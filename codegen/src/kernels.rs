@@ -179,6 +179,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits: 1,
+            cluster_merge: false,
         }
         .into(),
     );

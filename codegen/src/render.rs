@@ -92,6 +92,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_cluster.cu.tera"),
     ),
     (
+        "cluster.cuh.tera",
+        include_str!("../../templates/cluster.cuh.tera"),
+    ),
+    (
         "select_cluster.cuh.tera",
         include_str!("../../templates/select_cluster.cuh.tera"),
     ),

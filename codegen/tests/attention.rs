@@ -4,7 +4,7 @@ mod family_checks;
 
 use codegen::spec::attention::{AttentionRows, AttentionSpec};
 use codegen::spec::{Family, KvRows};
-use family_checks::{assert_compiles, assert_renders, grid4};
+use family_checks::{assert_compiles, assert_compiles_for, assert_renders, grid4};
 use serde_json::json;
 
 fn base() -> AttentionSpec {
@@ -16,6 +16,7 @@ fn base() -> AttentionSpec {
         rows: AttentionRows::Fetched,
         kv_rows: KvRows::Separate,
         splits: 1,
+        cluster_merge: false,
     }
 }
 
@@ -202,6 +203,82 @@ fn a_sampled_grid_compiles_without_warnings() {
             }
             let split = AttentionSpec { splits: 16, ..spec };
             assert_compiles(&split, &[split.kernel_name()]);
+            for splits in [2, 8] {
+                for spec in [spec].into_iter().chain(store_variants(spec)) {
+                    let merged = AttentionSpec {
+                        splits,
+                        cluster_merge: true,
+                        ..spec
+                    };
+                    // Thread-block clusters are Hopper's.
+                    assert_compiles_for(&merged, &[merged.kernel_name()], &["sm_90"]);
+                }
+            }
         }
     }
+}
+
+/// The splits merged in a thread-block cluster (opt-in): their own name, a grid of one block
+/// a split along x in clusters of the splits, the partials in shared memory (within 48 KiB
+/// at every shape of the grid), no global partial written or arrival counted; refused with
+/// one split or more than the portable cluster size; not serialised when off.
+#[test]
+fn splits_merged_in_a_cluster() {
+    let spec = AttentionSpec {
+        splits: 4,
+        cluster_merge: true,
+        ..store_base()
+    };
+    spec.validate().unwrap();
+    assert_eq!(
+        spec.kernel_name(),
+        "fathom_attention_d128_g4_t256_r4_s4_cm_store"
+    );
+    assert_eq!(spec.launch(4, 8).unwrap().grid, [4 * 8 * 4 * 4, 1, 1]);
+    let source = codegen::render::render(&spec).unwrap();
+    assert!(source.contains("__cluster_dims__(4, 1, 1) __launch_bounds__(THREADS)"));
+    assert!(source.contains("cluster_load(mine + 2 + c, x)"));
+    assert!(!source.contains("atomicAdd(arrivals") && !source.contains("__threadfence"));
+    assert!(source.contains(
+        "int k,\n    float* __restrict__ partials,\n    unsigned int* __restrict__ arrivals)"
+    ));
+    let plain = codegen::render::render(&AttentionSpec {
+        cluster_merge: false,
+        ..spec
+    })
+    .unwrap();
+    assert!(
+        !plain.contains("cluster"),
+        "the default merge has nothing of the cluster"
+    );
+    for spec in grid()
+        .into_iter()
+        .flat_map(|s| [s].into_iter().chain(store_variants(s)))
+    {
+        let merged = AttentionSpec {
+            splits: 8,
+            cluster_merge: true,
+            ..spec
+        };
+        merged.validate().unwrap();
+        assert_renders(&merged, &[merged.kernel_name()]);
+        assert!(
+            merged.static_shared_bytes() <= 48 * 1024,
+            "{}",
+            merged.kernel_name()
+        );
+    }
+    for splits in [1, 9, 16] {
+        let bad = AttentionSpec {
+            splits,
+            cluster_merge: true,
+            ..base()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "cluster_merge");
+    }
+    assert!(serde_json::to_value(spec).unwrap()["cluster_merge"] == true);
+    let off = serde_json::to_value(store_base()).unwrap();
+    assert!(off.get("cluster_merge").is_none());
+    let back: AttentionSpec = serde_json::from_value(off).unwrap();
+    assert!(!back.cluster_merge);
 }

@@ -542,6 +542,12 @@ impl AttentionCase {
             args,
         };
         program.run_with_tables(&mut buffers, &tables, &[launch], seed)?;
+        if spec.cluster_merge && buffers[b + 3].iter().any(|&w| !f32::from_bits(w).is_nan()) {
+            return Err(format!(
+                "{}: merged in a cluster, yet wrote the global partials",
+                spec.kernel_name()
+            ));
+        }
         if spec.splits > 1 && buffers[b + 4].iter().any(|&a| a != 0) {
             return Err(format!(
                 "{}: arrival counters left {:?}, not zero",
@@ -602,6 +608,7 @@ fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits: 1,
+            cluster_merge: false,
         };
         let want = case.run(fetched, seed).unwrap();
         for kv_rows in KvRows::ALL {
@@ -654,17 +661,45 @@ fn split_attention_merges_to_the_f64_attention() {
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits,
+            cluster_merge: false,
         };
-        for spec in [
-            fetched,
-            AttentionSpec {
-                rows: AttentionRows::Store,
-                kv_rows: KvRows::Adjacent,
-                ..fetched
-            },
-        ] {
+        let store = AttentionSpec {
+            rows: AttentionRows::Store,
+            kv_rows: KvRows::Adjacent,
+            ..fetched
+        };
+        // The partials merged in a thread-block cluster (`cluster_merge`, at most 8 splits):
+        // the same arithmetic in the same order as the last split's merge, so the same bits.
+        let in_cluster = |spec: AttentionSpec| AttentionSpec {
+            cluster_merge: true,
+            ..spec
+        };
+        let mut specs = vec![fetched, store];
+        if splits <= codegen::spec::MAX_CLUSTER_SPLITS {
+            specs.extend([in_cluster(fetched), in_cluster(store)]);
+        }
+        for spec in specs {
             let what = format!("{} (FATHOM_TEST_SEED={seed})", spec.kernel_name());
             let got = case.run(spec, seed).unwrap();
+            if spec.cluster_merge {
+                let global = case
+                    .run(
+                        AttentionSpec {
+                            cluster_merge: false,
+                            ..spec
+                        },
+                        seed,
+                    )
+                    .unwrap();
+                let same = got
+                    .iter()
+                    .zip(&global)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{what}: the cluster's merge differs from the last split's"
+                );
+            }
             for (i, &a) in got.iter().enumerate() {
                 let r = case.reference(i / d, i % d);
                 assert!(

@@ -14,6 +14,8 @@
 //! - `gpu_attention_split_matches_reference`: the same over 2 to 16 blocks a query head
 //!   (`splits`), the last to arrive merging their partials; one row and no row among them, and
 //!   the arrival counters left zero by every launch (the second launch runs on them).
+//! - `gpu_attention_cluster_merge_matches_the_reference`: 2 to 8 splits merged in a
+//!   thread-block cluster (`cluster_merge`, opt-in), the same checks.
 //! - `gpu_attention_chain_oracle_select_fetch_attention_{hbm,host}`: B = 3 sequences of
 //!   different lengths (one shorter than `36 + k`, so everything is selected), H = 2, G = 7 with
 //!   D = 128 and G = 16 with D = 96, k = 512, K/V rows in HBM or in mapped host memory. On the
@@ -219,6 +221,7 @@ gpu_test!(gpu_attention_matches_reference, |t| {
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits: 1,
+            cluster_merge: false,
         };
         let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
         attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
@@ -248,6 +251,36 @@ gpu_test!(gpu_attention_split_matches_reference, |t| {
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits,
+            cluster_merge: false,
+        };
+        let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
+        attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
+    }
+});
+
+// The splits merged in a thread-block cluster (`cluster_merge`, opt-in; 2 to 8 splits): the
+// same cases as the split test where they have at most 8, the rows fetched and from the store
+// by token is the same code; the partials and counters are never touched.
+gpu_test!(gpu_attention_cluster_merge_matches_the_reference, |t| {
+    let configs: [(u32, u32, u32, u32, u32, Option<usize>); 7] = [
+        (128, 4, 512, 8, 4, Some(512)),
+        (128, 4, 128, 8, 8, Some(512)),
+        (128, 7, 256, 4, 2, None),
+        (96, 16, 256, 4, 3, None),
+        (256, 1, 1024, 8, 5, Some(2048)),
+        (192, 3, 64, 1, 4, Some(0)),
+        (80, 5, 32, 8, 7, Some(7)),
+    ];
+    for (head_dim, group, threads, rows_per_warp, splits, k) in configs {
+        let spec = AttentionSpec {
+            head_dim,
+            group,
+            threads,
+            rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
+            splits,
+            cluster_merge: true,
         };
         let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
         attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
@@ -309,6 +342,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             rows: AttentionRows::Fetched,
             kv_rows: KvRows::Separate,
             splits: 1,
+            cluster_merge: false,
         },
     )
     .expect("attention compiles");

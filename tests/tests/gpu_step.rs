@@ -57,6 +57,8 @@
 //!   batched pointer loads (`Tiles::plan_batched_runs`, opt-in).
 //! - `gpu_step_plan_run_blocks_g4`: the first case with the plan's run tables shared among 4
 //!   blocks a head (`Tiles::plan_run_blocks`; the default shares them at long contexts only).
+//! - `gpu_step_attention_cluster_merge_g4`: the first case with attention's splits merged in a
+//!   thread-block cluster (`Tiles::attention_cluster_merge`, opt-in), at 8 and 3 splits.
 //! - `gpu_step_plan_paired_runs_g4`: the first case with the plan's run-table entries written
 //!   by lane pairs (`Tiles::plan_paired_runs`, opt-in), with one block a head and with 4.
 //!
@@ -1046,6 +1048,24 @@ gpu_test!(gpu_step_plan_run_blocks_g4, |t| {
     let mut config = decoder_config();
     config.tiles.plan_run_blocks = Some(4);
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+// Attention's splits merged in a thread-block cluster (`Tiles::attention_cluster_merge`,
+// opt-in) at 8 and 3 blocks a query head: every method, eager and replayed, both placements,
+// against the reference.
+gpu_test!(gpu_step_attention_cluster_merge_g4, |t| {
+    for splits in [8, 3] {
+        let mut config = decoder_config();
+        config.tiles.attention_cluster_merge = true;
+        run_case_configured(
+            &mut t,
+            D,
+            4,
+            Basis::Raw,
+            Tuned::SplitAttention(splits),
+            config,
+        );
+    }
 });
 
 // The plan's run-table entries written by lane pairs (`Tiles::plan_paired_runs`, opt-in),

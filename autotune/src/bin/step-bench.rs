@@ -77,6 +77,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         stem
     };
+    // And one with attention's splits merged in a cluster (`--attention-cluster-merge`).
+    let stem = if h.attention_cluster_merge {
+        format!("{stem}-attncm")
+    } else {
+        stem
+    };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {
         1 => stem,

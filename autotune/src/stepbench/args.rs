@@ -107,6 +107,11 @@ pub struct Args {
     /// (`Tiles::plan_paired_runs`, off by default until timed; files `-planrp`).
     #[arg(long)]
     pub plan_paired_runs: bool,
+    /// Merge attention's split partials in a thread-block cluster where a query head has 2 to
+    /// 8 blocks (`Tiles::attention_cluster_merge`, off by default until timed; files
+    /// `-attncm`).
+    #[arg(long)]
+    pub attention_cluster_merge: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -154,6 +159,8 @@ pub struct Options {
     pub plan_run_blocks: Option<usize>,
     /// `--plan-paired-runs`.
     pub plan_paired_runs: bool,
+    /// `--attention-cluster-merge`.
+    pub attention_cluster_merge: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -399,6 +406,7 @@ impl Options {
             plan_batched_runs: args.plan_batched_runs,
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
             plan_paired_runs: args.plan_paired_runs,
+            attention_cluster_merge: args.attention_cluster_merge,
         })
     }
 

@@ -170,6 +170,10 @@ pub struct Header {
     /// records written before the option).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_paired_runs: bool,
+    /// Whether attention's splits merged in a cluster (`--attention-cluster-merge`; absent in
+    /// records written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attention_cluster_merge: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

@@ -307,6 +307,7 @@ impl Bench {
             plan_batched_runs: self.options.plan_batched_runs,
             plan_run_blocks: self.options.plan_run_blocks,
             plan_paired_runs: self.options.plan_paired_runs,
+            attention_cluster_merge: self.options.attention_cluster_merge,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -824,5 +825,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.plan_batched_runs = options.plan_batched_runs;
     config.tiles.plan_run_blocks = options.plan_run_blocks;
     config.tiles.plan_paired_runs = options.plan_paired_runs;
+    config.tiles.attention_cluster_merge = options.attention_cluster_merge;
     config
 }

@@ -826,6 +826,12 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert!(options(&["--plan-batched-runs"]).unwrap().plan_batched_runs);
     assert_eq!(options(&[]).unwrap().plan_run_blocks, None);
     assert!(!options(&[]).unwrap().plan_paired_runs);
+    assert!(!options(&[]).unwrap().attention_cluster_merge);
+    assert!(
+        options(&["--attention-cluster-merge"])
+            .unwrap()
+            .attention_cluster_merge
+    );
     assert!(
         options(&["--plan-paired-runs", "--plan-run-blocks", "4"])
             .unwrap()

@@ -56,6 +56,10 @@ impl std::str::FromStr for AttentionRows {
 /// Most blocks per query head ([`AttentionSpec::splits`]).
 pub const MAX_SPLITS: u32 = 16;
 
+/// Most blocks per query head whose partials merge in a cluster
+/// ([`AttentionSpec::cluster_merge`]): the portable cluster size.
+pub const MAX_CLUSTER_SPLITS: u32 = 8;
+
 /// Spec of an attention kernel.
 ///
 /// Launch ABI of `extern "C" __global__ void <kernel_name>(...)`, parameters in order
@@ -92,7 +96,8 @@ pub const MAX_SPLITS: u32 = 16;
 ///
 /// Grid `(B*H*G, S)` ([`AttentionSpec::launch`]), block `threads`; static shared memory
 /// `threads/32 * (D + 2) * 4` bytes (at most 33 KiB, plus a word with S > 1), no dynamic shared
-/// memory.
+/// memory. With `cluster_merge` the grid is `(B*H*G*S, 1)` in clusters of `(S, 1, 1)`, the
+/// partials stay in shared memory (`(D + 2) * 4` bytes more) and parameters 9-10 are unused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionSpec {
@@ -116,6 +121,20 @@ pub struct AttentionSpec {
     /// merges their partial softmaxes (flash-decoding's split, in one launch).
     #[serde(default = "one_split", skip_serializing_if = "is_one_split")]
     pub splits: u32,
+    /// Merge the splits' partial softmaxes in a thread-block cluster of the S blocks of a
+    /// query head (sm_90; 2 <= S <= 8, the portable cluster size): each block keeps its
+    /// partial in shared memory and block 0 of the cluster reads the others' through
+    /// distributed shared memory after a cluster barrier, in split order, instead of every
+    /// block writing its partial to `partials`, fencing and counting its arrival, and the last
+    /// reading them back from L2 (the fence was 9% of the 32k attention's stalls on the H100).
+    /// The grid is then `(B*H*G*S, 1)`, block `qh*S + s`; `partials` and `arrivals` stay in
+    /// the argument list, unused. Opt-in until timed on a GPU (`Tiles::attention_cluster_merge`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cluster_merge: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn one_split() -> u32 {
@@ -133,13 +152,28 @@ impl AttentionSpec {
         let heads = batch
             .saturating_mul(kv_heads)
             .saturating_mul(u64::from(self.group));
+        if self.cluster_merge {
+            let blocks = heads.saturating_mul(u64::from(self.splits));
+            let x = grid_dim(
+                Self::FAMILY,
+                "batch * kv_heads * group * splits",
+                blocks,
+                MAX_GRID_X,
+            )?;
+            return Ok(Launch::new([x, 1, 1], self.threads));
+        }
         let x = grid_dim(Self::FAMILY, "batch * kv_heads * group", heads, MAX_GRID_X)?;
         Ok(Launch::new([x, self.splits, 1], self.threads))
     }
 
     /// Static shared memory of one block, in bytes.
     pub fn static_shared_bytes(&self) -> u32 {
-        self.threads / 32 * (self.head_dim + 2) * 4 + u32::from(self.splits > 1) * 4
+        let merge = if self.cluster_merge {
+            (self.head_dim + 2) * 4
+        } else {
+            u32::from(self.splits > 1) * 4
+        };
+        self.threads / 32 * (self.head_dim + 2) * 4 + merge
     }
 
     /// `f32` words of the `partials` scratch for `heads` query heads (0 with one split).
@@ -184,6 +218,17 @@ impl Family for AttentionSpec {
                 "1..=16 blocks per query head",
             ));
         }
+        if self.cluster_merge && !(2..=MAX_CLUSTER_SPLITS).contains(&self.splits) {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "cluster_merge",
+                format!("true with splits {}", self.splits),
+                format!(
+                    "splits 2..={MAX_CLUSTER_SPLITS} (a cluster of the query head's blocks, at \
+                     most the portable cluster size), or cluster_merge false"
+                ),
+            ));
+        }
         if self.rows == AttentionRows::Fetched && self.kv_rows != KvRows::Separate {
             return Err(SpecError::new(
                 Self::FAMILY,
@@ -196,13 +241,13 @@ impl Family for AttentionSpec {
         Ok(())
     }
 
-    /// `_s{S}` with more than one split; `_store` and the K/V layout's suffix when the rows
+    /// `_s{S}` with more than one split (`_s{S}_cm` merged in a cluster); `_store` and the K/V layout's suffix when the rows
     /// come from the store.
     fn kernel_name(&self) -> String {
-        let splits = if self.splits > 1 {
-            format!("_s{}", self.splits)
-        } else {
-            String::new()
+        let splits = match (self.splits, self.cluster_merge) {
+            (1, false) => String::new(),
+            (s, false) => format!("_s{s}"),
+            (s, true) => format!("_s{s}_cm"),
         };
         let rows = match self.rows {
             AttentionRows::Fetched => String::new(),
@@ -221,6 +266,7 @@ impl Family for AttentionSpec {
         context.insert("threads", &self.threads);
         context.insert("rows_per_warp", &self.rows_per_warp);
         context.insert("splits", &self.splits);
+        context.insert("cluster_merge", &self.cluster_merge);
         // A lane's channels are one vector load where D / 32 is 2, 4 or 8; else strided pairs.
         context.insert("strided", &!self.head_dim.is_power_of_two());
         context.insert("rows_store", &(self.rows == AttentionRows::Store));

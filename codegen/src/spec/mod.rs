@@ -35,7 +35,7 @@ pub mod shape;
 // The select, fetch, attention, oracle and landmark families are added here at merge.
 
 pub use append_rows::AppendRowsSpec;
-pub use attention::{AttentionRows, AttentionSpec};
+pub use attention::{AttentionRows, AttentionSpec, MAX_CLUSTER_SPLITS};
 pub use convert::ConvertSpec;
 pub use encode::{EncodeMode, EncodeSpec};
 pub use fetch::FetchSpec;

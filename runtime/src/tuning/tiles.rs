@@ -290,6 +290,12 @@ pub struct Tiles {
     /// on a GPU (`step-bench --plan-paired-runs`; the GPU tests `gpu_plan_paired_run_tables`,
     /// `gpu_step_plan_paired_runs_g4`); ignored with `plan_batched_runs`.
     pub plan_paired_runs: bool,
+    /// Whether attention's blocks of a query head merge their partials in a thread-block
+    /// cluster (`AttentionSpec::cluster_merge`, taken where the head has 2 to 8 blocks; sm_90)
+    /// instead of through global memory and an arrival count. Opt-in until timed on a GPU
+    /// (`step-bench --attention-cluster-merge`; the GPU tests
+    /// `gpu_attention_cluster_merge_matches_the_reference`, `gpu_step_attention_cluster_merge_g4`).
+    pub attention_cluster_merge: bool,
 }
 
 impl Default for Tiles {
@@ -332,6 +338,7 @@ impl Default for Tiles {
             plan_batched_runs: false,
             plan_run_blocks: None,
             plan_paired_runs: false,
+            attention_cluster_merge: false,
         }
     }
 }

@@ -210,6 +210,8 @@ fn fetch_attention(
             AttentionRows::Fetched => KvRows::Separate,
         },
         splits,
+        cluster_merge: tiles.attention_cluster_merge
+            && (2..=codegen::spec::MAX_CLUSTER_SPLITS).contains(&splits),
     };
     Ok((fetch, attention))
 }

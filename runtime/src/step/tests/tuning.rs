@@ -683,3 +683,35 @@ fn without_a_record_the_select_reads_the_scan_s_peaks() {
         }
     }
 }
+
+#[test]
+fn a_cluster_merge_reaches_split_attention_of_at_most_eight_blocks_only() {
+    // Off unless asked for (not yet timed on a GPU).
+    assert!(!Tiles::default().attention_cluster_merge);
+    let s = shape(4, 100_000, Placement::Hbm);
+    let method = Method::Fathom { bits: 48.0 };
+    for (splits, merged) in [(1, false), (2, true), (8, true), (16, false)] {
+        let tiles = Tiles {
+            attention_splits: splits,
+            attention_cluster_merge: true,
+            ..fetched()
+        };
+        let plan = plan_inputs(s, method, None, 64, &tiles, None).unwrap();
+        let spec = plan.specs.attention;
+        assert_eq!((spec.splits, spec.cluster_merge), (splits, merged));
+        let op = plan
+            .operations
+            .iter()
+            .find(|op| op.role == Role::Attention)
+            .unwrap();
+        let kernel = op.kernel.as_ref().unwrap();
+        assert_eq!(kernel.entry, spec.kernel_name());
+        let query_heads = (s.batch * s.kv_heads * s.group) as u32;
+        let want = if merged {
+            [query_heads * splits, 1, 1]
+        } else {
+            [query_heads, splits, 1]
+        };
+        assert_eq!(kernel.launch.grid, want, "{splits} splits");
+    }
+}
