@@ -103,6 +103,11 @@ pub struct Args {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=codegen::spec::PlanSpec::MAX_RUN_BLOCKS as i64))]
     pub plan_run_blocks: Option<u32>,
+    /// Take a peaks select's floor from two of the three radix passes over the peaks
+    /// (`Tiles::select_coarse_floor`, off by default: not yet timed on a GPU; a select that
+    /// is not a peaks one ignores it; files `-selcf`).
+    #[arg(long)]
+    pub select_coarse_floor: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -148,6 +153,8 @@ pub struct Options {
     pub plan_batched_runs: bool,
     /// `--plan-run-blocks` (`None`: the context's).
     pub plan_run_blocks: Option<usize>,
+    /// `--select-coarse-floor`.
+    pub select_coarse_floor: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -387,6 +394,7 @@ impl Options {
             tail_in_plan: !args.tail_in_oracle,
             plan_batched_runs: args.plan_batched_runs,
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
+            select_coarse_floor: args.select_coarse_floor,
         })
     }
 

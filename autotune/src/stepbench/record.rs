@@ -166,6 +166,10 @@ pub struct Header {
     /// before 2026-12-06's fifteenth session had one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_run_blocks: Option<usize>,
+    /// Whether a peaks select took its floor from two radix passes over the peaks
+    /// (`--select-coarse-floor`; false in records written before the option).
+    #[serde(default)]
+    pub select_coarse_floor: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

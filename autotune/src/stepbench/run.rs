@@ -306,6 +306,7 @@ impl Bench {
             tail_in_plan: self.options.tail_in_plan,
             plan_batched_runs: self.options.plan_batched_runs,
             plan_run_blocks: self.options.plan_run_blocks,
+            select_coarse_floor: self.options.select_coarse_floor,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -812,7 +813,8 @@ pub fn run<T>(
 
 /// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`,
 /// the ParisKV query's blocks from `--pariskv-query-blocks`, `--overlap-tail`,
-/// `--head-groups` and `--tail-in-plan`.
+/// `--head-groups`, `--tail-in-plan`, the plan's run tables (`--plan-batched-runs`,
+/// `--plan-run-blocks`) and `--select-coarse-floor`.
 fn decoder_config(options: &Options) -> DecoderConfig {
     let mut config = DecoderConfig::default();
     config.tiles.attention_rows = options.attention_rows;
@@ -822,5 +824,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.tail_in_plan = options.tail_in_plan;
     config.tiles.plan_batched_runs = options.plan_batched_runs;
     config.tiles.plan_run_blocks = options.plan_run_blocks;
+    config.tiles.select_coarse_floor = options.select_coarse_floor;
     config
 }

@@ -285,6 +285,13 @@ pub struct Tiles {
     /// `Some(n)`: n (`step-bench --plan-run-blocks N`; the GPU tests
     /// `gpu_plan_shared_run_tables`, `gpu_step_plan_run_blocks_g4`).
     pub plan_run_blocks: Option<usize>,
+    /// Whether a peaks select (`SelectAlgorithm::peaks`: the algorithm chosen, from a record
+    /// or `select_algorithm`, is one of the four) takes its floor from two of the three radix
+    /// passes over the peaks (`SelectSpec::coarse_floor`): a pass and three block barriers
+    /// fewer, for more hot tiles and survivors; the other selects ignore it. Opt-in: not yet
+    /// timed on a GPU (`step-bench --select-coarse-floor`; the GPU tests
+    /// `gpu_step_select_coarse_floor_g{4,7}`, and `gpu_select`'s `_cf` forms).
+    pub select_coarse_floor: bool,
 }
 
 impl Default for Tiles {
@@ -326,6 +333,7 @@ impl Default for Tiles {
             tail_in_plan: true,
             plan_batched_runs: false,
             plan_run_blocks: None,
+            select_coarse_floor: false,
         }
     }
 }
