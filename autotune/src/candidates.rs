@@ -671,6 +671,7 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             threads,
             items_per_thread,
             algorithm: tile.select_algorithm().ok_or_else(mismatch)?,
+            coarse_floor: false,
         }
         .into(),
         (

@@ -167,6 +167,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             threads: THREADS,
             items_per_thread: 16,
             algorithm: SelectAlgorithm::Radix,
+            coarse_floor: false,
         }
         .into(),
     );

@@ -474,6 +474,14 @@ fn tensor_core_scans_compile_without_warnings_or_spills() {
 /// What `spec`'s kernel uses on sm_90 (ptxas's report), after checking that NVRTC compiles it
 /// without a warning.
 fn sm90_resources(spec: &KernelSpec) -> codegen::resources::EntryResources {
+    sm90_entry_resources(spec, &[spec.kernel_name()]).remove(0)
+}
+
+/// [`sm90_resources`] of each of `entries` (a kernel with several entry points).
+fn sm90_entry_resources(
+    spec: &KernelSpec,
+    entries: &[String],
+) -> Vec<codegen::resources::EntryResources> {
     let options: Vec<String> = COMPILE_OPTIONS
         .iter()
         .map(|o| o.to_string())
@@ -488,7 +496,10 @@ fn sm90_resources(spec: &KernelSpec) -> codegen::resources::EntryResources {
         "{name}: {}",
         compiled.log
     );
-    codegen::resources::parse_entry(&compiled.log, &name).unwrap()
+    entries
+        .iter()
+        .map(|entry| codegen::resources::parse_entry(&compiled.log, entry).unwrap())
+        .collect()
 }
 
 #[test]
@@ -703,4 +714,105 @@ fn plans_scoring_the_tail_compile_without_warnings_or_new_local_memory() {
             );
         }
     }
+}
+
+/// The peaks selects with the coarse floor (`SelectSpec::coarse_floor`, opt-in): the four
+/// algorithms at the runtime's default tile (512 threads, 4 items), the default set's (256,
+/// 16) and a few others, over G = 1, 4, 7, 8, 16, compile without warnings for both
+/// architectures; where an entry of the same kernel without it keeps nothing in local memory
+/// (ptxas at sm_90) the entry with it keeps nothing there either, and elsewhere no more. At
+/// (256, 16), where ptxas gives the chunks 128 registers and three of the four plain forms
+/// spill, the coarse floor's `scan_peaks` chunk spills too (12 bytes, where the plain one takes
+/// 139 registers and none): there every chunk keeps at most what the worst plain one does.
+#[test]
+fn peaks_selects_with_the_coarse_floor_compile_without_warnings_or_local_memory() {
+    use codegen::resources::EntryResources;
+    let algorithms = [
+        SelectAlgorithm::Peaks,
+        SelectAlgorithm::PeaksHead,
+        SelectAlgorithm::ScanPeaks,
+        SelectAlgorithm::ScanPeaksHead,
+    ];
+    let crowded = (256, 16);
+    let tiles = [
+        (512, 4, 2048),
+        (1024, 4, 4096),
+        (256, 8, 2048),
+        (128, 8, 512),
+        (32, 3, 64),
+        (crowded.0, crowded.1, 2048),
+    ];
+    let entries = |s: &SelectSpec| -> Vec<String> {
+        s.stages().iter().map(|&stage| s.entry(stage)).collect()
+    };
+    let clean = |r: &EntryResources| !r.spills() && r.stack_bytes == 0;
+    let mut clean_entries = 0;
+    for (i, (threads, items_per_thread, k_max)) in tiles.into_iter().enumerate() {
+        // (with, without) of each entry of the tile's four kernels.
+        let mut tile = Vec::new();
+        for (j, algorithm) in algorithms.into_iter().enumerate() {
+            let plain = SelectSpec {
+                group: [1, 4, 7, 8, 16][(i + j) % 5],
+                k_max,
+                threads,
+                items_per_thread,
+                algorithm,
+                coarse_floor: false,
+            };
+            let spec = SelectSpec {
+                coarse_floor: true,
+                ..plain
+            };
+            spec.validate().unwrap();
+            let name = spec.kernel_name();
+            assert!(name.ends_with("_cf"), "{name}");
+            let kernel: KernelSpec = spec.into();
+            let compiled = compile(&kernel, "sm_80");
+            assert_eq!(compiled.log, "", "{name} (sm_80): NVRTC warned");
+            for entry in entries(&spec) {
+                assert!(
+                    compiled.ptx.contains(&format!(".entry {entry}(")),
+                    "{entry}"
+                );
+            }
+            let with = sm90_entry_resources(&kernel, &entries(&spec));
+            let without = sm90_entry_resources(&plain.into(), &entries(&plain));
+            for (with, without) in with.into_iter().zip(without) {
+                eprintln!(
+                    "{}: {} registers, stack {} spill {} (without the coarse floor {}, {}, {})",
+                    with.entry,
+                    with.registers,
+                    with.stack_bytes,
+                    with.spill_store_bytes,
+                    without.registers,
+                    without.stack_bytes,
+                    without.spill_store_bytes
+                );
+                tile.push((with, without));
+            }
+        }
+        let worst_plain = (
+            tile.iter().map(|(_, w)| w.stack_bytes).max().unwrap(),
+            tile.iter().map(|(_, w)| w.spill_store_bytes).max().unwrap(),
+        );
+        for (with, without) in &tile {
+            let at_most = |(stack, spill): (u64, u64)| {
+                with.stack_bytes <= stack && with.spill_store_bytes <= spill
+            };
+            let fits = if (threads, items_per_thread) == crowded {
+                at_most(worst_plain)
+            } else if clean(without) {
+                clean_entries += 1;
+                clean(with)
+            } else {
+                at_most((without.stack_bytes, without.spill_store_bytes))
+            };
+            assert!(fits, "{with:?}, without the coarse floor {without:?}");
+        }
+    }
+    // Most entries keep nothing in local memory with or without it.
+    assert!(
+        clean_entries >= 30,
+        "{clean_entries} entries without local memory"
+    );
 }

@@ -17,6 +17,7 @@ fn base() -> SelectSpec {
         threads: 256,
         items_per_thread: 16,
         algorithm: SelectAlgorithm::Radix,
+        coarse_floor: false,
     }
 }
 
@@ -41,7 +42,8 @@ fn fused() -> SelectSpec {
     }
 }
 
-/// Every variant of every cell (the one-read variant where its buffer holds `k_max`).
+/// Every variant of every cell (the one-read variant where its buffer holds `k_max`), the
+/// peaks ones also with the coarse floor.
 fn grid() -> Vec<SelectSpec> {
     grid4(
         &[1, 2, 3, 4, 5, 6, 7, 8],
@@ -54,10 +56,18 @@ fn grid() -> Vec<SelectSpec> {
             threads,
             items_per_thread,
             algorithm: SelectAlgorithm::Radix,
+            coarse_floor: false,
         },
     )
     .into_iter()
     .flat_map(|spec| SelectAlgorithm::ALL.map(|algorithm| SelectSpec { algorithm, ..spec }))
+    .flat_map(|spec| {
+        let coarse = SelectSpec {
+            coarse_floor: true,
+            ..spec
+        };
+        std::iter::once(spec).chain(spec.algorithm.peaks().then_some(coarse))
+    })
     .filter(|spec| spec.validate().is_ok())
     .collect()
 }
@@ -136,6 +146,86 @@ fn a_spec_without_the_algorithm_field_is_the_plain_select() {
     let json = json!({"group": 4, "k_max": 512, "threads": 256, "items_per_thread": 16});
     let spec: SelectSpec = serde_json::from_value(json).unwrap();
     assert_eq!(spec, base());
+}
+
+/// The coarse floor (`coarse_floor`): the peaks selects take it, with `_cf` after the
+/// algorithm's suffix and the same stages and plan; every other algorithm is refused, naming
+/// the field and the algorithms that take it.
+#[test]
+fn the_coarse_floor_is_named_and_only_for_the_peaks_selects() {
+    let takers = [
+        SelectAlgorithm::Peaks,
+        SelectAlgorithm::PeaksHead,
+        SelectAlgorithm::ScanPeaks,
+        SelectAlgorithm::ScanPeaksHead,
+    ];
+    for algorithm in SelectAlgorithm::ALL {
+        let plain = SelectSpec {
+            algorithm,
+            ..base()
+        };
+        let coarse = SelectSpec {
+            coarse_floor: true,
+            ..plain
+        };
+        assert_eq!(algorithm.peaks(), takers.contains(&algorithm));
+        if algorithm.peaks() {
+            coarse.validate().unwrap();
+            assert_eq!(coarse.kernel_name(), format!("{}_cf", plain.kernel_name()));
+            assert_eq!(
+                coarse.entry(SelectStage::Chunk),
+                format!("{}_cf_chunk", plain.kernel_name())
+            );
+            assert_eq!(coarse.stages(), plain.stages());
+            assert_eq!(
+                coarse.plan(2, 8, 1 << 20, 512).unwrap(),
+                plain.plan(2, 8, 1 << 20, 512).unwrap()
+            );
+            let source = codegen::render::render(&coarse).unwrap();
+            let plain_source = codegen::render::render(&plain).unwrap();
+            assert!(source.contains("return max(prefix, 1u);"));
+            assert!(!plain_source.contains("return max(prefix, 1u);"));
+            assert!(!plain_source.contains("coarse_floor"));
+        } else {
+            let err = coarse.validate().unwrap_err();
+            assert_eq!((err.family, err.field), ("select", "coarse_floor"));
+            assert!(err.got.contains(algorithm.as_str()), "{err}");
+            for taker in takers {
+                assert!(err.allowed.contains(taker.as_str()), "{err}");
+            }
+            assert!(matches!(
+                codegen::render::render(&coarse),
+                Err(codegen::render::RenderError::Spec(_))
+            ));
+        }
+    }
+}
+
+/// Specs written before the coarse floor (no such field) read as without it, and a spec
+/// without it is written as before; with it, it round-trips.
+#[test]
+fn the_coarse_floor_is_false_when_absent_and_written_only_when_true() {
+    let json = json!({"group": 4, "k_max": 512, "threads": 256, "items_per_thread": 16,
+                      "algorithm": "scan_peaks"});
+    let spec: SelectSpec = serde_json::from_value(json.clone()).unwrap();
+    assert!(!spec.coarse_floor);
+    assert_eq!(serde_json::to_value(spec).unwrap(), json);
+    let coarse = SelectSpec {
+        coarse_floor: true,
+        ..spec
+    };
+    let written = serde_json::to_value(coarse).unwrap();
+    assert_eq!(written["coarse_floor"], json!(true));
+    assert_eq!(
+        serde_json::from_value::<SelectSpec>(written).unwrap(),
+        coarse
+    );
+    let mut explicit = json;
+    explicit["coarse_floor"] = json!(false);
+    assert_eq!(
+        serde_json::from_value::<SelectSpec>(explicit).unwrap(),
+        spec
+    );
 }
 
 #[test]
@@ -545,6 +635,7 @@ fn cluster_selects_refuse_too_few_threads_and_fit_the_rest() {
                 threads,
                 items_per_thread: 32,
                 algorithm,
+                coarse_floor: false,
             };
             for threads in (32..=1024).step_by(32) {
                 let spec = spec(threads);
@@ -580,6 +671,7 @@ fn a_sampled_grid_compiles_without_warnings() {
                 threads,
                 items_per_thread,
                 algorithm,
+                coarse_floor: false,
             };
             if spec.validate().is_err() {
                 // The one-read buffer of 32 threads holds 1,024 candidates; the cluster

@@ -217,7 +217,8 @@ fn locate<'a>(fields: &'a [Field], path: &str) -> Option<&'a Value> {
 /// the fields are added one by one), rather than one inside a value such as `sparq()`'s `r`.
 /// The fields of `family` that a spec may leave out (serde gives them their default, e.g.
 /// `kv_rows`), found on a valid spec of the family: each field whose removal still
-/// deserialises. Empty for a family without a sample.
+/// deserialises, and each the sample leaves out when written (a default serde skips, such as
+/// `SelectSpec::coarse_floor`'s false). Empty for a family without a sample.
 fn defaulted_fields(family: &str) -> Vec<&'static str> {
     let mut samples: Vec<KernelSpec> = vec![
         AppendRowsSpec::default().into(),
@@ -238,7 +239,10 @@ fn defaulted_fields(family: &str) -> Vec<&'static str> {
         .copied()
         .filter(|field| {
             let mut without = full.clone();
-            without.remove(*field).is_some() && deserialise(&without).is_ok()
+            match without.remove(*field) {
+                Some(_) => deserialise(&without).is_ok(),
+                None => true,
+            }
         })
         .collect()
 }
@@ -399,7 +403,14 @@ mod tests {
     fn field_names_follow_the_struct() {
         assert_eq!(
             fields_of("select").unwrap(),
-            ["group", "k_max", "threads", "items_per_thread", "algorithm"]
+            [
+                "group",
+                "k_max",
+                "threads",
+                "items_per_thread",
+                "algorithm",
+                "coarse_floor"
+            ]
         );
         assert_eq!(fields_of("scan").unwrap().len(), 9);
         assert!(fields_of("nope").is_none());
@@ -419,13 +430,16 @@ mod tests {
         ] {
             assert_eq!(defaulted_fields(family), ["kv_rows"], "{family}");
         }
-        assert_eq!(defaulted_fields("select"), ["algorithm"]);
+        assert_eq!(defaulted_fields("select"), ["algorithm", "coarse_floor"]);
         assert_eq!(
             defaulted_fields("pariskv_rerank"),
             ["vector_loads", "select", "decode_table"]
         );
         assert_eq!(defaulted_fields("scan"), ["tensor_cores", "peaks"]);
-        assert_eq!(defaulted_fields("attention"), ["rows", "kv_rows"]);
+        assert_eq!(
+            defaulted_fields("attention"),
+            ["rows", "kv_rows", "splits", "cluster_merge"]
+        );
         assert!(defaulted_fields("nope").is_empty());
     }
 }

@@ -56,6 +56,7 @@ fn small_specs() -> Vec<KernelSpec> {
             threads: 256,
             items_per_thread: 8,
             algorithm: SelectAlgorithm::Radix,
+            coarse_floor: false,
         }
         .into(),
         PlanSpec {

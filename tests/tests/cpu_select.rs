@@ -1,18 +1,20 @@
 //! The one-read selects (`algorithm: onepass`; `fused`, whose last block per query head
-//! does `_final`'s work; `peaks`, whose blocks take their top-k from the peaks of their shares)
-//! run on the CPU, exactly as rendered (`cpu_cuda`:
-//! every CUDA thread a fiber, switched in a seeded random order where threads wait for each
-//! other), against the reference `Selection::from_scores`: identical `sel`, `sel_count`, `uni`,
-//! `uni_count`, `sel_pos` the reference's row positions, nothing written past the counts
-//! (`check_selection`, as on a GPU). These tests need a C++17 compiler (`c++`), not a GPU; the
-//! GPU runs the same cases in `gpu_select.rs`.
+//! does `_final`'s work; `peaks`, whose blocks take their top-k from the peaks of their shares,
+//! its other forms, and the four peaks forms also with the coarse floor, `coarse_floor`) run
+//! on the CPU, exactly as rendered (`cpu_cuda`: every CUDA thread a fiber, switched in a seeded
+//! random order where threads wait for each other), against the reference
+//! `Selection::from_scores`: identical `sel`, `sel_count`, `uni`, `uni_count`, `sel_pos` the
+//! reference's row positions, nothing written past the counts (`check_selection`, as on a GPU).
+//! These tests need a C++17 compiler (`c++`), not a GPU; the GPU runs the same cases in
+//! `gpu_select.rs`.
 //!
 //! Small blocks (32 to 128 threads, 1 to 8 items) so that a few thousand tokens are many tiles
 //! and many blocks per query head: odd tiles (3 items: scalar loads; 2: pairs), score rows
 //! that are not 16-byte aligned (the stride is `max_n + 7`), lengths at every boundary of
 //! `36 + k`, k from 0 to `k_max`, G = 1, 4, 7, 8, 16, every score family, ties wider than the block
 //! buffer; peak tiles wider than a warp's loads. `onepass_mutations_are_caught`,
-//! `fused_mutations_are_caught` and `peaks_mutations_are_caught` then break the
+//! `fused_mutations_are_caught`, `peaks_mutations_are_caught` and
+//! `peaks_coarse_floor_mutations_are_caught` (among others) then break the
 //! rendered sources in the places a mistake is easy and check that these cases notice each one
 //! (the fused variant's arrival counters must also be left zero: `check_selection`).
 
@@ -32,6 +34,7 @@ fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Selec
         threads,
         items_per_thread,
         algorithm: SelectAlgorithm::Onepass,
+        coarse_floor: false,
     }
 }
 
@@ -62,6 +65,27 @@ fn one_read(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [Sel
             ..spec
         },
     ]
+}
+
+/// `one_read`'s variants, then its four peaks forms again with the coarse floor
+/// (`coarse_floor`: the k-th peak's top 22 bits from two of the three radix passes, a lower
+/// floor, so more hot tiles and survivors and the same selection).
+fn one_read_and_coarse(
+    group: u32,
+    k_max: u32,
+    threads: u32,
+    items_per_thread: u32,
+) -> [SelectSpec; 10] {
+    let plain = one_read(group, k_max, threads, items_per_thread);
+    let coarse = plain
+        .iter()
+        .filter(|s| s.algorithm.peaks())
+        .map(|&s| SelectSpec {
+            coarse_floor: true,
+            ..s
+        });
+    let all: Vec<SelectSpec> = plain.iter().copied().chain(coarse).collect();
+    all.try_into().expect("six variants and four peaks forms")
 }
 
 /// Tokens the scan scored of each sequence for a scan-peaks select (`draw_n_stored`);
@@ -184,7 +208,7 @@ fn onepass_matches_the_reference_on_every_family() {
             (7, 200, 128, 2),
             (8, 48, 32, 8),
         ],
-        one_read,
+        one_read_and_coarse,
     );
 }
 
@@ -194,7 +218,7 @@ fn onepass_ties_wider_than_the_block_buffer() {
     // A 32-thread block holds 1,024 candidates, fewer than TIE_FAMILIES' ties.
     let families = TIE_FAMILIES;
     let mut failures = Vec::new();
-    for spec in one_read(4, 64, 32, 4) {
+    for spec in one_read_and_coarse(4, 64, 32, 4) {
         let select = CpuSelect::build(spec).expect("builds");
         for k in [1, 17, 64] {
             let lengths = [rng.gen_range(21_000..24_000), ALWAYS + k + 1, 3_000];
@@ -594,20 +618,25 @@ fn peaks_multiwarp_mutations_are_caught() {
 /// long sequence in a large batch gets): a tile's peak is then gathered over several warps'
 /// loads and rounds by the shared atomic alone. 32 and 64 threads (buffers of 1,024 and 2,048),
 /// float4 and scalar loads, one block per query head over 150k to 260k tokens: tiles of 128 to
-/// 256 tokens.
+/// 256 tokens. Then the same with the coarse floor.
 #[test]
 fn peaks_tiles_wider_than_a_warp() {
     let (mut rng, seed) = inputs::rng_and_seed("peaks_tiles_wider_than_a_warp");
     let families = [Scores::Gaussian, Scores::SmallIntegers, Scores::Straddle];
     let mut failures = Vec::new();
-    for (threads, items, algorithm) in [
+    let tiles = [
         (32, 4, SelectAlgorithm::Peaks),
         (64, 1, SelectAlgorithm::PeaksHead),
         (32, 4, SelectAlgorithm::ScanPeaks),
         (64, 2, SelectAlgorithm::ScanPeaksHead),
-    ] {
+    ];
+    for (coarse_floor, (threads, items, algorithm)) in [false, true]
+        .into_iter()
+        .flat_map(|c| tiles.map(|t| (c, t)))
+    {
         let spec = SelectSpec {
             algorithm,
+            coarse_floor,
             ..onepass(1, 16, threads, items)
         };
         let select = CpuSelect::build(spec).expect("builds");
@@ -624,6 +653,42 @@ fn peaks_tiles_wider_than_a_warp() {
         }
     }
     assert_none(failures);
+}
+
+/// The coarse floor's own steps (`coarse_floor`; the rest of its block top-k is the peaks
+/// variant's, whose mutations are caught above), broken one at a time: a floor above the k-th
+/// peak's top 22 bits (which is above K for every row), and the tiles whose peak is the floor
+/// taken as cold (a floor that is K itself where K's last 10 bits are zero, as for small
+/// integers).
+#[test]
+fn peaks_coarse_floor_mutations_are_caught() {
+    let [.., peaks, peaks_head, scan_peaks, scan_peaks_head] = one_read_and_coarse(4, 40, 32, 4);
+    for spec in [peaks, peaks_head, scan_peaks, scan_peaks_head] {
+        assert!(spec.coarse_floor && spec.algorithm.peaks());
+    }
+    assert_caught(
+        peaks,
+        &[
+            (
+                "the coarse floor one unit of its last kept bit above K's top 22 bits",
+                "return max(prefix, 1u);",
+                "return max(prefix + 1024u, 1u);",
+            ),
+            (
+                "a tile whose peak is the coarse floor taken as cold",
+                "peak[q] >= kth_peak && peak[q] != 0u",
+                "peak[q] > kth_peak && peak[q] != 0u",
+            ),
+        ],
+    );
+    assert_caught(
+        scan_peaks_head,
+        &[(
+            "the coarse floor one unit of its last kept bit above K's top 22 bits",
+            "return max(prefix, 1u);",
+            "return max(prefix + 1024u, 1u);",
+        )],
+    );
 }
 
 /// The one-block peaks variant's own steps (its block top-k is the peaks variant's, whose

@@ -318,6 +318,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             threads: 256,
             items_per_thread: 16,
             algorithm: codegen::spec::SelectAlgorithm::Radix,
+            coarse_floor: false,
         },
     )
     .expect("select compiles");

@@ -8,10 +8,12 @@
 //! and the workspaces are poisoned before the launches). See `check_selection`.
 //!
 //! Every case runs every variant of its tile on the same scores (`SelectSpec::algorithm`): the
-//! plain (radix) select, the compacting one, the one-read one, its fused form and its peaks
-//! form, which must give exactly the same outputs (`FATHOM_SELECT_ALGORITHMS=peaks` runs only
-//! the variants it names). The one-read variants' logic is also run on the CPU by
-//! `cpu_select.rs`.
+//! plain (radix) select, the compacting one, the one-read one, its fused form, its peaks forms
+//! and the cluster ones, and the four peaks forms again with the coarse floor
+//! (`SelectSpec::coarse_floor`), which must give exactly the same outputs
+//! (`FATHOM_SELECT_ALGORITHMS=peaks` runs only the variants it names; the coarse-floor forms
+//! are `peaks_cf`, `peaks_head_cf`, `scan_peaks_cf` and `scan_peaks_head_cf`). The one-read
+//! variants' logic is also run on the CPU by `cpu_select.rs`.
 //!
 //! Coverage:
 //! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8, 16; B = 3 sequences of different lengths
@@ -154,37 +156,64 @@ fn select_case(
     }
 }
 
-/// Every variant of one tile (`SelectAlgorithm::ALL`: plain, compacting, one-read, fused,
-/// peaks, cluster), or those that `FATHOM_SELECT_ALGORITHMS` names (comma-separated, as specs
-/// spell them), for a call that tests one new variant without the others' time. The cluster
-/// variants are left out of the tiles their specs refuse (32 threads: their histograms are
-/// more than 32 entries a thread); every other tile here has them.
+/// Every variant of one tile: each algorithm (`SelectAlgorithm::ALL`: plain, compacting,
+/// one-read, fused, the peaks forms, cluster), then each peaks form with the coarse floor
+/// (`SelectSpec::coarse_floor`).
+fn variants(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Vec<SelectSpec> {
+    let plain = SelectAlgorithm::ALL.map(|algorithm| SelectSpec {
+        group,
+        k_max,
+        threads,
+        items_per_thread,
+        algorithm,
+        coarse_floor: false,
+    });
+    let coarse = plain
+        .into_iter()
+        .filter(|spec| spec.algorithm.peaks())
+        .map(|spec| SelectSpec {
+            coarse_floor: true,
+            ..spec
+        });
+    plain.into_iter().chain(coarse).collect()
+}
+
+/// The name `FATHOM_SELECT_ALGORITHMS` knows a variant by: its algorithm as specs spell it,
+/// with `_cf` after it for the coarse floor (`peaks_cf`, `peaks_head_cf`, `scan_peaks_cf`,
+/// `scan_peaks_head_cf`).
+fn variant_name(spec: &SelectSpec) -> String {
+    let cf = if spec.coarse_floor { "_cf" } else { "" };
+    format!("{}{cf}", spec.algorithm.as_str())
+}
+
+/// Every variant of one tile (`variants`), or those that `FATHOM_SELECT_ALGORITHMS` names
+/// (comma-separated, as `variant_name` spells them: `peaks` is the peaks select without the
+/// coarse floor, `peaks_cf` with it), for a call that tests one new variant without the
+/// others' time. The cluster variants are left out of the tiles their specs refuse (32
+/// threads: their histograms are more than 32 entries a thread); every other tile here has
+/// them.
 fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<SelectKernels> {
     let only = std::env::var("FATHOM_SELECT_ALGORITHMS").ok();
-    let wanted = |algorithm: &SelectAlgorithm| match &only {
+    let known: Vec<String> = variants(group, k_max, threads, items)
+        .iter()
+        .map(variant_name)
+        .collect();
+    let wanted = |spec: &SelectSpec| match &only {
         None => true,
         Some(names) => {
             let names: Vec<&str> = names.split(',').map(str::trim).collect();
             for name in &names {
                 assert!(
-                    SelectAlgorithm::ALL.iter().any(|a| a.as_str() == *name),
-                    "FATHOM_SELECT_ALGORITHMS names `{name}`; known: {:?}",
-                    SelectAlgorithm::ALL.map(|a| a.as_str())
+                    known.iter().any(|k| k == name),
+                    "FATHOM_SELECT_ALGORITHMS names `{name}`; known: {known:?}"
                 );
             }
-            names.contains(&algorithm.as_str())
+            names.contains(&variant_name(spec).as_str())
         }
     };
-    SelectAlgorithm::ALL
+    variants(group, k_max, threads, items)
         .into_iter()
         .filter(wanted)
-        .map(|algorithm| SelectSpec {
-            group,
-            k_max,
-            threads,
-            items_per_thread: items,
-            algorithm,
-        })
         .filter(|spec| !spec.algorithm.cluster() || threads > 32)
         .map(|spec| SelectKernels::load(gpu, spec).expect("select kernels compile"))
         .collect()

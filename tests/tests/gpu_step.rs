@@ -61,6 +61,10 @@
 //!   thread-block cluster (`Tiles::attention_cluster_merge`, opt-in), at 8 and 3 splits.
 //! - `gpu_step_plan_paired_runs_g4`: the first case with the plan's run-table entries written
 //!   by lane pairs (`Tiles::plan_paired_runs`, opt-in), with one block a head and with 4.
+//! - `gpu_step_select_coarse_floor_g4`, `gpu_step_select_coarse_floor_g7`: the first two cases
+//!   with the peaks selects' coarse floor (`Tiles::select_coarse_floor`, opt-in) through a
+//!   record of `scan_peaks` (G = 4) and `scan_peaks_head` (G = 7): the methods without a plane
+//!   scan run `peaks` and `peaks_head`, so every step's select has the coarse floor.
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -389,6 +393,7 @@ fn run_case_configured(
     config: DecoderConfig,
 ) {
     let (gpu, test, seed) = (t.gpu.clone(), t.name, t.seed);
+    let coarse_floor = config.tiles.select_coarse_floor;
     let f = Fixture::new(&mut t.rng, d, group, basis);
     eprintln!("{test}: lengths {:?}", f.lengths);
     let mut decoder = Decoder::new(gpu.clone(), f.model(), config)
@@ -470,6 +475,13 @@ fn run_case_configured(
                     &format!("{test}: {what}"),
                     seed,
                 );
+                if let Some(spec) = plan.specs.select {
+                    assert_eq!(
+                        spec.coarse_floor,
+                        coarse_floor && spec.algorithm.peaks(),
+                        "{what}: the select's coarse floor"
+                    );
+                }
                 match select {
                     Tuned::Default => {}
                     Tuned::Only(algorithm) => {
@@ -1078,6 +1090,25 @@ gpu_test!(gpu_step_plan_paired_runs_g4, |t| {
         config.tiles.plan_run_blocks = blocks;
         run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
     }
+});
+
+// The peaks selects' floor from two of the three radix passes over the peaks
+// (`Tiles::select_coarse_floor`, opt-in, not yet run on a GPU when written), through a record
+// of a peaks select so that every step's select is one (the plane methods' reading the scan's
+// peaks, the others' the scores; the many-block forms at G = 4, the one-block ones at G = 7):
+// every method, eager and replayed, both placements, against the reference.
+gpu_test!(gpu_step_select_coarse_floor_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.select_coarse_floor = true;
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaks, false);
+    run_case_configured(&mut t, D, 4, Basis::Raw, select, config);
+});
+
+gpu_test!(gpu_step_select_coarse_floor_g7, |t| {
+    let mut config = decoder_config();
+    config.tiles.select_coarse_floor = true;
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaksHead, false);
+    run_case_configured(&mut t, D, 7, Basis::Klt, select, config);
 });
 
 gpu_test!(gpu_step_tail_in_the_oracle_g7, |t| {

@@ -83,6 +83,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         stem
     };
+    // And one with the peaks selects' coarse floor (`--select-coarse-floor`).
+    let stem = if h.select_coarse_floor {
+        format!("{stem}-selcf")
+    } else {
+        stem
+    };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {
         1 => stem,

@@ -112,6 +112,11 @@ pub struct Args {
     /// `-attncm`).
     #[arg(long)]
     pub attention_cluster_merge: bool,
+    /// Take a peaks select's floor from two of the three radix passes over the peaks
+    /// (`Tiles::select_coarse_floor`, off by default: not yet timed on a GPU; a select that
+    /// is not a peaks one ignores it; files `-selcf`).
+    #[arg(long)]
+    pub select_coarse_floor: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -161,6 +166,8 @@ pub struct Options {
     pub plan_paired_runs: bool,
     /// `--attention-cluster-merge`.
     pub attention_cluster_merge: bool,
+    /// `--select-coarse-floor`.
+    pub select_coarse_floor: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -407,6 +414,7 @@ impl Options {
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
             plan_paired_runs: args.plan_paired_runs,
             attention_cluster_merge: args.attention_cluster_merge,
+            select_coarse_floor: args.select_coarse_floor,
         })
     }
 

@@ -174,6 +174,10 @@ pub struct Header {
     /// records written before the option).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attention_cluster_merge: bool,
+    /// Whether a peaks select took its floor from two radix passes over the peaks
+    /// (`--select-coarse-floor`; false in records written before the option).
+    #[serde(default)]
+    pub select_coarse_floor: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

@@ -308,6 +308,7 @@ impl Bench {
             plan_run_blocks: self.options.plan_run_blocks,
             plan_paired_runs: self.options.plan_paired_runs,
             attention_cluster_merge: self.options.attention_cluster_merge,
+            select_coarse_floor: self.options.select_coarse_floor,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -814,7 +815,8 @@ pub fn run<T>(
 
 /// The decoders' configuration: the defaults, with attention's rows from `--attention-rows`,
 /// the ParisKV query's blocks from `--pariskv-query-blocks`, `--overlap-tail`,
-/// `--head-groups` and `--tail-in-plan`.
+/// `--head-groups`, `--tail-in-plan`, the plan's run tables (`--plan-batched-runs`,
+/// `--plan-run-blocks`) and `--select-coarse-floor`.
 fn decoder_config(options: &Options) -> DecoderConfig {
     let mut config = DecoderConfig::default();
     config.tiles.attention_rows = options.attention_rows;
@@ -826,5 +828,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.plan_run_blocks = options.plan_run_blocks;
     config.tiles.plan_paired_runs = options.plan_paired_runs;
     config.tiles.attention_cluster_merge = options.attention_cluster_merge;
+    config.tiles.select_coarse_floor = options.select_coarse_floor;
     config
 }

@@ -258,6 +258,9 @@ fn record_header_round_trips() {
     let again: Record = serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
     assert_eq!(record, again);
     assert_eq!(record.header.generator.logit_std, 2.0);
+    // Options added since: their defaults in a record written before them.
+    assert!(!record.header.plan_batched_runs);
+    assert!(!record.header.select_coarse_floor);
 }
 
 #[test]
@@ -854,5 +857,12 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert_eq!(
         options(&["--plan-run-blocks", "4", "--plan-batched-runs"]).unwrap_err(),
         ArgsError::PlanRuns(4)
+    );
+    // The peaks selects' coarse floor: off unless asked.
+    assert!(!options(&[]).unwrap().select_coarse_floor);
+    assert!(
+        options(&["--select-coarse-floor"])
+            .unwrap()
+            .select_coarse_floor
     );
 }

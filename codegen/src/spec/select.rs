@@ -552,7 +552,9 @@ const fn with_candidates<const N: usize, const M: usize>(
 /// Launch order: `_chunk`, `_union` ([`SelectStage::FUSED_ORDER`]). The two reading the scan's
 /// peaks (`algorithm: scan_peaks`, `scan_peaks_head`; name suffixes `_scan_peaks`,
 /// `_scan_peaks_head`) are these two with `const int* n_stored, const unsigned* peaks, int
-/// ld_peaks` after `n_total` in `_chunk`, and rows of `scores` 16-byte aligned.
+/// ld_peaks` after `n_total` in `_chunk`, and rows of `scores` 16-byte aligned. Each of the
+/// four peaks forms with [`SelectSpec::coarse_floor`] (name suffix `_cf` after the algorithm's)
+/// has its entry points, workspaces and order.
 ///
 /// The fused one-read variant (`algorithm: fused`, name suffix `_fused`) has the one-read
 /// workspaces and `arrivals` (one `u32` per query head, [`SelectPlan::arrival_words`], zero
@@ -590,6 +592,19 @@ pub struct SelectSpec {
     /// How the top-k is found; `radix` when absent from a serialised spec.
     #[serde(default)]
     pub algorithm: SelectAlgorithm,
+    /// The peaks selects' floor from two of the three radix passes over the peaks: the k-th
+    /// largest peak K with its last 10 bits cleared (at least 1) instead of K. A floor below K
+    /// keeps the top-k exact (more hot tiles and survivors, which the buffer's cuts take) and
+    /// saves a pass and its three block barriers in a block bound by its barriers. Only with
+    /// the peaks algorithms ([`SelectAlgorithm::peaks`]); name suffix `_cf`. Opt-in
+    /// (`Tiles::select_coarse_floor`) until timed on a GPU; false when absent from a
+    /// serialised spec, and not written when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub coarse_floor: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl SelectSpec {
@@ -903,6 +918,15 @@ impl Family for SelectSpec {
                 "1..=32",
             ));
         }
+        if self.coarse_floor && !self.algorithm.peaks() {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "coarse_floor",
+                format!("true with algorithm {}", self.algorithm.as_str()),
+                "false, or true with peaks, peaks_head, scan_peaks or scan_peaks_head (the \
+                 selects with a floor from their peaks)",
+            ));
+        }
         if self.algorithm.cluster() {
             let per_thread = self.cluster_buffer() / u64::from(self.threads);
             if per_thread > ONEPASS_MAX_PER_THREAD {
@@ -969,12 +993,13 @@ impl Family for SelectSpec {
 
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_select_g{}_k{}_t{}_i{}{}",
+            "fathom_select_g{}_k{}_t{}_i{}{}{}",
             self.group,
             self.k_max,
             self.threads,
             self.items_per_thread,
-            self.algorithm.name_suffix()
+            self.algorithm.name_suffix(),
+            if self.coarse_floor { "_cf" } else { "" }
         )
     }
 
@@ -1018,6 +1043,7 @@ impl Family for SelectSpec {
         }
         context.insert("peaks", &self.algorithm.peaks());
         context.insert("scan_peaks", &self.algorithm.scan_peaks());
+        context.insert("coarse_floor", &self.coarse_floor);
         // Whether `_chunk` writes slots for a `_final` (all one-read forms but the one-block
         // peaks selects, which write the selection).
         context.insert("slots", &!self.algorithm.writes_selection());

@@ -342,6 +342,7 @@ mod tests {
                 threads: 256,
                 items_per_thread: 16,
                 algorithm,
+                coarse_floor: false,
             };
             for &stage in spec.stages() {
                 let pass = u64::from(stage.pass().unwrap_or(0));

@@ -296,6 +296,13 @@ pub struct Tiles {
     /// (`step-bench --attention-cluster-merge`; the GPU tests
     /// `gpu_attention_cluster_merge_matches_the_reference`, `gpu_step_attention_cluster_merge_g4`).
     pub attention_cluster_merge: bool,
+    /// Whether a peaks select (`SelectAlgorithm::peaks`: the algorithm chosen, from a record
+    /// or `select_algorithm`, is one of the four) takes its floor from two of the three radix
+    /// passes over the peaks (`SelectSpec::coarse_floor`): a pass and three block barriers
+    /// fewer, for more hot tiles and survivors; the other selects ignore it. Opt-in: not yet
+    /// timed on a GPU (`step-bench --select-coarse-floor`; the GPU tests
+    /// `gpu_step_select_coarse_floor_g{4,7}`, and `gpu_select`'s `_cf` forms).
+    pub select_coarse_floor: bool,
 }
 
 impl Default for Tiles {
@@ -339,6 +346,7 @@ impl Default for Tiles {
             plan_run_blocks: None,
             plan_paired_runs: false,
             attention_cluster_merge: false,
+            select_coarse_floor: false,
         }
     }
 }

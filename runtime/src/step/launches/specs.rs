@@ -411,6 +411,8 @@ fn oracle_select(
         threads,
         items_per_thread,
         algorithm,
+        // The other selects have no floor from peaks to coarsen.
+        coarse_floor: tiles.select_coarse_floor && algorithm.peaks(),
     };
     Ok((oracle, select))
 }

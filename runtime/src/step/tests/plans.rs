@@ -44,6 +44,7 @@ fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
         threads: 256,
         items_per_thread: 16,
         algorithm: SelectAlgorithm::Radix,
+        coarse_floor: false,
     };
     let expected = select.plan(3, 2, capacity as u64, 256).unwrap();
     for ((stage, launch), op) in expected.launches.iter().zip(&ops[3..13]) {
@@ -196,6 +197,7 @@ fn workspace_sizes_follow_the_abi_layouts() {
         threads: 256,
         items_per_thread: 16,
         algorithm: SelectAlgorithm::Radix,
+        coarse_floor: false,
     }
     .plan(b as u64, h as u64, cap as u64, k as u64)
     .unwrap();
@@ -705,5 +707,71 @@ fn long_sequences_share_their_run_tables_by_default() {
         };
         let plan = plan_inputs(s, Method::Fathom { bits: 48.0 }, None, 256, &asked, None);
         assert_eq!(plan.unwrap().specs.plan.unwrap().run_blocks, 8);
+    }
+}
+
+#[test]
+fn the_coarse_floor_reaches_the_peaks_selects_only() {
+    // Off unless asked for (not yet timed on a GPU).
+    assert!(!Tiles::default().select_coarse_floor);
+    struct Only(SelectAlgorithm);
+    impl Tuning for Only {
+        fn tile(&self, key: &TuneKey) -> Option<Tile> {
+            (key.family == TunedFamily::Select).then_some(Tile::select(256, 16, self.0))
+        }
+        fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
+            None
+        }
+    }
+    for algorithm in SelectAlgorithm::ALL {
+        // The select from the tiles, and from a record whose select is this one.
+        let plain_tiles = Tiles {
+            select_algorithm: algorithm,
+            ..fetched()
+        };
+        let tiles = Tiles {
+            select_coarse_floor: true,
+            ..plain_tiles
+        };
+        let record = Only(algorithm);
+        for tuning in [None, Some(&record as &dyn Tuning)] {
+            for placement in [Placement::Hbm, Placement::Host] {
+                let s = shape(4, 40_000, placement);
+                // With a plane scan (which may write the peaks), and without one.
+                for method in [Method::Fathom { bits: 48.0 }, Method::Oracle] {
+                    let what = format!("{algorithm:?} {method} {placement:?}");
+                    let plain = plan_inputs(s, method, None, 256, &plain_tiles, tuning).unwrap();
+                    let coarse = plan_inputs(s, method, None, 256, &tiles, tuning).unwrap();
+                    let (p, c) = (plain.specs.select.unwrap(), coarse.specs.select.unwrap());
+                    assert!(!p.coarse_floor, "{what}");
+                    assert_eq!(c.coarse_floor, algorithm.peaks(), "{what}");
+                    assert_eq!(
+                        SelectSpec {
+                            coarse_floor: false,
+                            ..c
+                        },
+                        p,
+                        "{what}"
+                    );
+                    // Only the select's entries are renamed; the launches and sizes stay.
+                    assert_eq!(roles(&coarse), roles(&plain), "{what}");
+                    assert_eq!(coarse.sizes, plain.sizes, "{what}");
+                    for (a, b) in plain.operations.iter().zip(&coarse.operations) {
+                        let (ka, kb) = (a.kernel.as_ref(), b.kernel.as_ref());
+                        assert_eq!(ka.map(|k| k.launch), kb.map(|k| k.launch), "{what}");
+                        match a.role {
+                            Role::Select(stage) => {
+                                assert_eq!(ka.unwrap().entry, p.entry(stage), "{what}");
+                                assert_eq!(kb.unwrap().entry, c.entry(stage), "{what}");
+                            }
+                            _ => assert_eq!(ka.map(|k| &k.entry), kb.map(|k| &k.entry), "{what}"),
+                        }
+                    }
+                    if algorithm.peaks() {
+                        assert!(c.kernel_name().ends_with("_cf"), "{what}");
+                    }
+                }
+            }
+        }
     }
 }
