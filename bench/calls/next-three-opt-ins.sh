@@ -35,8 +35,9 @@ export FATHOM_KERNEL_CACHE=/tmp/kc-three
   wait )
 el "gpu tests done"
 mkdir -p $L/sanitize
-( cd /tmp/fg && cp -r "$R/scripts" . && OUT=$L/sanitize timeout -k 10 $(lim 100) bash scripts/sanitize.sh \
-    --tools memcheck --tests gpu_plan,gpu_attention --jobs 2 --timeout 90 gpu_plan_paired_run_tables cluster_merge > $L/sanitize.txt 2>&1
+( cd /tmp/fg && cp -r "$R/scripts" . && FATHOM_SELECT_ALGORITHMS=${CF_ALGORITHMS:-peaks} OUT=$L/sanitize \
+    timeout -k 10 $(lim 100) bash scripts/sanitize.sh --tools memcheck --tests gpu_plan,gpu_attention${CF_ALGORITHMS:+,gpu_select} \
+    --jobs 3 --timeout 90 gpu_plan_paired_run_tables cluster_merge gpu_select_short_and_boundary_lengths > $L/sanitize.txt 2>&1
   el "sanitize rc=$?" )
 step_bench hbm-off hbm 32k,1m 100
 step_bench hbm-cm hbm 32k,1m 100 --attention-cluster-merge

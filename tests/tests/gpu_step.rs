@@ -59,12 +59,15 @@
 //!   blocks a head (`Tiles::plan_run_blocks`; the default shares them at long contexts only).
 //! - `gpu_step_attention_cluster_merge_g4`: the first case with attention's splits merged in a
 //!   thread-block cluster (`Tiles::attention_cluster_merge`, opt-in), at 8 and 3 splits.
-//! - `gpu_step_plan_paired_runs_g4`: the first case with the plan's run-table entries written
-//!   by lane pairs (`Tiles::plan_paired_runs`, opt-in), with one block a head and with 4.
+//! - `gpu_step_plan_unpaired_runs_g4`: the first case with the plan's run-table entries written
+//!   by one lane each (`Tiles::plan_paired_runs` false; lane pairs are the default), with one
+//!   block a head and with 4.
 //! - `gpu_step_select_coarse_floor_g4`, `gpu_step_select_coarse_floor_g7`: the first two cases
-//!   with the peaks selects' coarse floor (`Tiles::select_coarse_floor`, opt-in) through a
+//!   with the peaks selects' coarse floor (`Tiles::select_coarse_floor`, the default) through a
 //!   record of `scan_peaks` (G = 4) and `scan_peaks_head` (G = 7): the methods without a plane
 //!   scan run `peaks` and `peaks_head`, so every step's select has the coarse floor.
+//! - `gpu_step_select_full_floor_g4`: the G = 4 case with the floor from all three passes
+//!   (`Tiles::select_coarse_floor` false).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -1080,20 +1083,20 @@ gpu_test!(gpu_step_attention_cluster_merge_g4, |t| {
     }
 });
 
-// The plan's run-table entries written by lane pairs (`Tiles::plan_paired_runs`, opt-in),
-// with one block a head and with 4: every method, eager and replayed, both placements,
-// against the reference.
-gpu_test!(gpu_step_plan_paired_runs_g4, |t| {
+// The plan's run-table entries written by one lane each (`Tiles::plan_paired_runs` false;
+// the default writes them by lane pairs since 2026-12-06), with one block a head and with 4:
+// every method, eager and replayed, both placements, against the reference.
+gpu_test!(gpu_step_plan_unpaired_runs_g4, |t| {
     for blocks in [None, Some(4)] {
         let mut config = decoder_config();
-        config.tiles.plan_paired_runs = true;
+        config.tiles.plan_paired_runs = false;
         config.tiles.plan_run_blocks = blocks;
         run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
     }
 });
 
 // The peaks selects' floor from two of the three radix passes over the peaks
-// (`Tiles::select_coarse_floor`, opt-in, not yet run on a GPU when written), through a record
+// (`Tiles::select_coarse_floor`, the default since 2026-12-06), through a record
 // of a peaks select so that every step's select is one (the plane methods' reading the scan's
 // peaks, the others' the scores; the many-block forms at G = 4, the one-block ones at G = 7):
 // every method, eager and replayed, both placements, against the reference.
@@ -1109,6 +1112,15 @@ gpu_test!(gpu_step_select_coarse_floor_g7, |t| {
     config.tiles.select_coarse_floor = true;
     let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaksHead, false);
     run_case_configured(&mut t, D, 7, Basis::Klt, select, config);
+});
+
+// The peaks selects' floor from all three passes, the exact k-th peak (`Tiles::select_coarse_floor`
+// false, the default before 2026-12-06), through the same record as the G = 4 case above.
+gpu_test!(gpu_step_select_full_floor_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.select_coarse_floor = false;
+    let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaks, false);
+    run_case_configured(&mut t, D, 4, Basis::Raw, select, config);
 });
 
 gpu_test!(gpu_step_tail_in_the_oracle_g7, |t| {

@@ -71,11 +71,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         None => stem,
         Some(blocks) => format!("{stem}-planrt{blocks}"),
     };
-    // And one with the run-table entries written by lane pairs (`--plan-paired-runs`).
-    let stem = if h.plan_paired_runs {
-        format!("{stem}-planrp")
-    } else {
+    // And one with each run-table entry written by one lane (`--plan-unpaired-runs`; batched
+    // loads, `-planrb`, write them so too).
+    let stem = if h.plan_paired_runs || h.plan_batched_runs {
         stem
+    } else {
+        format!("{stem}-planunpaired")
     };
     // And one with attention's splits merged in a cluster (`--attention-cluster-merge`).
     let stem = if h.attention_cluster_merge {
@@ -83,11 +84,11 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     } else {
         stem
     };
-    // And one with the peaks selects' coarse floor (`--select-coarse-floor`).
+    // And one with the peaks selects' floor from all three passes (`--select-full-floor`).
     let stem = if h.select_coarse_floor {
-        format!("{stem}-selcf")
-    } else {
         stem
+    } else {
+        format!("{stem}-selfull")
     };
     // And one with the KV heads in groups (`--head-groups N`).
     let stem = match h.head_groups {

@@ -103,20 +103,21 @@ pub struct Args {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=codegen::spec::PlanSpec::MAX_RUN_BLOCKS as i64))]
     pub plan_run_blocks: Option<u32>,
-    /// Write each plan run-table entry from a lane pair, one 16-byte half a lane
-    /// (`Tiles::plan_paired_runs`, off by default until timed; files `-planrp`).
+    /// Write each plan run-table entry from one lane, both its 16-byte halves, as before
+    /// 2026-12-06's sixteenth session (`Tiles::plan_paired_runs` false; the default writes an
+    /// entry from a lane pair; files `-planunpaired`).
     #[arg(long)]
-    pub plan_paired_runs: bool,
+    pub plan_unpaired_runs: bool,
     /// Merge attention's split partials in a thread-block cluster where a query head has 2 to
     /// 8 blocks (`Tiles::attention_cluster_merge`, off by default until timed; files
     /// `-attncm`).
     #[arg(long)]
     pub attention_cluster_merge: bool,
-    /// Take a peaks select's floor from two of the three radix passes over the peaks
-    /// (`Tiles::select_coarse_floor`, off by default: not yet timed on a GPU; a select that
-    /// is not a peaks one ignores it; files `-selcf`).
+    /// Take a peaks select's floor from all three radix passes over the peaks (the exact k-th
+    /// peak), as before 2026-12-06's sixteenth session (`Tiles::select_coarse_floor` false;
+    /// the default stops after two; files `-selfull`).
     #[arg(long)]
-    pub select_coarse_floor: bool,
+    pub select_full_floor: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -162,11 +163,11 @@ pub struct Options {
     pub plan_batched_runs: bool,
     /// `--plan-run-blocks` (`None`: the context's).
     pub plan_run_blocks: Option<usize>,
-    /// `--plan-paired-runs`.
+    /// Not `--plan-unpaired-runs`.
     pub plan_paired_runs: bool,
     /// `--attention-cluster-merge`.
     pub attention_cluster_merge: bool,
-    /// `--select-coarse-floor`.
+    /// Not `--select-full-floor`.
     pub select_coarse_floor: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
@@ -226,8 +227,6 @@ pub enum ArgsError {
     AttentionRows(#[from] AttentionRowsParseError),
     #[error("--plan-run-blocks {0} and --plan-batched-runs do not combine; give one of them")]
     PlanRuns(u32),
-    #[error("--plan-paired-runs and --plan-batched-runs do not combine; give one of them")]
-    PlanPairedRuns,
 }
 
 /// Tokens per scale block of the stores built here: a context must hold whole blocks.
@@ -370,9 +369,6 @@ impl Options {
         {
             return Err(ArgsError::PlanRuns(blocks));
         }
-        if args.plan_paired_runs && args.plan_batched_runs {
-            return Err(ArgsError::PlanPairedRuns);
-        }
         if !(1..=64).contains(&args.slots) {
             return Err(ArgsError::Slots(args.slots));
         }
@@ -412,9 +408,10 @@ impl Options {
             tail_in_plan: !args.tail_in_oracle,
             plan_batched_runs: args.plan_batched_runs,
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
-            plan_paired_runs: args.plan_paired_runs,
+            // Batched pointer loads write whole entries from one lane.
+            plan_paired_runs: !args.plan_unpaired_runs && !args.plan_batched_runs,
             attention_cluster_merge: args.attention_cluster_merge,
-            select_coarse_floor: args.select_coarse_floor,
+            select_coarse_floor: !args.select_full_floor,
         })
     }
 

@@ -166,16 +166,18 @@ pub struct Header {
     /// before 2026-12-06's fifteenth session had one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_run_blocks: Option<usize>,
-    /// Whether lane pairs wrote the plan's run-table entries (`--plan-paired-runs`; absent in
-    /// records written before the option).
+    /// Whether lane pairs wrote the plan's run-table entries (the default since 2026-12-06's
+    /// sixteenth session; false with `--plan-unpaired-runs` or `--plan-batched-runs`, and
+    /// absent, false, in records written before).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_paired_runs: bool,
     /// Whether attention's splits merged in a cluster (`--attention-cluster-merge`; absent in
     /// records written before the option).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attention_cluster_merge: bool,
-    /// Whether a peaks select took its floor from two radix passes over the peaks
-    /// (`--select-coarse-floor`; false in records written before the option).
+    /// Whether a peaks select took its floor from two radix passes over the peaks (the default
+    /// since 2026-12-06's sixteenth session; false with `--select-full-floor`, and in records
+    /// written before).
     #[serde(default)]
     pub select_coarse_floor: bool,
     pub model: String,

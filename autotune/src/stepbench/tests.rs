@@ -828,7 +828,10 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert!(!options(&[]).unwrap().plan_batched_runs);
     assert!(options(&["--plan-batched-runs"]).unwrap().plan_batched_runs);
     assert_eq!(options(&[]).unwrap().plan_run_blocks, None);
-    assert!(!options(&[]).unwrap().plan_paired_runs);
+    // Run-table entries by lane pairs: on unless asked otherwise or with batched loads.
+    assert!(options(&[]).unwrap().plan_paired_runs);
+    assert!(!options(&["--plan-unpaired-runs"]).unwrap().plan_paired_runs);
+    assert!(!options(&["--plan-batched-runs"]).unwrap().plan_paired_runs);
     assert!(!options(&[]).unwrap().attention_cluster_merge);
     assert!(
         options(&["--attention-cluster-merge"])
@@ -836,13 +839,9 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
             .attention_cluster_merge
     );
     assert!(
-        options(&["--plan-paired-runs", "--plan-run-blocks", "4"])
+        options(&["--plan-run-blocks", "4"])
             .unwrap()
             .plan_paired_runs
-    );
-    assert_eq!(
-        options(&["--plan-paired-runs", "--plan-batched-runs"]).unwrap_err(),
-        ArgsError::PlanPairedRuns
     );
     assert_eq!(
         options(&["--plan-run-blocks", "4"])
@@ -858,10 +857,10 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         options(&["--plan-run-blocks", "4", "--plan-batched-runs"]).unwrap_err(),
         ArgsError::PlanRuns(4)
     );
-    // The peaks selects' coarse floor: off unless asked.
-    assert!(!options(&[]).unwrap().select_coarse_floor);
+    // The peaks selects' coarse floor: on unless asked otherwise.
+    assert!(options(&[]).unwrap().select_coarse_floor);
     assert!(
-        options(&["--select-coarse-floor"])
+        !options(&["--select-full-floor"])
             .unwrap()
             .select_coarse_floor
     );

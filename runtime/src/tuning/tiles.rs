@@ -286,21 +286,27 @@ pub struct Tiles {
     /// `gpu_plan_shared_run_tables`, `gpu_step_plan_run_blocks_g4`).
     pub plan_run_blocks: Option<usize>,
     /// Whether lane pairs write the plan's run-table entries, one 16-byte half a lane
-    /// (`PlanSpec::paired_runs`): a warp's store then writes whole sectors. Opt-in until timed
-    /// on a GPU (`step-bench --plan-paired-runs`; the GPU tests `gpu_plan_paired_run_tables`,
-    /// `gpu_step_plan_paired_runs_g4`); ignored with `plan_batched_runs`.
+    /// (`PlanSpec::paired_runs`): a warp's store then writes whole sectors. On by default
+    /// (exact on an H100, memcheck clean; the plan at 1M 11.58 -> 10.94 us, the step within its
+    /// noise, 2026-12-06); false writes an entry from one lane (`step-bench
+    /// --plan-unpaired-runs`; the GPU tests `gpu_plan_paired_run_tables`,
+    /// `gpu_step_plan_unpaired_runs_g4`); ignored with `plan_batched_runs`.
     pub plan_paired_runs: bool,
     /// Whether attention's blocks of a query head merge their partials in a thread-block
     /// cluster (`AttentionSpec::cluster_merge`, taken where the head has 2 to 8 blocks; sm_90)
-    /// instead of through global memory and an arrival count. Opt-in until timed on a GPU
-    /// (`step-bench --attention-cluster-merge`; the GPU tests
+    /// instead of through global memory and an arrival count. Opt-in: exact on an H100 and
+    /// memcheck clean, but no faster (the 32k attention 10.62 us against 10.59, the HBM step
+    /// at 32k 1.400 / 1.411 ms against 1.391-1.406; 2026-12-06) (`step-bench
+    /// --attention-cluster-merge`; the GPU tests
     /// `gpu_attention_cluster_merge_matches_the_reference`, `gpu_step_attention_cluster_merge_g4`).
     pub attention_cluster_merge: bool,
     /// Whether a peaks select (`SelectAlgorithm::peaks`: the algorithm chosen, from a record
     /// or `select_algorithm`, is one of the four) takes its floor from two of the three radix
     /// passes over the peaks (`SelectSpec::coarse_floor`): a pass and three block barriers
-    /// fewer, for more hot tiles and survivors; the other selects ignore it. Opt-in: not yet
-    /// timed on a GPU (`step-bench --select-coarse-floor`; the GPU tests
+    /// fewer, for more hot tiles and survivors; the other selects ignore it. On by default
+    /// (exact on an H100, memcheck clean; the HBM step at 32k ~1.5% faster, the 32k select
+    /// 17.22 -> 16.93 us and the 1M `_chunk` 31.39 -> 30.56, 2026-12-06); false takes the
+    /// exact k-th peak (`step-bench --select-full-floor`; the GPU tests
     /// `gpu_step_select_coarse_floor_g{4,7}`, and `gpu_select`'s `_cf` forms).
     pub select_coarse_floor: bool,
 }
@@ -344,9 +350,13 @@ impl Default for Tiles {
             tail_in_plan: true,
             plan_batched_runs: false,
             plan_run_blocks: None,
-            plan_paired_runs: false,
+            // Whole sectors a warp's store: the plan at 1M 11.58 -> 10.94 us (ncu, H100,
+            // 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
+            plan_paired_runs: true,
             attention_cluster_merge: false,
-            select_coarse_floor: false,
+            // Three block barriers fewer: the HBM step at 32k 1.373-1.379 ms against
+            // 1.391-1.406 (H100, 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
+            select_coarse_floor: true,
         }
     }
 }

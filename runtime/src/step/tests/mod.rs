@@ -119,6 +119,10 @@ fn fetched() -> Tiles {
         select: (256, 16),
         select_algorithm: SelectAlgorithm::Radix,
         tail_in_plan: false,
+        // Each run-table entry from one lane, the select's floor from all three passes: the
+        // forms the tests of the two options compare against.
+        plan_paired_runs: false,
+        select_coarse_floor: false,
         ..Tiles::default()
     }
 }

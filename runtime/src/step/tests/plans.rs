@@ -586,8 +586,9 @@ fn batched_run_tables_reach_the_plan_spec_and_nothing_else() {
 
 #[test]
 fn paired_run_tables_reach_the_plan_spec_and_nothing_else() {
-    // Off unless asked for; with batched pointer loads it is left out (they do not combine).
-    assert!(!Tiles::default().plan_paired_runs);
+    // On by default (`fetched()` turns it off); with batched pointer loads it is left out
+    // (they do not combine).
+    assert!(Tiles::default().plan_paired_runs);
     let tiles = Tiles {
         plan_paired_runs: true,
         ..fetched()
@@ -712,8 +713,8 @@ fn long_sequences_share_their_run_tables_by_default() {
 
 #[test]
 fn the_coarse_floor_reaches_the_peaks_selects_only() {
-    // Off unless asked for (not yet timed on a GPU).
-    assert!(!Tiles::default().select_coarse_floor);
+    // On by default (`fetched()` turns it off).
+    assert!(Tiles::default().select_coarse_floor);
     struct Only(SelectAlgorithm);
     impl Tuning for Only {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
