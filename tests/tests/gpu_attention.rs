@@ -228,10 +228,31 @@ gpu_test!(gpu_attention_matches_reference, |t| {
     }
 });
 
+/// A split case: (D, G, threads, rows per warp, splits, k; `None` for k draws one), the
+/// partials merged through global memory or in a cluster.
+type SplitCase = (u32, u32, u32, u32, u32, Option<usize>);
+
+fn split_cases(t: &mut GpuTest, configs: &[SplitCase], cluster_merge: bool) {
+    for &(head_dim, group, threads, rows_per_warp, splits, k) in configs {
+        let spec = AttentionSpec {
+            head_dim,
+            group,
+            threads,
+            rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
+            splits,
+            cluster_merge,
+        };
+        let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
+        attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
+    }
+}
+
 gpu_test!(gpu_attention_split_matches_reference, |t| {
-    // (D, G, threads, rows per warp, splits, k); `None` for k draws one. Every launch has a
-    // head with no row, one with one row (fewer rows than splits) and one with a random count.
-    let configs: [(u32, u32, u32, u32, u32, Option<usize>); 9] = [
+    // Every launch has a head with no row, one with one row (fewer rows than splits) and one
+    // with a random count.
+    let configs: [SplitCase; 9] = [
         (128, 4, 512, 8, 4, Some(512)),
         (128, 4, 256, 4, 8, Some(512)),
         (128, 7, 256, 4, 2, None),
@@ -242,27 +263,14 @@ gpu_test!(gpu_attention_split_matches_reference, |t| {
         (80, 5, 32, 8, 16, Some(7)),
         (128, 8, 512, 8, 8, None),
     ];
-    for (head_dim, group, threads, rows_per_warp, splits, k) in configs {
-        let spec = AttentionSpec {
-            head_dim,
-            group,
-            threads,
-            rows_per_warp,
-            rows: AttentionRows::Fetched,
-            kv_rows: KvRows::Separate,
-            splits,
-            cluster_merge: false,
-        };
-        let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
-        attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
-    }
+    split_cases(&mut t, &configs, false);
 });
 
 // The splits merged in a thread-block cluster (`cluster_merge`, opt-in; 2 to 8 splits): the
-// same cases as the split test where they have at most 8, the rows fetched and from the store
-// by token is the same code; the partials and counters are never touched.
+// same checks at as many splits as a cluster may have; the partials and counters are never
+// touched.
 gpu_test!(gpu_attention_cluster_merge_matches_the_reference, |t| {
-    let configs: [(u32, u32, u32, u32, u32, Option<usize>); 7] = [
+    let configs: [SplitCase; 7] = [
         (128, 4, 512, 8, 4, Some(512)),
         (128, 4, 128, 8, 8, Some(512)),
         (128, 7, 256, 4, 2, None),
@@ -271,20 +279,7 @@ gpu_test!(gpu_attention_cluster_merge_matches_the_reference, |t| {
         (192, 3, 64, 1, 4, Some(0)),
         (80, 5, 32, 8, 7, Some(7)),
     ];
-    for (head_dim, group, threads, rows_per_warp, splits, k) in configs {
-        let spec = AttentionSpec {
-            head_dim,
-            group,
-            threads,
-            rows_per_warp,
-            rows: AttentionRows::Fetched,
-            kv_rows: KvRows::Separate,
-            splits,
-            cluster_merge: true,
-        };
-        let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
-        attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
-    }
+    split_cases(&mut t, &configs, true);
 });
 
 /// oracle → select → fetch → attention on the GPU against the reference on the same scores, at

@@ -150,8 +150,9 @@ pub struct PlanSpec {
     /// the even lane and the channel and depth from the odd one, so that a warp's store
     /// writes 16 whole entries (512 contiguous bytes) instead of one half of each of 32: the
     /// plan's excess at 1M tokens was one multiprocessor's 8,192 half-sector stores a KV head
-    /// (`bench/NOTES.md`, fifteenth session). Opt-in until timed on a GPU
-    /// (`Tiles::plan_paired_runs`); not with `batched_runs`.
+    /// (`bench/NOTES.md`, fifteenth session). The runtime's default (`Tiles::plan_paired_runs`)
+    /// since an H100 timed it (2026-12-06: the plan at 1M 11.58 -> 10.94 us); not with
+    /// `batched_runs`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub paired_runs: bool,
 }

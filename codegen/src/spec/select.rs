@@ -596,9 +596,10 @@ pub struct SelectSpec {
     /// largest peak K with its last 10 bits cleared (at least 1) instead of K. A floor below K
     /// keeps the top-k exact (more hot tiles and survivors, which the buffer's cuts take) and
     /// saves a pass and its three block barriers in a block bound by its barriers. Only with
-    /// the peaks algorithms ([`SelectAlgorithm::peaks`]); name suffix `_cf`. Opt-in
-    /// (`Tiles::select_coarse_floor`) until timed on a GPU; false when absent from a
-    /// serialised spec, and not written when false.
+    /// the peaks algorithms ([`SelectAlgorithm::peaks`]); name suffix `_cf`. The runtime's
+    /// default (`Tiles::select_coarse_floor`) since it was timed on an H100 (2026-12-06: HBM
+    /// 32k ~1.5% a step faster); false when absent from a serialised spec, and not written
+    /// when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub coarse_floor: bool,
 }
