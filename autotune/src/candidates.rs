@@ -45,7 +45,7 @@ use reference::select::paper_k;
 use runtime::step::{DecoderConfig, Transfer};
 use runtime::tuning::context_bucket;
 use runtime::tuning::{EntryKey, EntryRecord, Subject, Variant};
-use runtime::tuning::{Tile, TunedFamily};
+use runtime::tuning::{Tile, Tiles, TunedFamily};
 use sha2::{Digest, Sha256};
 
 /// Tokens per block and words per plane per segment of every store the tuner builds: the
@@ -665,15 +665,20 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
                 items_per_thread,
                 ..
             },
-        ) => SelectSpec {
-            group: g32,
-            k_max: bench_k_max() as u32,
-            threads,
-            items_per_thread,
-            algorithm: tile.select_algorithm().ok_or_else(mismatch)?,
-            coarse_floor: false,
+        ) => {
+            let algorithm = tile.select_algorithm().ok_or_else(mismatch)?;
+            SelectSpec {
+                group: g32,
+                k_max: bench_k_max() as u32,
+                threads,
+                items_per_thread,
+                algorithm,
+                // Timed as the step runs it (`Tiles::select_coarse_floor`); only the peaks
+                // algorithms have a floor to coarsen.
+                coarse_floor: Tiles::default().select_coarse_floor && algorithm.peaks(),
+            }
+            .into()
         }
-        .into(),
         (
             TunedFamily::Attention,
             Tile::Attention {
@@ -781,6 +786,10 @@ pub fn candidate_checksum(opt_in: OptIn) -> String {
             .map(|&t| format!("k at {t}: {}", bench_k(t))),
     );
     names.push(format!("select k_max {}", bench_k_max()));
+    names.push(format!(
+        "select coarse floor {}",
+        Tiles::default().select_coarse_floor
+    ));
     names.push(format!("store b{BLOCK} s{SEGMENT_WORDS}"));
     names.sort();
     names.dedup();

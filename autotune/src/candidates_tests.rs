@@ -208,6 +208,31 @@ fn pariskv_subjects_follow_the_steps_lookups() {
     }
 }
 
+/// The tuner times each select as the step would run it: the peaks forms with the coarse
+/// floor of `Tiles::select_coarse_floor`, the others without (they have no floor to coarsen).
+#[test]
+fn select_candidates_carry_the_steps_floor() {
+    assert!(Tiles::default().select_coarse_floor);
+    let c = case(Subject::Kernel(TunedFamily::Select), Placement::Hbm, 7);
+    let (mut peaks, mut others) = (0, 0);
+    for v in enumerate(&c) {
+        let Variant::Tile(tile) = v else { continue };
+        match tile_spec(&c, &v).unwrap() {
+            KernelSpec::Select(s) => {
+                assert_eq!(Some(s.algorithm), tile.select_algorithm());
+                assert_eq!(s.coarse_floor, s.algorithm.peaks(), "{}", v.name());
+                if s.algorithm.peaks() {
+                    peaks += 1;
+                } else {
+                    others += 1;
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(peaks > 0 && others > 0, "{peaks} peaks, {others} others");
+}
+
 #[test]
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
