@@ -79,17 +79,20 @@ sb_hbm() {
 #   ncu_step_times CELL...   ncu's time per kernel (clock control off) of step-bench (qwen3-8b,
 #                            fathom(48), batch 1, 3 steps) in each CELL, "PLACEMENT CONTEXT"
 #                            (e.g. "host 1m"), while over 40 s are left: $L/times-PLACEMENT-CONTEXT.txt.
-#                            Needs `unpack` first.
+#                            NCU_CACHE=none keeps the caches as the kernel before left them (ncu
+#                            flushes them before every kernel by default, which a step never
+#                            does): files $L/times-PLACEMENT-CONTEXT-warm.txt. Needs `unpack` first.
 ncu_step_times() {
-  local cell
+  local cell cache=${NCU_CACHE:-all} tag=""
+  [ "$cache" = all ] || tag=-warm
   for cell in "$@"; do
     set -- $cell
     [ "$(left)" -gt 40 ] || break
-    timeout -k 10 "$(lim 90)" ncu --clock-control none --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 1500 \
+    timeout -k 10 "$(lim 90)" ncu --clock-control none --cache-control "$cache" --csv --metrics gpu__time_duration.sum -k regex:fathom --launch-count 1500 \
       "$B/step-bench" --model qwen3-8b --methods "fathom(48)" --batch 1 --steps 3 --slots 1 --no-standing \
-      --placement "$1" --contexts "$2" --out "$L/ncu-sb-$1-$2" > "$L/ncu-step-$1-$2.csv" 2> "$L/ncu-step-$1-$2.err"
-    el "ncu $1 $2 rc=$?"
-    python3 "$R/bench/calls/ncu-kernel-times.py" "$L/ncu-step-$1-$2.csv" "$1 $2" > "$L/times-$1-$2.txt" 2>&1
+      --placement "$1" --contexts "$2" --out "$L/ncu-sb-$1-$2$tag" > "$L/ncu-step-$1-$2$tag.csv" 2> "$L/ncu-step-$1-$2$tag.err"
+    el "ncu $1 $2 cache $cache rc=$?"
+    python3 "$R/bench/calls/ncu-kernel-times.py" "$L/ncu-step-$1-$2$tag.csv" "$1 $2 cache $cache" > "$L/times-$1-$2$tag.txt" 2>&1
   done
 }
 #   all_gpu_tests   every GPU test: the Python GPU tests alone first (their memory test reads the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whichever card comes: on an H200, bench/calls/h200-next-refresh.sh (autotune cold, step-bench
+# Whichever card comes: on an H200, bench/calls/next-refresh.sh (autotune cold, step-bench
 # under the new record); on any other, every GPU test at today's defaults (all_gpu_tests: the
 # long-context tests have not run since the plan's run tables were shared among blocks by
 # default, nor gpu_plan since its run-table cases were folded into one helper).
@@ -7,7 +7,7 @@
 #   C=$(git rev-parse --short HEAD) BUDGET=560 bash bench/calls/next-suite-or-refresh.sh
 set -u
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  exec bash bench/calls/h200-next-refresh.sh
+  exec bash bench/calls/next-refresh.sh
 fi
 DEFAULT_BUDGET=560 . bench/calls/budget.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
