@@ -242,6 +242,9 @@ fn run(args: &Args) -> Result<(), String> {
         "autotune: ceilings: pinned copy {:.1} GB/s, mapped read {:.1} GB/s, HBM copy {:.1} GB/s",
         ceilings.pinned_copy_gbps, ceilings.mapped_read_gbps, ceilings.hbm_copy_gbps
     );
+    if let Some(warning) = ceilings.mapped_read_warning() {
+        eprintln!("autotune: warning: {warning}");
+    }
     let mut settings = if args.quick {
         Settings::quick()
     } else {

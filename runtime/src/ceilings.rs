@@ -48,7 +48,33 @@ impl Ceilings {
     pub fn hbm_stream_gbps(&self) -> f64 {
         self.hbm_copy_gbps
     }
+
+    /// A warning when mapped host reads run well below the pinned copy (under
+    /// [`SLOW_MAPPED_READ`] of it), for the reports of autotune and step-bench. The host
+    /// placement's scans read their planes by mapped reads, so on such a machine its steps sit
+    /// above a link floor set by the copy for reasons of the machine, not of the kernels: an
+    /// H100 of 2026-12-06 read at 32.3 GB/s against a 55.2 GB/s copy and took 62.8 ms for the
+    /// host 1M step that took 45.7 on one reading at 51.3 (`bench/NOTES.md`, seventeenth
+    /// session). `None` on a machine like the others (51 of 55 GB/s on the H100s and H200s).
+    pub fn mapped_read_warning(&self) -> Option<String> {
+        let ratio = self.mapped_read_gbps / self.pinned_copy_gbps;
+        (ratio < SLOW_MAPPED_READ).then(|| {
+            format!(
+                "mapped host reads run at {:.1} GB/s, {:.0}% of the pinned copy's {:.1} (the H100s \
+                 and H200s measured so far: ~92%): host-placement scans read at that rate, so \
+                 their times and ratios to the link floor here are this machine's; compare host \
+                 figures only with runs on the same machine",
+                self.mapped_read_gbps,
+                100.0 * ratio,
+                self.pinned_copy_gbps
+            )
+        })
+    }
 }
+
+/// The share of the pinned copy's rate below which mapped reads are called slow
+/// ([`Ceilings::mapped_read_warning`]).
+pub const SLOW_MAPPED_READ: f64 = 0.8;
 
 fn median(mut v: Vec<f32>) -> f64 {
     v.sort_by(f32::total_cmp);
@@ -100,4 +126,34 @@ pub fn measure(jit: &Jit, bytes: usize, repetitions: usize) -> Result<Ceilings, 
         bytes: words * 8,
         repetitions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ceilings(pinned_copy_gbps: f64, mapped_read_gbps: f64) -> Ceilings {
+        Ceilings {
+            pinned_copy_gbps,
+            mapped_read_gbps,
+            hbm_copy_gbps: 3000.0,
+            bytes: 1 << 30,
+            repetitions: 20,
+        }
+    }
+
+    #[test]
+    fn slow_mapped_reads_are_named_with_their_rates() {
+        // The two H100s of 2026-12-06's seventeenth session.
+        assert_eq!(ceilings(55.5, 51.3).mapped_read_warning(), None);
+        let warning = ceilings(55.2, 32.3).mapped_read_warning().unwrap();
+        assert!(warning.contains("32.3 GB/s"), "{warning}");
+        assert!(
+            warning.contains("59% of the pinned copy's 55.2"),
+            "{warning}"
+        );
+        // At the threshold and just under it.
+        assert_eq!(ceilings(50.0, 40.0).mapped_read_warning(), None);
+        assert!(ceilings(50.0, 39.9).mapped_read_warning().is_some());
+    }
 }

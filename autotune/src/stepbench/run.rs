@@ -124,6 +124,9 @@ impl Bench {
         eprintln!("step-bench: {} on {}", model.name, gpu.info().name);
         let ceilings = ceilings::measure(&jit, 1 << 30, 20)?;
         eprintln!("step-bench: ceilings {ceilings:?}");
+        if let Some(warning) = ceilings.mapped_read_warning() {
+            eprintln!("step-bench: warning: {warning}");
+        }
         eprintln!(
             "step-bench: K/V rows {}, attention rows {} in HBM",
             options.kv_rows, options.attention_rows
