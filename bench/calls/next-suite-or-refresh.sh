@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Whichever card comes: on an H200, bench/calls/next-refresh.sh (autotune cold, step-bench
-# under the new record); on any other, every GPU test at today's defaults (all_gpu_tests: the
-# long-context tests have not run since the plan's run tables were shared among blocks by
-# default, nor gpu_plan since its run-table cases were folded into one helper).
+# and ncu per kernel under the new record; the H200's record predates seven defaults); on any
+# other, every GPU test at today's defaults (all_gpu_tests, gpu_select and gpu_pariskv with
+# 450 s each, which they have not had yet; the H100 record is fresh since the seventeenth
+# session).
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=560 bash bench/calls/next-suite-or-refresh.sh
 set -u
