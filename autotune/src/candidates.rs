@@ -673,9 +673,8 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
                 threads,
                 items_per_thread,
                 algorithm,
-                // Timed as the step runs it (`Tiles::select_coarse_floor`); only the peaks
-                // algorithms have a floor to coarsen.
-                coarse_floor: Tiles::default().select_coarse_floor && algorithm.peaks(),
+                // Timed as the step runs it.
+                coarse_floor: Tiles::default().coarse_floor_for(algorithm),
             }
             .into()
         }

@@ -37,64 +37,48 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let h = &record.header;
     let stem = file_stem(&h.gpu, &h.date, &h.commit);
-    // A run over other K/V rows than the runtime's default does not overwrite the default
-    // run's files.
-    let stem = match h.kv_rows.as_str() {
-        rows if rows == runtime::store::StoreConfig::DEFAULT_KV_ROWS.as_str() => stem,
-        other => format!("{stem}-kv{other}"),
-    };
-    // Likewise a run with the ParisKV query over other blocks a head than the runtime's.
-    let stem = match h.pariskv_query_blocks {
-        b if b == runtime::tuning::Tiles::default().pariskv_query_blocks => stem,
-        blocks => format!("{stem}-pkq{blocks}"),
-    };
-    // And a run with the tail on a second stream (`--overlap-tail`).
-    let stem = if h.overlap_tail {
-        format!("{stem}-overlaptail")
-    } else {
-        stem
-    };
-    // And one with the tail in the oracle's launch (`--tail-in-oracle`).
-    let stem = if h.tail_in_plan {
-        stem
-    } else {
-        format!("{stem}-tailoracle")
-    };
-    // And one with the plan's run tables from batched loads (`--plan-batched-runs`).
-    let stem = if h.plan_batched_runs {
-        format!("{stem}-planrb")
-    } else {
-        stem
-    };
-    // And one with the plan's run tables shared among blocks (`--plan-run-blocks N`).
-    let stem = match h.plan_run_blocks {
-        None => stem,
-        Some(blocks) => format!("{stem}-planrt{blocks}"),
-    };
-    // And one with each run-table entry written by one lane (`--plan-unpaired-runs`; batched
-    // loads, `-planrb`, write them so too).
-    let stem = if h.plan_paired_runs || h.plan_batched_runs {
-        stem
-    } else {
-        format!("{stem}-planunpaired")
-    };
-    // And one with attention's splits merged in a cluster (`--attention-cluster-merge`).
-    let stem = if h.attention_cluster_merge {
-        format!("{stem}-attncm")
-    } else {
-        stem
-    };
-    // And one with the peaks selects' floor from all three passes (`--select-full-floor`).
-    let stem = if h.select_coarse_floor {
-        stem
-    } else {
-        format!("{stem}-selfull")
-    };
-    // And one with the KV heads in groups (`--head-groups N`).
-    let stem = match h.head_groups {
-        1 => stem,
-        groups => format!("{stem}-hg{groups}"),
-    };
+    // A run away from a runtime default does not overwrite the default run's files: each
+    // option that differs adds its suffix, in this order.
+    let default_tiles = runtime::tuning::Tiles::default();
+    let suffixes = [
+        // K/V rows other than the store's default (`--kv-rows`).
+        (
+            h.kv_rows != runtime::store::StoreConfig::DEFAULT_KV_ROWS.as_str(),
+            format!("-kv{}", h.kv_rows),
+        ),
+        // The ParisKV query over other blocks a head (`--pariskv-query-blocks`).
+        (
+            h.pariskv_query_blocks != default_tiles.pariskv_query_blocks,
+            format!("-pkq{}", h.pariskv_query_blocks),
+        ),
+        // The tail on a second stream (`--overlap-tail`).
+        (h.overlap_tail, "-overlaptail".to_string()),
+        // The tail in the oracle's launch (`--tail-in-oracle`).
+        (!h.tail_in_plan, "-tailoracle".to_string()),
+        // The plan's run tables from batched loads (`--plan-batched-runs`).
+        (h.plan_batched_runs, "-planrb".to_string()),
+        // The plan's run tables shared among blocks (`--plan-run-blocks N`).
+        (
+            h.plan_run_blocks.is_some(),
+            format!("-planrt{}", h.plan_run_blocks.unwrap_or(1)),
+        ),
+        // Each run-table entry written by one lane (`--plan-unpaired-runs`; batched loads,
+        // `-planrb`, write them so too).
+        (
+            !h.plan_paired_runs && !h.plan_batched_runs,
+            "-planunpaired".to_string(),
+        ),
+        // Attention's splits merged in a cluster (`--attention-cluster-merge`).
+        (h.attention_cluster_merge, "-attncm".to_string()),
+        // The peaks selects' floor from all three passes (`--select-full-floor`).
+        (!h.select_coarse_floor, "-selfull".to_string()),
+        // The KV heads in groups (`--head-groups N`).
+        (h.head_groups != 1, format!("-hg{}", h.head_groups)),
+    ];
+    let stem = suffixes
+        .iter()
+        .filter(|(differs, _)| *differs)
+        .fold(stem, |stem, (_, suffix)| stem + suffix);
     let json = serde_json::to_string_pretty(record).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{stem}.json"));
     std::fs::write(&path, json).map_err(|e| format!("writing {}: {e}", path.display()))?;

@@ -371,6 +371,12 @@ impl Tiles {
             Placement::Host => self.scan_host,
         }
     }
+
+    /// Whether a select of `algorithm` runs with the coarse floor (`SelectSpec::coarse_floor`)
+    /// under these tiles: only the peaks algorithms have a floor to coarsen.
+    pub fn coarse_floor_for(&self, algorithm: SelectAlgorithm) -> bool {
+        self.select_coarse_floor && algorithm.peaks()
+    }
 }
 
 pub use codegen::spec::scan::fit_scan_tile;

@@ -411,8 +411,7 @@ fn oracle_select(
         threads,
         items_per_thread,
         algorithm,
-        // The other selects have no floor from peaks to coarsen.
-        coarse_floor: tiles.select_coarse_floor && algorithm.peaks(),
+        coarse_floor: tiles.coarse_floor_for(algorithm),
     };
     Ok((oracle, select))
 }
