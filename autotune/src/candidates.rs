@@ -675,6 +675,7 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
                 algorithm,
                 // Timed as the step runs it.
                 coarse_floor: Tiles::default().coarse_floor_for(algorithm),
+                owned_tiles: Tiles::default().owned_tiles_for(algorithm),
             }
             .into()
         }

@@ -261,6 +261,7 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         items_per_thread,
                         algorithm,
                         coarse_floor: false,
+                        owned_tiles: false,
                     };
                     let tile = Variant::Tile(Tile::select(threads, items_per_thread, algorithm));
                     if spec.validate().is_err() {

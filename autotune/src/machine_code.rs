@@ -58,7 +58,7 @@ pub fn report(record: &TuningRecord, arch: &str, out: &Path) -> Result<Vec<Strin
             winning.len(),
             w.spec.kernel_name()
         );
-        kernels.push(machine_code::build(&w.spec, arch).map_err(|e| e.to_string())?);
+        kernels.push(machine_code::build(&w.spec, arch, false).map_err(|e| e.to_string())?);
     }
     machine_code::write(out, &kernels).map_err(|e| e.to_string())?;
     let mut lines: Vec<(bool, String)> = Vec::new();

@@ -168,6 +168,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             items_per_thread: 16,
             algorithm: SelectAlgorithm::Radix,
             coarse_floor: false,
+            owned_tiles: false,
         }
         .into(),
     );

@@ -35,11 +35,17 @@ struct Row<'a> {
     resources: &'a [EntryResources],
 }
 
-/// Renders `spec` and compiles it for the real architecture `arch` (`sm_XY`).
-pub fn build(spec: &KernelSpec, arch: &str) -> Result<MachineCode, EmitError> {
+/// Renders `spec` and compiles it for the real architecture `arch` (`sm_XY`); with `lineinfo`
+/// the CUBIN maps each instruction to its line of `<name>.cu` (`nvdisasm -g -c`), which puts
+/// a profiler's per-instruction counts on template lines without profiling again. The machine
+/// code is otherwise the runtime's (its `-lineinfo` changes no instruction).
+pub fn build(spec: &KernelSpec, arch: &str, lineinfo: bool) -> Result<MachineCode, EmitError> {
     let (name, source) = render_kernel(spec)?;
     let file = format!("{name}.cu");
-    let options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+    let mut options: Vec<String> = COMPILE_OPTIONS.iter().map(|o| o.to_string()).collect();
+    if lineinfo {
+        options.push("-lineinfo".to_string());
+    }
     let resources = resources::measure(&source, &file, arch, &options, &spec.entry_points())
         .map_err(|source| EmitError::Resources {
             name: name.clone(),

@@ -45,6 +45,9 @@ struct MachineCodeArgs {
     /// Target architecture: a real one (`sm_XY`), whose machine code ptxas makes.
     #[arg(long, default_value = "sm_90")]
     arch: String,
+    /// Map each instruction to its source line (`-lineinfo`; `nvdisasm -g -c` prints them).
+    #[arg(long)]
+    lineinfo: bool,
 }
 
 #[derive(Args)]
@@ -145,7 +148,7 @@ fn machine_code(args: MachineCodeArgs) -> Result<(), String> {
     let mut kernels: Vec<MachineCode> = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         eprintln!("[{}/{}] {}", i + 1, specs.len(), spec.kernel_name());
-        kernels.push(machine_code::build(spec, &args.arch).map_err(|e| chain(&e))?);
+        kernels.push(machine_code::build(spec, &args.arch, args.lineinfo).map_err(|e| chain(&e))?);
     }
     machine_code::write(&args.out, &kernels).map_err(|e| chain(&e))?;
     for k in &kernels {

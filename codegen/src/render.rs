@@ -76,6 +76,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_peaks.cuh.tera"),
     ),
     (
+        "select_owned_peaks.cuh.tera",
+        include_str!("../../templates/select_owned_peaks.cuh.tera"),
+    ),
+    (
         "select_peaks_head.cu.tera",
         include_str!("../../templates/select_peaks_head.cu.tera"),
     ),

@@ -758,6 +758,7 @@ fn peaks_selects_with_the_coarse_floor_compile_without_warnings_or_local_memory(
                 items_per_thread,
                 algorithm,
                 coarse_floor: false,
+                owned_tiles: false,
             };
             let spec = SelectSpec {
                 coarse_floor: true,

@@ -18,6 +18,7 @@ fn base() -> SelectSpec {
         items_per_thread: 16,
         algorithm: SelectAlgorithm::Radix,
         coarse_floor: false,
+        owned_tiles: false,
     }
 }
 
@@ -56,6 +57,7 @@ fn grid() -> Vec<SelectSpec> {
             threads,
             items_per_thread,
             algorithm: SelectAlgorithm::Radix,
+            owned_tiles: false,
             coarse_floor: false,
         },
     )
@@ -67,6 +69,13 @@ fn grid() -> Vec<SelectSpec> {
             ..spec
         };
         std::iter::once(spec).chain(spec.algorithm.peaks().then_some(coarse))
+    })
+    .flat_map(|spec| {
+        let owned = SelectSpec {
+            owned_tiles: true,
+            ..spec
+        };
+        std::iter::once(spec).chain(spec.algorithm.owns_tiles().then_some(owned))
     })
     .filter(|spec| spec.validate().is_ok())
     .collect()
@@ -225,6 +234,63 @@ fn the_coarse_floor_is_false_when_absent_and_written_only_when_true() {
     assert_eq!(
         serde_json::from_value::<SelectSpec>(explicit).unwrap(),
         spec
+    );
+}
+
+/// Owned tiles (`owned_tiles`): the two peaks selects that stream the scores take them, with
+/// `_ot` after the name (after `_cf`) and the same stages and plan; every other algorithm is
+/// refused, naming the field and the two. Absent, false; written only when true.
+#[test]
+fn owned_tiles_are_named_and_only_for_the_streaming_peaks_selects() {
+    let takers = [SelectAlgorithm::Peaks, SelectAlgorithm::PeaksHead];
+    for algorithm in SelectAlgorithm::ALL {
+        for coarse_floor in [false, algorithm.peaks()] {
+            let plain = SelectSpec {
+                algorithm,
+                coarse_floor,
+                ..base()
+            };
+            let owned = SelectSpec {
+                owned_tiles: true,
+                ..plain
+            };
+            assert_eq!(algorithm.owns_tiles(), takers.contains(&algorithm));
+            if algorithm.owns_tiles() {
+                owned.validate().unwrap();
+                assert_eq!(owned.kernel_name(), format!("{}_ot", plain.kernel_name()));
+                assert_eq!(owned.stages(), plain.stages());
+                assert_eq!(
+                    owned.plan(2, 8, 1 << 20, 512).unwrap(),
+                    plain.plan(2, 8, 1 << 20, 512).unwrap()
+                );
+                let source = codegen::render::render(&owned).unwrap();
+                let plain_source = codegen::render::render(&plain).unwrap();
+                assert!(source.contains("owned_survivors"));
+                assert!(!plain_source.contains("owned_survivors"));
+            } else {
+                let err = owned.validate().unwrap_err();
+                assert_eq!((err.family, err.field), ("select", "owned_tiles"));
+                assert!(err.got.contains(algorithm.as_str()), "{err}");
+                for taker in takers {
+                    assert!(err.allowed.contains(taker.as_str()), "{err}");
+                }
+            }
+        }
+    }
+    let json = json!({"group": 4, "k_max": 512, "threads": 256, "items_per_thread": 16,
+                      "algorithm": "peaks_head", "coarse_floor": true});
+    let spec: SelectSpec = serde_json::from_value(json.clone()).unwrap();
+    assert!(!spec.owned_tiles);
+    assert_eq!(serde_json::to_value(spec).unwrap(), json);
+    let owned = SelectSpec {
+        owned_tiles: true,
+        ..spec
+    };
+    let written = serde_json::to_value(owned).unwrap();
+    assert_eq!(written["owned_tiles"], json!(true));
+    assert_eq!(
+        serde_json::from_value::<SelectSpec>(written).unwrap(),
+        owned
     );
 }
 
@@ -634,6 +700,7 @@ fn cluster_selects_refuse_too_few_threads_and_fit_the_rest() {
                 k_max,
                 threads,
                 items_per_thread: 32,
+                owned_tiles: false,
                 algorithm,
                 coarse_floor: false,
             };
@@ -669,6 +736,7 @@ fn a_sampled_grid_compiles_without_warnings() {
                 group,
                 k_max,
                 threads,
+                owned_tiles: false,
                 items_per_thread,
                 algorithm,
                 coarse_floor: false,

@@ -57,6 +57,7 @@ fn small_specs() -> Vec<KernelSpec> {
             items_per_thread: 8,
             algorithm: SelectAlgorithm::Radix,
             coarse_floor: false,
+            owned_tiles: false,
         }
         .into(),
         PlanSpec {

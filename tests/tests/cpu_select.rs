@@ -35,6 +35,7 @@ fn onepass(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Selec
         items_per_thread,
         algorithm: SelectAlgorithm::Onepass,
         coarse_floor: false,
+        owned_tiles: false,
     }
 }
 
@@ -86,6 +87,24 @@ fn one_read_and_coarse(
         });
     let all: Vec<SelectSpec> = plain.iter().copied().chain(coarse).collect();
     all.try_into().expect("six variants and four peaks forms")
+}
+
+/// The two peaks forms that stream the scores, with owned tiles (`owned_tiles`: each peak tile
+/// read by one thread, its hot tiles' survivors placed by a scan), plain and with the coarse
+/// floor.
+fn owned(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 4] {
+    let [_, _, peaks, peaks_head, ..] = one_read(group, k_max, threads, items_per_thread);
+    [
+        (peaks, false),
+        (peaks_head, false),
+        (peaks, true),
+        (peaks_head, true),
+    ]
+    .map(|(spec, coarse_floor)| SelectSpec {
+        coarse_floor,
+        owned_tiles: true,
+        ..spec
+    })
 }
 
 /// Tokens the scan scored of each sequence for a scan-peaks select (`draw_n_stored`);
@@ -213,12 +232,31 @@ fn onepass_matches_the_reference_on_every_family() {
 }
 
 #[test]
+fn owned_tiles_match_the_reference_on_every_family() {
+    every_family_matches(
+        "owned_tiles_match_the_reference_on_every_family",
+        &[
+            (4, 96, 64, 4),
+            (1, 32, 32, 3),
+            (7, 200, 128, 2),
+            (8, 48, 32, 8),
+        ],
+        owned,
+    );
+}
+
+#[test]
 fn onepass_ties_wider_than_the_block_buffer() {
     let (mut rng, seed) = inputs::rng_and_seed("onepass_ties_wider_than_the_block_buffer");
     // A 32-thread block holds 1,024 candidates, fewer than TIE_FAMILIES' ties.
     let families = TIE_FAMILIES;
     let mut failures = Vec::new();
-    for spec in one_read_and_coarse(4, 64, 32, 4) {
+    // The owned-tiles forms: survivors that outnumber the buffer take the streaming form's
+    // hot-tile rounds.
+    for spec in one_read_and_coarse(4, 64, 32, 4)
+        .into_iter()
+        .chain(owned(4, 64, 32, 4))
+    {
         let select = CpuSelect::build(spec).expect("builds");
         for k in [1, 17, 64] {
             let lengths = [rng.gen_range(21_000..24_000), ALWAYS + k + 1, 3_000];
@@ -616,27 +654,32 @@ fn peaks_multiwarp_mutations_are_caught() {
 
 /// Peak tiles wider than a warp's loads (a share of more than 32 x CAP tokens, as a block of a
 /// long sequence in a large batch gets): a tile's peak is then gathered over several warps'
-/// loads and rounds by the shared atomic alone. 32 and 64 threads (buffers of 1,024 and 2,048),
-/// float4 and scalar loads, one block per query head over 150k to 260k tokens: tiles of 128 to
-/// 256 tokens. Then the same with the coarse floor.
+/// loads and rounds by the shared atomic alone (with owned tiles, by one thread over several
+/// batches of loads). 32 and 64 threads (buffers of 1,024 and 2,048), float4 and scalar loads,
+/// one block per query head over 150k to 260k tokens: tiles of 128 to 256 tokens. Then the
+/// same with the coarse floor.
 #[test]
 fn peaks_tiles_wider_than_a_warp() {
     let (mut rng, seed) = inputs::rng_and_seed("peaks_tiles_wider_than_a_warp");
     let families = [Scores::Gaussian, Scores::SmallIntegers, Scores::Straddle];
     let mut failures = Vec::new();
+    // The owned-tiles forms (the last two) read such a tile in several batches of loads.
     let tiles = [
-        (32, 4, SelectAlgorithm::Peaks),
-        (64, 1, SelectAlgorithm::PeaksHead),
-        (32, 4, SelectAlgorithm::ScanPeaks),
-        (64, 2, SelectAlgorithm::ScanPeaksHead),
+        (32, 4, SelectAlgorithm::Peaks, false),
+        (64, 1, SelectAlgorithm::PeaksHead, false),
+        (32, 4, SelectAlgorithm::ScanPeaks, false),
+        (64, 2, SelectAlgorithm::ScanPeaksHead, false),
+        (32, 4, SelectAlgorithm::Peaks, true),
+        (64, 1, SelectAlgorithm::PeaksHead, true),
     ];
-    for (coarse_floor, (threads, items, algorithm)) in [false, true]
+    for (coarse_floor, (threads, items, algorithm, owned_tiles)) in [false, true]
         .into_iter()
         .flat_map(|c| tiles.map(|t| (c, t)))
     {
         let spec = SelectSpec {
             algorithm,
             coarse_floor,
+            owned_tiles,
             ..onepass(1, 16, threads, items)
         };
         let select = CpuSelect::build(spec).expect("builds");
@@ -716,6 +759,52 @@ fn peaks_head_mutations_are_caught() {
             ),
         ],
     );
+}
+
+/// The owned-tiles forms' own steps (their hot tiles' rounds, when survivors outnumber the
+/// buffer, are the streaming form's, whose mutations are caught above), broken one at a time.
+#[test]
+fn owned_tiles_mutations_are_caught() {
+    let [peaks, peaks_head, ..] = owned(4, 40, 32, 4);
+    let mutations: &[(&str, &str, &str)] = &[
+        (
+            "a tile's edge loads taken whole (the sink's and the window's tokens in its peak)",
+            "const bool middle = loads_in_middle(first, l1 - l0, lo, hi);",
+            "const bool middle = true;",
+        ),
+        (
+            "a tile too many counted as holding a token",
+            "((a - base) >> shift) + 1) : 0u;",
+            "((a - base) >> shift) + 2) : 0u;",
+        ),
+        (
+            "a survivor's place counting itself",
+            "at[q] = run + incl - count;",
+            "at[q] = run + incl;",
+        ),
+        (
+            "a warp's survivors placed after its own",
+            "const unsigned int before = __reduce_add_sync(FULL_MASK, lane < warp ? of : 0u);",
+            "const unsigned int before = __reduce_add_sync(FULL_MASK, lane <= warp ? of : 0u);",
+        ),
+        (
+            "tokens at the floor left out",
+            "score >= score_floor) {",
+            "score > score_floor) {",
+        ),
+        (
+            "survivors written without their pass-0 digit",
+            "atomicAdd(&s.hist[first_digit(key)], 1u);\n                    }",
+            "\n                    }",
+        ),
+        (
+            "survivors that outnumber the buffer written to it",
+            "if (total <= (unsigned int)CAP) {",
+            "if (true) {",
+        ),
+    ];
+    assert_caught(peaks, mutations);
+    assert_caught(peaks_head, &mutations[..2]);
 }
 
 /// The scan-peaks variant's own steps (it shares the hot tiles with the peaks variant, whose

@@ -314,6 +314,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             items_per_thread: 16,
             algorithm: codegen::spec::SelectAlgorithm::Radix,
             coarse_floor: false,
+            owned_tiles: false,
         },
     )
     .expect("select compiles");

@@ -158,7 +158,8 @@ fn select_case(
 
 /// Every variant of one tile: each algorithm (`SelectAlgorithm::ALL`: plain, compacting,
 /// one-read, fused, the peaks forms, cluster), then each peaks form with the coarse floor
-/// (`SelectSpec::coarse_floor`).
+/// (`SelectSpec::coarse_floor`), then the two that stream the scores with owned tiles
+/// (`SelectSpec::owned_tiles`), without and with the coarse floor.
 fn variants(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Vec<SelectSpec> {
     let plain = SelectAlgorithm::ALL.map(|algorithm| SelectSpec {
         group,
@@ -167,6 +168,7 @@ fn variants(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Vec<
         items_per_thread,
         algorithm,
         coarse_floor: false,
+        owned_tiles: false,
     });
     let coarse = plain
         .into_iter()
@@ -175,15 +177,27 @@ fn variants(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> Vec<
             coarse_floor: true,
             ..spec
         });
-    plain.into_iter().chain(coarse).collect()
+    let owned = [false, true].into_iter().flat_map(move |coarse_floor| {
+        plain
+            .into_iter()
+            .filter(|spec| spec.algorithm.owns_tiles())
+            .map(move |spec| SelectSpec {
+                coarse_floor,
+                owned_tiles: true,
+                ..spec
+            })
+    });
+    plain.into_iter().chain(coarse).chain(owned).collect()
 }
 
 /// The name `FATHOM_SELECT_ALGORITHMS` knows a variant by: its algorithm as specs spell it,
 /// with `_cf` after it for the coarse floor (`peaks_cf`, `peaks_head_cf`, `scan_peaks_cf`,
-/// `scan_peaks_head_cf`).
+/// `scan_peaks_head_cf`) and `_ot` after that for owned tiles (`peaks_ot`, `peaks_cf_ot`,
+/// `peaks_head_ot`, `peaks_head_cf_ot`).
 fn variant_name(spec: &SelectSpec) -> String {
     let cf = if spec.coarse_floor { "_cf" } else { "" };
-    format!("{}{cf}", spec.algorithm.as_str())
+    let ot = if spec.owned_tiles { "_ot" } else { "" };
+    format!("{}{cf}{ot}", spec.algorithm.as_str())
 }
 
 /// Every variant of one tile (`variants`), or those that `FATHOM_SELECT_ALGORITHMS` names

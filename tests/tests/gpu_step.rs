@@ -68,6 +68,9 @@
 //!   scan run `peaks` and `peaks_head`, so every step's select has the coarse floor.
 //! - `gpu_step_select_full_floor_g4`: the G = 4 case with the floor from all three passes
 //!   (`Tiles::select_coarse_floor` false).
+//! - `gpu_step_select_owned_tiles_g4`, `gpu_step_select_owned_tiles_g7`: the first two cases
+//!   with owned peak tiles (`Tiles::select_owned_tiles`, opt-in) through a record of `peaks`
+//!   (G = 4) and `peaks_head` (G = 7), so that every step's select owns its tiles.
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -397,6 +400,7 @@ fn run_case_configured(
 ) {
     let (gpu, test, seed) = (t.gpu.clone(), t.name, t.seed);
     let coarse_floor = config.tiles.select_coarse_floor;
+    let owned_tiles = config.tiles.select_owned_tiles;
     let f = Fixture::new(&mut t.rng, d, group, basis);
     eprintln!("{test}: lengths {:?}", f.lengths);
     let mut decoder = Decoder::new(gpu.clone(), f.model(), config)
@@ -483,6 +487,11 @@ fn run_case_configured(
                         spec.coarse_floor,
                         coarse_floor && spec.algorithm.peaks(),
                         "{what}: the select's coarse floor"
+                    );
+                    assert_eq!(
+                        spec.owned_tiles,
+                        owned_tiles && spec.algorithm.owns_tiles(),
+                        "{what}: the select's owned tiles"
                     );
                 }
                 match select {
@@ -1121,6 +1130,24 @@ gpu_test!(gpu_step_select_full_floor_g4, |t| {
     config.tiles.select_coarse_floor = false;
     let select = Tuned::ScanPeaks(SelectAlgorithm::ScanPeaks, false);
     run_case_configured(&mut t, D, 4, Basis::Raw, select, config);
+});
+
+// The peaks selects that stream the scores with owned tiles (`Tiles::select_owned_tiles`,
+// opt-in), through a record of one (the many-block form at G = 4, the one-block form at G = 7,
+// with the coarse floor as by default) so that every method's select owns its tiles: every
+// method, eager and replayed, both placements, against the reference.
+gpu_test!(gpu_step_select_owned_tiles_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.select_owned_tiles = true;
+    let select = Tuned::Only(SelectAlgorithm::Peaks);
+    run_case_configured(&mut t, D, 4, Basis::Raw, select, config);
+});
+
+gpu_test!(gpu_step_select_owned_tiles_g7, |t| {
+    let mut config = decoder_config();
+    config.tiles.select_owned_tiles = true;
+    let select = Tuned::Only(SelectAlgorithm::PeaksHead);
+    run_case_configured(&mut t, D, 7, Basis::Klt, select, config);
 });
 
 gpu_test!(gpu_step_tail_in_the_oracle_g7, |t| {

@@ -72,6 +72,8 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         (h.attention_cluster_merge, "-attncm".to_string()),
         // The peaks selects' floor from all three passes (`--select-full-floor`).
         (!h.select_coarse_floor, "-selfull".to_string()),
+        // The peaks selects' tiles owned by threads (`--select-owned-tiles`).
+        (h.select_owned_tiles, "-selot".to_string()),
         // The KV heads in groups (`--head-groups N`).
         (h.head_groups != 1, format!("-hg{}", h.head_groups)),
     ];

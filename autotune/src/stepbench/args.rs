@@ -118,6 +118,10 @@ pub struct Args {
     /// the default stops after two; files `-selfull`).
     #[arg(long)]
     pub select_full_floor: bool,
+    /// Read each peak tile of a peaks select that streams the scores from the one thread that
+    /// owns it (`Tiles::select_owned_tiles`, off by default until timed; files `-selot`).
+    #[arg(long)]
+    pub select_owned_tiles: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -169,6 +173,8 @@ pub struct Options {
     pub attention_cluster_merge: bool,
     /// Not `--select-full-floor`.
     pub select_coarse_floor: bool,
+    /// `--select-owned-tiles`.
+    pub select_owned_tiles: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -412,6 +418,7 @@ impl Options {
             plan_paired_runs: !args.plan_unpaired_runs && !args.plan_batched_runs,
             attention_cluster_merge: args.attention_cluster_merge,
             select_coarse_floor: !args.select_full_floor,
+            select_owned_tiles: args.select_owned_tiles,
         })
     }
 

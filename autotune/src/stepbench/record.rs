@@ -180,6 +180,10 @@ pub struct Header {
     /// written before).
     #[serde(default)]
     pub select_coarse_floor: bool,
+    /// Whether the peaks selects that stream the scores owned their tiles
+    /// (`--select-owned-tiles`; absent in records written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub select_owned_tiles: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

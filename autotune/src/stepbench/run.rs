@@ -312,6 +312,7 @@ impl Bench {
             plan_paired_runs: self.options.plan_paired_runs,
             attention_cluster_merge: self.options.attention_cluster_merge,
             select_coarse_floor: self.options.select_coarse_floor,
+            select_owned_tiles: self.options.select_owned_tiles,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -832,5 +833,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.plan_paired_runs = options.plan_paired_runs;
     config.tiles.attention_cluster_merge = options.attention_cluster_merge;
     config.tiles.select_coarse_floor = options.select_coarse_floor;
+    config.tiles.select_owned_tiles = options.select_owned_tiles;
     config
 }

@@ -261,6 +261,7 @@ fn record_header_round_trips() {
     // Options added since: their defaults in a record written before them.
     assert!(!record.header.plan_batched_runs);
     assert!(!record.header.select_coarse_floor);
+    assert!(!record.header.select_owned_tiles);
 }
 
 #[test]
@@ -863,5 +864,12 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         !options(&["--select-full-floor"])
             .unwrap()
             .select_coarse_floor
+    );
+    // Owned peak tiles: off unless asked for.
+    assert!(!options(&[]).unwrap().select_owned_tiles);
+    assert!(
+        options(&["--select-owned-tiles"])
+            .unwrap()
+            .select_owned_tiles
     );
 }

@@ -236,6 +236,12 @@ impl SelectAlgorithm {
         )
     }
 
+    /// Whether the peak tiles can be owned by threads ([`SelectSpec::owned_tiles`]): the peaks
+    /// selects that take their peaks from the scores.
+    pub fn owns_tiles(self) -> bool {
+        matches!(self, SelectAlgorithm::Peaks | SelectAlgorithm::PeaksHead)
+    }
+
     /// Whether `_chunk` reads the peaks the scan wrote (`ScanSpec::peaks`): only a method
     /// whose scores come from the plane scan can use it.
     pub fn scan_peaks(self) -> bool {
@@ -602,6 +608,16 @@ pub struct SelectSpec {
     /// when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub coarse_floor: bool,
+    /// The peaks selects that stream the scores ([`SelectAlgorithm::Peaks`],
+    /// [`SelectAlgorithm::PeaksHead`]) with each peak tile read by one thread, which keeps its
+    /// tiles' peaks in registers for the radix passes and counts and writes its hot tiles'
+    /// survivors itself (a scan in token order places them; the streaming form's hot-tile
+    /// rounds only where they outnumber the buffer): the same tiles, floor and top-k in fewer
+    /// instructions and barriers (`select_owned_peaks.cuh.tera`); name suffix `_ot` after
+    /// `_cf`. Opt-in (`Tiles::select_owned_tiles`) until timed on a GPU; false when absent
+    /// from a serialised spec, and not written when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub owned_tiles: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -928,6 +944,15 @@ impl Family for SelectSpec {
                  selects with a floor from their peaks)",
             ));
         }
+        if self.owned_tiles && !self.algorithm.owns_tiles() {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "owned_tiles",
+                format!("true with algorithm {}", self.algorithm.as_str()),
+                "false, or true with peaks or peaks_head (the selects that take their peaks \
+                 from the scores)",
+            ));
+        }
         if self.algorithm.cluster() {
             let per_thread = self.cluster_buffer() / u64::from(self.threads);
             if per_thread > ONEPASS_MAX_PER_THREAD {
@@ -994,13 +1019,14 @@ impl Family for SelectSpec {
 
     fn kernel_name(&self) -> String {
         format!(
-            "fathom_select_g{}_k{}_t{}_i{}{}{}",
+            "fathom_select_g{}_k{}_t{}_i{}{}{}{}",
             self.group,
             self.k_max,
             self.threads,
             self.items_per_thread,
             self.algorithm.name_suffix(),
-            if self.coarse_floor { "_cf" } else { "" }
+            if self.coarse_floor { "_cf" } else { "" },
+            if self.owned_tiles { "_ot" } else { "" }
         )
     }
 
@@ -1045,6 +1071,7 @@ impl Family for SelectSpec {
         context.insert("peaks", &self.algorithm.peaks());
         context.insert("scan_peaks", &self.algorithm.scan_peaks());
         context.insert("coarse_floor", &self.coarse_floor);
+        context.insert("owned_tiles", &self.owned_tiles);
         // Whether `_chunk` writes slots for a `_final` (all one-read forms but the one-block
         // peaks selects, which write the selection).
         context.insert("slots", &!self.algorithm.writes_selection());

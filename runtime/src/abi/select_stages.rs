@@ -343,6 +343,7 @@ mod tests {
                 items_per_thread: 16,
                 algorithm,
                 coarse_floor: false,
+                owned_tiles: false,
             };
             for &stage in spec.stages() {
                 let pass = u64::from(stage.pass().unwrap_or(0));

@@ -309,6 +309,13 @@ pub struct Tiles {
     /// exact k-th peak (`step-bench --select-full-floor`; the GPU tests
     /// `gpu_step_select_coarse_floor_g{4,7}`, and `gpu_select`'s `_cf` forms).
     pub select_coarse_floor: bool,
+    /// Whether a peaks select that streams the scores (`SelectAlgorithm::owns_tiles`: peaks,
+    /// peaks_head) reads each peak tile from the one thread that owns it
+    /// (`SelectSpec::owned_tiles`): peaks kept in registers, the hot tiles' survivors counted
+    /// and placed by a scan, the same selection in fewer instructions and barriers; the other
+    /// selects ignore it. Opt-in until timed on a GPU (`step-bench --select-owned-tiles`; the
+    /// GPU tests `gpu_step_select_owned_tiles_g{4,7}`, and `gpu_select`'s `_ot` forms).
+    pub select_owned_tiles: bool,
 }
 
 impl Default for Tiles {
@@ -357,6 +364,7 @@ impl Default for Tiles {
             // Three block barriers fewer: the HBM step at 32k 1.373-1.379 ms against
             // 1.391-1.406 (H100, 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
             select_coarse_floor: true,
+            select_owned_tiles: false,
         }
     }
 }
@@ -376,6 +384,13 @@ impl Tiles {
     /// under these tiles: only the peaks algorithms have a floor to coarsen.
     pub fn coarse_floor_for(&self, algorithm: SelectAlgorithm) -> bool {
         self.select_coarse_floor && algorithm.peaks()
+    }
+
+    /// Whether a select of `algorithm` reads its peak tiles from owned tiles
+    /// (`SelectSpec::owned_tiles`) under these tiles: only the peaks selects that stream the
+    /// scores have tiles to own.
+    pub fn owned_tiles_for(&self, algorithm: SelectAlgorithm) -> bool {
+        self.select_owned_tiles && algorithm.owns_tiles()
     }
 }
 

@@ -160,7 +160,10 @@ pub(super) fn step_specs(
         // without a plane scan read the scores for theirs.
         match specs.scan.as_mut() {
             Some(scan) if select.algorithm.scan_peaks() => scan.peaks = true,
-            _ => select.algorithm = select.algorithm.without_scan_peaks(),
+            _ => {
+                select.algorithm = select.algorithm.without_scan_peaks();
+                select.owned_tiles = tiles.owned_tiles_for(select.algorithm);
+            }
         }
         specs.oracle = Some(oracle);
         specs.select = Some(select);
@@ -412,6 +415,7 @@ fn oracle_select(
         items_per_thread,
         algorithm,
         coarse_floor: tiles.coarse_floor_for(algorithm),
+        owned_tiles: tiles.owned_tiles_for(algorithm),
     };
     Ok((oracle, select))
 }

@@ -45,6 +45,7 @@ fn plane_methods_launch_plan_scan_tail_select_fetch_attention() {
         items_per_thread: 16,
         algorithm: SelectAlgorithm::Radix,
         coarse_floor: false,
+        owned_tiles: false,
     };
     let expected = select.plan(3, 2, capacity as u64, 256).unwrap();
     for ((stage, launch), op) in expected.launches.iter().zip(&ops[3..13]) {
@@ -197,6 +198,7 @@ fn workspace_sizes_follow_the_abi_layouts() {
         threads: 256,
         items_per_thread: 16,
         algorithm: SelectAlgorithm::Radix,
+        owned_tiles: false,
         coarse_floor: false,
     }
     .plan(b as u64, h as u64, cap as u64, k as u64)
@@ -775,4 +777,60 @@ fn the_coarse_floor_reaches_the_peaks_selects_only() {
             }
         }
     }
+}
+
+#[test]
+fn owned_tiles_reach_the_streaming_peaks_selects_only() {
+    // Off by default (opt-in until timed on a GPU).
+    assert!(!Tiles::default().select_owned_tiles);
+    for algorithm in SelectAlgorithm::ALL {
+        let plain_tiles = Tiles {
+            select_algorithm: algorithm,
+            ..fetched()
+        };
+        let tiles = Tiles {
+            select_owned_tiles: true,
+            ..plain_tiles
+        };
+        for placement in [Placement::Hbm, Placement::Host] {
+            let s = shape(4, 40_000, placement);
+            // With a plane scan (a scan-peaks select reads its peaks), and without one (its
+            // streaming form, which owns its tiles).
+            for method in [Method::Fathom { bits: 48.0 }, Method::Oracle] {
+                let what = format!("{algorithm:?} {method} {placement:?}");
+                let plain = plan_inputs(s, method, None, 256, &plain_tiles, None).unwrap();
+                let owned = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+                let (p, o) = (plain.specs.select.unwrap(), owned.specs.select.unwrap());
+                assert!(!p.owned_tiles, "{what}");
+                assert_eq!(o.owned_tiles, o.algorithm.owns_tiles(), "{what}");
+                assert_eq!(
+                    SelectSpec {
+                        owned_tiles: false,
+                        ..o
+                    },
+                    p,
+                    "{what}"
+                );
+                assert_eq!(roles(&owned), roles(&plain), "{what}");
+                assert_eq!(owned.sizes, plain.sizes, "{what}");
+                if o.owned_tiles {
+                    assert!(o.kernel_name().ends_with("_ot"), "{what}");
+                }
+            }
+        }
+    }
+    // The streaming forms own their tiles with and without a plane scan; a scan-peaks select
+    // does where its method has no scan.
+    let tiles = Tiles {
+        select_algorithm: SelectAlgorithm::ScanPeaksHead,
+        select_owned_tiles: true,
+        ..fetched()
+    };
+    let s = shape(4, 40_000, Placement::Hbm);
+    let scanned = plan_inputs(s, Method::Fathom { bits: 48.0 }, None, 256, &tiles, None).unwrap();
+    let streamed = plan_inputs(s, Method::Oracle, None, 256, &tiles, None).unwrap();
+    assert!(!scanned.specs.select.unwrap().owned_tiles);
+    let streamed = streamed.specs.select.unwrap();
+    assert_eq!(streamed.algorithm, SelectAlgorithm::PeaksHead);
+    assert!(streamed.owned_tiles);
 }

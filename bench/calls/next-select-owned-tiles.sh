@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Owned peak tiles (`SelectSpec::owned_tiles`, opt-in `Tiles::select_owned_tiles`, eighteenth
+# session): each peak tile of the peaks selects that stream the scores read by one thread, its
+# peaks kept in registers for the radix passes, the hot tiles' survivors counted and placed by
+# a scan. The HBM step at 32k runs the one-block form (`t1024 i4 onepass fused peaks` in the
+# H100 record), whose `_chunk` spent ~1,930 warp instructions a warp: ~560 on the peaks
+# (shuffles and a shared atomic a load), ~390 on the hot tiles' rounds (ncu source counters
+# mapped to lines, `bench/calls/h100-2026-12-06w-select-32k-lines.sh`, `bench/calls/sass-lines.py`).
+# Predicted: ~1,150 a warp, the `_chunk` 16.3 -> ~11 us warm, the step ~4-5 us a layer faster.
+# This call: gpu_select on the four owned forms and gpu_step's two owned cases, compute-sanitizer
+# on the short and boundary lengths; step-bench HBM 32k default / owned / default / owned
+# (qwen3-8b, fathom(48) and sparq(32), batch 1); ncu's warm time of the select `_chunk` both
+# ways. From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=$(git rev-parse --short HEAD) BUDGET=450 bash bench/calls/next-select-owned-tiles.sh
+set -u
+DEFAULT_BUDGET=450 . bench/calls/budget.sh
+export FATHOM_COMMIT=${C:-unknown}
+nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
+unpack && el unpacked
+run() {  # run LABEL [FLAG]
+  [ $(left) -gt 60 ] || return
+  FATHOM_KERNEL_CACHE=/tmp/kc-$1 timeout -k 10 $(lim 60) $B/step-bench --model qwen3-8b --methods "fathom(48),sparq(32)" \
+    --contexts 32k --placement hbm --batch 1 --no-standing ${2:-} --out $L/sb-$1 --commit ${C:-unknown} > $L/step-bench-$1.txt 2>&1
+  el "step-bench $1 rc=$?"
+}
+run default1
+run owned1 --select-owned-tiles
+run default2
+run owned2 --select-owned-tiles
+ncu_select() {  # ncu_select LABEL [FLAG]
+  [ $(left) -gt 45 ] || return
+  FATHOM_KERNEL_CACHE=/tmp/kc-$1 timeout -k 10 $(lim 60) ncu --clock-control none --cache-control none --csv \
+    --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k regex:fathom_select --launch-count 400 \
+    $B/step-bench --model qwen3-8b --methods "fathom(48)" --batch 1 --steps 3 --slots 1 --no-standing --placement hbm \
+    --contexts 32k ${2:-} --out $L/ncu-sb-$1 > $L/ncu-select-$1.csv 2> $L/ncu-select-$1.err
+  el "ncu select $1 rc=$?"
+  python3 "$R/bench/calls/ncu-kernel-times.py" $L/ncu-select-$1.csv "hbm 32k $1" > $L/times-select-$1.txt 2>&1
+}
+ncu_select default1
+ncu_select owned1 --select-owned-tiles
+select_checks peaks_ot,peaks_cf_ot,peaks_head_ot,peaks_head_cf_ot gpu_step_select_owned_tiles
+cd $L && { cat nvidia-smi.txt timeline.txt; cat times-select-*.txt 2>/dev/null; cat sanitize/summary.txt 2>/dev/null
+  for f in gpu_select.log gpu_step.log; do echo "== $f"; grep -E "^test |test result|panicked" $f | head -20; done
+  for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done
+  } > $OUT/summary.txt 2>&1
+tar czf $OUT/select-owned-tiles.tgz -C $OUT logs && rm -rf $L
+cat $OUT/summary.txt
