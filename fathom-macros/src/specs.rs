@@ -409,7 +409,8 @@ mod tests {
                 "threads",
                 "items_per_thread",
                 "algorithm",
-                "coarse_floor"
+                "coarse_floor",
+                "owned_tiles"
             ]
         );
         assert_eq!(fields_of("scan").unwrap().len(), 9);
@@ -430,7 +431,10 @@ mod tests {
         ] {
             assert_eq!(defaulted_fields(family), ["kv_rows"], "{family}");
         }
-        assert_eq!(defaulted_fields("select"), ["algorithm", "coarse_floor"]);
+        assert_eq!(
+            defaulted_fields("select"),
+            ["algorithm", "coarse_floor", "owned_tiles"]
+        );
         assert_eq!(
             defaulted_fields("pariskv_rerank"),
             ["vector_loads", "select", "decode_table"]
