@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Owned peak tiles (`SelectSpec::owned_tiles`, opt-in `Tiles::select_owned_tiles`, eighteenth
-# session): each peak tile of the peaks selects that stream the scores read by one thread, its
-# peaks kept in registers for the radix passes, the hot tiles' survivors counted and placed by
-# a scan. The HBM step at 32k runs the one-block form (`t1024 i4 onepass fused peaks` in the
-# H100 record), whose `_chunk` spent ~1,930 warp instructions a warp: ~560 on the peaks
-# (shuffles and a shared atomic a load), ~390 on the hot tiles' rounds (ncu source counters
-# mapped to lines, `bench/calls/h100-2026-12-06w-select-32k-lines.sh`, `bench/calls/sass-lines.py`).
-# Predicted: ~1,150 a warp, the `_chunk` 16.3 -> ~11 us warm, the step ~4-5 us a layer faster.
-# This call: gpu_select on the four owned forms and gpu_step's two owned cases, compute-sanitizer
-# on the short and boundary lengths; step-bench HBM 32k default / owned / default / owned
-# (qwen3-8b, fathom(48) and sparq(32), batch 1); ncu's warm time of the select `_chunk` both
-# ways. From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=450 bash bench/calls/next-select-owned-tiles.sh
+# session): each peak tile's peak taken by the one thread that owns it and kept in registers for
+# the radix passes; the hot tiles as in the streaming form. The HBM step at 32k runs the
+# one-block form (`t1024 i4 onepass fused peaks` in the H100 record), whose `_chunk` spent
+# ~1,930 warp instructions a warp, ~560 of them on the peaks (shuffles and a shared atomic a
+# load; `bench/results/select-lines-h100-2026-12-06-3fdba69-*`). A first form that also
+# counted and placed each hot tile's survivors by its owner ran 2.70M warp instructions against
+# 1.97M, 19.71 us against 16.48 (H100, 5283414: `bench/results/owned-tiles-h100-2026-12-06-*`).
+# Predicted for this one: ~1.6M, the `_chunk` ~2-3 us faster.
+# This call: step-bench HBM 32k default / owned / default / owned (qwen3-8b, fathom(48) and
+# sparq(32), batch 1); ncu's warm time and instructions of the select `_chunk` both ways;
+# gpu_select on the four owned forms and gpu_step's two owned cases; compute-sanitizer memcheck
+# and racecheck on the short and boundary lengths.
+# From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=<commit> BUDGET=420 bash bench/calls/next-select-owned-tiles.sh
 set -u
 DEFAULT_BUDGET=450 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
@@ -38,7 +40,15 @@ ncu_select() {  # ncu_select LABEL [FLAG]
 }
 ncu_select default1
 ncu_select owned1 --select-owned-tiles
-select_checks peaks_ot,peaks_cf_ot,peaks_head_ot,peaks_head_cf_ot gpu_step_select_owned_tiles
+OWNED=peaks_ot,peaks_cf_ot,peaks_head_ot,peaks_head_cf_ot
+( cd /tmp/fg/.gpu && FATHOM_SELECT_ALGORITHMS=$OWNED timeout -k 10 "$(lim 150)" ./tests/gpu_select-test --ignored \
+    --test-threads=1 > "$L/gpu_select.log" 2>&1 ); el "gpu_select rc=$?"
+( cd /tmp/fg/.gpu && timeout -k 10 "$(lim 60)" ./tests/gpu_step-test --ignored --test-threads=1 gpu_step_select_owned_tiles \
+    > "$L/gpu_step.log" 2>&1 ); el "gpu_step rc=$?"
+mkdir -p $L/sanitize
+( cd /tmp/fg && cp -r "$R/scripts" . && FATHOM_SELECT_ALGORITHMS=$OWNED OUT=$L/sanitize timeout -k 10 $(lim 130) \
+    bash scripts/sanitize.sh --tools memcheck,racecheck --tests gpu_select --jobs 2 --timeout 120 gpu_select_short_and_boundary_lengths \
+    > $L/sanitize.txt 2>&1 ); el "sanitize rc=$?"
 cd $L && { cat nvidia-smi.txt timeline.txt; cat times-select-*.txt 2>/dev/null; cat sanitize/summary.txt 2>/dev/null
   for f in gpu_select.log gpu_step.log; do echo "== $f"; grep -E "^test |test result|panicked" $f | head -20; done
   for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done

@@ -265,8 +265,8 @@ fn owned_tiles_are_named_and_only_for_the_streaming_peaks_selects() {
                 );
                 let source = codegen::render::render(&owned).unwrap();
                 let plain_source = codegen::render::render(&plain).unwrap();
-                assert!(source.contains("owned_survivors"));
-                assert!(!plain_source.contains("owned_survivors"));
+                assert!(source.contains("owned_peak("));
+                assert!(!plain_source.contains("owned_peak("));
             } else {
                 let err = owned.validate().unwrap_err();
                 assert_eq!((err.family, err.field), ("select", "owned_tiles"));

@@ -89,9 +89,8 @@ fn one_read_and_coarse(
     all.try_into().expect("six variants and four peaks forms")
 }
 
-/// The two peaks forms that stream the scores, with owned tiles (`owned_tiles`: each peak tile
-/// read by one thread, its hot tiles' survivors placed by a scan), plain and with the coarse
-/// floor.
+/// The two peaks forms that stream the scores, with owned tiles (`owned_tiles`: each peak
+/// tile's peak taken by one thread), plain and with the coarse floor.
 fn owned(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 4] {
     let [_, _, peaks, peaks_head, ..] = one_read(group, k_max, threads, items_per_thread);
     [
@@ -251,8 +250,7 @@ fn onepass_ties_wider_than_the_block_buffer() {
     // A 32-thread block holds 1,024 candidates, fewer than TIE_FAMILIES' ties.
     let families = TIE_FAMILIES;
     let mut failures = Vec::new();
-    // The owned-tiles forms: survivors that outnumber the buffer take the streaming form's
-    // hot-tile rounds.
+    // The owned-tiles forms too (their hot tiles cut the buffer as the streaming form's do).
     for spec in one_read_and_coarse(4, 64, 32, 4)
         .into_iter()
         .chain(owned(4, 64, 32, 4))
@@ -761,8 +759,8 @@ fn peaks_head_mutations_are_caught() {
     );
 }
 
-/// The owned-tiles forms' own steps (their hot tiles' rounds, when survivors outnumber the
-/// buffer, are the streaming form's, whose mutations are caught above), broken one at a time.
+/// The owned-tiles forms' own steps (their hot tiles are the streaming form's, whose
+/// mutations are caught above), broken one at a time.
 #[test]
 fn owned_tiles_mutations_are_caught() {
     let [peaks, peaks_head, ..] = owned(4, 40, 32, 4);
@@ -778,29 +776,14 @@ fn owned_tiles_mutations_are_caught() {
             "((a - base) >> shift) + 2) : 0u;",
         ),
         (
-            "a survivor's place counting itself",
-            "at[q] = run + incl - count;",
-            "at[q] = run + incl;",
+            "a whole tile's peak from the first score of each load",
+            "top = fmaxf(top, score_of(v[j], c));",
+            "top = fmaxf(top, score_of(v[j], 0));",
         ),
         (
-            "a warp's survivors placed after its own",
-            "const unsigned int before = __reduce_add_sync(FULL_MASK, lane < warp ? of : 0u);",
-            "const unsigned int before = __reduce_add_sync(FULL_MASK, lane <= warp ? of : 0u);",
-        ),
-        (
-            "tokens at the floor left out",
-            "score >= score_floor) {",
-            "score > score_floor) {",
-        ),
-        (
-            "survivors written without their pass-0 digit",
-            "atomicAdd(&s.hist[first_digit(key)], 1u);\n                    }",
-            "\n                    }",
-        ),
-        (
-            "survivors that outnumber the buffer written to it",
-            "if (total <= (unsigned int)CAP) {",
-            "if (true) {",
+            "a tile's peak from its first batch of loads only",
+            "for (int l = l0; l < l1; l += OWNED_BATCH) {",
+            "for (int l = l0; l < l1; l += 1 << 30) {",
         ),
     ];
     assert_caught(peaks, mutations);

@@ -609,13 +609,12 @@ pub struct SelectSpec {
     #[serde(default, skip_serializing_if = "is_false")]
     pub coarse_floor: bool,
     /// The peaks selects that stream the scores ([`SelectAlgorithm::Peaks`],
-    /// [`SelectAlgorithm::PeaksHead`]) with each peak tile read by one thread, which keeps its
-    /// tiles' peaks in registers for the radix passes and counts and writes its hot tiles'
-    /// survivors itself (a scan in token order places them; the streaming form's hot-tile
-    /// rounds only where they outnumber the buffer): the same tiles, floor and top-k in fewer
-    /// instructions and barriers (`select_owned_peaks.cuh.tera`); name suffix `_ot` after
-    /// `_cf`. Opt-in (`Tiles::select_owned_tiles`) until timed on a GPU; false when absent
-    /// from a serialised spec, and not written when false.
+    /// [`SelectAlgorithm::PeaksHead`]) with each peak tile's peak taken by the one thread that
+    /// owns the tile and kept in registers for the radix passes (no shuffles, shared atomics
+    /// or block scan for the peaks); the hot tiles as in the streaming form: the same tiles,
+    /// floor and top-k (`select_owned_peaks.cuh.tera`); name suffix `_ot` after `_cf`. Opt-in
+    /// (`Tiles::select_owned_tiles`) until timed on a GPU; false when absent from a serialised
+    /// spec, and not written when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub owned_tiles: bool,
 }

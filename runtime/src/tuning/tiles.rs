@@ -311,9 +311,8 @@ pub struct Tiles {
     pub select_coarse_floor: bool,
     /// Whether a peaks select that streams the scores (`SelectAlgorithm::owns_tiles`: peaks,
     /// peaks_head) reads each peak tile from the one thread that owns it
-    /// (`SelectSpec::owned_tiles`): peaks kept in registers, the hot tiles' survivors counted
-    /// and placed by a scan, the same selection in fewer instructions and barriers; the other
-    /// selects ignore it. Opt-in until timed on a GPU (`step-bench --select-owned-tiles`; the
+    /// (`SelectSpec::owned_tiles`): peaks kept in registers for the radix passes, the same
+    /// selection in fewer instructions and barriers; the other selects ignore it. Opt-in until timed on a GPU (`step-bench --select-owned-tiles`; the
     /// GPU tests `gpu_step_select_owned_tiles_g{4,7}`, and `gpu_select`'s `_ot` forms).
     pub select_owned_tiles: bool,
 }
