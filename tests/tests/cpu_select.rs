@@ -214,18 +214,20 @@ fn every_family_matches<const N: usize>(
     }
 }
 
+/// (G, k_max, threads, items) of the every-family tests: float4 loads, scalar loads, pairs;
+/// buffers of one to 32 entries per thread.
+const EVERY_FAMILY_TILES: [(u32, u32, u32, u32); 4] = [
+    (4, 96, 64, 4),
+    (1, 32, 32, 3),
+    (7, 200, 128, 2),
+    (8, 48, 32, 8),
+];
+
 #[test]
 fn onepass_matches_the_reference_on_every_family() {
-    // (G, k_max, threads, items): float4 loads, scalar loads, pairs; buffers of one to 32
-    // entries per thread.
     every_family_matches(
         "onepass_matches_the_reference_on_every_family",
-        &[
-            (4, 96, 64, 4),
-            (1, 32, 32, 3),
-            (7, 200, 128, 2),
-            (8, 48, 32, 8),
-        ],
+        &EVERY_FAMILY_TILES,
         one_read_and_coarse,
     );
 }
@@ -234,12 +236,7 @@ fn onepass_matches_the_reference_on_every_family() {
 fn owned_tiles_match_the_reference_on_every_family() {
     every_family_matches(
         "owned_tiles_match_the_reference_on_every_family",
-        &[
-            (4, 96, 64, 4),
-            (1, 32, 32, 3),
-            (7, 200, 128, 2),
-            (8, 48, 32, 8),
-        ],
+        &EVERY_FAMILY_TILES,
         owned,
     );
 }

@@ -119,7 +119,8 @@ pub struct Args {
     #[arg(long)]
     pub select_full_floor: bool,
     /// Read each peak tile of a peaks select that streams the scores from the one thread that
-    /// owns it (`Tiles::select_owned_tiles`, off by default until timed; files `-selot`).
+    /// owns it (`Tiles::select_owned_tiles`, opt-in: exact on an H100 but no faster; files
+    /// `-selot`).
     #[arg(long)]
     pub select_owned_tiles: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the

@@ -312,8 +312,12 @@ pub struct Tiles {
     /// Whether a peaks select that streams the scores (`SelectAlgorithm::owns_tiles`: peaks,
     /// peaks_head) reads each peak tile from the one thread that owns it
     /// (`SelectSpec::owned_tiles`): peaks kept in registers for the radix passes, the same
-    /// selection in fewer instructions and barriers; the other selects ignore it. Opt-in until timed on a GPU (`step-bench --select-owned-tiles`; the
-    /// GPU tests `gpu_step_select_owned_tiles_g{4,7}`, and `gpu_select`'s `_ot` forms).
+    /// selection; the other selects ignore it. Opt-in: exact on an H100 and memcheck clean, but
+    /// no faster (the 32k one-block `_chunk` 16.51 -> 16.77 us warm, 2% fewer warp
+    /// instructions; the HBM step at 32k 1.372/1.374 -> 1.386/1.393 ms; 2026-12-06,
+    /// `bench/results/owned-tiles-h100-2026-12-06-b1026a1-*`) (`step-bench
+    /// --select-owned-tiles`; the GPU tests `gpu_step_select_owned_tiles_g{4,7}`, and
+    /// `gpu_select`'s `_ot` forms).
     pub select_owned_tiles: bool,
 }
 

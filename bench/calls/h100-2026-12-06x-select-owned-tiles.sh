@@ -7,13 +7,16 @@
 # load; `bench/results/select-lines-h100-2026-12-06-3fdba69-*`). A first form that also
 # counted and placed each hot tile's survivors by its owner ran 2.70M warp instructions against
 # 1.97M, 19.71 us against 16.48 (H100, 5283414: `bench/results/owned-tiles-h100-2026-12-06-*`).
-# Predicted for this one: ~1.6M, the `_chunk` ~2-3 us faster.
+# Predicted for this one: ~1.6M, the `_chunk` ~2-3 us faster. Outcome (H100, b1026a1,
+# `bench/results/owned-tiles-h100-2026-12-06-b1026a1-*`): 1.93M, 16.77 us against 16.51, the
+# step 1.386/1.393 ms against 1.372/1.374: no faster. Exact (gpu_step's two cases, gpu_select's
+# random, million-token and compact cases; memcheck clean on the short and boundary lengths).
 # This call: step-bench HBM 32k default / owned / default / owned (qwen3-8b, fathom(48) and
 # sparq(32), batch 1); ncu's warm time and instructions of the select `_chunk` both ways;
 # gpu_select on the four owned forms and gpu_step's two owned cases; compute-sanitizer memcheck
 # and racecheck on the short and boundary lengths.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=<commit> BUDGET=420 bash bench/calls/next-select-owned-tiles.sh
+#   C=<commit> BUDGET=420 bash bench/calls/h100-2026-12-06x-select-owned-tiles.sh
 set -u
 DEFAULT_BUDGET=450 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
