@@ -12,8 +12,10 @@
 //! and the cluster ones, and the four peaks forms again with the coarse floor
 //! (`SelectSpec::coarse_floor`), which must give exactly the same outputs
 //! (`FATHOM_SELECT_ALGORITHMS=peaks` runs only the variants it names; the coarse-floor forms
-//! are `peaks_cf`, `peaks_head_cf`, `scan_peaks_cf` and `scan_peaks_head_cf`). The one-read
-//! variants' logic is also run on the CPU by `cpu_select.rs`.
+//! are `peaks_cf`, `peaks_head_cf`, `scan_peaks_cf` and `scan_peaks_head_cf`). The two
+//! streaming peaks forms with owned tiles (`SelectSpec::owned_tiles`: `peaks_ot`, `peaks_cf_ot`,
+//! `peaks_head_ot`, `peaks_head_cf_ot`; an opt-in measured no faster) run only when named
+//! there. The one-read variants' logic is also run on the CPU by `cpu_select.rs`.
 //!
 //! Coverage:
 //! - `gpu_select_random_scores_match_reference`: G = 1, 4, 7, 8, 16; B = 3 sequences of different lengths
@@ -200,12 +202,15 @@ fn variant_name(spec: &SelectSpec) -> String {
     format!("{}{cf}{ot}", spec.algorithm.as_str())
 }
 
-/// Every variant of one tile (`variants`), or those that `FATHOM_SELECT_ALGORITHMS` names
-/// (comma-separated, as `variant_name` spells them: `peaks` is the peaks select without the
-/// coarse floor, `peaks_cf` with it), for a call that tests one new variant without the
-/// others' time. The cluster variants are left out of the tiles their specs refuse (32
-/// threads: their histograms are more than 32 entries a thread); every other tile here has
-/// them.
+/// Every variant of one tile (`variants`) but the owned-tiles forms, or those that
+/// `FATHOM_SELECT_ALGORITHMS` names (comma-separated, as `variant_name` spells them: `peaks` is
+/// the peaks select without the coarse floor, `peaks_cf` with it, `peaks_cf_ot` with owned
+/// tiles too), for a call that tests one new variant without the others' time. The owned-tiles
+/// forms run only when named: they are an opt-in measured no faster (exact on an H100,
+/// 2026-12-06), and four more variants would take this binary past the ~450 s the whole-suite
+/// calls give it (`gpu_step_select_owned_tiles_g{4,7}` run them in every suite). The cluster
+/// variants are left out of the tiles their specs refuse (32 threads: their histograms are
+/// more than 32 entries a thread); every other tile here has them.
 fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<SelectKernels> {
     let only = std::env::var("FATHOM_SELECT_ALGORITHMS").ok();
     let known: Vec<String> = variants(group, k_max, threads, items)
@@ -213,7 +218,7 @@ fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<Sele
         .map(variant_name)
         .collect();
     let wanted = |spec: &SelectSpec| match &only {
-        None => true,
+        None => !spec.owned_tiles,
         Some(names) => {
             let names: Vec<&str> = names.split(',').map(str::trim).collect();
             for name in &names {
