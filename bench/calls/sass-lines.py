@@ -58,7 +58,12 @@ def counters(path: str):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", newline="") as f:
         rows = list(csv.reader(f))
-    header = next(i for i, r in enumerate(rows) if "Source" in r and INSTRUCTIONS in r)
+    header = next((i for i, r in enumerate(rows) if "Source" in r and INSTRUCTIONS in r), None)
+    if header is None:
+        raise SystemExit(
+            f"{path}: no header with `Source` and `{INSTRUCTIONS}`: not ncu's SASS page "
+            "(`ncu --import R.ncu-rep --page source --csv --print-source sass`)"
+        )
     ix = {name: i for i, name in enumerate(rows[header])}
     return [
         (r[ix["Source"]].strip(), number(r[ix[INSTRUCTIONS]]), number(r[ix.get(STALLS, 0)]))
@@ -91,8 +96,11 @@ def main() -> int:
     total_s = sum(v[1] for v in by_line.values()) or 1.0
     print(f"# {entry}: {total_i:,.0f} warp instructions, {total_s:,.0f} stall samples")
     # Functions: the definition each line lies under.
-    defs = [(i + 1, t.strip()) for i, t in enumerate(src)
-            if re.match(r"\s*(template <.*>\s*)?(__device__|extern \"C\")", t)]
+    defs = [
+        (i + 1, t.strip())
+        for i, t in enumerate(src)
+        if re.match(r"\s*(template <.*>\s*)?(__device__|extern \"C\")", t)
+    ]
     starts = [d[0] for d in defs]
     by_function = collections.defaultdict(lambda: [0.0, 0.0])
     for line, (n, s) in by_line.items():
@@ -111,7 +119,8 @@ def main() -> int:
         s_run += s
         if "BAR.SYNC" in text or opcode(text) == "EXIT":
             if n_run:
-                print(f"{n_run / total_i:6.1%} | {s_run / total_s:6.1%} | {line:5} {src[line - 1].strip()[:80] if line else ''}")
+                text = src[line - 1].strip()[:80] if line else ""
+                print(f"{n_run / total_i:6.1%} | {s_run / total_s:6.1%} | {line:5} {text}")
             n_run = s_run = 0.0
     print(f"\n## the {top} lines with the most instructions: instructions | stalls | line | source")
     for line, (n, s) in sorted(by_line.items(), key=lambda kv: -kv[1][0])[:top]:
