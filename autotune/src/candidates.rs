@@ -113,6 +113,11 @@ pub struct OptIn {
     /// shared memory; sm_90 only; exact on an H100 but 1.6-2x slower there than the one-block
     /// selects, 2026-12-06).
     pub select_cluster: bool,
+    /// `select-resident`: every select tile also as the resident select
+    /// ([`SelectAlgorithm::Resident`]: one block a query head, the radix passes over keys its
+    /// threads hold in registers, a row read once where its middle fits `threads * items`;
+    /// exact on the CPU emulator, not yet run on a GPU).
+    pub select_resident: bool,
     /// `attention-splits16`: every attention tile also with 16 blocks a query head
     /// ([`ATTENTION_SPLITS_OPT_IN`]; the kernels at 16 splits are exact on the GPU in
     /// `gpu_attention_split_matches_reference` and the step, but no faster on an H100:
@@ -122,7 +127,12 @@ pub struct OptIn {
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 3] = ["select-fused", "select-cluster", "attention-splits16"];
+    pub const NAMES: [&'static str; 4] = [
+        "select-fused",
+        "select-cluster",
+        "select-resident",
+        "attention-splits16",
+    ];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
@@ -166,6 +176,7 @@ impl OptIn {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
                 "select-cluster" => opt_in.select_cluster = true,
+                "select-resident" => opt_in.select_resident = true,
                 "attention-splits16" => opt_in.attention_splits16 = true,
                 _ => {
                     if let Some((_, since)) =
@@ -203,6 +214,12 @@ impl OptIn {
                     ..OptIn::default()
                 }
             }
+            Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Resident) => {
+                OptIn {
+                    select_resident: true,
+                    ..OptIn::default()
+                }
+            }
             Variant::Tile(Tile::Attention { splits, .. })
                 if !ATTENTION_SPLITS.contains(&splits) =>
             {
@@ -226,7 +243,8 @@ impl OptIn {
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
-    /// variant with `select-fused` and the cluster variants with `select-cluster`.
+    /// variant with `select-fused`, the cluster variants with `select-cluster` and the resident
+    /// select with `select-resident`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
@@ -234,6 +252,9 @@ impl OptIn {
         }
         if self.select_cluster {
             algorithms.extend([SelectAlgorithm::Cluster, SelectAlgorithm::ScanPeaksCluster]);
+        }
+        if self.select_resident {
+            algorithms.push(SelectAlgorithm::Resident);
         }
         algorithms
     }

@@ -237,6 +237,7 @@ fn select_candidates_carry_the_steps_floor() {
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
     let cluster = OptIn::parse(&["select-cluster".to_string()]).unwrap();
+    let resident = OptIn::parse(&["select-resident".to_string()]).unwrap();
     let both = OptIn::parse(&["select-cluster".to_string(), "select-fused".to_string()]).unwrap();
     for opt_in in [
         OptIn::default(),
@@ -244,6 +245,7 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         fused,
         cluster,
         both,
+        resident,
     ] {
         let c = Case {
             opt_in,
@@ -275,6 +277,7 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
                         && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
                         && (!algorithm.cluster() || opt_in.select_cluster)
+                        && (algorithm != SelectAlgorithm::Resident || opt_in.select_resident)
                         && algorithm != SelectAlgorithm::Peaks;
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
@@ -285,8 +288,8 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         // k_max = 2048 (from 64 threads on), the two peaks ones where their block also fits 48
         // KiB of shared memory (all but 576, 640, 672, 768, 800, 896, 928, 960 and 992 threads),
         // as the two reading the scan's peaks; the two cluster ones from 64 threads on (their
-        // histograms are at most 32 entries a thread).
-        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 4 + 22 * 32 * 4);
+        // histograms are at most 32 entries a thread), and the resident one likewise.
+        assert_eq!(domain, 32 * 32 * 2 + 31 * 32 * 5 + 22 * 32 * 4);
         // The runtime's default select tile is among the candidates.
         let defaults = runtime::tuning::Tiles::default();
         let (threads, items_per_thread) = defaults.select;
@@ -297,9 +300,12 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         ))));
         // Every tile is tried as each of the six variants (plain, compacting, one-read, the
         // one-block peaks one and the two reading the scan's peaks), and as the fused one with
-        // `select-fused`, as the two cluster ones with `select-cluster`.
-        let variants =
-            6 + usize::from(opt_in.select_fused) + 2 * usize::from(opt_in.select_cluster);
+        // `select-fused`, as the two cluster ones with `select-cluster`, as the resident one
+        // with `select-resident`.
+        let variants = 6
+            + usize::from(opt_in.select_fused)
+            + 2 * usize::from(opt_in.select_cluster)
+            + usize::from(opt_in.select_resident);
         assert_eq!(valid.len(), 20 * variants);
     }
 }
@@ -328,6 +334,17 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     let cluster = OptIn::parse(&["select-cluster".to_string()]).unwrap();
     assert!(cluster.select_cluster && !cluster.select_fused);
     assert_ne!(candidate_checksum(cluster), candidate_checksum(fused));
+    let resident = OptIn::parse(&["select-resident".to_string()]).unwrap();
+    assert!(resident.select_resident && !resident.select_cluster);
+    assert_ne!(candidate_checksum(resident), candidate_checksum(cluster));
+    assert_eq!(
+        OptIn::needed_for(&Variant::Tile(Tile::select(
+            1024,
+            32,
+            SelectAlgorithm::Resident
+        ))),
+        resident
+    );
     let with = grid_with(
         Subject::Kernel(TunedFamily::Select),
         Placement::Hbm,

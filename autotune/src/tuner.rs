@@ -387,13 +387,15 @@ pub fn simplicity(variant: &Variant) -> (u8, usize, usize) {
                     peaks,
                     scan_peaks,
                     cluster,
+                    resident,
                 } => (
                     u8::from(compact)
                         + 2 * u8::from(onepass)
                         + u8::from(fused)
                         + 2 * u8::from(peaks)
                         + 2 * u8::from(scan_peaks)
-                        + 3 * u8::from(cluster),
+                        + 3 * u8::from(cluster)
+                        + 3 * u8::from(resident),
                     threads as usize,
                     items_per_thread as usize,
                 ),

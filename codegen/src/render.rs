@@ -108,6 +108,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/select_cluster_peaks.cu.tera"),
     ),
     (
+        "select_radix_block.cuh.tera",
+        include_str!("../../templates/select_radix_block.cuh.tera"),
+    ),
+    (
+        "select_resident.cu.tera",
+        include_str!("../../templates/select_resident.cu.tera"),
+    ),
+    (
         "fetch.cu.tera",
         include_str!("../../templates/fetch.cu.tera"),
     ),

@@ -145,6 +145,8 @@ fn select_variant_snapshots() {
         ("qwen2.5-7b", SelectAlgorithm::Cluster),
         ("qwen3-8b", SelectAlgorithm::ScanPeaksCluster),
         ("qwen2.5-7b", SelectAlgorithm::ScanPeaksCluster),
+        ("qwen3-8b", SelectAlgorithm::Resident),
+        ("qwen2.5-7b", SelectAlgorithm::Resident),
     ] {
         let shape = model::preset(preset).unwrap();
         let plain = kernels_for(&shape, &KernelSetOptions::default())

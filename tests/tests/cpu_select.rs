@@ -1063,3 +1063,135 @@ fn cluster_long_rows() {
     }
     assert_none(failures);
 }
+
+/// The resident select (`algorithm: resident`): one block a query head, the radix passes over
+/// keys its threads hold in registers. A row whose middle fits one tile (`threads * items`
+/// tokens) is read once; a longer one again by every pass. Tiles of 256 to 8,192 tokens, so
+/// that the cases' rows are one tile and many: float4, pair and scalar loads, G = 1, 4, 7, 8.
+fn resident(group: u32, k_max: u32, threads: u32, items_per_thread: u32) -> [SelectSpec; 1] {
+    [SelectSpec {
+        algorithm: SelectAlgorithm::Resident,
+        ..onepass(group, k_max, threads, items_per_thread)
+    }]
+}
+
+#[test]
+fn resident_matches_the_reference_on_every_family() {
+    every_family_matches(
+        "resident_matches_the_reference_on_every_family",
+        &[
+            (4, 96, 64, 4),
+            (1, 32, 64, 3),
+            (7, 200, 128, 2),
+            (8, 48, 256, 32),
+        ],
+        resident,
+    );
+}
+
+/// Ties at the k-th key wider than a tile, and rows of one tile and of several: the lowest
+/// indices must win across the tiles (the equal counts carried from tile to tile).
+#[test]
+fn resident_ties_across_tiles() {
+    let (mut rng, seed) = inputs::rng_and_seed("resident_ties_across_tiles");
+    let families = TIE_FAMILIES;
+    let mut failures = Vec::new();
+    for (threads, items) in [(64, 4), (256, 32)] {
+        let [spec] = resident(4, 64, threads, items);
+        let select = CpuSelect::build(spec).expect("builds");
+        for k in [1, 17, 64] {
+            let lengths = [
+                rng.gen_range(21_000..24_000),
+                ALWAYS + k + 1,
+                3_000,
+                ALWAYS + k + 9,
+            ];
+            failures.extend(case(
+                &select,
+                &mut rng,
+                seed,
+                (&lengths, 1, None),
+                k,
+                &families,
+            ));
+        }
+    }
+    assert_none(failures);
+}
+
+/// The resident select's own steps, broken one at a time: which keys it holds, when it reads
+/// the row again, and where each warp writes.
+#[test]
+fn resident_mutations_are_caught() {
+    let [spec] = resident(4, 40, 64, 4);
+    assert_caught(
+        spec,
+        &[
+            (
+                "a row longer than a tile read once",
+                "const bool resident = end - begin <= TILE_LOADS;",
+                "const bool resident = true;",
+            ),
+            (
+                "the middle's last token left out",
+                "key[j * VEC + c] = (unsigned int)(from_lo + c) < span ? k : 0u;",
+                "key[j * VEC + c] = (unsigned int)(from_lo + c) + 1u < span ? k : 0u;",
+            ),
+            (
+                "one tie too many taken",
+                "if (key[i] > kth || ei < need)",
+                "if (key[i] > kth || ei <= need)",
+            ),
+            (
+                "a token above K placed after every tie",
+                "out[SINK + ai + min(ei, need)]",
+                "out[SINK + ai + ei]",
+            ),
+            (
+                "the warps' votes for ties skipped",
+                "e_ballot[c] = warp_equal != 0u ?",
+                "e_ballot[c] = false ?",
+            ),
+            (
+                "the ties of the tiles before not carried",
+                "        equal_run += tile & LOW16;\n",
+                "",
+            ),
+            (
+                "a pass's keys counted without the prefix",
+                "if (PASS == 0 || (keys[i] & mask) == prefix)",
+                "if (PASS == 0 || (keys[i] & mask) >= prefix)",
+            ),
+        ],
+    );
+}
+
+/// -0 ranked below +0 in the resident select's keys: only rows where -0 and +0 meet at the
+/// k-th key show it (the signed-zero family; `assert_caught`'s families have no zeros).
+#[test]
+fn resident_signed_zero_mutation_is_caught() {
+    let [spec] = resident(4, 64, 64, 4);
+    let from = "bits = bits == 0x80000000u ? 0u : bits;";
+    let source = codegen::render::render(&spec).expect("renders");
+    assert_eq!(
+        source.matches(from).count(),
+        1,
+        "`{from}` once in the source"
+    );
+    let select =
+        CpuSelect::build_source(spec, &source.replacen(from, "", 1)).expect("the mutant builds");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(MUTATION_SEED);
+    let caught = [1, 17, 64].into_iter().any(|k| {
+        let lengths = [3_000, ALWAYS + k + 9, rng.gen_range(5_000..6_000)];
+        case(
+            &select,
+            &mut rng,
+            MUTATION_SEED,
+            (&lengths, 1, None),
+            k,
+            &[Scores::SignedZeros],
+        )
+        .is_some()
+    });
+    assert!(caught, "-0 ranked below +0 went unnoticed");
+}

@@ -233,7 +233,7 @@ fn load(gpu: &Gpu, group: u32, k_max: u32, threads: u32, items: u32) -> Vec<Sele
     variants(group, k_max, threads, items)
         .into_iter()
         .filter(wanted)
-        .filter(|spec| !spec.algorithm.cluster() || threads > 32)
+        .filter(|spec| !spec.algorithm.radix_blocks() || threads > 32)
         .map(|spec| SelectKernels::load(gpu, spec).expect("select kernels compile"))
         .collect()
 }

@@ -71,6 +71,11 @@
 //! - `gpu_step_select_owned_tiles_g4`, `gpu_step_select_owned_tiles_g7`: the first two cases
 //!   with owned peak tiles (`Tiles::select_owned_tiles`, opt-in) through a record of `peaks`
 //!   (G = 4) and `peaks_head` (G = 7), so that every step's select owns its tiles.
+//! - `gpu_step_resident_select_g4`: the first case through a record of the resident select
+//!   at 256 threads x 4 items (rows of several tiles, read again by every pass);
+//!   `gpu_step_select_resident_g7`: the second with `Tiles::select_resident` (opt-in) over a
+//!   record of `peaks_head`, so that every step's select is the resident one at 1,024 x 32
+//!   (rows of one tile, read once).
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -401,6 +406,7 @@ fn run_case_configured(
     let (gpu, test, seed) = (t.gpu.clone(), t.name, t.seed);
     let coarse_floor = config.tiles.select_coarse_floor;
     let owned_tiles = config.tiles.select_owned_tiles;
+    let tiles = config.tiles;
     let f = Fixture::new(&mut t.rng, d, group, basis);
     eprintln!("{test}: lengths {:?}", f.lengths);
     let mut decoder = Decoder::new(gpu.clone(), f.model(), config)
@@ -499,7 +505,8 @@ fn run_case_configured(
                     Tuned::Only(algorithm) => {
                         if let Some(spec) = plan.specs.select {
                             assert_eq!(
-                                spec.algorithm, algorithm,
+                                spec.algorithm,
+                                tiles.resident_for((256, 4, algorithm)).2,
                                 "{what}: the record's select is not used"
                             );
                         }
@@ -1146,6 +1153,23 @@ gpu_test!(gpu_step_select_owned_tiles_g4, |t| {
 gpu_test!(gpu_step_select_owned_tiles_g7, |t| {
     let mut config = decoder_config();
     config.tiles.select_owned_tiles = true;
+    let select = Tuned::Only(SelectAlgorithm::PeaksHead);
+    run_case_configured(&mut t, D, 7, Basis::Klt, select, config);
+});
+
+gpu_test!(gpu_step_resident_select_g4, |t| {
+    run_case_with(
+        &mut t,
+        D,
+        4,
+        Basis::Raw,
+        Tuned::Only(SelectAlgorithm::Resident),
+    );
+});
+
+gpu_test!(gpu_step_select_resident_g7, |t| {
+    let mut config = decoder_config();
+    config.tiles.select_resident = true;
     let select = Tuned::Only(SelectAlgorithm::PeaksHead);
     run_case_configured(&mut t, D, 7, Basis::Klt, select, config);
 });

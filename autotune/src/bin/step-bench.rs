@@ -74,6 +74,8 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         (!h.select_coarse_floor, "-selfull".to_string()),
         // The peaks selects' tiles owned by threads (`--select-owned-tiles`).
         (h.select_owned_tiles, "-selot".to_string()),
+        // The one-block selects as the resident select (`--select-resident`).
+        (h.select_resident, "-selres".to_string()),
         // The KV heads in groups (`--head-groups N`).
         (h.head_groups != 1, format!("-hg{}", h.head_groups)),
     ];

@@ -123,6 +123,11 @@ pub struct Args {
     /// `-selot`).
     #[arg(long)]
     pub select_owned_tiles: bool,
+    /// Run the one-block selects (the short contexts') as the resident select: the radix
+    /// passes over keys held in registers (`Tiles::select_resident`, opt-in: not yet run on a
+    /// GPU; files `-selres`).
+    #[arg(long)]
+    pub select_resident: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the
     /// run has the host placement and reaches 128k), which every other run adds to its grid.
     #[arg(long)]
@@ -176,6 +181,8 @@ pub struct Options {
     pub select_coarse_floor: bool,
     /// `--select-owned-tiles`.
     pub select_owned_tiles: bool,
+    /// `--select-resident`.
+    pub select_resident: bool,
     /// The standing cells added to the grid: (placement, context, batch, methods).
     pub standing: Vec<(Placement, usize, usize, Vec<Method>)>,
 }
@@ -420,6 +427,7 @@ impl Options {
             attention_cluster_merge: args.attention_cluster_merge,
             select_coarse_floor: !args.select_full_floor,
             select_owned_tiles: args.select_owned_tiles,
+            select_resident: args.select_resident,
         })
     }
 

@@ -184,6 +184,10 @@ pub struct Header {
     /// (`--select-owned-tiles`; absent in records written before the option).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub select_owned_tiles: bool,
+    /// Whether the one-block selects ran as the resident select (`--select-resident`; absent
+    /// in records written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub select_resident: bool,
     pub model: String,
     pub layers: usize,
     pub kv_heads: usize,

@@ -313,6 +313,7 @@ impl Bench {
             attention_cluster_merge: self.options.attention_cluster_merge,
             select_coarse_floor: self.options.select_coarse_floor,
             select_owned_tiles: self.options.select_owned_tiles,
+            select_resident: self.options.select_resident,
             date: date_of(date_unix),
             date_unix,
             model: self.model.name.clone(),
@@ -834,5 +835,6 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.attention_cluster_merge = options.attention_cluster_merge;
     config.tiles.select_coarse_floor = options.select_coarse_floor;
     config.tiles.select_owned_tiles = options.select_owned_tiles;
+    config.tiles.select_resident = options.select_resident;
     config
 }

@@ -162,11 +162,17 @@ pub enum SelectAlgorithm {
     /// selects do.
     #[serde(rename = "scan_peaks_cluster")]
     ScanPeaksCluster,
+    /// Three radix passes by one block a query head over the keys its threads hold in
+    /// registers, then each warp writes its selected tokens: a row whose middle fits one tile
+    /// (`threads * items_per_thread` tokens) is read once, a longer one by every pass; two
+    /// launches, one of them the union (`select_resident.cu.tera`). Its `_chunk` takes the
+    /// one-block peaks form's parameters.
+    Resident,
 }
 
 impl SelectAlgorithm {
     /// Every algorithm, in the order the tuner tries them.
-    pub const ALL: [SelectAlgorithm; 10] = [
+    pub const ALL: [SelectAlgorithm; 11] = [
         SelectAlgorithm::Radix,
         SelectAlgorithm::Compact,
         SelectAlgorithm::Onepass,
@@ -177,6 +183,7 @@ impl SelectAlgorithm {
         SelectAlgorithm::ScanPeaksHead,
         SelectAlgorithm::Cluster,
         SelectAlgorithm::ScanPeaksCluster,
+        SelectAlgorithm::Resident,
     ];
 
     /// The name as specs, kernel names and tuning records spell it.
@@ -192,6 +199,7 @@ impl SelectAlgorithm {
             SelectAlgorithm::ScanPeaksHead => "scan_peaks_head",
             SelectAlgorithm::Cluster => "cluster",
             SelectAlgorithm::ScanPeaksCluster => "scan_peaks_cluster",
+            SelectAlgorithm::Resident => "resident",
         }
     }
 
@@ -209,6 +217,7 @@ impl SelectAlgorithm {
             SelectAlgorithm::ScanPeaksHead => "_scan_peaks_head",
             SelectAlgorithm::Cluster => "_cluster",
             SelectAlgorithm::ScanPeaksCluster => "_scan_peaks_cluster",
+            SelectAlgorithm::Resident => "_resident",
         }
     }
 
@@ -257,8 +266,15 @@ impl SelectAlgorithm {
     pub fn one_block(self) -> bool {
         matches!(
             self,
-            SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead
+            SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead | SelectAlgorithm::Resident
         )
+    }
+
+    /// Whether `_chunk`'s blocks run the radix passes over the keys of their run of the row,
+    /// with no buffer ([`SelectSpec::cluster_buffer`] sizes their scratch): the cluster
+    /// selects and the resident one.
+    pub fn radix_blocks(self) -> bool {
+        self.cluster() || self == SelectAlgorithm::Resident
     }
 
     /// Whether a thread-block cluster of [`CLUSTER_BLOCKS`] blocks takes each query head
@@ -638,7 +654,8 @@ impl SelectSpec {
             | SelectAlgorithm::PeaksHead
             | SelectAlgorithm::ScanPeaksHead
             | SelectAlgorithm::Cluster
-            | SelectAlgorithm::ScanPeaksCluster => &SelectStage::FUSED_ORDER,
+            | SelectAlgorithm::ScanPeaksCluster
+            | SelectAlgorithm::Resident => &SelectStage::FUSED_ORDER,
         }
     }
 
@@ -669,13 +686,16 @@ impl SelectSpec {
             | SelectAlgorithm::ScanPeaks
             | SelectAlgorithm::ScanPeaksHead
             | SelectAlgorithm::Cluster
-            | SelectAlgorithm::ScanPeaksCluster => 0,
+            | SelectAlgorithm::ScanPeaksCluster
+            | SelectAlgorithm::Resident => 0,
         }
     }
 
-    /// The cluster variant's buffer (`CAP` of its template): it keeps no candidates, and the
-    /// one-read block's key and index arrays, `max(2048, k_max)` entries rounded up to whole
-    /// entries per thread, hold the two radix histograms the blocks of a cluster exchange.
+    /// The buffer (`CAP` of the template) of the selects whose blocks radix-select the keys of
+    /// their run ([`SelectAlgorithm::radix_blocks`]): they keep no candidates, and the one-read
+    /// block's key and index arrays, `max(2048, k_max)` entries rounded up to whole entries per
+    /// thread, hold the two radix histograms the blocks of a cluster exchange (unused by the
+    /// resident select, whose block has the same layout).
     pub fn cluster_buffer(&self) -> u64 {
         let threads = u64::from(self.threads.max(1));
         2048u64.max(u64::from(self.k_max)).div_ceil(threads) * threads
@@ -765,7 +785,9 @@ impl SelectSpec {
             (SelectStage::Chunk, _)
                 if matches!(
                     self.algorithm,
-                    SelectAlgorithm::PeaksHead | SelectAlgorithm::Cluster
+                    SelectAlgorithm::PeaksHead
+                        | SelectAlgorithm::Cluster
+                        | SelectAlgorithm::Resident
                 ) =>
             {
                 &[Scores, LdScores, NTotal, K, Sel, SelCount, NumKvHeads]
@@ -953,7 +975,7 @@ impl Family for SelectSpec {
                  from the scores)",
             ));
         }
-        if self.algorithm.cluster() {
+        if self.algorithm.radix_blocks() {
             let per_thread = self.cluster_buffer() / u64::from(self.threads);
             if per_thread > ONEPASS_MAX_PER_THREAD {
                 return Err(SpecError::new(
@@ -961,13 +983,14 @@ impl Family for SelectSpec {
                     "threads",
                     self.threads,
                     format!(
-                        "at least {} for the cluster select: its histograms of \
+                        "at least {} for the {} select: its histograms of \
                          max(2048, k_max = {}) entries are at most {ONEPASS_MAX_PER_THREAD} a \
                          thread",
                         2048u64
                             .max(u64::from(self.k_max))
                             .div_ceil(ONEPASS_MAX_PER_THREAD)
                             .next_multiple_of(32),
+                        self.algorithm.as_str(),
                         self.k_max
                     ),
                 ));
@@ -979,8 +1002,9 @@ impl Family for SelectSpec {
                     "k_max",
                     self.k_max,
                     format!(
-                        "a k_max whose cluster block fits {MAX_STATIC_SHARED} bytes of static \
-                         shared memory ({shared} needed; 4096 fits)"
+                        "a k_max whose {} block fits {MAX_STATIC_SHARED} bytes of static \
+                         shared memory ({shared} needed; 4096 fits)",
+                        self.algorithm.as_str()
                     ),
                 ));
             }
@@ -1045,6 +1069,7 @@ impl Family for SelectSpec {
             }
             SelectAlgorithm::Cluster => "select_cluster.cu.tera".into(),
             SelectAlgorithm::ScanPeaksCluster => "select_cluster_peaks.cu.tera".into(),
+            SelectAlgorithm::Resident => "select_resident.cu.tera".into(),
         }
     }
 
@@ -1067,6 +1092,7 @@ impl Family for SelectSpec {
                 context.insert("buffer", &self.cluster_buffer());
                 context.insert("cluster_blocks", &CLUSTER_BLOCKS);
             }
+            SelectAlgorithm::Resident => context.insert("buffer", &self.cluster_buffer()),
         }
         context.insert("peaks", &self.algorithm.peaks());
         context.insert("scan_peaks", &self.algorithm.scan_peaks());

@@ -178,11 +178,11 @@ fn stage_args(algorithm: SelectAlgorithm, stage: SelectStage, b: &SelectBuffers)
             num_kv_heads: b.num_kv_heads,
         }
         .args(),
-        // The cluster select's `_chunk` has the one-block peaks select's parameters.
+        // The cluster and resident selects' `_chunk` has the one-block peaks select's parameters.
         (SelectStage::Chunk, _)
             if matches!(
                 algorithm,
-                SelectAlgorithm::PeaksHead | SelectAlgorithm::Cluster
+                SelectAlgorithm::PeaksHead | SelectAlgorithm::Cluster | SelectAlgorithm::Resident
             ) =>
         {
             select_peaks_head::ChunkArgs {

@@ -136,6 +136,7 @@ impl Variant {
                     Some(SelectAlgorithm::ScanPeaksHead) => " onepass fused peaks scan",
                     Some(SelectAlgorithm::Cluster) => " cluster",
                     Some(SelectAlgorithm::ScanPeaksCluster) => " cluster scan",
+                    Some(SelectAlgorithm::Resident) => " resident",
                     None => " conflicting flags",
                 }
             ),

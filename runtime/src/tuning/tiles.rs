@@ -131,6 +131,8 @@ pub enum Tile {
         scan_peaks: bool,
         #[serde(default, skip_serializing_if = "is_false")]
         cluster: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        resident: bool,
     },
     /// Threads, rows each warp loads before computing, and blocks per query head (attention;
     /// `splits` is written only when above 1, so older records read and write back unchanged).
@@ -180,6 +182,7 @@ impl Tile {
             peaks: algorithm.peaks(),
             scan_peaks: algorithm.scan_peaks(),
             cluster: algorithm.cluster(),
+            resident: algorithm == SelectAlgorithm::Resident,
         }
     }
 
@@ -319,6 +322,13 @@ pub struct Tiles {
     /// --select-owned-tiles`; the GPU tests `gpu_step_select_owned_tiles_g{4,7}`, and
     /// `gpu_select`'s `_ot` forms).
     pub select_owned_tiles: bool,
+    /// Whether a one-block select (`SelectAlgorithm::one_block`: the record's or
+    /// `select_algorithm`'s, the short contexts' choice) runs as the resident select instead
+    /// (`SelectAlgorithm::Resident` at [`Tiles::RESIDENT_SELECT`]: the radix passes over keys
+    /// held in registers, a middle of up to 32,768 tokens read once). Opt-in, not yet run on a
+    /// GPU (`step-bench --select-resident`; the GPU tests `gpu_step_select_resident_g{4,7}`,
+    /// and `gpu_select`'s `resident` form).
+    pub select_resident: bool,
 }
 
 impl Default for Tiles {
@@ -368,6 +378,7 @@ impl Default for Tiles {
             // 1.391-1.406 (H100, 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
             select_coarse_floor: true,
             select_owned_tiles: false,
+            select_resident: false,
         }
     }
 }
@@ -394,6 +405,21 @@ impl Tiles {
     /// scores have tiles to own.
     pub fn owned_tiles_for(&self, algorithm: SelectAlgorithm) -> bool {
         self.select_owned_tiles && algorithm.owns_tiles()
+    }
+
+    /// `(threads, items_per_thread)` of the resident select that [`Tiles::select_resident`]
+    /// runs: a middle of 32,768 tokens in one tile, 32 keys a thread (62 registers, no spill).
+    pub const RESIDENT_SELECT: (u32, u32) = (1024, 32);
+
+    /// The select tile to run for a chosen `(threads, items_per_thread, algorithm)` under these
+    /// tiles: a one-block select becomes the resident one with `select_resident`.
+    pub fn resident_for(&self, tile: (u32, u32, SelectAlgorithm)) -> (u32, u32, SelectAlgorithm) {
+        if self.select_resident && tile.2.one_block() {
+            let (threads, items) = Self::RESIDENT_SELECT;
+            (threads, items, SelectAlgorithm::Resident)
+        } else {
+            tile
+        }
     }
 }
 

@@ -472,7 +472,7 @@ fn one_read_plans(algorithm: SelectAlgorithm) {
 
 #[test]
 fn a_select_tile_of_two_variants_is_refused() {
-    struct Conflicting(bool, bool, bool, bool, bool, bool);
+    struct Conflicting(bool, bool, bool, bool, bool, bool, bool);
     impl Tuning for Conflicting {
         fn tile(&self, key: &TuneKey) -> Option<Tile> {
             (key.family == TunedFamily::Select).then_some(Tile::Select {
@@ -484,6 +484,7 @@ fn a_select_tile_of_two_variants_is_refused() {
                 peaks: self.3,
                 scan_peaks: self.4,
                 cluster: self.5,
+                resident: self.6,
             })
         }
         fn transfer(&self, _: usize, _: usize, _: u32) -> Option<Transfer> {
@@ -494,23 +495,29 @@ fn a_select_tile_of_two_variants_is_refused() {
     // Compacting and one-read; compacting and fused; fused without one-read; compacting with
     // the one-block peaks flags; peaks without one-read; fused peaks without one-read; the
     // scan's peaks without peaks, on the one-read or fused select, or with compacting; the
-    // cluster select with any other flag.
+    // cluster select with any other flag; the resident select without the fused flag, or with
+    // the one-read or cluster flags.
     for flags in [
-        (true, true, false, false, false, false),
-        (true, true, true, false, false, false),
-        (false, false, true, false, false, false),
-        (true, true, true, true, false, false),
-        (false, false, false, true, false, false),
-        (false, false, true, true, false, false),
-        (false, true, false, false, true, false),
-        (false, true, true, false, true, false),
-        (true, true, false, true, true, false),
-        (false, false, false, false, true, false),
-        (true, false, false, false, false, true),
-        (false, true, false, false, false, true),
-        (false, true, true, true, false, true),
+        (true, true, false, false, false, false, false),
+        (true, true, true, false, false, false, false),
+        (false, false, true, false, false, false, false),
+        (true, true, true, true, false, false, false),
+        (false, false, false, true, false, false, false),
+        (false, false, true, true, false, false, false),
+        (false, true, false, false, true, false, false),
+        (false, true, true, false, true, false, false),
+        (true, true, false, true, true, false, false),
+        (false, false, false, false, true, false, false),
+        (true, false, false, false, false, true, false),
+        (false, true, false, false, false, true, false),
+        (false, true, true, true, false, true, false),
+        (false, false, false, false, false, false, true),
+        (false, true, true, false, false, false, true),
+        (false, false, true, false, false, true, true),
     ] {
-        let tuning = Conflicting(flags.0, flags.1, flags.2, flags.3, flags.4, flags.5);
+        let tuning = Conflicting(
+            flags.0, flags.1, flags.2, flags.3, flags.4, flags.5, flags.6,
+        );
         let e = plan_of(s, Method::Fathom { bits: 48.0 }, None, 64, Some(&tuning)).unwrap_err();
         assert!(
             matches!(
