@@ -72,6 +72,15 @@
 //! cleared), then three over the tokens of the halves whose peak reaches the floor alone (about
 //! k halves of the row, against the k tiles every block of the one-read selects reads for its
 //! own top-k).
+//!
+//! The resident variant ([`SelectAlgorithm::Resident`], `select_resident.cu.tera`) gives each
+//! query head one block whose threads hold the keys of its row in registers (`items_per_thread`
+//! a thread): the plain select's three radix passes count them into one shared histogram, then
+//! each warp writes its tokens above the k-th key and its share of those equal to it, from the
+//! counts of the warps before it. No buffer, no running floor, no peaks: about ten block
+//! barriers where the one-block peaks select has ~26. A row whose middle is longer than
+//! `threads * items_per_thread` tokens is read again by every pass, a tile at a time. Two
+//! launches (`_chunk`, `_union`); meant for rows up to 32k tokens (1,024 threads x 32 keys).
 
 use super::launch::{blocks_for, grid_dim, Launch, SizeError, MAX_GRID_X, MAX_GRID_YZ};
 use super::{checks, Family, SpecError};
@@ -597,7 +606,9 @@ const fn with_candidates<const N: usize, const M: usize>(
 /// the blocks of query head `qh` one cluster; then `_union`. It needs sm_90. Its form
 /// reading the scan's peaks (`algorithm: scan_peaks_cluster`, name suffix
 /// `_scan_peaks_cluster`) takes `const int* n_stored, const unsigned* peaks, int ld_peaks` after
-/// `n_total`, as `scan_peaks_head` does (any row alignment).
+/// `n_total`, as `scan_peaks_head` does (any row alignment). The resident variant (`algorithm:
+/// resident`, name suffix `_resident`) has the one-block peaks form's entry points, grid and
+/// workspaces.
 /// [`SelectSpec::params`] gives every entry point's list as data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
