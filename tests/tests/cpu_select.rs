@@ -1123,7 +1123,8 @@ fn resident_ties_across_tiles() {
 /// the row again, and where each warp writes.
 #[test]
 fn resident_mutations_are_caught() {
-    let [spec] = resident(4, 40, 64, 4);
+    // Two loads a thread, so that a warp's writes cross loads.
+    let [spec] = resident(4, 40, 64, 8);
     assert_caught(
         spec,
         &[
@@ -1138,29 +1139,39 @@ fn resident_mutations_are_caught() {
                 "key[j * VEC + c] = (unsigned int)(from_lo + c) + 1u < span ? k : 0u;",
             ),
             (
-                "one tie too many taken",
-                "if (key[i] > kth || ei < need)",
-                "if (key[i] > kth || ei <= need)",
+                "a pass's keys counted without the prefix",
+                "if (PASS == 0 || (keys[i] & mask) == prefix)",
+                "if (PASS == 0 || (keys[i] & mask) >= prefix)",
+            ),
+            (
+                "one tie too many taken by the votes-free writes",
+                "if (equal_run + (tile & LOW16) <= need) {",
+                "if (equal_run + (tile & LOW16) <= need + 1u) {",
+            ),
+            (
+                "a lane's tokens over those of the lanes before it",
+                "unsigned int pos = at + ((inclusive[w] - own[w]) >> shift & 0xffu);",
+                "unsigned int pos = at;",
+            ),
+            (
+                "the warp's earlier loads not counted",
+                "        at += total;\n",
+                "",
+            ),
+            (
+                "every tie taken where ties are cut",
+                "if (is_equal && ei < need)",
+                "if (is_equal)",
             ),
             (
                 "a token above K placed after every tie",
-                "out[SINK + ai + min(ei, need)]",
-                "out[SINK + ai + ei]",
-            ),
-            (
-                "the warps' votes for ties skipped",
-                "e_ballot[c] = warp_equal != 0u ?",
-                "e_ballot[c] = false ?",
+                "if (is_above) out[SINK + ai + min(ei, need)]",
+                "if (is_above) out[SINK + ai + ei]",
             ),
             (
                 "the ties of the tiles before not carried",
                 "        equal_run += tile & LOW16;\n",
                 "",
-            ),
-            (
-                "a pass's keys counted without the prefix",
-                "if (PASS == 0 || (keys[i] & mask) == prefix)",
-                "if (PASS == 0 || (keys[i] & mask) >= prefix)",
             ),
         ],
     );
