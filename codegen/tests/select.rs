@@ -300,13 +300,13 @@ fn every_spec_of_the_grid_renders_every_stage() {
         let entries: Vec<String> = spec.stages().iter().map(|&s| spec.entry(s)).collect();
         let source = assert_renders(&spec, &entries);
         // Each variant renders its own template: only the compacting one has a filter, only
-        // the one-read ones and the cluster one a chunk pass, only the fused one arrival
-        // counters, only the cluster one a cluster barrier.
+        // the one-read ones, the cluster ones and the resident one a chunk pass, only the fused
+        // one arrival counters, only the cluster one a cluster barrier.
         assert_eq!(source.contains("_filter("), spec.compact());
         let cluster = spec.algorithm.cluster();
         assert_eq!(
             source.contains("_chunk("),
-            spec.algorithm.one_read() || cluster
+            spec.algorithm.one_read() || spec.algorithm.radix_blocks()
         );
         assert_eq!(source.contains("barrier.cluster"), cluster);
         assert_eq!(
@@ -742,11 +742,11 @@ fn a_sampled_grid_compiles_without_warnings() {
                 coarse_floor: false,
             };
             if spec.validate().is_err() {
-                // The one-read buffer of 32 threads holds 1,024 candidates; the cluster
-                // select's histograms are more than 32 entries a thread of 32.
+                // The one-read buffer of 32 threads holds 1,024 candidates; the cluster and
+                // resident selects' histograms are more than 32 entries a thread of 32.
                 assert!(
                     (algorithm.one_read() && k_max > 1024)
-                        || (algorithm.cluster() && threads == 32)
+                        || (algorithm.radix_blocks() && threads == 32)
                 );
                 continue;
             }
