@@ -87,13 +87,16 @@ pub const SELECT_MIN_CHUNK: u32 = 1024;
 /// from the peaks of each share ([`SelectAlgorithm::Peaks`]) is left out: it never won on the
 /// H100 (the one-read select streams as fast at 1M, the one-block form wins short contexts);
 /// the step still runs it for methods without a plane scan where a record says `scan_peaks`.
-pub const SELECT_ALGORITHMS: [SelectAlgorithm; 6] = [
+/// The resident select (one block a query head, the radix passes over keys held in registers)
+/// is tried too: it won the HBM 32k select at every G on the H100 (2026-12-06).
+pub const SELECT_ALGORITHMS: [SelectAlgorithm; 7] = [
     SelectAlgorithm::Radix,
     SelectAlgorithm::Compact,
     SelectAlgorithm::Onepass,
     SelectAlgorithm::PeaksHead,
     SelectAlgorithm::ScanPeaks,
     SelectAlgorithm::ScanPeaksHead,
+    SelectAlgorithm::Resident,
 ];
 
 /// Candidates a run tries only when asked for (`--opt-in NAME`): variants whose kernels pass
@@ -113,11 +116,6 @@ pub struct OptIn {
     /// shared memory; sm_90 only; exact on an H100 but 1.6-2x slower there than the one-block
     /// selects, 2026-12-06).
     pub select_cluster: bool,
-    /// `select-resident`: every select tile also as the resident select
-    /// ([`SelectAlgorithm::Resident`]: one block a query head, the radix passes over keys its
-    /// threads hold in registers, a row read once where its middle fits `threads * items`;
-    /// exact on the CPU emulator, not yet run on a GPU).
-    pub select_resident: bool,
     /// `attention-splits16`: every attention tile also with 16 blocks a query head
     /// ([`ATTENTION_SPLITS_OPT_IN`]; the kernels at 16 splits are exact on the GPU in
     /// `gpu_attention_split_matches_reference` and the step, but no faster on an H100:
@@ -127,16 +125,11 @@ pub struct OptIn {
 
 impl OptIn {
     /// The names `--opt-in` takes.
-    pub const NAMES: [&'static str; 4] = [
-        "select-fused",
-        "select-cluster",
-        "select-resident",
-        "attention-splits16",
-    ];
+    pub const NAMES: [&'static str; 3] = ["select-fused", "select-cluster", "attention-splits16"];
 
     /// Opt-ins that have joined the default grid, with when: a script that still names one is
     /// told to drop it rather than that it is unknown.
-    pub const GRADUATED: [(&'static str, &'static str); 6] = [
+    pub const GRADUATED: [(&'static str, &'static str); 7] = [
         (
             "select-onepass",
             "the one-read select is in the default grid since it ran on the H200 on 2026-12-02",
@@ -167,6 +160,11 @@ impl OptIn {
             "the default grid tries every rerank tile with decode tables too since they ran \
              exact and sanitizer-clean on a GPU (H100, 2026-12-05)",
         ),
+        (
+            "select-resident",
+            "the resident select is in the default grid since it ran exact and sanitizer-clean \
+             on a GPU and won the HBM 32k select at every G (H100, 2026-12-06)",
+        ),
     ];
 
     /// The opt-ins named by `names`; an unknown name is refused with the known ones.
@@ -176,7 +174,6 @@ impl OptIn {
             match name.as_str() {
                 "select-fused" => opt_in.select_fused = true,
                 "select-cluster" => opt_in.select_cluster = true,
-                "select-resident" => opt_in.select_resident = true,
                 "attention-splits16" => opt_in.attention_splits16 = true,
                 _ => {
                     if let Some((_, since)) =
@@ -214,12 +211,6 @@ impl OptIn {
                     ..OptIn::default()
                 }
             }
-            Variant::Tile(tile) if tile.select_algorithm() == Some(SelectAlgorithm::Resident) => {
-                OptIn {
-                    select_resident: true,
-                    ..OptIn::default()
-                }
-            }
             Variant::Tile(Tile::Attention { splits, .. })
                 if !ATTENTION_SPLITS.contains(&splits) =>
             {
@@ -243,8 +234,7 @@ impl OptIn {
     }
 
     /// The select algorithms tried for every tile: [`SELECT_ALGORITHMS`], the fused one-read
-    /// variant with `select-fused`, the cluster variants with `select-cluster` and the resident
-    /// select with `select-resident`.
+    /// variant with `select-fused` and the cluster variants with `select-cluster`.
     pub fn select_algorithms(self) -> Vec<SelectAlgorithm> {
         let mut algorithms = SELECT_ALGORITHMS.to_vec();
         if self.select_fused {
@@ -252,9 +242,6 @@ impl OptIn {
         }
         if self.select_cluster {
             algorithms.extend([SelectAlgorithm::Cluster, SelectAlgorithm::ScanPeaksCluster]);
-        }
-        if self.select_resident {
-            algorithms.push(SelectAlgorithm::Resident);
         }
         algorithms
     }
@@ -341,7 +328,8 @@ impl Grid {
     /// the radix and compacting ones lose 3x at 1M), the one-block selects from the peaks (of
     /// the scores or of the scan) at 256-1,024 threads and 4-8 items (where they won at 32k and
     /// 128k on the H100, 2026-12-05; the many-block ones win only at 1M, which `--quick` does
-    /// not tune); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
+    /// not tune), the resident select at 256-1,024 threads and 16-32 items (where it won at 32k
+    /// on the H100, 2026-12-06); attention at 128 or 256 threads, 4 or 8 rows a warp and 4 or 8
     /// blocks a query head (every attention winner since the split tiles); the rerank's
     /// whole-row `_score` with the many-block top-k (the winner everywhere) at 128-1,024 threads.
     /// The rest of the grid is small and kept whole. Its candidates are a subset of the full
@@ -386,6 +374,7 @@ impl Grid {
                         Some(SelectAlgorithm::PeaksHead | SelectAlgorithm::ScanPeaksHead) => {
                             (4..=8).contains(items_per_thread)
                         }
+                        Some(SelectAlgorithm::Resident) => (16..=32).contains(items_per_thread),
                         _ => false,
                     }
             }

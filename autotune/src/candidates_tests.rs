@@ -114,7 +114,7 @@ fn every_candidate_of_every_subject_validates_for_every_shape() {
 fn the_new_grids_have_their_stated_sizes() {
     let size = |family, placement| enumerate(&case(Subject::Kernel(family), placement, 4)).len();
     assert_eq!(size(TunedFamily::Plan, Placement::Hbm), 6);
-    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 120);
+    assert_eq!(size(TunedFamily::Select, Placement::Hbm), 140);
     assert_eq!(size(TunedFamily::Attention, Placement::Hbm), 80);
     for family in [
         TunedFamily::Oracle,
@@ -237,7 +237,6 @@ fn select_candidates_carry_the_steps_floor() {
 fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
     let fused = OptIn::parse(&["select-fused".to_string()]).unwrap();
     let cluster = OptIn::parse(&["select-cluster".to_string()]).unwrap();
-    let resident = OptIn::parse(&["select-resident".to_string()]).unwrap();
     let both = OptIn::parse(&["select-cluster".to_string(), "select-fused".to_string()]).unwrap();
     for opt_in in [
         OptIn::default(),
@@ -245,7 +244,6 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
         fused,
         cluster,
         both,
-        resident,
     ] {
         let c = Case {
             opt_in,
@@ -277,7 +275,6 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
                         && threads * items_per_thread >= SELECT_MIN_CHUNK
                         && (algorithm != SelectAlgorithm::Fused || opt_in.select_fused)
                         && (!algorithm.cluster() || opt_in.select_cluster)
-                        && (algorithm != SelectAlgorithm::Resident || opt_in.select_resident)
                         && algorithm != SelectAlgorithm::Peaks;
                     assert_eq!(valid.contains(&tile), kept, "{}", tile.name());
                 }
@@ -298,14 +295,11 @@ fn the_select_grid_is_the_spec_domain_less_the_stated_prunes() {
             items_per_thread,
             defaults.select_algorithm,
         ))));
-        // Every tile is tried as each of the six variants (plain, compacting, one-read, the
-        // one-block peaks one and the two reading the scan's peaks), and as the fused one with
-        // `select-fused`, as the two cluster ones with `select-cluster`, as the resident one
-        // with `select-resident`.
-        let variants = 6
-            + usize::from(opt_in.select_fused)
-            + 2 * usize::from(opt_in.select_cluster)
-            + usize::from(opt_in.select_resident);
+        // Every tile is tried as each of the seven variants (plain, compacting, one-read, the
+        // one-block peaks one, the two reading the scan's peaks and the resident one), and as
+        // the fused one with `select-fused`, as the two cluster ones with `select-cluster`.
+        let variants =
+            7 + usize::from(opt_in.select_fused) + 2 * usize::from(opt_in.select_cluster);
         assert_eq!(valid.len(), 20 * variants);
     }
 }
@@ -320,6 +314,7 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
         "select-peaks",
         "select-scan-peaks",
         "pariskv-decode-table",
+        "select-resident",
     ] {
         let e = OptIn::parse(&[graduated.to_string()]).unwrap_err();
         assert!(e.contains("default grid") && e.contains("drop"), "{e}");
@@ -334,16 +329,14 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     let cluster = OptIn::parse(&["select-cluster".to_string()]).unwrap();
     assert!(cluster.select_cluster && !cluster.select_fused);
     assert_ne!(candidate_checksum(cluster), candidate_checksum(fused));
-    let resident = OptIn::parse(&["select-resident".to_string()]).unwrap();
-    assert!(resident.select_resident && !resident.select_cluster);
-    assert_ne!(candidate_checksum(resident), candidate_checksum(cluster));
+    // A graduated variant needs no opt-in.
     assert_eq!(
         OptIn::needed_for(&Variant::Tile(Tile::select(
             1024,
             32,
             SelectAlgorithm::Resident
         ))),
-        resident
+        OptIn::default()
     );
     let with = grid_with(
         Subject::Kernel(TunedFamily::Select),
@@ -354,7 +347,8 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
         .iter()
         .filter(|v| v.name().contains(" cluster"))
         .count();
-    assert_eq!(cluster_tiles * 4, with.len());
+    // Two of the nine variants a tile (the seven of the default grid and the two cluster ones).
+    assert_eq!(cluster_tiles * 9, with.len() * 2);
     for algorithm in [SelectAlgorithm::Cluster, SelectAlgorithm::ScanPeaksCluster] {
         let tile = Variant::Tile(Tile::select(256, 4, algorithm));
         assert_eq!(OptIn::needed_for(&tile), cluster);
@@ -365,14 +359,14 @@ fn a_graduated_opt_in_is_refused_with_why_and_an_unknown_one_with_the_known_ones
     );
     let with = grid_with(Subject::Kernel(TunedFamily::Select), Placement::Hbm, fused);
     let fused_tiles = with.iter().filter(|v| v.name().ends_with("fused")).count();
-    assert_eq!(fused_tiles * 7, with.len());
+    assert_eq!(fused_tiles * 8, with.len());
     // The default grid holds every select tile as the one-read variant too.
     let select = grid(Subject::Kernel(TunedFamily::Select), Placement::Hbm);
     let onepass = select
         .iter()
         .filter(|v| v.name().ends_with("onepass"))
         .count();
-    assert_eq!(onepass * 6, select.len());
+    assert_eq!(onepass * 7, select.len());
 }
 
 #[test]

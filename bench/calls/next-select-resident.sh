@@ -6,11 +6,11 @@
 # one-block peaks select the HBM step at 32k runs (`t1024 i4 onepass fused peaks`, coarse floor;
 # ~1,930 warp instructions a warp and 26 block barriers, eighteenth session): no peaks pass, no
 # hot tiles, no buffer or final cut; ~11 barriers. Predicted: the `_chunk` 16.5 -> ~10-12 us.
-# This call: step-bench HBM 32k default / resident / default / resident (qwen3-8b, fathom(48)
-# and sparq(32), batch 1), also at 128k where the record's one-block select becomes a resident
-# select reading its row four times; ncu's warm time and instructions of the select `_chunk`
-# both ways at 32k; gpu_select on the resident form, gpu_step's two resident cases;
-# compute-sanitizer on the short and boundary lengths.
+# This call, in order of need: step-bench HBM 32k default / resident (qwen3-8b, fathom(48) and
+# sparq(32), batch 1); gpu_select on the resident form, gpu_step's two resident cases,
+# compute-sanitizer on the short and boundary lengths; step-bench 32k default / resident again;
+# ncu's warm time and instructions of the select `_chunk` both ways at 32k; step-bench at 128k,
+# where the record's one-block select becomes a resident select reading its row four times.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=<commit> BUDGET=420 bash bench/calls/next-select-resident.sh
 set -u
@@ -26,6 +26,7 @@ run() {  # run LABEL CONTEXTS [FLAG]
 }
 run default1 32k
 run resident1 32k --select-resident
+select_checks resident resident
 run default2 32k
 run resident2 32k --select-resident
 ncu_select() {  # ncu_select LABEL [FLAG]
@@ -39,7 +40,6 @@ ncu_select() {  # ncu_select LABEL [FLAG]
 }
 ncu_select default1
 ncu_select resident1 --select-resident
-select_checks resident resident
 run default128 128k
 run resident128 128k --select-resident
 cd $L && { cat nvidia-smi.txt timeline.txt; cat times-select-*.txt 2>/dev/null; cat sanitize/summary.txt 2>/dev/null

@@ -123,9 +123,9 @@ pub struct Args {
     /// `-selot`).
     #[arg(long)]
     pub select_owned_tiles: bool,
-    /// Run the one-block selects (the short contexts') as the resident select: the radix
-    /// passes over keys held in registers (`Tiles::select_resident`, opt-in: not yet run on a
-    /// GPU; files `-selres`).
+    /// Run the one-block selects as the resident select at 1,024 threads x 32 keys whatever
+    /// the record says (`Tiles::select_resident`: an A/B for a record that predates it; files
+    /// `-selres`).
     #[arg(long)]
     pub select_resident: bool,
     /// Leave out the standing cell (host, 128k, batch 16, fathom(48) and sparq(32), when the

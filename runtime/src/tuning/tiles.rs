@@ -325,9 +325,13 @@ pub struct Tiles {
     /// Whether a one-block select (`SelectAlgorithm::one_block`: the record's or
     /// `select_algorithm`'s, the short contexts' choice) runs as the resident select instead
     /// (`SelectAlgorithm::Resident` at [`Tiles::RESIDENT_SELECT`]: the radix passes over keys
-    /// held in registers, a middle of up to 32,768 tokens read once). Opt-in, not yet run on a
-    /// GPU (`step-bench --select-resident`; the GPU tests `gpu_step_select_resident_g{4,7}`,
-    /// and `gpu_select`'s `resident` form).
+    /// held in registers, a middle of up to 32,768 tokens read once), whatever the record
+    /// says: an A/B for a card whose record predates the resident select, which autotune's
+    /// default grid tries since it won the HBM 32k select on the H100 (2026-12-06: the `_chunk`
+    /// 16.51 -> 14.53 us, the HBM step at 32k 1.363 -> 1.304 ms; rows of several tiles, as at
+    /// 128k, are read again by every pass and are slower). Off by default (`step-bench
+    /// --select-resident`; the GPU tests `gpu_step_resident_select_g4`,
+    /// `gpu_step_select_resident_g7`, and `gpu_select`'s `resident` form).
     pub select_resident: bool,
 }
 
