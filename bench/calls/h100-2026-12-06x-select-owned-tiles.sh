@@ -32,15 +32,6 @@ run default1
 run owned1 --select-owned-tiles
 run default2
 run owned2 --select-owned-tiles
-ncu_select() {  # ncu_select LABEL [FLAG]
-  [ $(left) -gt 45 ] || return
-  FATHOM_KERNEL_CACHE=/tmp/kc-$1 timeout -k 10 $(lim 60) ncu --clock-control none --cache-control none --csv \
-    --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k regex:fathom_select --launch-count 400 \
-    $B/step-bench --model qwen3-8b --methods "fathom(48)" --batch 1 --steps 3 --slots 1 --no-standing --placement hbm \
-    --contexts 32k ${2:-} --out $L/ncu-sb-$1 > $L/ncu-select-$1.csv 2> $L/ncu-select-$1.err
-  el "ncu select $1 rc=$?"
-  python3 "$R/bench/calls/ncu-kernel-times.py" $L/ncu-select-$1.csv "hbm 32k $1" > $L/times-select-$1.txt 2>&1
-}
 ncu_select default1
 ncu_select owned1 --select-owned-tiles
 OWNED=peaks_ot,peaks_cf_ot,peaks_head_ot,peaks_head_cf_ot

@@ -925,28 +925,34 @@ fn cluster_matches_the_reference_on_every_family() {
 /// runs a block holds none of (rows shorter than a tile a block).
 #[test]
 fn cluster_ties_across_blocks() {
-    let (mut rng, seed) = inputs::rng_and_seed("cluster_ties_across_blocks");
+    wide_ties("cluster_ties_across_blocks", clusters(4, 64, 64, 4));
+}
+
+/// Every spec of `specs` on TIE_FAMILIES (ties at the k-th key wider than a block's run) at
+/// k = 1, 17, 64: a row of ~22,000 tokens, rows just past `36 + k` and one of 3,000, drawn
+/// from the seed of `test`.
+fn wide_ties(test: &str, specs: impl IntoIterator<Item = SelectSpec>) {
+    let (mut rng, seed) = inputs::rng_and_seed(test);
     let families = TIE_FAMILIES;
     let mut failures = Vec::new();
-    for (spec, k) in clusters(4, 64, 64, 4)
-        .into_iter()
-        .flat_map(|s| [(s, 1), (s, 17), (s, 64)])
-    {
+    for spec in specs {
         let select = CpuSelect::build(spec).expect("builds");
-        let lengths = [
-            rng.gen_range(21_000..24_000),
-            ALWAYS + k + 1,
-            3_000,
-            ALWAYS + k + 9,
-        ];
-        failures.extend(case(
-            &select,
-            &mut rng,
-            seed,
-            (&lengths, 1, None),
-            k,
-            &families,
-        ));
+        for k in [1, 17, 64] {
+            let lengths = [
+                rng.gen_range(21_000..24_000),
+                ALWAYS + k + 1,
+                3_000,
+                ALWAYS + k + 9,
+            ];
+            failures.extend(case(
+                &select,
+                &mut rng,
+                seed,
+                (&lengths, 1, None),
+                k,
+                &families,
+            ));
+        }
     }
     assert_none(failures);
 }
@@ -1093,30 +1099,9 @@ fn resident_matches_the_reference_on_every_family() {
 /// indices must win across the tiles (the equal counts carried from tile to tile).
 #[test]
 fn resident_ties_across_tiles() {
-    let (mut rng, seed) = inputs::rng_and_seed("resident_ties_across_tiles");
-    let families = TIE_FAMILIES;
-    let mut failures = Vec::new();
-    for (threads, items) in [(64, 4), (256, 32)] {
-        let [spec] = resident(4, 64, threads, items);
-        let select = CpuSelect::build(spec).expect("builds");
-        for k in [1, 17, 64] {
-            let lengths = [
-                rng.gen_range(21_000..24_000),
-                ALWAYS + k + 1,
-                3_000,
-                ALWAYS + k + 9,
-            ];
-            failures.extend(case(
-                &select,
-                &mut rng,
-                seed,
-                (&lengths, 1, None),
-                k,
-                &families,
-            ));
-        }
-    }
-    assert_none(failures);
+    let [small] = resident(4, 64, 64, 4);
+    let [large] = resident(4, 64, 256, 32);
+    wide_ties("resident_ties_across_tiles", [small, large]);
 }
 
 /// The resident select's own steps, broken one at a time: which keys it holds, when it reads
