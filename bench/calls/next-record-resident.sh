@@ -28,6 +28,7 @@ run committed2
 run merged2 FATHOM_TUNING_DIR=$L/merged
 cd $L && { cat nvidia-smi.txt timeline.txt; grep -E "select|ready in|record|total" autotune.txt | tail -20; cat merged.merge.txt 2>/dev/null
   for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done; } > $OUT/summary.txt 2>&1
-mkdir -p $OUT/record && cp $L/tune/* $L/merged/* $OUT/record/ 2>/dev/null
+# Two folders: cp will not overwrite a file it created in the same call (both hold one name).
+mkdir -p $OUT/record/tune $OUT/record/merged && cp $L/tune/* $OUT/record/tune/ && cp $L/merged/* $OUT/record/merged/
 tar czf $OUT/record-resident.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
