@@ -140,17 +140,24 @@ step_bench() {
     --commit "${C:-unknown}" > "$L/step-bench-$label.txt" 2>&1
   el "step-bench $label rc=$?"
 }
-#   ncu_select LABEL [FLAG...]   ncu's time and warp instructions of the select kernels (clock
-#                                control off, caches as the step leaves them) in step-bench
-#                                HBM 32k (qwen3-8b, fathom(48), batch 1, 3 steps) with FLAGs:
-#                                $L/ncu-select-LABEL.csv, $L/times-select-LABEL.txt. Needs `unpack`.
-ncu_select() {
+#   ncu_kernels NAME LABEL REGEX CONTEXT [FLAG...]   ncu's time and warp instructions of the
+#                                kernels matching REGEX (clock control off, caches as the step
+#                                leaves them) in step-bench HBM CONTEXT (qwen3-8b, fathom(48),
+#                                batch 1, 3 steps) with FLAGs: $L/ncu-NAME-LABEL.csv,
+#                                $L/times-NAME-LABEL.txt. Needs `unpack` first.
+ncu_kernels() {
   [ "$(left)" -gt 45 ] || return
-  local label=$1; shift
-  FATHOM_KERNEL_CACHE=/tmp/kc-$label timeout -k 10 "$(lim 60)" ncu --clock-control none --cache-control none --csv \
-    --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k regex:fathom_select --launch-count 400 \
+  local name=$1 label=$2 regex=$3 context=$4; shift 4
+  FATHOM_KERNEL_CACHE=/tmp/kc-$label timeout -k 10 "$(lim ${NCU_LIMIT:-60})" ncu --clock-control none --cache-control none --csv \
+    --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k "regex:$regex" --launch-count 400 \
     "$B/step-bench" --model qwen3-8b --methods "fathom(48)" --batch 1 --steps 3 --slots 1 --no-standing --placement hbm \
-    --contexts 32k "$@" --out "$L/ncu-sb-$label" > "$L/ncu-select-$label.csv" 2> "$L/ncu-select-$label.err"
-  el "ncu select $label rc=$?"
-  python3 "$R/bench/calls/ncu-kernel-times.py" "$L/ncu-select-$label.csv" "hbm 32k $label" > "$L/times-select-$label.txt" 2>&1
+    --contexts "$context" "$@" --out "$L/ncu-sb-$name-$label" > "$L/ncu-$name-$label.csv" 2> "$L/ncu-$name-$label.err"
+  el "ncu $name $label rc=$?"
+  python3 "$R/bench/calls/ncu-kernel-times.py" "$L/ncu-$name-$label.csv" "hbm $context $label" > "$L/times-$name-$label.txt" 2>&1
+}
+#   ncu_select LABEL [FLAG...]   ncu_kernels of the select kernels at 32k: $L/ncu-select-LABEL.csv,
+#                                $L/times-select-LABEL.txt.
+ncu_select() {
+  local label=$1; shift
+  ncu_kernels select "$label" fathom_select 32k "$@"
 }

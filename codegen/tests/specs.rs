@@ -114,6 +114,7 @@ fn plan_name_carries_every_field() {
         batched_runs: _,
         run_blocks: _,
         paired_runs: _,
+        direct_line: _,
     } = s;
     let tail = s.with_tail(Placement::Hbm, KvRows::Separate);
     assert_every_field_named(
@@ -218,6 +219,56 @@ fn plan_name_carries_every_field() {
         ..s
     };
     assert_eq!(both.validate().unwrap_err().field, "paired_runs");
+    // The direct water line (not serialised when off): its own name with every way of writing
+    // the run tables and with a tail; fathom's only, the other methods refused with the field.
+    for base in [
+        s,
+        tail,
+        batched,
+        PlanSpec { run_blocks: 4, ..s },
+        PlanSpec {
+            paired_runs: true,
+            ..tail
+        },
+    ] {
+        let direct = PlanSpec {
+            direct_line: true,
+            ..base
+        };
+        direct.validate().unwrap();
+        assert!(
+            direct.kernel_name().contains("_dl"),
+            "{}",
+            direct.kernel_name()
+        );
+        assert!(shared.insert(direct.kernel_name()));
+    }
+    let json = serde_json::to_value(PlanSpec {
+        direct_line: true,
+        ..s
+    })
+    .unwrap();
+    assert_eq!(json["direct_line"], true);
+    assert!(serde_json::to_value(s)
+        .unwrap()
+        .get("direct_line")
+        .is_none());
+    assert!(!back.direct_line);
+    for method in [
+        PlanMethod::Sparq { r: 16 },
+        PlanMethod::Thumbnail,
+        PlanMethod::Uniform { t: 2 },
+        PlanMethod::DoubleSparsity,
+    ] {
+        let bad = PlanSpec {
+            direct_line: true,
+            method,
+            ..s
+        };
+        let err = bad.validate().unwrap_err();
+        assert_eq!(err.field, "direct_line");
+        assert!(err.to_string().contains("fathom"), "{err}");
+    }
     // The runtime's count: at most 4 entries a thread, at most 4 blocks (1M tokens of 32k-token
     // segments at D = 128 and 256 threads: 4; 32k: 1).
     for (max_seg, head_dim, threads, want) in [

@@ -42,6 +42,8 @@ pub struct PlanCase {
     pub run_blocks: usize,
     /// `PlanSpec::paired_runs`: each run-table entry written by a lane pair.
     pub paired_runs: bool,
+    /// `PlanSpec::direct_line`: fathom's water line from its sorted depth boundaries.
+    pub direct_line: bool,
 }
 
 impl PlanCase {
@@ -61,6 +63,7 @@ impl PlanCase {
             batched_runs: false,
             run_blocks: 1,
             paired_runs: false,
+            direct_line: false,
         }
     }
 
@@ -78,6 +81,7 @@ impl PlanCase {
             batched_runs: self.batched_runs,
             run_blocks: self.run_blocks,
             paired_runs: self.paired_runs,
+            direct_line: self.direct_line,
         }
     }
 

@@ -852,24 +852,7 @@ fn assert_caught(base: &PlanCase, budgets: &[f32], kind: Inputs, mutations: &[(&
             .unwrap_or_else(|e| panic!("the mutant `{what}` builds: {e}"));
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(MUTATION_SEED);
         let caught = budgets.iter().any(|&budget| {
-            let case = PlanCase {
-                budget,
-                ..base.clone()
-            };
-            let host = match kind {
-                Inputs::Random => PlanHostInputs::random(&mut rng, &case),
-                Inputs::NearTies => near_tie_inputs(&mut rng, &case),
-                Inputs::ExactTies => exact_tie_inputs(&mut rng, &case),
-            };
-            let failures = run_with(
-                &mut rng,
-                MUTATION_SEED,
-                &case,
-                &mutant,
-                Staging::Planes,
-                &host,
-            )
-            .0;
+            let failures = failures_at(&mut rng, MUTATION_SEED, base, budget, kind, &mutant);
             if std::env::var_os("FATHOM_SHOW_MUTANTS").is_some() {
                 eprintln!("mutant `{what}` at {budget} bits: {failures:?}");
             }
@@ -881,6 +864,27 @@ fn assert_caught(base: &PlanCase, budgets: &[f32], kind: Inputs, mutations: &[(&
             spec_name(base)
         );
     }
+}
+
+/// What `plan` got wrong on `base` at `budget` bits over fresh inputs of `kind`, with a staging.
+fn failures_at(
+    rng: &mut impl Rng,
+    seed: u64,
+    base: &PlanCase,
+    budget: f32,
+    kind: Inputs,
+    plan: &CpuPlan,
+) -> Vec<String> {
+    let case = PlanCase {
+        budget,
+        ..base.clone()
+    };
+    let host = match kind {
+        Inputs::Random => PlanHostInputs::random(rng, &case),
+        Inputs::NearTies => near_tie_inputs(rng, &case),
+        Inputs::ExactTies => exact_tie_inputs(rng, &case),
+    };
+    run_with(rng, seed, &case, plan, Staging::Planes, &host).0
 }
 
 fn spec_name(case: &PlanCase) -> String {
@@ -1176,5 +1180,208 @@ fn a_plan_scoring_the_tail_plans_as_before_and_scores_exactly_the_tail() {
         failures.is_empty(),
         "{} (FATHOM_TEST_SEED={seed})",
         failures.join("\n")
+    );
+}
+
+/// `case` with fathom's direct water line (`PlanSpec::direct_line`).
+fn direct(case: PlanCase) -> PlanCase {
+    PlanCase {
+        direct_line: true,
+        ..case
+    }
+}
+
+/// The direct water line (`PlanSpec::direct_line`) plans as the rounds of midpoints do, the
+/// reference's plan: every raw case of both thread-count parts (every D with every thread
+/// count, every G and block size) and the rotated ones, at every budget of `check_fathom`
+/// (the minimum, everything fitting exactly, one plane short, all-zero queries).
+#[test]
+fn fathom_direct_line_matches_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_direct_line_matches_the_reference");
+    let mut failures = Vec::new();
+    for case in fathom_cases(0).into_iter().chain(fathom_cases(1)) {
+        failures.extend(check_fathom(&mut rng, seed, &direct(case)));
+    }
+    for (i, d) in HEAD_DIMS.into_iter().enumerate() {
+        let case = PlanCase {
+            rotate: true,
+            threads: [64, 1024, 256][i],
+            ..PlanCase::new(d, [7, 1, 4][i], BLOCKS[i], PlanMethod::Fathom)
+        };
+        failures.extend(check_fathom(&mut rng, seed, &direct(case)));
+    }
+    assert_none(failures);
+}
+
+/// The direct water line on the near ties (the plan after 29 halvings differs from the plan
+/// after 30) and the exact ties (the line exactly a midpoint the bisection tries).
+#[test]
+fn fathom_direct_line_ties_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_direct_line_ties_match_the_reference");
+    let mut failures = Vec::new();
+    for (d, g, blk, threads) in [(64, 4, 64, 32), (96, 7, 32, 1024), (128, 4, 128, 256)] {
+        let case = direct(PlanCase {
+            threads,
+            ..PlanCase::new(d, g, blk, PlanMethod::Fathom)
+        });
+        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
+        let host = near_tie_inputs(&mut rng, &case);
+        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
+    }
+    for threads in [32, 256, 1024] {
+        let case = direct(PlanCase {
+            threads,
+            budget: 7.0,
+            ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+        });
+        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
+        let host = exact_tie_inputs(&mut rng, &case);
+        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
+    }
+    assert_none(failures);
+}
+
+/// The direct water line's steps, broken one at a time, on the inputs where each shows.
+#[test]
+fn direct_line_mutations_are_caught() {
+    let base = direct(PlanCase {
+        rotate: true,
+        threads: 256,
+        stage_planes: 60,
+        ..PlanCase::new(96, 4, 64, PlanMethod::Fathom)
+    });
+    let all_fit = all_fit_budget(&base);
+    assert_caught(
+        &base,
+        &[min_budget(base.block()) as f32, 48.0, 92.0, all_fit - 1.0],
+        Inputs::Random,
+        &[
+            (
+                "a boundary's count one short",
+                "if (bound[n + step - 1] >= v) n += step;",
+                "if (bound[n + step - 1] > v) n += step;",
+            ),
+            (
+                "ranks by level ascending",
+                "rank += level[o] > level_c || (level[o] == level_c && o < c);",
+                "rank += level[o] < level_c || (level[o] == level_c && o < c);",
+            ),
+            (
+                "a rank's last part left out",
+                "for (int o = part * D / RANK_PARTS; o < (part + 1) * D / RANK_PARTS; ++o)",
+                "for (int o = part * D / RANK_PARTS; o < (part + 1) * D / RANK_PARTS - (part + 1 == RANK_PARTS); ++o)",
+            ),
+            (
+                "the line the least boundary over the budget",
+                "if (fathom_cost(planes | active << 16) > (double)budget) line = v;",
+                "if (fathom_cost(planes | active << 16) <= (double)budget) line = v;",
+            ),
+            (
+                "the scale cost left out of the boundaries' cost",
+                "const int active = boundaries_at_least(bound[0], v);",
+                "const int active = 0 * boundaries_at_least(bound[0], v);",
+            ),
+            (
+                "the first warp's line left out of the block's",
+                "for (int w = 0; w < WARPS; ++w) line = fmax(line, warp_line[w]);",
+                "for (int w = 1; w < WARPS; ++w) line = fmax(line, warp_line[w]);",
+            ),
+            (
+                "the bisection's low end 7 below the lowest level, not 9",
+                "double lo = bottom - 9.0, hi = top;",
+                "double lo = bottom - 7.0, hi = top;",
+            ),
+        ],
+    );
+    let near = direct(PlanCase {
+        threads: 256,
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    });
+    assert_caught(
+        &near,
+        &[48.0],
+        Inputs::NearTies,
+        &[(
+            "one bisection step fewer",
+            "constexpr int BISECTION_STEPS = 30;",
+            "constexpr int BISECTION_STEPS = 29;",
+        )],
+    );
+}
+
+/// The direct water line's window (a midpoint within EPS of T tried over every channel, as the
+/// rounds try it) is taken by chance about once in a thousand plans, so it is widened here to
+/// take every midpoint: its plans must still be the reference's on random inputs, near ties
+/// and exact ties, and a mistake in it must show.
+#[test]
+fn direct_line_window_plans_as_the_rounds() {
+    let (mut rng, seed) = inputs::rng_and_seed("direct_line_window_plans_as_the_rounds");
+    let narrow = "const double eps = 0x1p-40 * fmax(fmax(fabs(top), fabs(bottom)), 8.0);";
+    let wide = "const double eps = 0x1p+20 * fmax(fmax(fabs(top), fabs(bottom)), 8.0);";
+    let widened = |case: &PlanCase| {
+        let source = render(&case.spec()).expect("the plan renders");
+        assert!(
+            source.contains(narrow),
+            "the window is in {}",
+            spec_name(case)
+        );
+        source.replacen(narrow, wide, 1)
+    };
+    let mut failures = Vec::new();
+    let random = direct(PlanCase {
+        threads: 64,
+        ..PlanCase::new(96, 7, 32, PlanMethod::Fathom)
+    });
+    let near = direct(PlanCase {
+        threads: 1024,
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    });
+    let exact = direct(PlanCase {
+        threads: 256,
+        budget: 7.0,
+        ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
+    });
+    let all_fit = all_fit_budget(&random);
+    for (case, kind, budgets) in [
+        (
+            &random,
+            Inputs::Random,
+            vec![min_budget(random.block()) as f32, 48.0, 92.0, all_fit - 1.0],
+        ),
+        (&near, Inputs::NearTies, vec![48.0]),
+        (&exact, Inputs::ExactTies, vec![7.0]),
+    ] {
+        let plan =
+            CpuPlan::build_source(case.spec(), &widened(case)).expect("the widened plan builds");
+        for budget in budgets {
+            failures.extend(failures_at(&mut rng, seed, case, budget, kind, &plan));
+        }
+    }
+    assert_none(failures);
+    // A mistake in the window (half a warp's channels counted) is caught once it is taken.
+    let spec = random.spec();
+    let mutant = widened(&random).replacen(
+        "for (int o = 16; o > 0; o /= 2) shares += __shfl_xor_sync(0xffffffffu, shares, o);\n                    fits",
+        "for (int o = 16; o > 1; o /= 2) shares += __shfl_xor_sync(0xffffffffu, shares, o);\n                    fits",
+        1,
+    );
+    assert_ne!(
+        mutant,
+        widened(&random),
+        "the window's reduction is in the source"
+    );
+    let plan = CpuPlan::build_source(spec, &mutant).expect("the mutant builds");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(MUTATION_SEED);
+    assert!(
+        !failures_at(
+            &mut rng,
+            MUTATION_SEED,
+            &random,
+            48.0,
+            Inputs::Random,
+            &plan
+        )
+        .is_empty(),
+        "the window's half reduction was not caught"
     );
 }

@@ -25,6 +25,8 @@
 //!   (`gpu_plan_batched_run_tables`, `PlanSpec::batched_runs`), and shared among several
 //!   blocks a head (`gpu_plan_shared_run_tables`, `PlanSpec::run_blocks`), and each entry
 //!   written by a lane pair (`gpu_plan_paired_run_tables`, `PlanSpec::paired_runs`).
+//! - fathom's water line found directly (`gpu_plan_direct_line_matches_reference`,
+//!   `PlanSpec::direct_line`): every shape, every block size, raw and rotated, the edges.
 //! - edges: all-zero queries (all depths 0), a huge budget (every channel with `w_c > 0` at
 //!   depth 4), the minimum budget (one channel at depth 1), a batch of three sequences of
 //!   different lengths including `n_stored = 0` (depths written, no run slot), and a plan that
@@ -235,6 +237,53 @@ gpu_test!(gpu_plan_fathom_rotated_matches_reference, |t| {
                 ..Case::new(d, g, blk, PlanMethod::Fathom)
             };
             check(&t.gpu, &mut t.rng, t.seed, &case);
+        }
+    }
+});
+
+// Fathom's direct water line (`PlanSpec::direct_line`, opt-in): the same plans bit for bit as
+// the rounds of midpoints (the reference's) for every G and D of §1 at random budgets and 48,
+// every block size (one warp to 32), raw and rotated, and the edges (all-zero queries, a huge
+// and the minimum budget, sequences with nothing stored).
+gpu_test!(gpu_plan_direct_line_matches_reference, |t| {
+    let direct = |case: Case| Case {
+        direct_line: true,
+        ..case
+    };
+    for (i, (g, d, blk)) in all_shapes().into_iter().enumerate() {
+        let block = BlockSize::from_tokens(blk).unwrap();
+        let most = d as f64 * (4.0 + block.scale_bits_per_token());
+        for budget in [48.0, t.rng.gen_range(min_budget(block)..most).ceil()] {
+            let case = direct(Case {
+                budget: budget as f32,
+                threads: [32, 64, 96, 128, 224, 256, 512, 1024][i % 8],
+                rotate: i % 3 == 1,
+                ..Case::new(d, g, blk, PlanMethod::Fathom)
+            });
+            check(&t.gpu, &mut t.rng, t.seed, &case);
+        }
+    }
+    for (g, d, blk) in FEW_SHAPES {
+        let block = BlockSize::from_tokens(blk).unwrap();
+        for (budget, zero_queries, n_stored) in [
+            (48.0, vec![(0, 1), (2, 0)], vec![3 * blk, 0, 9 * blk]),
+            (1.0e6, vec![], vec![3 * blk, 0, 9 * blk]),
+            (min_budget(block) as f32, vec![], vec![0, blk, 21 * blk]),
+        ] {
+            let case = direct(Case {
+                budget,
+                zero_queries: zero_queries.clone(),
+                n_stored,
+                ..Case::new(d, g, blk, PlanMethod::Fathom)
+            });
+            let depths = check(&t.gpu, &mut t.rng, t.seed, &case);
+            for &(b, h) in &zero_queries {
+                assert!(
+                    depths[b][h].iter().all(|&t| t == 0),
+                    "zero queries must read nothing (FATHOM_TEST_SEED={})",
+                    t.seed
+                );
+            }
         }
     }
 });

@@ -532,6 +532,7 @@ fn staged_pipeline(
         batched_runs: false,
         run_blocks: 1,
         paired_runs: false,
+        direct_line: false,
     };
     let plan_kernel = Kernel::compile(gpu, plan_spec);
     let staging = Staging::new(gpu, &shape, 4 * d);
@@ -671,6 +672,7 @@ gpu_test!(gpu_gather_plan_over_staging_copies_nothing, |t| {
         batched_runs: false,
         run_blocks: 1,
         paired_runs: false,
+        direct_line: false,
     };
     let plan_kernel = Kernel::compile(&t.gpu, plan_spec);
     let staging = Staging::new(&t.gpu, &shape, 4 * d - 1);

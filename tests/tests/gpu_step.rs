@@ -76,6 +76,9 @@
 //!   `gpu_step_select_resident_g7`: the second with `Tiles::select_resident` (opt-in) over a
 //!   record of `peaks_head`, so that every step's select is the resident one at 1,024 x 32
 //!   (rows of one tile, read once).
+//! - `gpu_step_plan_direct_line_g4`, `gpu_step_plan_direct_line_g7`: the first two cases with
+//!   fathom's water line found directly (`Tiles::plan_direct_line`, opt-in), the G = 7 one
+//!   rotated.
 //!
 //! Graphs: every capturable step is captured, its outputs poisoned, replayed, and compared bit
 //! for bit with the eager step. The memcpy transfer must refuse capture.
@@ -1109,6 +1112,21 @@ gpu_test!(gpu_step_plan_unpaired_runs_g4, |t| {
         config.tiles.plan_run_blocks = blocks;
         run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
     }
+});
+
+// Fathom's water line found directly (`Tiles::plan_direct_line`, opt-in): every method (the
+// others ignore it), eager and replayed, both placements, against the reference; raw at G = 4,
+// rotated at G = 7.
+gpu_test!(gpu_step_plan_direct_line_g4, |t| {
+    let mut config = decoder_config();
+    config.tiles.plan_direct_line = true;
+    run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+gpu_test!(gpu_step_plan_direct_line_g7, |t| {
+    let mut config = decoder_config();
+    config.tiles.plan_direct_line = true;
+    run_case_configured(&mut t, D, 7, Basis::Klt, Tuned::Default, config);
 });
 
 // The peaks selects' floor from two of the three radix passes over the peaks

@@ -68,6 +68,8 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
             !h.plan_paired_runs && !h.plan_batched_runs,
             "-planunpaired".to_string(),
         ),
+        // Fathom's water line found directly (`--plan-direct-line`).
+        (h.plan_direct_line, "-plandl".to_string()),
         // Attention's splits merged in a cluster (`--attention-cluster-merge`).
         (h.attention_cluster_merge, "-attncm".to_string()),
         // The peaks selects' floor from all three passes (`--select-full-floor`).

@@ -108,6 +108,10 @@ pub struct Args {
     /// entry from a lane pair; files `-planunpaired`).
     #[arg(long)]
     pub plan_unpaired_runs: bool,
+    /// Find fathom's water line directly, from the channels' depth boundaries sorted by level
+    /// (`Tiles::plan_direct_line`, opt-in until timed; files `-plandl`).
+    #[arg(long)]
+    pub plan_direct_line: bool,
     /// Merge attention's split partials in a thread-block cluster where a query head has 2 to
     /// 8 blocks (`Tiles::attention_cluster_merge`, off by default until timed; files
     /// `-attncm`).
@@ -175,6 +179,8 @@ pub struct Options {
     pub plan_run_blocks: Option<usize>,
     /// Not `--plan-unpaired-runs`.
     pub plan_paired_runs: bool,
+    /// `--plan-direct-line`.
+    pub plan_direct_line: bool,
     /// `--attention-cluster-merge`.
     pub attention_cluster_merge: bool,
     /// Not `--select-full-floor`.
@@ -424,6 +430,7 @@ impl Options {
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
             // Batched pointer loads write whole entries from one lane.
             plan_paired_runs: !args.plan_unpaired_runs && !args.plan_batched_runs,
+            plan_direct_line: args.plan_direct_line,
             attention_cluster_merge: args.attention_cluster_merge,
             select_coarse_floor: !args.select_full_floor,
             select_owned_tiles: args.select_owned_tiles,

@@ -171,6 +171,10 @@ pub struct Header {
     /// absent, false, in records written before).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plan_paired_runs: bool,
+    /// Whether fathom's plan found its water line directly (`--plan-direct-line`; absent in
+    /// records written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan_direct_line: bool,
     /// Whether attention's splits merged in a cluster (`--attention-cluster-merge`; absent in
     /// records written before the option).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

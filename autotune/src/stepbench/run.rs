@@ -310,6 +310,7 @@ impl Bench {
             plan_batched_runs: self.options.plan_batched_runs,
             plan_run_blocks: self.options.plan_run_blocks,
             plan_paired_runs: self.options.plan_paired_runs,
+            plan_direct_line: self.options.plan_direct_line,
             attention_cluster_merge: self.options.attention_cluster_merge,
             select_coarse_floor: self.options.select_coarse_floor,
             select_owned_tiles: self.options.select_owned_tiles,
@@ -832,6 +833,7 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.plan_batched_runs = options.plan_batched_runs;
     config.tiles.plan_run_blocks = options.plan_run_blocks;
     config.tiles.plan_paired_runs = options.plan_paired_runs;
+    config.tiles.plan_direct_line = options.plan_direct_line;
     config.tiles.attention_cluster_merge = options.attention_cluster_merge;
     config.tiles.select_coarse_floor = options.select_coarse_floor;
     config.tiles.select_owned_tiles = options.select_owned_tiles;

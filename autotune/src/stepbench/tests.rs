@@ -262,6 +262,7 @@ fn record_header_round_trips() {
     assert!(!record.header.plan_batched_runs);
     assert!(!record.header.select_coarse_floor);
     assert!(!record.header.select_owned_tiles);
+    assert!(!record.header.plan_direct_line);
 }
 
 #[test]
@@ -865,6 +866,9 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
             .unwrap()
             .select_coarse_floor
     );
+    // The plan's direct water line: off unless asked for.
+    assert!(!options(&[]).unwrap().plan_direct_line);
+    assert!(options(&["--plan-direct-line"]).unwrap().plan_direct_line);
     // Owned peak tiles: off unless asked for.
     assert!(!options(&[]).unwrap().select_owned_tiles);
     assert!(

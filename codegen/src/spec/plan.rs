@@ -155,6 +155,17 @@ pub struct PlanSpec {
     /// `batched_runs`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub paired_runs: bool,
+    /// Fathom's water line found directly, not by rounds of trial midpoints: a channel's depth
+    /// at a line x reaches t exactly when x is at most a boundary of its level (the largest
+    /// double with `fl(L - x) >= 2t`), so the bisection's verdict at x is `x > T` for the
+    /// largest boundary T whose boundaries at or above it cost more than the budget. The
+    /// boundaries are sorted by level (a rank a channel), T is the largest that four binary
+    /// searches a boundary put over the budget, and every thread replays the 30 halvings
+    /// against it: three block barriers instead of one a round (10 at 256 threads), the same
+    /// plan bit for bit. Only with `method: fathom`; name suffix `_dl`. Opt-in
+    /// (`Tiles::plan_direct_line`) until timed on a GPU.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub direct_line: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -201,6 +212,7 @@ impl PlanSpec {
             batched_runs: false,
             run_blocks: 1,
             paired_runs: false,
+            direct_line: false,
         }
     }
 
@@ -286,7 +298,19 @@ impl Family for PlanSpec {
             batched_runs,
             run_blocks,
             paired_runs,
+            direct_line,
         } = *self;
+        if direct_line && !matches!(method, PlanMethod::Fathom) {
+            return Err(SpecError::new(
+                Self::FAMILY,
+                "direct_line",
+                direct_line,
+                format!(
+                    "false with method {} (the direct water line is fathom's)",
+                    method.tag()
+                ),
+            ));
+        }
         if paired_runs && batched_runs {
             return Err(SpecError::new(
                 Self::FAMILY,
@@ -371,8 +395,9 @@ impl Family for PlanSpec {
         } else {
             runs
         };
+        let line = if self.direct_line { "_dl" } else { "" };
         format!(
-            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{runs}{tail}",
+            "fathom_plan_d{}_g{}_b{}_s{}_{}_{}_t{}{runs}{line}{tail}",
             self.head_dim,
             self.group,
             self.block,
@@ -396,6 +421,7 @@ impl Family for PlanSpec {
         c.insert("tail", &self.tail.is_some());
         c.insert("run_blocks", &self.run_blocks);
         c.insert("paired_runs", &self.paired_runs);
+        c.insert("direct_line", &self.direct_line);
         c.insert(
             "run_batch",
             &if self.batched_runs {

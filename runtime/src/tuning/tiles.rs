@@ -295,6 +295,14 @@ pub struct Tiles {
     /// --plan-unpaired-runs`; the GPU tests `gpu_plan_paired_run_tables`,
     /// `gpu_step_plan_unpaired_runs_g4`); ignored with `plan_batched_runs`.
     pub plan_paired_runs: bool,
+    /// Whether fathom's plan finds its water line directly (`PlanSpec::direct_line`): the
+    /// channels' depth boundaries sorted by level, the largest one over the budget found by
+    /// binary searches and the 30 halvings replayed against it by every thread, three block
+    /// barriers instead of one a bisection round; the same plan bit for bit. Opt-in until
+    /// timed on a GPU (`step-bench --plan-direct-line`; the GPU tests
+    /// `gpu_plan_direct_line_matches_reference`, `gpu_step_plan_direct_line_g{4,7}`); the
+    /// other methods ignore it.
+    pub plan_direct_line: bool,
     /// Whether attention's blocks of a query head merge their partials in a thread-block
     /// cluster (`AttentionSpec::cluster_merge`, taken where the head has 2 to 8 blocks; sm_90)
     /// instead of through global memory and an arrival count. Opt-in: exact on an H100 and
@@ -377,6 +385,7 @@ impl Default for Tiles {
             // Whole sectors a warp's store: the plan at 1M 11.58 -> 10.94 us (ncu, H100,
             // 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
             plan_paired_runs: true,
+            plan_direct_line: false,
             attention_cluster_merge: false,
             // Three block barriers fewer: the HBM step at 32k 1.373-1.379 ms against
             // 1.391-1.406 (H100, 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).

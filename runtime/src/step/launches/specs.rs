@@ -253,6 +253,7 @@ fn plan(
             None => PlanSpec::run_blocks_for(shape.max_seg, shape.head_dim, threads),
         },
         paired_runs: tiles.plan_paired_runs && !tiles.plan_batched_runs,
+        direct_line: tiles.plan_direct_line && method == codegen::spec::PlanMethod::Fathom,
     })
 }
 
