@@ -763,12 +763,14 @@ pub fn rerank_spec(case: &Case, tile: Tile) -> Result<PariskvRerankSpec, String>
 
 /// The plan kernel every store is planned with, and whose threads are tuned: `fathom` without
 /// rotation on the tuner's block and segment (every method of a shape shares the tuned
-/// threads, as the step's lookup does).
+/// threads, as the step's lookup does), its water line found as the step finds it
+/// (`Tiles::plan_direct_line`).
 pub fn plan_spec(head_dim: usize, group: usize, threads: usize) -> PlanSpec {
     PlanSpec {
         block: BLOCK,
         segment_words: SEGMENT_WORDS,
         threads,
+        direct_line: Tiles::default().plan_direct_line,
         ..PlanSpec::new(head_dim, group, PlanMethod::Fathom, false)
     }
 }
