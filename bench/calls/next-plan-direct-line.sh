@@ -6,6 +6,7 @@
 # as before): three block barriers and no rounds, against 10 rounds of 7 trial midpoints with a
 # barrier each (~0.5 us a round by the block-size sweep of 2026-12-03). Predicted: the plan at
 # 32k 9.0 -> ~5 us, at 1M ~11 -> ~7 us; the HBM step ~4 us a layer faster at both.
+# Measured (H100, binaries of 90dd8e1, PART=1): exact, and no faster (the plan 9.22 us both ways).
 # PART=1 (the first call, 540 s), in order of need: gpu_plan's direct-line test (every shape
 # and block size, raw and rotated, the edges) and the rounds' block-size test beside it,
 # gpu_step's two direct-line cases, compute-sanitizer (memcheck, racecheck) on the plan's test;

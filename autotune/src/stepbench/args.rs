@@ -109,7 +109,7 @@ pub struct Args {
     #[arg(long)]
     pub plan_unpaired_runs: bool,
     /// Find fathom's water line directly, from the channels' depth boundaries sorted by level
-    /// (`Tiles::plan_direct_line`, opt-in until timed; files `-plandl`).
+    /// (`Tiles::plan_direct_line`, opt-in: exact on an H100 but no faster; files `-plandl`).
     #[arg(long)]
     pub plan_direct_line: bool,
     /// Merge attention's split partials in a thread-block cluster where a query head has 2 to
