@@ -581,37 +581,58 @@ fn exact_tie_inputs(rng: &mut impl Rng, case: &PlanCase) -> PlanHostInputs {
     host
 }
 
-#[test]
-fn fathom_exact_ties_match_the_reference() {
-    let (mut rng, seed) = inputs::rng_and_seed("fathom_exact_ties_match_the_reference");
+/// The exact-tie case (`exact_tie_inputs`) at each of `threads` threads, `with` applied: what
+/// differed from the reference.
+fn exact_tie_failures(
+    rng: &mut impl Rng,
+    seed: u64,
+    threads: &[usize],
+    with: impl Fn(PlanCase) -> PlanCase,
+) -> Vec<String> {
     let mut failures = Vec::new();
-    for threads in [32, 1024] {
-        let case = PlanCase {
+    for &threads in threads {
+        let case = with(PlanCase {
             threads,
             budget: 7.0,
             ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
-        };
+        });
         let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
-        let host = exact_tie_inputs(&mut rng, &case);
-        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
+        let host = exact_tie_inputs(rng, &case);
+        failures.extend(run_with(rng, seed, &case, &plan, Staging::Planes, &host).0);
     }
-    assert_none(failures);
+    failures
+}
+
+/// The near-tie cases (`near_tie_inputs`: three shapes, 32 to 1,024 threads), `with` applied:
+/// what differed from the reference.
+fn near_tie_failures(
+    rng: &mut impl Rng,
+    seed: u64,
+    with: impl Fn(PlanCase) -> PlanCase,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (d, g, blk, threads) in [(64, 4, 64, 32), (96, 7, 32, 1024), (128, 4, 128, 256)] {
+        let case = with(PlanCase {
+            threads,
+            ..PlanCase::new(d, g, blk, PlanMethod::Fathom)
+        });
+        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
+        let host = near_tie_inputs(rng, &case);
+        failures.extend(run_with(rng, seed, &case, &plan, Staging::Planes, &host).0);
+    }
+    failures
+}
+
+#[test]
+fn fathom_exact_ties_match_the_reference() {
+    let (mut rng, seed) = inputs::rng_and_seed("fathom_exact_ties_match_the_reference");
+    assert_none(exact_tie_failures(&mut rng, seed, &[32, 1024], |case| case));
 }
 
 #[test]
 fn fathom_near_ties_match_the_reference() {
     let (mut rng, seed) = inputs::rng_and_seed("fathom_near_ties_match_the_reference");
-    let mut failures = Vec::new();
-    for (d, g, blk, threads) in [(64, 4, 64, 32), (96, 7, 32, 1024), (128, 4, 128, 256)] {
-        let case = PlanCase {
-            threads,
-            ..PlanCase::new(d, g, blk, PlanMethod::Fathom)
-        };
-        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
-        let host = near_tie_inputs(&mut rng, &case);
-        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
-    }
-    assert_none(failures);
+    assert_none(near_tie_failures(&mut rng, seed, |case| case));
 }
 
 /// Four cases of a way of writing the run tables, at `threads[i]` threads and `with(i, case)`
@@ -1218,26 +1239,8 @@ fn fathom_direct_line_matches_the_reference() {
 #[test]
 fn fathom_direct_line_ties_match_the_reference() {
     let (mut rng, seed) = inputs::rng_and_seed("fathom_direct_line_ties_match_the_reference");
-    let mut failures = Vec::new();
-    for (d, g, blk, threads) in [(64, 4, 64, 32), (96, 7, 32, 1024), (128, 4, 128, 256)] {
-        let case = direct(PlanCase {
-            threads,
-            ..PlanCase::new(d, g, blk, PlanMethod::Fathom)
-        });
-        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
-        let host = near_tie_inputs(&mut rng, &case);
-        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
-    }
-    for threads in [32, 256, 1024] {
-        let case = direct(PlanCase {
-            threads,
-            budget: 7.0,
-            ..PlanCase::new(64, 4, 64, PlanMethod::Fathom)
-        });
-        let plan = CpuPlan::build(case.spec()).expect("the plan builds for the CPU");
-        let host = exact_tie_inputs(&mut rng, &case);
-        failures.extend(run_with(&mut rng, seed, &case, &plan, Staging::Planes, &host).0);
-    }
+    let mut failures = near_tie_failures(&mut rng, seed, direct);
+    failures.extend(exact_tie_failures(&mut rng, seed, &[32, 256, 1024], direct));
     assert_none(failures);
 }
 
