@@ -913,15 +913,20 @@ fn spec_name(case: &PlanCase) -> String {
     case.spec().kernel_name()
 }
 
-#[test]
-fn plan_mutations_are_caught() {
-    // A staging of 60 planes: the plans at 92 bits and one plane short of all fitting exceed it.
-    let base = PlanCase {
+/// The rotated case the random-input mutants run on: a staging of 60 planes, which the plans
+/// at 92 bits and one plane short of all fitting exceed.
+fn mutation_base() -> PlanCase {
+    PlanCase {
         rotate: true,
         threads: 256,
         stage_planes: 60,
         ..PlanCase::new(96, 4, 64, PlanMethod::Fathom)
-    };
+    }
+}
+
+#[test]
+fn plan_mutations_are_caught() {
+    let base = mutation_base();
     let all_fit = all_fit_budget(&base);
     assert_caught(
         &base,
@@ -1247,12 +1252,7 @@ fn fathom_direct_line_ties_match_the_reference() {
 /// The direct water line's steps, broken one at a time, on the inputs where each shows.
 #[test]
 fn direct_line_mutations_are_caught() {
-    let base = direct(PlanCase {
-        rotate: true,
-        threads: 256,
-        stage_planes: 60,
-        ..PlanCase::new(96, 4, 64, PlanMethod::Fathom)
-    });
+    let base = direct(mutation_base());
     let all_fit = all_fit_budget(&base);
     assert_caught(
         &base,
