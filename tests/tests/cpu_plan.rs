@@ -1219,7 +1219,7 @@ fn direct(case: PlanCase) -> PlanCase {
 
 /// The direct water line (`PlanSpec::direct_line`) plans as the rounds of midpoints do, the
 /// reference's plan: every raw case of both thread-count parts (every D with every thread
-/// count, every G and block size) and the rotated ones, at every budget of `check_fathom`
+/// count, every G and block size), the rotated ones and the other head dimensions, at every budget of `check_fathom`
 /// (the minimum, everything fitting exactly, one plane short, all-zero queries).
 #[test]
 fn fathom_direct_line_matches_the_reference() {
@@ -1233,6 +1233,15 @@ fn fathom_direct_line_matches_the_reference() {
             rotate: true,
             threads: [64, 1024, 256][i],
             ..PlanCase::new(d, [7, 1, 4][i], BLOCKS[i], PlanMethod::Fathom)
+        };
+        failures.extend(check_fathom(&mut rng, seed, &direct(case)));
+    }
+    // The head dimensions whose levels the first warp sorts four (80) and eight (192, 256) a
+    // lane, -inf past D in the first two.
+    for (i, d) in [80, 192, 256].into_iter().enumerate() {
+        let case = PlanCase {
+            threads: [32, 256, 1024][i],
+            ..PlanCase::new(d, [4, 7, 1][i], BLOCKS[i], PlanMethod::Fathom)
         };
         failures.extend(check_fathom(&mut rng, seed, &direct(case)));
     }
@@ -1265,14 +1274,19 @@ fn direct_line_mutations_are_caught() {
                 "if (bound[n + step - 1] > v) n += step;",
             ),
             (
-                "ranks by level ascending",
-                "rank += level[o] > level_c || (level[o] == level_c && o < c);",
-                "rank += level[o] < level_c || (level[o] == level_c && o < c);",
+                "the sort's pairs within a lane in the wrong order",
+                "const bool descending = (i & k) == 0;",
+                "const bool descending = (i & k) != 0;",
             ),
             (
-                "a rank's last part left out",
-                "for (int o = part * D / RANK_PARTS; o < (part + 1) * D / RANK_PARTS; ++o)",
-                "for (int o = part * D / RANK_PARTS; o < (part + 1) * D / RANK_PARTS - (part + 1 == RANK_PARTS); ++o)",
+                "the sort's pairs across lanes in the wrong order",
+                "const bool keeps_larger = ((i & j) == 0) == ((i & k) == 0);",
+                "const bool keeps_larger = ((i & j) == 0) != ((i & k) == 0);",
+            ),
+            (
+                "the last level left out of the sort",
+                "sorted[e] = c < D ? level[c] : -FATHOM_INF;",
+                "sorted[e] = c < D - 1 ? level[c] : -FATHOM_INF;",
             ),
             (
                 "the line the least boundary over the budget",

@@ -159,13 +159,15 @@ pub struct PlanSpec {
     /// at a line x reaches t exactly when x is at most a boundary of its level (the largest
     /// double with `fl(L - x) >= 2t`, within a few ulps of `b = fl(L - 2t)`), so the
     /// bisection's verdict at x is `x > T` for the largest b, T, whose b's at or above it cost
-    /// more than the budget, wherever x is more than `2^-40 max(|L|, 8)` from T. The b's are
-    /// sorted by level (a rank a channel), T is found by four binary searches a b, and every
-    /// thread replays the 30 halvings against it, a midpoint near T tried over every channel
-    /// as the rounds try it: three block barriers instead of one a round (10 at 256 threads),
-    /// the same plan bit for bit. Only with `method: fathom`; name suffix `_dl`. Opt-in
-    /// (`Tiles::plan_direct_line`): exact on an H100 but no faster (the plan 9.22 us at 32k
-    /// both ways, 2026-12-07: the rounds are not what sets its time).
+    /// more than the budget, wherever x is more than `2^-40 max(|L|, 8)` from T. The levels
+    /// are sorted by the first warp (a bitonic sort; until 2026-12-07's second session every
+    /// thread counted ranks, which cost what the rounds saved), T is found by four binary
+    /// searches a b, and every thread replays the 30 halvings against it, a midpoint near T
+    /// tried over every channel as the rounds try it: two block barriers instead of one a
+    /// round (10 at 256 threads), the same plan bit for bit. Only with `method: fathom`; name
+    /// suffix `_dl`. Opt-in (`Tiles::plan_direct_line`): with counted ranks exact on an H100
+    /// but no faster (the plan 9.22 us at 32k both ways, 2026-12-07); the sorted form is exact
+    /// on the CPU emulator and not yet run on a GPU (`bench/calls/next-select-early-stop.sh`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub direct_line: bool,
 }

@@ -296,11 +296,12 @@ pub struct Tiles {
     /// `gpu_step_plan_unpaired_runs_g4`); ignored with `plan_batched_runs`.
     pub plan_paired_runs: bool,
     /// Whether fathom's plan finds its water line directly (`PlanSpec::direct_line`): the
-    /// channels' depth boundaries sorted by level, the largest one over the budget found by
-    /// binary searches and the 30 halvings replayed against it by every thread, three block
-    /// barriers instead of one a bisection round; the same plan bit for bit. Opt-in: exact on
-    /// an H100 but no faster (the plan 9.22 us at 32k both ways, 2026-12-07;
-    /// `step-bench --plan-direct-line`; the GPU tests
+    /// channels' depth boundaries sorted by level (by one warp), the largest one over the
+    /// budget found by binary searches and the 30 halvings replayed against it by every
+    /// thread, two block barriers instead of one a bisection round; the same plan bit for bit.
+    /// Opt-in: with the levels' ranks counted by every thread exact on an H100 but no faster
+    /// (the plan 9.22 us at 32k both ways, 2026-12-07); the warp's sort that replaced the
+    /// count is not yet timed (`step-bench --plan-direct-line`; the GPU tests
     /// `gpu_plan_direct_line_matches_reference`, `gpu_step_plan_direct_line_g{4,7}`); the
     /// other methods ignore it.
     pub plan_direct_line: bool,
