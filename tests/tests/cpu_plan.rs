@@ -1219,8 +1219,9 @@ fn direct(case: PlanCase) -> PlanCase {
 
 /// The direct water line (`PlanSpec::direct_line`) plans as the rounds of midpoints do, the
 /// reference's plan: every raw case of both thread-count parts (every D with every thread
-/// count, every G and block size), the rotated ones and the other head dimensions, at every budget of `check_fathom`
-/// (the minimum, everything fitting exactly, one plane short, all-zero queries).
+/// count, every G and block size), the rotated ones and the other head dimensions, at every
+/// budget of `check_fathom` (the minimum, everything fitting exactly, one plane short, all-zero
+/// queries).
 #[test]
 fn fathom_direct_line_matches_the_reference() {
     let (mut rng, seed) = inputs::rng_and_seed("fathom_direct_line_matches_the_reference");
@@ -1228,20 +1229,21 @@ fn fathom_direct_line_matches_the_reference() {
     for case in fathom_cases(0).into_iter().chain(fathom_cases(1)) {
         failures.extend(check_fathom(&mut rng, seed, &direct(case)));
     }
-    for (i, d) in HEAD_DIMS.into_iter().enumerate() {
+    // (D, G, threads, BLK, rotated): the rotated cases of `HEAD_DIMS`, then the head dimensions
+    // whose levels the first warp sorts four (80) and eight (192, 256) a lane, -inf past D in
+    // 80 and 192.
+    for (d, g, threads, block, rotate) in [
+        (64, 7, 64, 32, true),
+        (96, 1, 1024, 64, true),
+        (128, 4, 256, 128, true),
+        (80, 4, 32, 32, false),
+        (192, 7, 256, 64, false),
+        (256, 1, 1024, 128, false),
+    ] {
         let case = PlanCase {
-            rotate: true,
-            threads: [64, 1024, 256][i],
-            ..PlanCase::new(d, [7, 1, 4][i], BLOCKS[i], PlanMethod::Fathom)
-        };
-        failures.extend(check_fathom(&mut rng, seed, &direct(case)));
-    }
-    // The head dimensions whose levels the first warp sorts four (80) and eight (192, 256) a
-    // lane, -inf past D in the first two.
-    for (i, d) in [80, 192, 256].into_iter().enumerate() {
-        let case = PlanCase {
-            threads: [32, 256, 1024][i],
-            ..PlanCase::new(d, [4, 7, 1][i], BLOCKS[i], PlanMethod::Fathom)
+            rotate,
+            threads,
+            ..PlanCase::new(d, g, block, PlanMethod::Fathom)
         };
         failures.extend(check_fathom(&mut rng, seed, &direct(case)));
     }
