@@ -163,18 +163,19 @@ ncu_select() {
 }
 #   ncu_sampling TAG REGEX [FLAG...]   ncu's finest warp-state sampling (--warp-sampling-interval 0;
 #                                ncu's default gives ~60 samples a 9 us launch) of one launch of
-#                                the kernels matching REGEX in step-bench HBM 32k (qwen3-8b,
+#                                the kernels matching REGEX in step-bench HBM 32k (CONTEXT=1m: at
+#                                that context; qwen3-8b,
 #                                fathom(48), batch 1) with FLAGs: $L/TAG-sass.csv (each SASS
 #                                instruction's counters and stall samples; bench/calls/sass-lines.py
 #                                puts them on source lines) and $L/TAG-details.csv. Needs `unpack`.
 ncu_sampling() {
   [ "$(left)" -gt 40 ] || return
-  local tag=$1 regex=$2; shift 2
+  local tag=$1 regex=$2 context=${CONTEXT:-32k}; shift 2
   FATHOM_KERNEL_CACHE=/tmp/kc-sampling timeout -k 10 "$(lim 60)" ncu --clock-control none --cache-control none \
     --section WarpStateStats --section SourceCounters --section LaunchStats --section SpeedOfLight \
     --warp-sampling-interval 0 --import-source no -k "regex:$regex" --launch-skip 60 --launch-count 1 -o "$L/$tag" \
     "$B/step-bench" --model qwen3-8b --methods "fathom(48)" --batch 1 --steps 3 --slots 1 --no-standing \
-    --placement hbm --contexts 32k "$@" --out "/tmp/sb-sampling-$tag" > "$L/ncu-$tag.txt" 2>&1
+    --placement hbm --contexts "$context" "$@" --out "/tmp/sb-sampling-$tag" > "$L/ncu-$tag.txt" 2>&1
   el "ncu sampling $tag rc=$?"
   ncu --import "$L/$tag.ncu-rep" --page source --csv --print-source sass > "$L/$tag-sass.csv" 2>&1
   ncu --import "$L/$tag.ncu-rep" --page details --csv > "$L/$tag-details.csv" 2>&1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two changes of the twenty-first session that no GPU has run (no machine came that session):
-# 1. The resident select's early stop, bench/experiments/select-resident-early-stop.patch (not
-#    landed): a radix pass that takes the k-th key's digit whole (usually pass 1, whose 22-bit
+# 1. The resident select's early stop (then bench/experiments/select-resident-early-stop.patch, landed
+#    after this call ran on an H100 on 2026-12-07, bench/results/early-stop-h100-2026-12-07-*):
+#    a radix pass that takes the k-th key's digit whole (usually pass 1, whose 22-bit
 #    prefixes hold a few keys each) ends the search, the selected tokens being those at or
 #    above the prefix, so pass 2's sweep of the 32 keys a thread, its digit search and two
 #    barriers are skipped. Exact on the CPU emulator (cpu_select's resident tests, four new
@@ -15,7 +16,8 @@
 # alternating (qwen3-8b, fathom(48) and sparq(32), batch 1); ncu's warm time and warp
 # instructions of the `_chunk` both ways; gpu_plan's direct-line test and ncu's warm time of
 # the plan with the rounds and with the direct line; ncu's finest warp sampling (budget.sh's
-# ncu_sampling) of the new `_chunk` and of the plan (rounds); then the step-bench pair again.
+# ncu_sampling) of the new `_chunk` and of the plan (rounds), and of the tensor-core scan at 1M;
+# then the step-bench pair again.
 # Before the call, from the repository root:
 #   mkdir -p /tmp/before && scripts/pack-gpu.sh && tar xJf .gpu/pack.tar.xz -C /tmp/before \
 #     && xz -c /tmp/before/.gpu/bin/step-bench > /tmp/step-bench-old.xz
@@ -42,6 +44,8 @@ ncu_kernels plan rounds fathom_plan 32k
 ncu_kernels plan direct fathom_plan 32k --plan-direct-line
 ncu_sampling select 'select.*_chunk' --select-resident
 ncu_sampling rounds fathom_plan
+# The HBM 1M step's largest kernel (~121 us of 176 a layer on the H100): where its warps wait.
+CONTEXT=1m ncu_sampling tcscan 'fathom_scan.*_tc'
 B=/tmp/fg/old step_bench before2 hbm 32k 45 --select-resident
 step_bench after2 hbm 32k 45 --select-resident
 cd $L && { cat nvidia-smi.txt timeline.txt; cat times-*.txt 2>/dev/null; cat sanitize/summary.txt 2>/dev/null

@@ -1158,6 +1158,26 @@ fn resident_mutations_are_caught() {
                 "        equal_run += tile & LOW16;\n",
                 "",
             ),
+            (
+                "every digit of K taken whole",
+                "return need == bin_count;",
+                "return true;",
+            ),
+            (
+                "a digit taken whole when one key of it is left",
+                "return need == bin_count;",
+                "return need + 1u >= bin_count;",
+            ),
+            (
+                "a whole digit's least key left out",
+                "const unsigned int kth = whole ? prefix - 1u : prefix;",
+                "const unsigned int kth = prefix;",
+            ),
+            (
+                "a whole digit's ties of prefix - 1 taken",
+                "    if (whole) need = 0u;\n",
+                "    if (whole) need = 1u;\n",
+            ),
         ],
     );
 }
