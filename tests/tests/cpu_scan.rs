@@ -485,7 +485,7 @@ fn tensor_core_scan_mutations_are_caught() {
         mutation_spec(true),
         &[
             (
-                // fathom_step_operands reads the step's scales before every copy of them has
+                // The mma loop reads the step's words and scales before every copy of them has
                 // landed: each thread waits only after the barrier.
                 "cp.async wait after the barrier",
                 "            fathom_wait_all_but_newest();\n            if (!one_chunk) fathom_chunk_operands(sh, chunk);\n            __syncthreads();  // this step's words and scales are in shared memory, the chunk's operands formed\n",
@@ -503,8 +503,8 @@ fn tensor_core_scan_mutations_are_caught() {
             ),
             (
                 "tokens row and row + 8 swapped in the A fragment",
-                "fathom_signed_pair<0>(w[0], w[1], neg.x), fathom_signed_pair<1>(w[0], w[1], neg.x),",
-                "fathom_signed_pair<1>(w[0], w[1], neg.x), fathom_signed_pair<0>(w[0], w[1], neg.x),",
+                "fathom_signed_pair<0>(w[0], w[1], delta.x), fathom_signed_pair<1>(w[0], w[1], delta.x),",
+                "fathom_signed_pair<1>(w[0], w[1], delta.x), fathom_signed_pair<0>(w[0], w[1], delta.x),",
             ),
             (
                 // The weights' fp16 high parts alone: ~11 bits of each weight, which the
@@ -517,6 +517,27 @@ fn tensor_core_scan_mutations_are_caught() {
                 "a peak over half the rows of its half",
                 "for (int o = 4; o < 32; o *= 2)",
                 "for (int o = 8; o < 32; o *= 2)",
+            ),
+            (
+                "the Δ of piece 2t + 1 for piece 2t",
+                "base + (scale & 0xffffu)",
+                "base + (scale >> 16)",
+            ),
+            (
+                "the scales of the warp's first block for its every block",
+                "sh.scale_bits[buf] + first_block + tb;",
+                "sh.scale_bits[buf] + first_block;",
+            ),
+            (
+                // Every Δ negated where its bit is set, not where it is clear.
+                "the signs of the A operands flipped",
+                "0x80008000u, delta, 0xAE);",
+                "0x80008000u, delta, 0xEA);",
+            ),
+            (
+                "a tile's tokens past n_stored scored as stored",
+                "const bool full = tile_first + TILE_TOKENS <= n;",
+                "const bool full = tile_first < n;",
             ),
         ],
     );
