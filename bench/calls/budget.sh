@@ -181,3 +181,28 @@ ncu_sampling() {
   ncu --import "$L/$tag.ncu-rep" --page details --csv > "$L/$tag-details.csv" 2>&1
   rm -f "$L/$tag.ncu-rep"
 }
+#   ab_start   the start of a call that times a change against the build before it: the GPU's
+#              name and driver ($L/nvidia-smi.txt), `unpack`, and the step-bench of that build
+#              (.gpu/old/step-bench-old.xz, packed before the change) as /tmp/fg/old/step-bench.
+ab_start() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv > "$L/nvidia-smi.txt" 2>&1
+  unpack && el unpacked
+  mkdir -p /tmp/fg/old && xz -dc "$R/.gpu/old/step-bench-old.xz" > /tmp/fg/old/step-bench && chmod +x /tmp/fg/old/step-bench
+}
+#   gpu_tests BINARY SECONDS FILTER...   the ignored tests of .gpu/tests/BINARY-test (e.g. gpu_scan)
+#                                        matching a FILTER, one at a time, at most SECONDS:
+#                                        $L/BINARY.log. Needs `unpack` first.
+gpu_tests() {
+  local bin=$1 seconds=$2; shift 2
+  ( cd /tmp/fg/.gpu && timeout -k 10 "$(lim "$seconds")" "./tests/$bin-test" --ignored --test-threads=1 "$@" \
+      > "$L/$bin.log" 2>&1 )
+  el "$bin $* rc=$?"
+}
+#   sanitize_test BINARY TEST SECONDS   compute-sanitizer's memcheck and racecheck on one test of
+#                                       BINARY, side by side, at most SECONDS: $L/sanitize/.
+sanitize_test() {
+  mkdir -p "$L/sanitize"
+  ( cd /tmp/fg && cp -r "$R/scripts" . && OUT=$L/sanitize timeout -k 10 "$(lim "$3")" bash scripts/sanitize.sh \
+      --tools memcheck,racecheck --tests "$1" --jobs 2 --timeout $(( $3 - 5 )) "$2" > "$L/sanitize.txt" 2>&1 )
+  el "sanitize $1 $2 rc=$?"
+}

@@ -18,20 +18,10 @@
 set -u
 DEFAULT_BUDGET=420 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
-nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
-unpack && el unpacked
-mkdir -p /tmp/fg/old && xz -dc "$R/.gpu/old/step-bench-old.xz" > /tmp/fg/old/step-bench && chmod +x /tmp/fg/old/step-bench
-( cd /tmp/fg/.gpu && timeout -k 10 "$(lim 120)" ./tests/gpu_scan-test --ignored --test-threads=1 gpu_scan_peaks \
-    gpu_scan_tensor > "$L/gpu_scan.log" 2>&1 )
-el "gpu_scan tensor cores, peaks rc=$?"
-( cd /tmp/fg/.gpu && timeout -k 10 "$(lim 70)" ./tests/gpu_step-test --ignored --test-threads=1 tensor_core \
-    > "$L/gpu_step.log" 2>&1 )
-el "gpu_step tensor_core rc=$?"
-mkdir -p "$L/sanitize"
-( cd /tmp/fg && cp -r "$R/scripts" . && OUT=$L/sanitize timeout -k 10 "$(lim 100)" bash scripts/sanitize.sh \
-    --tools memcheck,racecheck --tests gpu_scan --jobs 2 --timeout 95 gpu_scan_tensor_cores_match_reference \
-    > "$L/sanitize.txt" 2>&1 )
-el "sanitize rc=$?"
+ab_start
+gpu_tests gpu_scan 120 gpu_scan_peaks gpu_scan_tensor
+gpu_tests gpu_step 70 tensor_core
+sanitize_test gpu_scan gpu_scan_tensor_cores_match_reference 100
 NCU_LIMIT=40 B=/tmp/fg/old ncu_kernels scan before 'fathom_scan.*_tc' 1m
 NCU_LIMIT=40 ncu_kernels scan after 'fathom_scan.*_tc' 1m
 sb_1m() {  # LABEL STEP-BENCH: fathom(48) at HBM 1M
