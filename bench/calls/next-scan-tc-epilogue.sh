@@ -9,17 +9,19 @@
 # test; ncu's warm time and warp instructions of the HBM 1M tensor-core scan, the binaries
 # before (.gpu/old/step-bench-old.xz) and after; step-bench HBM 1M (fathom(48)) after, then
 # before while time is left; the finest warp sampling of the new scan at 1M.
+# The same call checks and times any change of the tensor-core scan against the build before it,
+# e.g. bench/experiments/scan-tc-piece-words.patch (apply it between the two packs).
 # Before the call, from the repository root (the pack before the change, then after it):
-#   mkdir -p /tmp/before && tar xJf .gpu/pack.tar.xz -C /tmp/before \
+#   scripts/pack-gpu.sh && mkdir -p /tmp/before && tar xJf .gpu/pack.tar.xz -C /tmp/before \
 #     && xz -c /tmp/before/.gpu/bin/step-bench > /tmp/step-bench-old.xz
 #   scripts/pack-gpu.sh && mkdir -p .gpu/old && cp /tmp/step-bench-old.xz .gpu/old/
-# then carry [".gpu"] (~420 s):
-#   C=<commit> BUDGET=420 bash bench/calls/next-scan-tc-epilogue.sh
+# then carry [".gpu"] (~450 s; gpu_scan's two tests take ~130 s):
+#   C=<commit> BUDGET=450 bash bench/calls/next-scan-tc-epilogue.sh
 set -u
-DEFAULT_BUDGET=420 . bench/calls/budget.sh
+DEFAULT_BUDGET=450 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
 ab_start
-gpu_tests gpu_scan 120 gpu_scan_peaks gpu_scan_tensor
+gpu_tests gpu_scan 150 gpu_scan_peaks gpu_scan_tensor
 gpu_tests gpu_step 70 tensor_core
 sanitize_test gpu_scan gpu_scan_tensor_cores_match_reference 100
 NCU_LIMIT=40 B=/tmp/fg/old ncu_kernels scan before 'fathom_scan.*_tc' 1m
