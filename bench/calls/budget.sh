@@ -163,9 +163,9 @@ ncu_select() {
 }
 #   ncu_sampling TAG REGEX [FLAG...]   ncu's finest warp-state sampling (--warp-sampling-interval 0;
 #                                ncu's default gives ~60 samples a 9 us launch) of one launch of
-#                                the kernels matching REGEX in step-bench HBM 32k (CONTEXT=1m: at
-#                                that context; qwen3-8b,
-#                                fathom(48), batch 1) with FLAGs: $L/TAG-sass.csv (each SASS
+#                                the kernels matching REGEX in step-bench HBM at $CONTEXT (32k
+#                                when unset; qwen3-8b, fathom(48), batch 1) with FLAGs:
+#                                $L/TAG-sass.csv (each SASS
 #                                instruction's counters and stall samples; bench/calls/sass-lines.py
 #                                puts them on source lines) and $L/TAG-details.csv. Needs `unpack`.
 ncu_sampling() {

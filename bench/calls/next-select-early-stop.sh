@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Two changes of the twenty-first session that no GPU has run (no machine came that session):
+# Two changes of the twenty-first session that no GPU had run (no machine came that session);
+# this call ran on an H100 on 2026-12-07 (bench/results/early-stop-h100-2026-12-07-f428ef8-es-*):
 # 1. The resident select's early stop (then bench/experiments/select-resident-early-stop.patch, landed
 #    after this call ran on an H100 on 2026-12-07, bench/results/early-stop-h100-2026-12-07-*):
 #    a radix pass that takes the k-th key's digit whole (usually pass 1, whose 22-bit

@@ -165,9 +165,9 @@ pub struct PlanSpec {
     /// searches a b, and every thread replays the 30 halvings against it, a midpoint near T
     /// tried over every channel as the rounds try it: two block barriers instead of one a
     /// round (10 at 256 threads), the same plan bit for bit. Only with `method: fathom`; name
-    /// suffix `_dl`. Opt-in (`Tiles::plan_direct_line`): with counted ranks exact on an H100
-    /// but no faster (the plan 9.22 us at 32k both ways, 2026-12-07); the sorted form is exact
-    /// on the CPU emulator and not yet run on a GPU (`bench/calls/next-select-early-stop.sh`).
+    /// suffix `_dl`. Opt-in (`Tiles::plan_direct_line`): exact on an H100 both ways but no
+    /// faster, with counted ranks (9.22 us at 32k, as the rounds) and slower with the sort
+    /// (10.27 us against the rounds' 9.12, 2026-12-07; `bench/results/early-stop-h100-*`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub direct_line: bool,
 }

@@ -204,10 +204,10 @@ impl ScanSpec {
             up(g * d * 4) + up(d * 8) * 2 + up(d * 4) + up(self.chunk_cap_for(plane_cap) * 28 + 8);
         if self.tensor_cores {
             let k_chunks = plane_cap.div_ceil(TC_K);
-            // The scales' buffers hold one run more, the zero run of the k padding.
             up(2 * k_chunks * TC_K * self.piece_words() * 4)
                 + up(k_chunks * self.n_tiles() * 32 * 8)
                 + up(k_chunks * TC_K * 2) * 2
+                // The scales' buffers hold one run more, the zero run of the k padding.
                 + up(2 * (run_cap + 1) * tb * 2)
                 + up(g * 4) * 2
                 + common
