@@ -519,6 +519,11 @@ fn tensor_core_scan_mutations_are_caught() {
                 "for (int o = 8; o < 32; o *= 2)",
             ),
             (
+                "every piece staged from the first piece's plane",
+                "words = sh.piece_words[piece];",
+                "words = sh.piece_words[0];",
+            ),
+            (
                 "the Δ of piece 2t + 1 for piece 2t",
                 "base + (scale & 0xffffu)",
                 "base + (scale >> 16)",

@@ -206,7 +206,8 @@ impl ScanSpec {
             let k_chunks = plane_cap.div_ceil(TC_K);
             up(2 * k_chunks * TC_K * self.piece_words() * 4)
                 + up(k_chunks * self.n_tiles() * 32 * 8)
-                + up(k_chunks * TC_K * 2) * 2
+                + up(k_chunks * TC_K * 2)
+                + up(k_chunks * TC_K * 8)
                 // The scales' buffers hold one run more, the zero run of the k padding.
                 + up(2 * (run_cap + 1) * tb * 2)
                 + up(g * 4) * 2
