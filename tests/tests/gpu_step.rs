@@ -57,6 +57,9 @@
 //!   batched pointer loads (`Tiles::plan_batched_runs`, opt-in).
 //! - `gpu_step_plan_run_blocks_g4`: the first case with the plan's run tables shared among 4
 //!   blocks a head (`Tiles::plan_run_blocks`; the default shares them at long contexts only).
+//! - `gpu_step_scan_stripes_g4`: the first case with the plane scan's grid at one block a
+//!   segment (`Tiles::scan_stripes` 1) with the default tiles and the tensor-core scan's, and
+//!   at 3 blocks a segment of 16 tiles (uneven stripes) with the tensor-core scan's.
 //! - `gpu_step_attention_cluster_merge_g4`: the first case with attention's splits merged in a
 //!   thread-block cluster (`Tiles::attention_cluster_merge`, opt-in), at 8 and 3 splits.
 //! - `gpu_step_plan_unpaired_runs_g4`: the first case with the plan's run-table entries written
@@ -1082,6 +1085,22 @@ gpu_test!(gpu_step_plan_run_blocks_g4, |t| {
     let mut config = decoder_config();
     config.tiles.plan_run_blocks = Some(4);
     run_case_configured(&mut t, D, 4, Basis::Raw, Tuned::Default, config);
+});
+
+// The plane scan at 1 thread block a segment (`Tiles::scan_stripes`; every block then scores
+// its whole segment) with the default tiles and the tensor-core scan's 8-word tiles (16 a
+// segment), and at 3 (uneven stripes of 5 and 6 tiles) with the latter: every method, eager
+// and replayed, both placements, against the reference.
+gpu_test!(gpu_step_scan_stripes_g4, |t| {
+    for (stripes, tuned) in [
+        (1, Tuned::Default),
+        (1, Tuned::TensorCoreScan),
+        (3, Tuned::TensorCoreScan),
+    ] {
+        let mut config = decoder_config();
+        config.tiles.scan_stripes = Some(stripes);
+        run_case_configured(&mut t, D, 4, Basis::Raw, tuned, config);
+    }
 });
 
 // Attention's splits merged in a thread-block cluster (`Tiles::attention_cluster_merge`,

@@ -62,6 +62,11 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
             h.plan_run_blocks.is_some(),
             format!("-planrt{}", h.plan_run_blocks.unwrap_or(1)),
         ),
+        // The plane scan's blocks a segment (`--scan-stripes N`).
+        (
+            h.scan_stripes.is_some(),
+            format!("-scanstripes{}", h.scan_stripes.unwrap_or(0)),
+        ),
         // Each run-table entry written by one lane (`--plan-unpaired-runs`; batched loads,
         // `-planrb`, write them so too).
         (

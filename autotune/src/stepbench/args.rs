@@ -103,6 +103,12 @@ pub struct Args {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=codegen::spec::PlanSpec::MAX_RUN_BLOCKS as i64))]
     pub plan_run_blocks: Option<u32>,
+    /// Launch the plane scan with N thread blocks a segment (`Tiles::scan_stripes`; 1 to the
+    /// segment's tiles, checked against the scan's tile when the step is built; without it, the
+    /// spec's stripes of up to 8 tiles; files `-scanstripesN`): to fit its grid to the GPU's
+    /// waves.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub scan_stripes: Option<u32>,
     /// Write each plan run-table entry from one lane, both its 16-byte halves, as before
     /// 2026-12-06's sixteenth session (`Tiles::plan_paired_runs` false; the default writes an
     /// entry from a lane pair; files `-planunpaired`).
@@ -177,6 +183,8 @@ pub struct Options {
     pub plan_batched_runs: bool,
     /// `--plan-run-blocks` (`None`: the context's).
     pub plan_run_blocks: Option<usize>,
+    /// `--scan-stripes` (`None`: the spec's).
+    pub scan_stripes: Option<usize>,
     /// Not `--plan-unpaired-runs`.
     pub plan_paired_runs: bool,
     /// `--plan-direct-line`.
@@ -428,6 +436,7 @@ impl Options {
             tail_in_plan: !args.tail_in_oracle,
             plan_batched_runs: args.plan_batched_runs,
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
+            scan_stripes: args.scan_stripes.map(|n| n as usize),
             // Batched pointer loads write whole entries from one lane.
             plan_paired_runs: !args.plan_unpaired_runs && !args.plan_batched_runs,
             plan_direct_line: args.plan_direct_line,

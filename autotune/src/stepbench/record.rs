@@ -166,6 +166,10 @@ pub struct Header {
     /// before 2026-12-06's fifteenth session had one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_run_blocks: Option<usize>,
+    /// Thread blocks a segment of the plane scan when `--scan-stripes` set them (`None`: the
+    /// spec's stripes; absent in records written before the option).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_stripes: Option<usize>,
     /// Whether lane pairs wrote the plan's run-table entries (the default since 2026-12-06's
     /// sixteenth session; false with `--plan-unpaired-runs` or `--plan-batched-runs`, and
     /// absent, false, in records written before).

@@ -852,6 +852,14 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         Some(4)
     );
     assert!(options(&["--plan-run-blocks", "1", "--plan-batched-runs"]).is_ok());
+    // The scan's blocks a segment: the spec's unless asked; 0 refused by the parser (the upper
+    // bound depends on the scan's tile: the step refuses it with a typed error).
+    assert_eq!(options(&[]).unwrap().scan_stripes, None);
+    assert_eq!(
+        options(&["--scan-stripes", "7"]).unwrap().scan_stripes,
+        Some(7)
+    );
+    assert!(Args::try_parse_from(["step-bench", "--scan-stripes", "0"]).is_err());
     for bad in ["0", "17"] {
         assert!(Args::try_parse_from(["step-bench", "--plan-run-blocks", bad]).is_err());
     }

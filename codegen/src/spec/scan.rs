@@ -257,7 +257,7 @@ impl ScanSpec {
     /// `TARGET_BLOCKS` blocks with more, then the largest divisor of the segment's tiles up to
     /// `MAX_STRIPE` that keeps it so (longer stripes pay the per-block prologue more rarely).
     pub fn stripe_tiles(&self, batch: usize, heads: usize, max_seg: usize) -> usize {
-        let seg_tiles = self.segment_words / self.tile_words;
+        let seg_tiles = self.segment_tiles();
         let total = batch * heads * max_seg * seg_tiles;
         (1..=MAX_STRIPE.min(seg_tiles))
             .filter(|&k| seg_tiles.is_multiple_of(k) && total / k >= TARGET_BLOCKS)
@@ -265,13 +265,32 @@ impl ScanSpec {
             .unwrap_or(1)
     }
 
+    /// Tiles of a segment: the most thread blocks a segment can have.
+    pub fn segment_tiles(&self) -> usize {
+        self.segment_words / self.tile_words
+    }
+
     /// One thread block per stripe of tiles of every segment of every (sequence, head); the
     /// kernel reads the stripe length from the grid.
     pub fn launch_dims(&self, batch: usize, heads: usize, max_seg: usize) -> LaunchDims {
-        let seg_tiles = self.segment_words / self.tile_words;
+        let stripes = self.segment_tiles() / self.stripe_tiles(batch, heads, max_seg);
+        self.launch_dims_striped(batch, heads, max_seg, stripes)
+    }
+
+    /// The grid with `stripes` thread blocks a segment (1 to [`Self::segment_tiles`], clamped
+    /// there), whether or not they divide its tiles: block `x` scores tiles
+    /// `x · tiles / stripes` up to `(x + 1) · tiles / stripes`, so uneven stripes differ by one
+    /// tile. For a grid fitted to the GPU's resident blocks (`Tiles::scan_stripes`).
+    pub fn launch_dims_striped(
+        &self,
+        batch: usize,
+        heads: usize,
+        max_seg: usize,
+        stripes: usize,
+    ) -> LaunchDims {
         (
             (
-                shape::dim(seg_tiles / self.stripe_tiles(batch, heads, max_seg)),
+                shape::dim(stripes.clamp(1, self.segment_tiles())),
                 shape::dim(max_seg),
                 shape::dim(batch * heads),
             ),

@@ -374,7 +374,7 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
     if let (Some(plan), Some(scan)) = (specs.plan, specs.scan) {
         stages.plan(plan, staged, stage_planes);
         stages.transfer(transfer, specs.gather);
-        stages.scan(scan, staged);
+        stages.scan(scan, staged, inputs.tiles.scan_stripes)?;
     }
     if let Some(landmark) = specs.landmark {
         stages.landmark(landmark)?;

@@ -288,6 +288,14 @@ pub struct Tiles {
     /// `Some(n)`: n (`step-bench --plan-run-blocks N`; the GPU tests
     /// `gpu_plan_shared_run_tables`, `gpu_step_plan_run_blocks_g4`).
     pub plan_run_blocks: Option<usize>,
+    /// Thread blocks a segment of the plane scan's launch (1 to the segment's tiles,
+    /// `ScanSpec::segment_tiles`; uneven stripes differ by one tile). `None`, the default: the
+    /// spec's stripes (`ScanSpec::stripe_tiles`: up to 8 tiles a block while the grid keeps
+    /// 2,048 blocks), which take no account of how many blocks a multiprocessor holds: at 1M
+    /// the HBM tensor-core scan's 2,048 blocks were 3 waves and a partial one of 68 blocks on
+    /// an H100 (ncu: up to 25% of its time). `Some(n)`: n, to fit the grid to the GPU's waves
+    /// (`step-bench --scan-stripes N`; the GPU test `gpu_step_scan_stripes_g4`).
+    pub scan_stripes: Option<usize>,
     /// Whether lane pairs write the plan's run-table entries, one 16-byte half a lane
     /// (`PlanSpec::paired_runs`): a warp's store then writes whole sectors. On by default
     /// (exact on an H100, memcheck clean; the plan at 1M 11.58 -> 10.94 us, the step within its
@@ -384,6 +392,7 @@ impl Default for Tiles {
             tail_in_plan: true,
             plan_batched_runs: false,
             plan_run_blocks: None,
+            scan_stripes: None,
             // Whole sectors a warp's store: the plan at 1M 11.58 -> 10.94 us (ncu, H100,
             // 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
             plan_paired_runs: true,

@@ -116,16 +116,43 @@ impl Stages {
         }
     }
 
-    pub(super) fn scan(&mut self, scan: ScanSpec, staged: bool) {
+    /// The plane scan, with `stripes` thread blocks a segment when asked
+    /// (`Tiles::scan_stripes`), else the spec's grid.
+    pub(super) fn scan(
+        &mut self,
+        scan: ScanSpec,
+        staged: bool,
+        stripes: Option<usize>,
+    ) -> Result<(), StepError> {
         let s = self.shape;
+        let launch = match stripes {
+            None => scan.launch_dims(s.batch, s.kv_heads, s.max_seg),
+            Some(n) if (1..=scan.segment_tiles()).contains(&n) => {
+                scan.launch_dims_striped(s.batch, s.kv_heads, s.max_seg, n)
+            }
+            Some(n) => {
+                return Err(StepError::Config {
+                    field: "scan_stripes",
+                    got: n.to_string(),
+                    allowed: format!(
+                        "1 to {} thread blocks a segment (the scan's tiles a segment: {} words \
+                         of {}-word tiles)",
+                        scan.segment_tiles(),
+                        scan.segment_words,
+                        scan.tile_words
+                    ),
+                })
+            }
+        };
         self.push(
             Role::Scan { staged },
             kernel(
                 scan.into(),
                 KernelSpec::from(scan).kernel_name(),
-                dims(scan.launch_dims(s.batch, s.kv_heads, s.max_seg)),
+                dims(launch),
             ),
         );
+        Ok(())
     }
 
     pub(super) fn landmark(&mut self, landmark: LandmarkSpec) -> Result<(), StepError> {

@@ -682,6 +682,67 @@ fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
 }
 
 #[test]
+fn scan_stripes_reach_the_scan_launch_only() {
+    assert_eq!(Tiles::default().scan_stripes, None);
+    for placement in [Placement::Hbm, Placement::Host] {
+        // Segments of 512 words: several tiles a segment at every placement's tile.
+        let s = StepShape {
+            segment_words: 512,
+            ..shape(4, 40_000, placement)
+        };
+        for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+            let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+            let spec = plain.specs.scan.unwrap();
+            assert!(spec.segment_tiles() > 3, "{spec:?}");
+            let at = |p: &crate::step::LaunchPlan| {
+                p.operations
+                    .iter()
+                    .position(|op| matches!(op.role, Role::Scan { .. }))
+                    .expect("a scan")
+            };
+            // One block a segment, uneven stripes (3 of the segment's tiles), every tile its own.
+            for stripes in [1, 3, spec.segment_tiles()] {
+                let tiles = Tiles {
+                    scan_stripes: Some(stripes),
+                    ..fetched()
+                };
+                let striped = plan_inputs(s, method, None, 256, &tiles, None).unwrap();
+                assert_eq!(roles(&striped), roles(&plain), "{method} {placement:?}");
+                assert_eq!(striped.sizes, plain.sizes);
+                for (i, (a, b)) in plain.operations.iter().zip(&striped.operations).enumerate() {
+                    let (a, b) = (a.kernel.as_ref(), b.kernel.as_ref());
+                    assert_eq!(a.map(|k| &k.entry), b.map(|k| &k.entry));
+                    let (a, b) = (a.map(|k| k.launch.grid), b.map(|k| k.launch.grid));
+                    if i == at(&plain) {
+                        let (a, b) = (a.unwrap(), b.unwrap());
+                        assert_eq!(b[0], stripes as u32, "{method} {placement:?}");
+                        assert_eq!(b[1..], a[1..], "{method} {placement:?}");
+                    } else {
+                        assert_eq!(a, b);
+                    }
+                }
+            }
+            // Out of range: a typed error naming the field and the range, not a launch.
+            for stripes in [0, spec.segment_tiles() + 1] {
+                let tiles = Tiles {
+                    scan_stripes: Some(stripes),
+                    ..fetched()
+                };
+                let err = plan_inputs(s, method, None, 256, &tiles, None)
+                    .err()
+                    .unwrap_or_else(|| panic!("{stripes} blocks a segment accepted"));
+                let text = err.to_string();
+                assert!(text.contains("scan_stripes"), "{text}");
+                assert!(
+                    text.contains(&format!("1 to {}", spec.segment_tiles())),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn long_sequences_share_their_run_tables_by_default() {
     let mut tiles = fetched();
     tiles.plan_run_blocks = None;
