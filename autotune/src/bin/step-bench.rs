@@ -67,6 +67,8 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
             h.scan_stripes.is_some(),
             format!("-scanstripes{}", h.scan_stripes.unwrap_or(0)),
         ),
+        // The plane scan's grid fitted to one wave (`--scan-one-wave`).
+        (h.scan_one_wave, "-scanonewave".to_string()),
         // Each run-table entry written by one lane (`--plan-unpaired-runs`; batched loads,
         // `-planrb`, write them so too).
         (

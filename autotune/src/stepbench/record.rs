@@ -170,6 +170,10 @@ pub struct Header {
     /// spec's stripes; absent in records written before the option).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan_stripes: Option<usize>,
+    /// Whether the HBM scan's grid was fitted to one wave (`--scan-one-wave`; absent, false,
+    /// in records written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scan_one_wave: bool,
     /// Whether lane pairs wrote the plan's run-table entries (the default since 2026-12-06's
     /// sixteenth session; false with `--plan-unpaired-runs` or `--plan-batched-runs`, and
     /// absent, false, in records written before).

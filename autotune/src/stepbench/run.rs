@@ -310,6 +310,7 @@ impl Bench {
             plan_batched_runs: self.options.plan_batched_runs,
             plan_run_blocks: self.options.plan_run_blocks,
             scan_stripes: self.options.scan_stripes,
+            scan_one_wave: self.options.scan_one_wave,
             plan_paired_runs: self.options.plan_paired_runs,
             plan_direct_line: self.options.plan_direct_line,
             attention_cluster_merge: self.options.attention_cluster_merge,
@@ -834,6 +835,7 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.plan_batched_runs = options.plan_batched_runs;
     config.tiles.plan_run_blocks = options.plan_run_blocks;
     config.tiles.scan_stripes = options.scan_stripes;
+    config.tiles.scan_one_wave = options.scan_one_wave;
     config.tiles.plan_paired_runs = options.plan_paired_runs;
     config.tiles.plan_direct_line = options.plan_direct_line;
     config.tiles.attention_cluster_merge = options.attention_cluster_merge;

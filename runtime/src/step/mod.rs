@@ -69,7 +69,7 @@ use cudarc::driver::CudaStream;
 pub use calibration::{Calibration, CalibrationError};
 pub use error::StepError;
 pub use foreign::{ForeignStep, HostSelections};
-pub use launches::{launch_plan, LaunchPlan, StepShape};
+pub use launches::{fit_scan_to_one_wave, launch_plan, LaunchPlan, StepShape};
 pub use output::{HostStepOutput, OutputLayout, StepOutput};
 pub use request::{Method, Scoring, StepRequest, Transfer};
 
@@ -433,7 +433,7 @@ impl Decoder {
             self.calibration.as_ref(),
             request.sigma2.map(|s| s.len()),
         )?;
-        launch_plan(&launches::PlanInputs {
+        let mut plan = launch_plan(&launches::PlanInputs {
             shape: StepShape {
                 batch: v.batch,
                 kv_heads,
@@ -454,7 +454,41 @@ impl Decoder {
             union: request.union,
             tiles: &self.config.tiles,
             tuning: self.tuning.as_deref(),
-        })
+        })?;
+        let tiles = &self.config.tiles;
+        if tiles.scan_one_wave && tiles.scan_stripes.is_none() {
+            if let Some(resident) = self.scan_resident_blocks(&plan)? {
+                launches::fit_scan_to_one_wave(&mut plan, resident);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// How many blocks of the plan's scan the GPU holds at once: the kernel's occupancy at its
+    /// block and shared memory, times the multiprocessors (`None`: the plan has no scan).
+    fn scan_resident_blocks(&self, plan: &LaunchPlan) -> Result<Option<usize>, StepError> {
+        let Some(scan) = plan
+            .operations
+            .iter()
+            .filter(|op| matches!(op.role, launches::Role::Scan { .. }))
+            .find_map(|op| op.kernel.as_ref())
+        else {
+            return Ok(None);
+        };
+        let function = self.kernels.function(&scan.spec, &scan.entry)?;
+        let threads = scan.launch.block.iter().product::<u32>();
+        let per_multiprocessor = function
+            .occupancy_max_active_blocks_per_multiprocessor(
+                threads,
+                scan.launch.shared_bytes as usize,
+                None,
+            )
+            .map_err(|source| GpuError::Driver {
+                call: "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                source,
+            })?;
+        let multiprocessors = self.gpu.info().multiprocessors.max(0) as usize;
+        Ok(Some(per_multiprocessor as usize * multiprocessors))
     }
 
     /// The plan of one head group when `plan` (the whole step's) is grouped

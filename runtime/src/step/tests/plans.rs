@@ -682,6 +682,79 @@ fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
 }
 
 #[test]
+fn one_wave_fits_the_hbm_scan_grid_to_the_resident_blocks() {
+    use crate::step::fit_scan_to_one_wave;
+    assert!(!Tiles::default().scan_one_wave);
+    let scan_at = |p: &crate::step::LaunchPlan| {
+        p.operations
+            .iter()
+            .find(|op| matches!(op.role, Role::Scan { .. }))
+            .and_then(|op| op.kernel.as_ref())
+            .expect("a scan")
+            .launch
+            .grid
+    };
+    // 3 sequences x 2 KV heads x 3 segments of 512 words: 18 columns of the grid.
+    let s = StepShape {
+        segment_words: 512,
+        ..shape(4, 40_000, Placement::Hbm)
+    };
+    for method in [Method::Fathom { bits: 48.0 }, Method::Sparq { r: 16 }] {
+        let plain = plan_inputs(s, method, None, 256, &fetched(), None).unwrap();
+        let spec = plain.specs.scan.unwrap();
+        let grid = scan_at(&plain);
+        let columns = (grid[1] * grid[2]) as usize;
+        assert_eq!(columns, 18);
+        let blocks = grid[0] as usize * columns;
+        // A GPU that holds the whole grid, or not even a stripe of every segment: unchanged.
+        for resident in [blocks, blocks + 1, columns - 1, 0] {
+            let mut fitted = plain.clone();
+            assert_eq!(
+                fit_scan_to_one_wave(&mut fitted, resident),
+                None,
+                "{resident}"
+            );
+            assert_eq!(fitted, plain);
+        }
+        // Fewer resident blocks than the grid: the most stripes that fit, all else as it was.
+        for resident in [columns, 3 * columns + columns - 1, blocks - 1] {
+            let mut fitted = plain.clone();
+            let want = (resident / columns).min(spec.segment_tiles());
+            assert!(want < grid[0] as usize);
+            assert_eq!(fit_scan_to_one_wave(&mut fitted, resident), Some(want));
+            let new = scan_at(&fitted);
+            assert_eq!(new[0] as usize, want, "{method} {resident}");
+            assert!(new[0] as usize * columns <= resident);
+            assert_eq!(new[1..], grid[1..]);
+            let mut back = fitted.clone();
+            for op in back.operations.iter_mut() {
+                if let (Role::Scan { .. }, Some(k)) = (&op.role, op.kernel.as_mut()) {
+                    k.launch.grid = grid;
+                }
+            }
+            assert_eq!(back, plain, "only the scan's stripes change");
+        }
+    }
+    // The host placement's scan is left alone (bound by the link; not timed this way).
+    let host = StepShape {
+        segment_words: 512,
+        ..shape(4, 40_000, Placement::Host)
+    };
+    let plain = plan_inputs(
+        host,
+        Method::Fathom { bits: 48.0 },
+        None,
+        256,
+        &fetched(),
+        None,
+    )
+    .unwrap();
+    let mut fitted = plain.clone();
+    assert_eq!(fit_scan_to_one_wave(&mut fitted, 18), None);
+    assert_eq!(fitted, plain);
+}
+
+#[test]
 fn scan_stripes_reach_the_scan_launch_only() {
     assert_eq!(Tiles::default().scan_stripes, None);
     for placement in [Placement::Hbm, Placement::Host] {
