@@ -61,7 +61,8 @@
 //!   segment (`Tiles::scan_stripes` 1) with the default tiles and the tensor-core scan's, and
 //!   at 3 blocks a segment of 16 tiles (uneven stripes) with the tensor-core scan's.
 //! - `gpu_step_scan_one_wave_g4`: the first case with the HBM scan's grid fitted to one wave
-//!   (`Tiles::scan_one_wave`, opt-in), default and tensor-core tiles.
+//!   (`Tiles::scan_one_wave`, the default) and with the spec's grid, default and tensor-core
+//!   tiles.
 //! - `gpu_step_attention_cluster_merge_g4`: the first case with attention's splits merged in a
 //!   thread-block cluster (`Tiles::attention_cluster_merge`, opt-in), at 8 and 3 splits.
 //! - `gpu_step_plan_unpaired_runs_g4`: the first case with the plan's run-table entries written
@@ -1105,14 +1106,17 @@ gpu_test!(gpu_step_scan_stripes_g4, |t| {
     }
 });
 
-// The HBM plane scan's grid fitted to one wave (`Tiles::scan_one_wave`, opt-in: the scan
-// kernel's occupancy asked of the driver every step), with the default tiles and the
-// tensor-core scan's: every method, eager and replayed, both placements, against the reference.
+// The HBM plane scan's grid fitted to one wave (`Tiles::scan_one_wave`, the default: the scan
+// kernel's occupancy asked of the driver every step) and the spec's grid, with the default
+// tiles and the tensor-core scan's: every method, eager and replayed, both placements, against
+// the reference.
 gpu_test!(gpu_step_scan_one_wave_g4, |t| {
-    for tuned in [Tuned::Default, Tuned::TensorCoreScan] {
-        let mut config = decoder_config();
-        config.tiles.scan_one_wave = true;
-        run_case_configured(&mut t, D, 4, Basis::Raw, tuned, config);
+    for one_wave in [true, false] {
+        for tuned in [Tuned::Default, Tuned::TensorCoreScan] {
+            let mut config = decoder_config();
+            config.tiles.scan_one_wave = one_wave;
+            run_case_configured(&mut t, D, 4, Basis::Raw, tuned, config);
+        }
     }
 });
 

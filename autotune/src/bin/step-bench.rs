@@ -67,8 +67,12 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
             h.scan_stripes.is_some(),
             format!("-scanstripes{}", h.scan_stripes.unwrap_or(0)),
         ),
-        // The plane scan's grid fitted to one wave (`--scan-one-wave`).
-        (h.scan_one_wave, "-scanonewave".to_string()),
+        // The plane scan's spec grid (`--scan-spec-grid`; with `--scan-stripes` the stripes
+        // name the file).
+        (
+            !h.scan_one_wave && h.scan_stripes.is_none(),
+            "-scanspecgrid".to_string(),
+        ),
         // Each run-table entry written by one lane (`--plan-unpaired-runs`; batched loads,
         // `-planrb`, write them so too).
         (

@@ -109,12 +109,12 @@ pub struct Args {
     /// waves.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub scan_stripes: Option<u32>,
-    /// Fit the HBM plane scan's grid to one wave of the GPU where the spec's takes more
-    /// (`Tiles::scan_one_wave`: the most stripes a segment whose blocks are all resident at
-    /// once; opt-in until timed at every context; ignored with `--scan-stripes`; files
-    /// `-scanonewave`).
+    /// Launch the HBM plane scan with the spec's grid, as before 2026-12-07's twenty-fourth
+    /// session (`Tiles::scan_one_wave` false; the default fits it to one wave of the GPU where
+    /// the spec's takes more: the most stripes a segment whose blocks are all resident at
+    /// once; `--scan-stripes` overrides both; files `-scanspecgrid`).
     #[arg(long)]
-    pub scan_one_wave: bool,
+    pub scan_spec_grid: bool,
     /// Write each plan run-table entry from one lane, both its 16-byte halves, as before
     /// 2026-12-06's sixteenth session (`Tiles::plan_paired_runs` false; the default writes an
     /// entry from a lane pair; files `-planunpaired`).
@@ -191,7 +191,7 @@ pub struct Options {
     pub plan_run_blocks: Option<usize>,
     /// `--scan-stripes` (`None`: the spec's).
     pub scan_stripes: Option<usize>,
-    /// `--scan-one-wave`.
+    /// Not `--scan-spec-grid`, nor `--scan-stripes`.
     pub scan_one_wave: bool,
     /// Not `--plan-unpaired-runs`.
     pub plan_paired_runs: bool,
@@ -445,7 +445,7 @@ impl Options {
             plan_batched_runs: args.plan_batched_runs,
             plan_run_blocks: args.plan_run_blocks.map(|b| b as usize),
             scan_stripes: args.scan_stripes.map(|n| n as usize),
-            scan_one_wave: args.scan_one_wave && args.scan_stripes.is_none(),
+            scan_one_wave: !args.scan_spec_grid && args.scan_stripes.is_none(),
             // Batched pointer loads write whole entries from one lane.
             plan_paired_runs: !args.plan_unpaired_runs && !args.plan_batched_runs,
             plan_direct_line: args.plan_direct_line,

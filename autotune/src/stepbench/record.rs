@@ -170,8 +170,9 @@ pub struct Header {
     /// spec's stripes; absent in records written before the option).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan_stripes: Option<usize>,
-    /// Whether the HBM scan's grid was fitted to one wave (`--scan-one-wave`; absent, false,
-    /// in records written before the option).
+    /// Whether the HBM scan's grid was fitted to one wave (the default since 2026-12-07's
+    /// twenty-fourth session; false with `--scan-spec-grid` or `--scan-stripes`, and absent,
+    /// false, in records written before).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scan_one_wave: bool,
     /// Whether lane pairs wrote the plan's run-table entries (the default since 2026-12-06's

@@ -860,14 +860,10 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
         Some(7)
     );
     assert!(Args::try_parse_from(["step-bench", "--scan-stripes", "0"]).is_err());
-    // One wave: off unless asked, and an explicit stripe count wins over it.
-    assert!(!options(&[]).unwrap().scan_one_wave);
-    assert!(options(&["--scan-one-wave"]).unwrap().scan_one_wave);
-    assert!(
-        !options(&["--scan-one-wave", "--scan-stripes", "3"])
-            .unwrap()
-            .scan_one_wave
-    );
+    // One wave: on unless the spec's grid is asked, and an explicit stripe count wins over it.
+    assert!(options(&[]).unwrap().scan_one_wave);
+    assert!(!options(&["--scan-spec-grid"]).unwrap().scan_one_wave);
+    assert!(!options(&["--scan-stripes", "3"]).unwrap().scan_one_wave);
     for bad in ["0", "17"] {
         assert!(Args::try_parse_from(["step-bench", "--plan-run-blocks", bad]).is_err());
     }

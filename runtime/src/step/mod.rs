@@ -64,6 +64,7 @@ use std::sync::Arc;
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::select::MAX_K;
 use codegen::spec::shape::{BLOCKS, WORD_TOKENS};
+use codegen::spec::Placement;
 use cudarc::driver::CudaStream;
 
 pub use calibration::{Calibration, CalibrationError};
@@ -456,7 +457,11 @@ impl Decoder {
             tuning: self.tuning.as_deref(),
         })?;
         let tiles = &self.config.tiles;
-        if tiles.scan_one_wave && tiles.scan_stripes.is_none() {
+        let hbm_scan = plan
+            .specs
+            .scan
+            .is_some_and(|s| s.placement == Placement::Hbm);
+        if tiles.scan_one_wave && tiles.scan_stripes.is_none() && hbm_scan {
             if let Some(resident) = self.scan_resident_blocks(&plan)? {
                 launches::fit_scan_to_one_wave(&mut plan, resident);
             }

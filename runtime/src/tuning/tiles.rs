@@ -291,20 +291,21 @@ pub struct Tiles {
     /// Thread blocks a segment of the plane scan's launch (1 to the segment's tiles,
     /// `ScanSpec::segment_tiles`; uneven stripes differ by one tile). `None`, the default: the
     /// spec's stripes (`ScanSpec::stripe_tiles`: up to 8 tiles a block while the grid keeps
-    /// 2,048 blocks), which take no account of how many blocks a multiprocessor holds: at 1M
-    /// the HBM tensor-core scan's 2,048 blocks were 3 waves and a partial one of 68 blocks on
-    /// an H100 (ncu: up to 25% of its time). `Some(n)`: n, to fit the grid to the GPU's waves
-    /// (`step-bench --scan-stripes N`; the GPU test `gpu_step_scan_stripes_g4`).
+    /// 2,048 blocks), fitted to one wave of the GPU in HBM where `scan_one_wave` asks (the
+    /// default). `Some(n)`: n, whatever the GPU (`step-bench --scan-stripes N`; the GPU test
+    /// `gpu_step_scan_stripes_g4`).
     pub scan_stripes: Option<usize>,
     /// Whether the HBM plane scan's grid is fitted to one wave of the GPU where the spec's
     /// grid takes more (and `scan_stripes` is unset): the most stripes a segment whose blocks
     /// are all resident at once (the scan kernel's occupancy times the multiprocessors), so
-    /// that no block waits for a slot and each runs longer. At 1M on an H100 the spec's 2,048
-    /// blocks (2.2 waves of the record's tile) took 103.8-104.5 us and 3 stripes a segment
-    /// (768 blocks, one wave) 99.3-100.6; 2, 4, 5, 6, 7 and 10 were no faster, 4 (1.1 waves)
-    /// 115.6 (`bench/results/scan-stripes-h100-2026-12-07-8d3f916-*`).
-    /// Off by default until its other contexts are timed (`step-bench --scan-one-wave`;
-    /// `launches::fit_scan_to_one_wave`).
+    /// that no block waits for a slot and each runs longer (`launches::fit_scan_to_one_wave`).
+    /// On by default: at 1M on an H100 the spec's 2,048 blocks (2.2 waves of the record's
+    /// tile) took 103.8-104.5 us and 3 stripes a segment (768 blocks, one wave) 99.3-100.9;
+    /// 2, 4, 5, 6, 7 and 10 were no faster, 4 (1.1 waves) 115.6
+    /// (`bench/results/scan-stripes-h100-2026-12-07-8d3f916-*`); with the fit, 128k 21.73 ->
+    /// 19.49 us (41 stripes), 256k 34.37 -> 32.13 (20), the HBM step 2.124 -> 2.054 ms at 128k,
+    /// 2.865 -> 2.825 at 256k, 5.765 -> 5.627 at 1M (`bench/results/scan-one-wave-h100-2026-12-07-1bdca2d-*`);
+    /// 32k's grid is one wave already. `false`: the spec's grid (`step-bench --scan-spec-grid`).
     pub scan_one_wave: bool,
     /// Whether lane pairs write the plan's run-table entries, one 16-byte half a lane
     /// (`PlanSpec::paired_runs`): a warp's store then writes whole sectors. On by default
@@ -403,7 +404,7 @@ impl Default for Tiles {
             plan_batched_runs: false,
             plan_run_blocks: None,
             scan_stripes: None,
-            scan_one_wave: false,
+            scan_one_wave: true,
             // Whole sectors a warp's store: the plan at 1M 11.58 -> 10.94 us (ncu, H100,
             // 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
             plan_paired_runs: true,

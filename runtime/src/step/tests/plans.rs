@@ -684,7 +684,7 @@ fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
 #[test]
 fn one_wave_fits_the_hbm_scan_grid_to_the_resident_blocks() {
     use crate::step::fit_scan_to_one_wave;
-    assert!(!Tiles::default().scan_one_wave);
+    assert!(Tiles::default().scan_one_wave);
     let scan_at = |p: &crate::step::LaunchPlan| {
         p.operations
             .iter()
