@@ -421,27 +421,35 @@ pub fn launch_plan(inputs: &PlanInputs<'_>) -> Result<LaunchPlan, StepError> {
 }
 
 /// Fits the HBM plane scan's grid to one wave (`Tiles::scan_one_wave`): where the plan's scan
-/// launches more blocks than `resident` (how many the GPU holds at once: the kernel's
-/// occupancy times the multiprocessors), the most stripes a segment whose grid still fits
-/// (at most the segment's tiles); a plan whose scan already fits, or where not even one
+/// launches more blocks than `resident` gives for it (how many the GPU holds at once: the
+/// kernel's occupancy times the multiprocessors), the most stripes a segment whose grid still
+/// fits (at most the segment's tiles); a plan whose scan already fits, or where not even one
 /// stripe a segment would, is left as it is, as is a scan of the host placement (bound by the
-/// link, not timed this way). Returns the stripes it set.
-pub fn fit_scan_to_one_wave(plan: &mut LaunchPlan, resident: usize) -> Option<usize> {
-    let scan = plan.specs.scan.filter(|s| s.placement == Placement::Hbm)?;
-    let launch = plan
+/// link, not timed this way), for which `resident` is not asked. Returns the stripes it set.
+pub fn fit_scan_to_one_wave<E>(
+    plan: &mut LaunchPlan,
+    resident: impl FnOnce(&KernelLaunch) -> Result<usize, E>,
+) -> Result<Option<usize>, E> {
+    let Some(scan) = plan.specs.scan.filter(|s| s.placement == Placement::Hbm) else {
+        return Ok(None);
+    };
+    let Some(kernel) = plan
         .operations
         .iter_mut()
         .filter(|op| matches!(op.role, Role::Scan { .. }))
         .find_map(|op| op.kernel.as_mut())
-        .map(|k| &mut k.launch)?;
-    let [stripes, segments, heads] = launch.grid.map(|d| d as usize);
+    else {
+        return Ok(None);
+    };
+    let resident = resident(kernel)?;
+    let [stripes, segments, heads] = kernel.launch.grid.map(|d| d as usize);
     let columns = segments * heads;
     let fit = (resident / columns.max(1)).min(scan.segment_tiles());
     if stripes * columns <= resident || fit == 0 {
-        return None;
+        return Ok(None);
     }
-    launch.grid[0] = fit as u32;
-    Some(fit)
+    kernel.launch.grid[0] = fit as u32;
+    Ok(Some(fit))
 }
 
 /// Whether `groups` head groups of `group`'s plan make up the step of `whole`'s, so that the

@@ -64,7 +64,6 @@ use std::sync::Arc;
 use codegen::model::{Basis, ModelShape};
 use codegen::spec::select::MAX_K;
 use codegen::spec::shape::{BLOCKS, WORD_TOKENS};
-use codegen::spec::Placement;
 use cudarc::driver::CudaStream;
 
 pub use calibration::{Calibration, CalibrationError};
@@ -239,6 +238,8 @@ pub struct Decoder {
     workspace: Workspace,
     /// The queries of [`Decoder::step_host`].
     host_queries: Option<DeviceBuffer<f32>>,
+    /// Blocks of a kernel the GPU holds at once, by entry name ([`Decoder::resident_blocks`]).
+    resident: std::sync::Mutex<HashMap<String, usize>>,
     /// The ParisKV sign vector, uploaded on the first `pariskv` step.
     pariskv_signs: Option<Arc<DeviceBuffer<f32>>>,
     /// The second stream of [`DecoderConfig::overlap_tail`] and [`DecoderConfig::head_groups`],
@@ -302,6 +303,7 @@ impl Decoder {
             device_calibration: DeviceCalibration::default(),
             workspace: Workspace::default(),
             host_queries: None,
+            resident: Default::default(),
             pariskv_signs: None,
             side: None,
         })
@@ -368,7 +370,8 @@ impl Decoder {
     }
 
     /// The launch plan a step over `view` with `request` would run (validating everything the
-    /// step validates, except the queries buffer).
+    /// step validates, except the queries buffer). With the store in HBM it loads the scan's
+    /// kernel, whose occupancy fits its grid to one wave (`Tiles::scan_one_wave`).
     pub fn launch_plan(
         &self,
         view: &LayerView<'_>,
@@ -457,35 +460,29 @@ impl Decoder {
             tuning: self.tuning.as_deref(),
         })?;
         let tiles = &self.config.tiles;
-        let hbm_scan = plan
-            .specs
-            .scan
-            .is_some_and(|s| s.placement == Placement::Hbm);
-        if tiles.scan_one_wave && tiles.scan_stripes.is_none() && hbm_scan {
-            if let Some(resident) = self.scan_resident_blocks(&plan)? {
-                launches::fit_scan_to_one_wave(&mut plan, resident);
-            }
+        if tiles.scan_one_wave && tiles.scan_stripes.is_none() {
+            launches::fit_scan_to_one_wave(&mut plan, |scan| self.resident_blocks(scan))?;
         }
         Ok(plan)
     }
 
-    /// How many blocks of the plan's scan the GPU holds at once: the kernel's occupancy at its
-    /// block and shared memory, times the multiprocessors (`None`: the plan has no scan).
-    fn scan_resident_blocks(&self, plan: &LaunchPlan) -> Result<Option<usize>, StepError> {
-        let Some(scan) = plan
-            .operations
-            .iter()
-            .filter(|op| matches!(op.role, launches::Role::Scan { .. }))
-            .find_map(|op| op.kernel.as_ref())
-        else {
-            return Ok(None);
-        };
-        let function = self.kernels.function(&scan.spec, &scan.entry)?;
-        let threads = scan.launch.block.iter().product::<u32>();
+    /// How many blocks of `kernel` the GPU holds at once: its occupancy at its block and
+    /// shared memory, times the multiprocessors; asked of the driver once a kernel (its entry
+    /// name carries its spec, which fixes the block), not every step.
+    fn resident_blocks(&self, kernel: &launches::KernelLaunch) -> Result<usize, StepError> {
+        let mut known = self
+            .resident
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&blocks) = known.get(&kernel.entry) {
+            return Ok(blocks);
+        }
+        let function = self.kernels.function(&kernel.spec, &kernel.entry)?;
+        let threads = kernel.launch.block.iter().product::<u32>();
         let per_multiprocessor = function
             .occupancy_max_active_blocks_per_multiprocessor(
                 threads,
-                scan.launch.shared_bytes as usize,
+                kernel.launch.shared_bytes as usize,
                 None,
             )
             .map_err(|source| GpuError::Driver {
@@ -493,7 +490,9 @@ impl Decoder {
                 source,
             })?;
         let multiprocessors = self.gpu.info().multiprocessors.max(0) as usize;
-        Ok(Some(per_multiprocessor as usize * multiprocessors))
+        let blocks = per_multiprocessor as usize * multiprocessors;
+        known.insert(kernel.entry.clone(), blocks);
+        Ok(blocks)
     }
 
     /// The plan of one head group when `plan` (the whole step's) is grouped

@@ -685,6 +685,9 @@ fn shared_run_tables_reach_the_plan_spec_and_its_launch_only() {
 fn one_wave_fits_the_hbm_scan_grid_to_the_resident_blocks() {
     use crate::step::fit_scan_to_one_wave;
     assert!(Tiles::default().scan_one_wave);
+    let fit = |plan: &mut crate::step::LaunchPlan, resident: usize| {
+        fit_scan_to_one_wave(plan, |_| Ok::<_, std::convert::Infallible>(resident)).unwrap()
+    };
     let scan_at = |p: &crate::step::LaunchPlan| {
         p.operations
             .iter()
@@ -709,11 +712,7 @@ fn one_wave_fits_the_hbm_scan_grid_to_the_resident_blocks() {
         // A GPU that holds the whole grid, or not even a stripe of every segment: unchanged.
         for resident in [blocks, blocks + 1, columns - 1, 0] {
             let mut fitted = plain.clone();
-            assert_eq!(
-                fit_scan_to_one_wave(&mut fitted, resident),
-                None,
-                "{resident}"
-            );
+            assert_eq!(fit(&mut fitted, resident), None, "{resident}");
             assert_eq!(fitted, plain);
         }
         // Fewer resident blocks than the grid: the most stripes that fit, all else as it was.
@@ -721,7 +720,7 @@ fn one_wave_fits_the_hbm_scan_grid_to_the_resident_blocks() {
             let mut fitted = plain.clone();
             let want = (resident / columns).min(spec.segment_tiles());
             assert!(want < grid[0] as usize);
-            assert_eq!(fit_scan_to_one_wave(&mut fitted, resident), Some(want));
+            assert_eq!(fit(&mut fitted, resident), Some(want));
             let new = scan_at(&fitted);
             assert_eq!(new[0] as usize, want, "{method} {resident}");
             assert!(new[0] as usize * columns <= resident);
@@ -750,7 +749,9 @@ fn one_wave_fits_the_hbm_scan_grid_to_the_resident_blocks() {
     )
     .unwrap();
     let mut fitted = plain.clone();
-    assert_eq!(fit_scan_to_one_wave(&mut fitted, 18), None);
+    // The residency is not asked of a host scan.
+    let asked = fit_scan_to_one_wave(&mut fitted, |_| Err("asked"));
+    assert_eq!(asked, Ok(None));
     assert_eq!(fitted, plain);
 }
 
