@@ -23,7 +23,7 @@ set -u
 DEFAULT_BUDGET=420 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
 ab_start
-gpu_tests gpu_step 70 tensor_core
+gpu_tests gpu_step 100 tensor_core scan_one_wave scan_stripes
 NCU_LIMIT=40 B=/tmp/fg/old ncu_kernels scan 32k-before fathom_scan 32k
 NCU_LIMIT=40 ncu_kernels scan 32k-after fathom_scan 32k
 NCU_LIMIT=45 B=/tmp/fg/old ncu_kernels scan 1m-before 'fathom_scan.*_tc' 1m

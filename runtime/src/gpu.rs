@@ -437,6 +437,21 @@ impl Gpu {
         &self.info
     }
 
+    /// How many thread blocks of `function` (`threads` a block, `shared_bytes` of dynamic
+    /// shared memory) the GPU holds at once: its occupancy times the multiprocessors.
+    pub fn resident_blocks(
+        &self,
+        function: &CudaFunction,
+        threads: u32,
+        shared_bytes: usize,
+    ) -> Result<usize, GpuError> {
+        let per_multiprocessor = check(
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            function.occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes, None),
+        )?;
+        Ok(per_multiprocessor as usize * self.info.multiprocessors.max(0) as usize)
+    }
+
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }

@@ -9,7 +9,8 @@
 //! What each subject times and checks:
 //! - the store subjects, on stores built from random keys through the reference store and
 //!   planned on the device with `fathom(48)`, checked on a sample of tokens: a scan tile, the
-//!   scan alone (source runs, in the case's placement); a gather tile, the gather alone (host
+//!   scan alone (source runs, in the case's placement, at the grid the step launches: fitted
+//!   to one wave in HBM, `Tiles::scan_one_wave`); a gather tile, the gather alone (host
 //!   to staging); a transfer, everything the transfer puts between the plan and the scores:
 //!   `fused` is the host scan, `copy-kernel` the gather and the HBM scan of the staged runs,
 //!   each with the best tile found earlier in the run (cases are ordered so that the scan and
@@ -34,7 +35,9 @@ mod store;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use codegen::spec::shape::LaunchDims;
 use codegen::spec::{GatherSpec, KernelSpec, Placement, ScanSpec};
+use cudarc::driver::CudaFunction;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -235,6 +238,34 @@ impl GpuBench {
         })
     }
 
+    /// The launch of scan `s` as the step makes it: in HBM, fitted to one wave of this GPU
+    /// where the spec's grid takes more (`Tiles::scan_one_wave`), so that a candidate is timed
+    /// at the grid it will run at.
+    fn scan_grid(
+        &self,
+        s: &ScanSpec,
+        f: &CudaFunction,
+        heads: usize,
+        max_seg: usize,
+    ) -> Result<LaunchDims, String> {
+        let dims = s.launch_dims(1, heads, max_seg);
+        if s.placement != Placement::Hbm || !Tiles::default().scan_one_wave {
+            return Ok(dims);
+        }
+        let ((stripes, segments, columns), (threads, _, _), shared) = dims;
+        let resident = self
+            .dev
+            .gpu
+            .resident_blocks(f, threads, shared as usize)
+            .map_err(gpu_err)?;
+        Ok(
+            match s.one_wave_stripes(stripes as usize, (segments * columns) as usize, resident) {
+                Some(fit) => s.launch_dims_striped(1, heads, max_seg, fit),
+                None => dims,
+            },
+        )
+    }
+
     /// The launches of store `parts`: (function, grid, block, arguments).
     fn launches(&self, case: &Case, parts: Vec<(KernelSpec, bool)>) -> Result<Vec<Launch>, String> {
         let heads = case.kv_heads;
@@ -245,7 +276,7 @@ impl GpuBench {
             let max_seg = p.store.max_seg;
             let (grid, block, args) = match spec {
                 KernelSpec::Scan(s) => {
-                    let (grid, block, _) = s.launch_dims(1, heads, max_seg);
+                    let (grid, block, _) = self.scan_grid(&s, &f, heads, max_seg)?;
                     let runs = if staged {
                         &p.plan.staged_runs
                     } else {

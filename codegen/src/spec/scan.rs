@@ -277,6 +277,21 @@ impl ScanSpec {
         self.launch_dims_striped(batch, heads, max_seg, stripes)
     }
 
+    /// The stripes a segment that fit a grid of `columns` (segments x sequences x heads) of
+    /// `stripes` each into one wave of `resident` blocks (the kernel's occupancy times the
+    /// multiprocessors): the most whose blocks are all resident at once, at most the segment's
+    /// tiles; `None` where the grid fits already or where not even one stripe a segment would.
+    /// The rule of the HBM step (`Tiles::scan_one_wave`) and of the autotuner's HBM scan cases.
+    pub fn one_wave_stripes(
+        &self,
+        stripes: usize,
+        columns: usize,
+        resident: usize,
+    ) -> Option<usize> {
+        let fit = (resident / columns.max(1)).min(self.segment_tiles());
+        (stripes * columns > resident && fit > 0).then_some(fit)
+    }
+
     /// The grid with `stripes` thread blocks a segment (1 to [`Self::segment_tiles`], clamped
     /// there), whether or not they divide its tiles: block `x` scores tiles
     /// `x · tiles / stripes` up to `(x + 1) · tiles / stripes`, so uneven stripes differ by one

@@ -443,13 +443,11 @@ pub fn fit_scan_to_one_wave<E>(
     };
     let resident = resident(kernel)?;
     let [stripes, segments, heads] = kernel.launch.grid.map(|d| d as usize);
-    let columns = segments * heads;
-    let fit = (resident / columns.max(1)).min(scan.segment_tiles());
-    if stripes * columns <= resident || fit == 0 {
-        return Ok(None);
+    let fit = scan.one_wave_stripes(stripes, segments * heads, resident);
+    if let Some(fit) = fit {
+        kernel.launch.grid[0] = fit as u32;
     }
-    kernel.launch.grid[0] = fit as u32;
-    Ok(Some(fit))
+    Ok(fit)
 }
 
 /// Whether `groups` head groups of `group`'s plan make up the step of `whole`'s, so that the

@@ -479,18 +479,9 @@ impl Decoder {
         }
         let function = self.kernels.function(&kernel.spec, &kernel.entry)?;
         let threads = kernel.launch.block.iter().product::<u32>();
-        let per_multiprocessor = function
-            .occupancy_max_active_blocks_per_multiprocessor(
-                threads,
-                kernel.launch.shared_bytes as usize,
-                None,
-            )
-            .map_err(|source| GpuError::Driver {
-                call: "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                source,
-            })?;
-        let multiprocessors = self.gpu.info().multiprocessors.max(0) as usize;
-        let blocks = per_multiprocessor as usize * multiprocessors;
+        let blocks =
+            self.gpu
+                .resident_blocks(&function, threads, kernel.launch.shared_bytes as usize)?;
         known.insert(kernel.entry.clone(), blocks);
         Ok(blocks)
     }
