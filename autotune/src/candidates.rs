@@ -442,20 +442,22 @@ const fn kernel(family: TunedFamily) -> Subject {
 /// and attention under HBM (they read only device memory); oracle, landmark and fetch in both
 /// placements of the K/V rows they read.
 ///
-/// In this order, which is the order of a run for each shape and context: the three
+/// In this order, which is the order of a run for each shape and context: the select first,
+/// since whether a scan is timed writing its peaks follows the select the step will run (the
+/// scan-peaks selects read them); the three
 /// host-placement store subjects and the plan share one store and plan, and the transfer is
 /// timed with the scan and gather tiles tuned before it; select, attention and fetch share one
-/// set of scores and its selection; the row families of one placement share its K/V rows; the
+/// set of scores and its selection (kept on the host between them); the row families of one placement share its K/V rows; the
 /// ParisKV families share one index (built on the device from random keys), HBM first, then
 /// the vote and rerank reading its rows from host memory (the top-C reads only the votes, in
 /// device memory, so it is looked up under HBM only).
 pub const SUBJECTS: [(Subject, Placement); 18] = [
+    (kernel(TunedFamily::Select), Placement::Hbm),
     (kernel(TunedFamily::Scan), Placement::Hbm),
     (kernel(TunedFamily::Scan), Placement::Host),
     (kernel(TunedFamily::Gather), Placement::Host),
     (Subject::Transfer, Placement::Host),
     (kernel(TunedFamily::Plan), Placement::Hbm),
-    (kernel(TunedFamily::Select), Placement::Hbm),
     (kernel(TunedFamily::Attention), Placement::Hbm),
     (kernel(TunedFamily::Oracle), Placement::Hbm),
     (kernel(TunedFamily::Landmark), Placement::Hbm),

@@ -536,3 +536,22 @@ fn the_quick_grid_is_part_of_the_full_one_and_keeps_every_recorded_winner() {
         "quick {quick_kernels} of {full_kernels} kernels"
     );
 }
+
+/// The select is tuned before the scans of its shape and context, whose peaks follow it
+/// (`GpuBench::scan_peaks`), and the scan and gather before the transfer built from them.
+#[test]
+fn the_select_is_tuned_before_the_scans() {
+    let at = |subject: Subject, placement: Placement| {
+        SUBJECTS
+            .iter()
+            .position(|&x| x == (subject, placement))
+            .expect("a tuned subject")
+    };
+    let select = at(Subject::Kernel(TunedFamily::Select), Placement::Hbm);
+    for placement in [Placement::Hbm, Placement::Host] {
+        assert!(select < at(Subject::Kernel(TunedFamily::Scan), placement));
+    }
+    let transfer = at(Subject::Transfer, Placement::Host);
+    assert!(at(Subject::Kernel(TunedFamily::Scan), Placement::Host) < transfer);
+    assert!(at(Subject::Kernel(TunedFamily::Gather), Placement::Host) < transfer);
+}

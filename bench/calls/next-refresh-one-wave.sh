@@ -12,6 +12,7 @@ DEFAULT_BUDGET=570 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack && el unpacked
+[ -n "${SANITIZE:-}" ] && sanitize_test gpu_scan gpu_scan_tensor_cores_match_reference "$SANITIZE"
 rm -rf /tmp/kc-refresh
 FATHOM_KERNEL_CACHE=/tmp/kc-refresh timeout -k 10 $(lim 330) $B/autotune --timings --out $L/tune > $L/autotune.txt 2>&1
 el "autotune rc=$?"
@@ -32,6 +33,7 @@ NCU_CACHE=all ncu_step_times "hbm 32k"
 NCU_CACHE=none ncu_step_times "hbm 1m"
 NCU_CACHE=all ncu_step_times "hbm 1m"
 cd $L && { cat nvidia-smi.txt timeline.txt; grep -E "^\s*(ceilings|compile|prepare|verify|time|total)|ready in|record" autotune.txt | tail -12
+  cat sanitize/summary.txt 2>/dev/null
   for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done
   for f in times-*.txt; do echo "== $f"; head -8 $f; done; } > $OUT/summary.txt 2>&1
 mkdir -p $OUT/record && cp $L/tune/* $OUT/record/ 2>/dev/null

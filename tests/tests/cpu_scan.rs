@@ -544,6 +544,18 @@ fn tensor_core_scan_mutations_are_caught() {
                 "const bool full = tile_first + TILE_TOKENS <= n;",
                 "const bool full = tile_first < n;",
             ),
+            (
+                // The warp that takes a head's scale loads only its first 32 channels.
+                "a head's query loaded in part",
+                "for (int c = lane; c < D; c += 32) {",
+                "for (int c = lane; c < 32; c += 32) {",
+            ),
+            (
+                // The copies issued before the operands fetch the block's second tile first.
+                "the first step staged from the next tile",
+                "fathom_stage(sh, sh.chunks[0], tile_begin, 0, false);",
+                "fathom_stage(sh, sh.chunks[0], tile_begin + 1 < tile_end ? tile_begin + 1 : tile_begin, 0, false);",
+            ),
         ],
     );
 }

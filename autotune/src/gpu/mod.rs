@@ -71,6 +71,9 @@ pub(crate) struct Prepared {
     pub(crate) staging: Staging,
     pub(crate) plan: DevicePlan,
     scores: DeviceBuffer<f32>,
+    /// What a scan that writes the peaks of its 32-token halves writes them to
+    /// (`[heads][G][ld_peaks]`), for the cases whose step has its select read them.
+    peaks: DeviceBuffer<u32>,
     /// Token positions compared, and per `(h, g, sample)` the reference score and the
     /// tolerances of the plain and the tensor-core scan.
     sample: Vec<usize>,
@@ -176,10 +179,36 @@ impl GpuBench {
             placement,
             ..case.clone()
         };
-        let default = scan_spec(&case, w, t, false);
+        let default = ScanSpec {
+            peaks: self.scan_peaks(&case),
+            ..scan_spec(&case, w, t, false)
+        };
         self.tile(&case, TunedFamily::Scan, placement)
             .and_then(|tile| tile.on_scan(default))
             .unwrap_or(default)
+    }
+
+    /// Whether the step of `case`'s shape and context has its scan write the peaks of its
+    /// 32-token halves, as `runtime::step::launches` decides it: the select it runs (the one
+    /// adopted in this run, the selects being tuned before the scans, else the runtime's
+    /// default) reads them. A scan candidate is timed so, since the peaks cost it registers
+    /// and stores (at 1M on an H100 the record's two best tiles swap places with them).
+    fn scan_peaks(&self, case: &Case) -> bool {
+        let tiles = Tiles::default();
+        let adopted = self
+            .tile(case, TunedFamily::Select, Placement::Hbm)
+            .and_then(|tile| match tile {
+                Tile::Select {
+                    threads,
+                    items_per_thread,
+                    ..
+                } => tile
+                    .select_algorithm()
+                    .map(|algorithm| (threads, items_per_thread, algorithm)),
+                _ => None,
+            });
+        let chosen = adopted.unwrap_or((tiles.select.0, tiles.select.1, tiles.select_algorithm));
+        tiles.resident_for(chosen).2.scan_peaks()
     }
 
     fn part_gather(&self, case: &Case) -> GatherSpec {
@@ -214,7 +243,11 @@ impl GpuBench {
                 threads,
                 tensor_cores,
             }) => vec![(
-                scan_spec(case, tile_words, threads, tensor_cores).into(),
+                ScanSpec {
+                    peaks: self.scan_peaks(case),
+                    ..scan_spec(case, tile_words, threads, tensor_cores)
+                }
+                .into(),
                 false,
             )],
             Variant::Tile(Tile::Gather {
@@ -289,11 +322,16 @@ impl GpuBench {
                         n_stored: p.store.n_stored.ptr(),
                         max_seg: max_seg as i32,
                         n_heads: heads as i32,
-                        // The prepared scores are the bench's, written by its launches only.
+                        // The prepared scores and peaks are the bench's, written by its
+                        // launches only.
                         scores: p.scores.shared_ptr_mut(),
                         ld_scores: case.tokens as i32,
-                    }
-                    .args();
+                    };
+                    let peaks = s.peaks.then(|| {
+                        let ld_peaks = codegen::spec::peaks::ld_peaks(case.tokens);
+                        (p.peaks.shared_ptr_mut(), ld_peaks as i32)
+                    });
+                    let args = abi::scan_args(args, peaks);
                     (grid, block, args)
                 }
                 KernelSpec::Gather(g) => {
@@ -359,12 +397,16 @@ impl GpuBench {
             sample.extend([0, n - 1]);
             let want = reference_sample(stores, &plan, g, &sample);
             let scores = gpu.filled(heads * g * n, 0xff).map_err(gpu_err)?;
+            let peaks = gpu
+                .filled(heads * g * codegen::spec::peaks::ld_peaks(n), 0xff)
+                .map_err(gpu_err)?;
             self.prepared = Some(Prepared {
                 ident,
                 store,
                 staging,
                 plan,
                 scores,
+                peaks,
                 sample,
                 want,
             });
