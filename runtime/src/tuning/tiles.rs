@@ -305,7 +305,10 @@ pub struct Tiles {
     /// (`bench/results/scan-stripes-h100-2026-12-07-8d3f916-*`); with the fit, 128k 21.73 ->
     /// 19.49 us (41 stripes), 256k 34.37 -> 32.13 (20), the HBM step 2.124 -> 2.054 ms at 128k,
     /// 2.865 -> 2.825 at 256k, 5.765 -> 5.627 at 1M (`bench/results/scan-one-wave-h100-2026-12-07-1bdca2d-*`);
-    /// 32k's grid is one wave already. `false`: the spec's grid (`step-bench --scan-spec-grid`).
+    /// 32k's grid is one wave already; at batch 8 x 32k the HBM step 3.537 -> 3.363 ms
+    /// (2026-12-07, `bench/results/refresh-onewave-h100-2026-12-07-f6f1a1e-es-*`). The
+    /// autotuner times the HBM scan candidates at this grid too. `false`: the spec's grid
+    /// (`step-bench --scan-spec-grid`).
     pub scan_one_wave: bool,
     /// Whether lane pairs write the plan's run-table entries, one 16-byte half a lane
     /// (`PlanSpec::paired_runs`): a warp's store then writes whole sectors. On by default
