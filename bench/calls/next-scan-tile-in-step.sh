@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Which HBM 1M scan tile the step is faster with, t64 or t128 (w8, tensor cores, peaks), and
+# whether the autotuner agrees on the same machine. Twenty-fifth session: the autotuner (scan
+# alone, L2 flushed before each run, random keys) ranked w8 t128 tc first at 1M by 2.3%
+# (106.5 against 109.0 us with peaks), while ncu in the step (caches as the step leaves them,
+# step-bench's synthetic keys) gave t128 103.3 us and t64 99.5 (one call apart, one machine);
+# the committed H100 record keeps t64 there on that evidence. This times the whole step
+# (step-bench HBM 1M, fathom(48), batch 1) under the committed record and under it with that
+# one entry's winner set to t128, alternating, twice each; then `autotune --only scan/hbm/1m`
+# on the same machine (qwen3-8b's shape) for its ranking. The record used is this GPU's
+# (runtime/records/<gpu>.json, as the runtime names it); on a card without one nothing runs.
+# From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
+#   C=$(git rev-parse --short HEAD) BUDGET=330 bash bench/calls/next-scan-tile-in-step.sh
+set -u
+DEFAULT_BUDGET=330 . bench/calls/budget.sh
+export FATHOM_COMMIT=${C:-unknown}
+nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
+unpack && el unpacked
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | sed 's/[^a-z0-9]/-/g' | tr -s '-' | sed 's/-$//')
+rec=$R/runtime/records/$gpu.json
+if [ -f "$rec" ]; then
+  for t in 64 128; do
+    mkdir -p /tmp/rec-t$t && python3 - "$rec" "/tmp/rec-t$t/$gpu.json" $t <<'PY' > $L/record-t$t.txt 2>&1
+import json, sys
+r = json.load(open(sys.argv[1])); t = int(sys.argv[3])
+for e in r["entries"]:
+    k = e["key"]
+    if (k["subject"], k["placement"], k["head_dim"], k["group"], k["context_bucket"]) == ("scan", "hbm", 128, 4, 20):
+        print("was", e["winner"]["name"])
+        e["winner"]["variant"] = {"tile": {"scan": {"tile_words": 8, "threads": t, "tensor_cores": True}}}
+        e["winner"]["name"] = f"scan w8 t{t} tc"
+        print("now", e["winner"]["name"])
+json.dump(r, open(sys.argv[2], "w"), indent=2)
+PY
+  done
+  export FATHOM_KERNEL_CACHE=/tmp/kc-tile
+  for round in 1 2; do
+    for t in 64 128; do
+      [ "$(left)" -gt 70 ] || break
+      FATHOM_TUNING_DIR=/tmp/rec-t$t timeout -k 10 "$(lim 60)" "$B/step-bench" --model qwen3-8b --methods "fathom(48)" \
+        --contexts 1m --placement hbm --batch 1 --no-standing --commit "${C:-unknown}-t$t" --out "$L/sb-t$t-$round" \
+        > "$L/step-bench-t$t-$round.txt" 2>&1
+      el "step-bench t$t round $round rc=$?"
+    done
+  done
+  [ "$(left)" -gt 60 ] && { timeout -k 10 "$(lim $(( $(left) - 15 )))" "$B/autotune" --model qwen3-8b --only scan/hbm/1m \
+      --timings --out $L/tune > $L/autotune.txt 2>&1; el "autotune scan/hbm/1m rc=$?"; }
+else
+  echo "no committed record for $gpu" > $L/record-t64.txt
+fi
+cd $L && { cat nvidia-smi.txt timeline.txt record-t*.txt
+  for f in step-bench-t*.txt; do echo "== $f"; grep -E "^method|^fathom" $f; done
+  grep -E "scan w8 t(64|128) tc|winner|record" autotune.txt 2>/dev/null | head -12; } > $OUT/summary.txt 2>&1
+mkdir -p $OUT/record && cp $L/tune/* $OUT/record/ 2>/dev/null
+tar czf $OUT/scan-tile-in-step.tgz -C $OUT logs && rm -rf $L
+cat $OUT/summary.txt
