@@ -6,13 +6,14 @@
 # step-bench's synthetic keys) gave t128 103.3 us and t64 99.5 (one call apart, one machine);
 # the committed H100 record keeps t64 there on that evidence. This times the whole step
 # (step-bench HBM 1M, fathom(48), batch 1) under the committed record and under it with that
-# one entry's winner set to t128, alternating, twice each; then `autotune --only scan/hbm/1m`
-# on the same machine (qwen3-8b's shape) for its ranking. The record used is this GPU's
+# one entry's winner set to t128, alternating, twice each; ncu's time and warp instructions of
+# the scan in that step under each; then `autotune --only scan/hbm/1m` on the same machine
+# (qwen3-8b's shape) for its ranking. The record used is this GPU's
 # (runtime/records/<gpu>.json, as the runtime names it); on a card without one nothing runs.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=330 bash bench/calls/next-scan-tile-in-step.sh
+#   C=$(git rev-parse --short HEAD) BUDGET=400 bash bench/calls/next-scan-tile-in-step.sh
 set -u
-DEFAULT_BUDGET=330 . bench/calls/budget.sh
+DEFAULT_BUDGET=400 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack && el unpacked
@@ -43,6 +44,9 @@ PY
       el "step-bench t$t round $round rc=$?"
     done
   done
+  for t in 64 128; do
+    FATHOM_TUNING_DIR=/tmp/rec-t$t NCU_LIMIT=45 ncu_kernels scan 1m-t$t 'fathom_scan.*_tc' 1m
+  done
   [ "$(left)" -gt 60 ] && { timeout -k 10 "$(lim $(( $(left) - 15 )))" "$B/autotune" --model qwen3-8b --only scan/hbm/1m \
       --timings --out $L/tune > $L/autotune.txt 2>&1; el "autotune scan/hbm/1m rc=$?"; }
 else
@@ -50,6 +54,7 @@ else
 fi
 cd $L && { cat nvidia-smi.txt timeline.txt record-t*.txt
   for f in step-bench-t*.txt; do echo "== $f"; grep -E "^method|^fathom" $f; done
+  cat times-scan-1m-t*.txt 2>/dev/null
   grep -E "scan w8 t(64|128) tc|winner|record" autotune.txt 2>/dev/null | head -12; } > $OUT/summary.txt 2>&1
 mkdir -p $OUT/record && cp $L/tune/* $OUT/record/ 2>/dev/null
 tar czf $OUT/scan-tile-in-step.tgz -C $OUT logs && rm -rf $L
