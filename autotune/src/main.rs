@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autotune::candidates::{candidate_checksum, enumerate, run_specs, Case, OptIn};
-use autotune::gpu::GpuBench;
+use autotune::gpu::{GpuBench, PlanSource};
 use autotune::records::{default_dir, merge_by_key, merge_into, record_path};
 use autotune::report::{bandwidth_svg, summary_table};
 use autotune::selection::select_shapes;
@@ -28,6 +28,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use runtime::gpu::Gpu;
 use runtime::tuning::{CandidateRecord, EntryRecord, MetaCheck, Outcome, RecordMeta, TuningRecord};
+use runtime::tuning::{Subject, TunedFamily};
 
 /// Tunes kernel variants on this GPU and records the winners per GPU model.
 #[derive(Parser, Debug)]
@@ -69,6 +70,12 @@ struct Args {
     /// End with the seconds spent per phase (ceilings, compile, prepare, verify, time).
     #[arg(long)]
     timings: bool,
+    /// Where the plan of the store cases (scan, gather, transfer, plan) takes its queries and
+    /// channel variances: `random` (the default; every committed record) or `synthetic`,
+    /// step-bench's SPEC §11 layers, whose plans read fewer channels at more depths (to compare
+    /// the tuner's ranking with the step's; needs a scratch `--out`).
+    #[arg(long, value_enum, default_value_t = PlanSource::Random, value_name = "SOURCE")]
+    plan_inputs: PlanSource,
     /// Tune nothing: print the summary table of this record and rewrite its SVG plot beside
     /// it (no GPU needed).
     #[arg(long, value_name = "RECORD.json", conflicts_with_all = ["model", "config", "only", "quick", "reps", "out", "timings", "opt_in"])]
@@ -195,6 +202,13 @@ fn run(args: &Args) -> Result<(), String> {
     if let (Some(from), Some(into)) = (&args.merge, &args.into) {
         return merge(from, into);
     }
+    if args.plan_inputs != PlanSource::Random && args.out.is_none() {
+        return Err(
+            "--plan-inputs synthetic times the store cases on plans unlike the committed \
+             records': give a scratch --out DIR, not the directory the runtime reads records from"
+                .into(),
+        );
+    }
     let shapes = args
         .config
         .iter()
@@ -255,6 +269,19 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let total: usize = cases.iter().map(|c| enumerate(c).len()).sum();
     let mut bench = GpuBench::new(gpu.clone(), ceilings.clone())?;
+    bench.set_plan_source(args.plan_inputs);
+    // Whether a scan case is timed writing its peaks follows the select the step runs: one
+    // tuned in this run, else the one of the record the runtime reads now (a run of the scans
+    // alone, `--only scan`, then times them as the step under that record runs them).
+    if let Some(record) = runtime::tuning::record_for(&info) {
+        for entry in record
+            .entries
+            .iter()
+            .filter(|e| e.key.subject == Subject::Kernel(TunedFamily::Select))
+        {
+            bench.adopt(entry);
+        }
+    }
     // Every candidate's kernel, in the order the cases need them, on all cores but the one
     // that runs the cases meanwhile: a case alone has too few kernels to fill the cores, and
     // the cases' CPU work (reference stores, comparisons) need not wait for the compiler.

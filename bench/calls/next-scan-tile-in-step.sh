@@ -8,12 +8,14 @@
 # (step-bench HBM 1M, fathom(48), batch 1) under the committed record and under it with that
 # one entry's winner set to t128, alternating, twice each; ncu's time and warp instructions of
 # the scan in that step under each; then `autotune --only scan/hbm/1m` on the same machine
-# (qwen3-8b's shape) for its ranking. The record used is this GPU's
+# (qwen3-8b's shape) for its ranking, with its usual random plan inputs and with step-bench's
+# (`--plan-inputs synthetic`: plans of ~22 channels over depths 1-4 instead of ~34 nearly all
+# at depth 1, the same bits). The record used is this GPU's
 # (runtime/records/<gpu>.json, as the runtime names it); on a card without one nothing runs.
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
-#   C=$(git rev-parse --short HEAD) BUDGET=400 bash bench/calls/next-scan-tile-in-step.sh
+#   C=$(git rev-parse --short HEAD) BUDGET=450 bash bench/calls/next-scan-tile-in-step.sh
 set -u
-DEFAULT_BUDGET=400 . bench/calls/budget.sh
+DEFAULT_BUDGET=450 . bench/calls/budget.sh
 export FATHOM_COMMIT=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack && el unpacked
@@ -47,15 +49,18 @@ PY
   for t in 64 128; do
     FATHOM_TUNING_DIR=/tmp/rec-t$t NCU_LIMIT=45 ncu_kernels scan 1m-t$t 'fathom_scan.*_tc' 1m
   done
-  [ "$(left)" -gt 60 ] && { timeout -k 10 "$(lim $(( $(left) - 15 )))" "$B/autotune" --model qwen3-8b --only scan/hbm/1m \
-      --timings --out $L/tune > $L/autotune.txt 2>&1; el "autotune scan/hbm/1m rc=$?"; }
+  for src in random synthetic; do
+    [ "$(left)" -gt 50 ] && { timeout -k 10 "$(lim 60)" "$B/autotune" --model qwen3-8b --only scan/hbm/1m \
+        --plan-inputs $src --timings --out $L/tune-$src > $L/autotune-$src.txt 2>&1; el "autotune scan/hbm/1m $src rc=$?"; }
+  done
 else
   echo "no committed record for $gpu" > $L/record-t64.txt
 fi
 cd $L && { cat nvidia-smi.txt timeline.txt record-t*.txt
   for f in step-bench-t*.txt; do echo "== $f"; grep -E "^method|^fathom" $f; done
   cat times-scan-1m-t*.txt 2>/dev/null
-  grep -E "scan w8 t(64|128) tc|winner|record" autotune.txt 2>/dev/null | head -12; } > $OUT/summary.txt 2>&1
-mkdir -p $OUT/record && cp $L/tune/* $OUT/record/ 2>/dev/null
+  for src in random synthetic; do echo "== autotune $src"
+    grep -E "scan w8 t(64|128) tc|winner|record" autotune-$src.txt 2>/dev/null | head -12; done; } > $OUT/summary.txt 2>&1
+mkdir -p $OUT/record && cp -r $L/tune-* $OUT/record/ 2>/dev/null
 tar czf $OUT/scan-tile-in-step.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt

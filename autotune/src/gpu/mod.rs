@@ -54,7 +54,7 @@ use runtime::tuning::{Tile, Tiles, TunedFamily};
 
 pub use device::{Device, FLUSH_BYTES};
 pub use inputs::{HostRows, HostScores};
-pub use store::{reference_stores, DevicePlan, DeviceStore, Staging, PLAN_BITS};
+pub use store::{reference_stores, DevicePlan, DeviceStore, PlanSource, Staging, PLAN_BITS};
 
 use crate::candidates::{gather_spec, scan_spec, Case, SEGMENT_WORDS};
 use crate::tuner::{Bench, CaseInfo, Reps};
@@ -118,6 +118,8 @@ pub struct GpuBench {
     prepared: Option<Prepared>,
     winners: HashMap<EntryKey, Tile>,
     inputs: inputs::Inputs,
+    /// Where the store cases' plan takes its queries and variances from.
+    plan_source: PlanSource,
     select: select::SelectBench,
     attention: attention::AttentionBench,
     rows: rows::RowsBench,
@@ -134,11 +136,18 @@ impl GpuBench {
             prepared: None,
             winners: HashMap::new(),
             inputs: inputs::Inputs::default(),
+            plan_source: PlanSource::default(),
             select: select::SelectBench::default(),
             attention: attention::AttentionBench::default(),
             rows: rows::RowsBench::default(),
             pariskv: pariskv::PariskvBench::default(),
         })
+    }
+
+    /// Plans the store cases (scan, gather, transfer, plan) on the queries and variances of
+    /// `source` (`autotune --plan-inputs`).
+    pub fn set_plan_source(&mut self, source: PlanSource) {
+        self.plan_source = source;
     }
 
     /// Compiles (or loads from the kernel cache) every spec of `specs` on all cores; a spec that
@@ -190,8 +199,9 @@ impl GpuBench {
 
     /// Whether the step of `case`'s shape and context has its scan write the peaks of its
     /// 32-token halves, as `runtime::step::launches` decides it: the select it runs (the one
-    /// adopted in this run, the selects being tuned before the scans, else the runtime's
-    /// default) reads them. A scan candidate is timed so, since the peaks cost it registers
+    /// adopted in this run, the selects being tuned before the scans; else the one of the
+    /// record the runtime reads, adopted before the run; else the runtime's default) reads
+    /// them. A scan candidate is timed so, since the peaks cost it registers
     /// and stores (at 1M on an H100 the record's two best tiles swap places with them).
     fn scan_peaks(&self, case: &Case) -> bool {
         let tiles = Tiles::default();
@@ -389,7 +399,14 @@ impl GpuBench {
             let staging = Staging::new(gpu, heads, store.max_seg, d)?;
             let plan_spec = store::plan_spec(d, g);
             let plan_kernel = self.dev.function(plan_spec.into())?;
-            let plan = store::plan(gpu, &plan_kernel, plan_spec, &store, &staging, g, n)?;
+            let plan = store::plan(
+                gpu,
+                &plan_kernel,
+                plan_spec,
+                &store,
+                &staging,
+                (g, n, self.plan_source),
+            )?;
             let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
             let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
             sample.shuffle(&mut rng);

@@ -18,6 +18,25 @@ use crate::candidates::{BLOCK, SEGMENT_WORDS};
 /// runs are read, not how fast a variant reads them.
 pub const PLAN_BITS: f32 = 48.0;
 
+/// Where the queries and channel variances of the store cases' plan come from (`autotune
+/// --plan-inputs`). The plan decides how many runs a scan step reads and at which depths, so
+/// the two give the scan different work at the same bits: `random` (the default, what every
+/// record was made with) reads ~34 channels almost all at depth 1 at qwen3-8b's shape,
+/// `synthetic` ~22 over depths 1 to 4, as step-bench's plans do (CPU, 2026-12-07).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanSource {
+    /// Uniform queries and variances 10^U(-1, 1), seeded by the context.
+    #[default]
+    Random,
+    /// step-bench's (SPEC §11 synthetic layers, `stepbench::data`): each KV head generated for
+    /// the calibration window, its variances fitted as step-bench fits them, its queries moved
+    /// to the case's context by RoPE.
+    Synthetic,
+}
+
+/// The seed of `PlanSource::Synthetic`'s layer: step-bench's default (`--seed`).
+const SYNTHETIC_SEED: u64 = 0x5eed;
+
 /// `n` random keys of `d` channels (token-major), channel scales spread over two orders of
 /// magnitude like real keys.
 fn random_keys(rng: &mut ChaCha8Rng, n: usize, d: usize) -> Vec<bf16> {
@@ -203,23 +222,21 @@ pub struct PlanInputs {
 }
 
 impl PlanInputs {
-    /// Queries of `heads × group` query heads and variances of `heads × d` channels, seeded by
-    /// the context.
+    /// Queries of `heads × group` query heads and variances of `heads × d` channels for a
+    /// context of `tokens`, from `source`.
     pub fn new(
         gpu: &Gpu,
         heads: usize,
         group: usize,
         d: usize,
         tokens: usize,
+        source: PlanSource,
     ) -> Result<Self, String> {
         let e = |x: runtime::gpu::GpuError| x.to_string();
-        let mut rng = ChaCha8Rng::seed_from_u64(0x9e11 ^ tokens as u64);
-        let queries: Vec<f32> = (0..heads * group * d)
-            .map(|_| rng.gen_range(-1.0f32..1.0))
-            .collect();
-        let sigma2: Vec<f32> = (0..heads * d)
-            .map(|_| 10f32.powf(rng.gen_range(-1.0f32..1.0)))
-            .collect();
+        let (queries, sigma2) = match source {
+            PlanSource::Random => random_plan_inputs(heads, group, d, tokens),
+            PlanSource::Synthetic => synthetic_plan_inputs(heads, group, d, tokens)?,
+        };
         Ok(PlanInputs {
             q: gpu.upload(&queries).map_err(e)?,
             s2: gpu.upload(&sigma2).map_err(e)?,
@@ -227,6 +244,64 @@ impl PlanInputs {
             sigma2,
         })
     }
+}
+
+/// `PlanSource::Random`'s queries `[heads][group][d]` and variances `[heads][d]`.
+pub fn random_plan_inputs(
+    heads: usize,
+    group: usize,
+    d: usize,
+    tokens: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(0x9e11 ^ tokens as u64);
+    let queries: Vec<f32> = (0..heads * group * d)
+        .map(|_| rng.gen_range(-1.0f32..1.0))
+        .collect();
+    let sigma2: Vec<f32> = (0..heads * d)
+        .map(|_| 10f32.powf(rng.gen_range(-1.0f32..1.0)))
+        .collect();
+    (queries, sigma2)
+}
+
+/// `PlanSource::Synthetic`'s queries `[heads][group][d]` and variances `[heads][d]`.
+pub fn synthetic_plan_inputs(
+    heads: usize,
+    group: usize,
+    d: usize,
+    tokens: usize,
+) -> Result<(Vec<f32>, Vec<f32>), String> {
+    use crate::stepbench::data;
+    // The variances are fitted on the calibration window only: no more tokens are needed.
+    let generated = tokens.min(data::CALIBRATION_WINDOW);
+    let settings = reference::synthetic::SyntheticSettings {
+        seed: SYNTHETIC_SEED,
+        n: generated,
+        head_dim: d,
+        kv_heads: heads,
+        group,
+        ..Default::default()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let slots = data::generate_slots(std::slice::from_ref(&settings), threads, &|| {})
+        .map_err(|e| e.to_string())?;
+    let (mut queries, mut sigma2) = (Vec::new(), Vec::new());
+    for (h, head) in slots[0].iter().enumerate() {
+        // double_sparsity's channels are fitted too but not read: r = 1 costs least.
+        let calibration = data::calibrate(head, &settings, 0, h, 1).map_err(|e| e.to_string())?;
+        sigma2.extend(calibration.sigma2.iter().map(|&v| v as f32));
+        for q in data::queries_at(head, generated, tokens, settings.rope_base) {
+            queries.extend(q.iter().map(|&v| v as f32));
+        }
+    }
+    if queries.len() != heads * group * d || sigma2.len() != heads * d {
+        return Err(format!(
+            "synthetic plan inputs: {} query and {} variance values for {heads} KV heads, G = \
+             {group}, D = {d}",
+            queries.len(),
+            sigma2.len()
+        ));
+    }
+    Ok((queries, sigma2))
 }
 
 /// The plan kernel's arguments (its launch ABI, `codegen::spec::plan`) for `fathom(PLAN_BITS)`
@@ -287,19 +362,19 @@ pub fn plan_spec(d: usize, group: usize) -> PlanSpec {
 }
 
 /// Plans `store` (every head of it) with `fathom(PLAN_BITS)` on the device with `function`,
-/// the kernel of `spec`, for `group` query heads.
+/// the kernel of `spec`, for `group` query heads and a context of `tokens`, on the queries and
+/// variances of `source`.
 pub fn plan(
     gpu: &Gpu,
     function: &CudaFunction,
     spec: PlanSpec,
     store: &DeviceStore,
     staging: &Staging,
-    group: usize,
-    tokens: usize,
+    (group, tokens, source): (usize, usize, PlanSource),
 ) -> Result<DevicePlan, String> {
     let e = |x: runtime::gpu::GpuError| x.to_string();
     let (heads, d) = (store.heads, spec.head_dim);
-    let inputs = PlanInputs::new(gpu, heads, group, d, tokens)?;
+    let inputs = PlanInputs::new(gpu, heads, group, d, tokens, source)?;
     let out = PlanOutputs::new(gpu, store, group, d)?;
     let args = plan_args(&inputs, store, staging, &out);
     let (grid, block, shared) = spec.launch_dims(1, heads);
@@ -324,4 +399,48 @@ pub fn plan(
         depths,
         bytes: bytes as u64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reference::planner::water_fill;
+
+    /// The active channels of each KV head's `fathom(PLAN_BITS)` plan on these inputs.
+    fn active(queries: &[f32], sigma2: &[f32], group: usize, d: usize) -> Vec<usize> {
+        let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+        sigma2
+            .chunks(d)
+            .zip(queries.chunks(group * d))
+            .map(|(s2, q)| {
+                let q: Vec<Vec<f64>> = q.chunks(d).map(widen).collect();
+                water_fill(&q, &widen(s2), PLAN_BITS as f64, BlockSize::B64)
+                    .expect("a plan")
+                    .active_channels()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn synthetic_plan_inputs_read_fewer_channels_than_random_ones() {
+        let (heads, group, d, tokens) = (2, 4, 128, 4096);
+        let (q, s2) = synthetic_plan_inputs(heads, group, d, tokens).unwrap();
+        assert_eq!((q.len(), s2.len()), (heads * group * d, heads * d));
+        assert!(q.iter().all(|v| v.is_finite()));
+        assert!(s2.iter().all(|&v| v.is_finite() && v >= 0.0));
+        // Deterministic: the same inputs for the same case.
+        assert_eq!(
+            synthetic_plan_inputs(heads, group, d, tokens).unwrap(),
+            (q.clone(), s2.clone())
+        );
+        let (rq, rs2) = random_plan_inputs(heads, group, d, tokens);
+        let (synthetic, random) = (active(&q, &s2, group, d), active(&rq, &rs2, group, d));
+        // The step's plans read fewer channels at more depths than the random ones at the
+        // same bits (~22 against ~34 at qwen3-8b's shape).
+        let mean = |x: &[usize]| x.iter().sum::<usize>() as f64 / x.len() as f64;
+        assert!(
+            mean(&synthetic) + 5.0 < mean(&random),
+            "synthetic {synthetic:?} random {random:?}"
+        );
+    }
 }
