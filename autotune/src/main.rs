@@ -99,6 +99,19 @@ struct Args {
     into: Option<std::path::PathBuf>,
 }
 
+/// `--plan-inputs` other than `random` writes only into a scratch `--out`: its entries are
+/// timed on plans unlike those of the records the runtime reads.
+fn check_plan_inputs(source: PlanSource, out: Option<&std::path::Path>) -> Result<(), String> {
+    if source != PlanSource::Random && out.is_none() {
+        return Err(
+            "--plan-inputs synthetic times the store cases on plans unlike the committed \
+             records': give a scratch --out DIR, not the directory the runtime reads records from"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// `--merge FROM --into RECORD`.
 fn merge(from: &std::path::Path, into: &std::path::Path) -> Result<(), String> {
     let (record, merge) = merge_by_key(from, into).map_err(|e| e.to_string())?;
@@ -202,13 +215,7 @@ fn run(args: &Args) -> Result<(), String> {
     if let (Some(from), Some(into)) = (&args.merge, &args.into) {
         return merge(from, into);
     }
-    if args.plan_inputs != PlanSource::Random && args.out.is_none() {
-        return Err(
-            "--plan-inputs synthetic times the store cases on plans unlike the committed \
-             records': give a scratch --out DIR, not the directory the runtime reads records from"
-                .into(),
-        );
-    }
+    check_plan_inputs(args.plan_inputs, args.out.as_deref())?;
     let shapes = args
         .config
         .iter()
@@ -370,5 +377,29 @@ fn main() -> ExitCode {
             eprintln!("autotune: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_plan_inputs_need_a_scratch_out() {
+        let args = Args::try_parse_from(["autotune", "--plan-inputs", "synthetic"]).unwrap();
+        let err = check_plan_inputs(args.plan_inputs, args.out.as_deref()).unwrap_err();
+        assert!(err.contains("--out"), "{err}");
+        let args =
+            Args::try_parse_from(["autotune", "--plan-inputs", "synthetic", "--out", "/tmp/x"])
+                .unwrap();
+        assert_eq!(
+            check_plan_inputs(args.plan_inputs, args.out.as_deref()),
+            Ok(())
+        );
+        let args = Args::try_parse_from(["autotune"]).unwrap();
+        assert_eq!(args.plan_inputs, PlanSource::Random);
+        assert_eq!(check_plan_inputs(args.plan_inputs, None), Ok(()));
+        let bad = Args::try_parse_from(["autotune", "--plan-inputs", "real"]).unwrap_err();
+        assert!(bad.to_string().contains("synthetic"), "{bad}");
     }
 }

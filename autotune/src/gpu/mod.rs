@@ -204,21 +204,9 @@ impl GpuBench {
     /// them. A scan candidate is timed so, since the peaks cost it registers
     /// and stores (at 1M on an H100 the record's two best tiles swap places with them).
     fn scan_peaks(&self, case: &Case) -> bool {
-        let tiles = Tiles::default();
-        let adopted = self
-            .tile(case, TunedFamily::Select, Placement::Hbm)
-            .and_then(|tile| match tile {
-                Tile::Select {
-                    threads,
-                    items_per_thread,
-                    ..
-                } => tile
-                    .select_algorithm()
-                    .map(|algorithm| (threads, items_per_thread, algorithm)),
-                _ => None,
-            });
-        let chosen = adopted.unwrap_or((tiles.select.0, tiles.select.1, tiles.select_algorithm));
-        tiles.resident_for(chosen).2.scan_peaks()
+        Tiles::default()
+            .select_for(self.tile(case, TunedFamily::Select, Placement::Hbm))
+            .is_ok_and(|(_, _, algorithm)| algorithm.scan_peaks())
     }
 
     fn part_gather(&self, case: &Case) -> GatherSpec {
@@ -399,14 +387,8 @@ impl GpuBench {
             let staging = Staging::new(gpu, heads, store.max_seg, d)?;
             let plan_spec = store::plan_spec(d, g);
             let plan_kernel = self.dev.function(plan_spec.into())?;
-            let plan = store::plan(
-                gpu,
-                &plan_kernel,
-                plan_spec,
-                &store,
-                &staging,
-                (g, n, self.plan_source),
-            )?;
+            let inputs = store::PlanInputs::new(gpu, heads, g, d, n, self.plan_source)?;
+            let plan = store::plan(gpu, &plan_kernel, plan_spec, &store, &staging, inputs)?;
             let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
             let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
             sample.shuffle(&mut rng);

@@ -212,9 +212,11 @@ impl PlanOutputs {
     }
 }
 
-/// The random inputs of a plan: raw queries and channel variances, on the device and on the
-/// host.
+/// The inputs of a plan (`PlanSource`): raw queries and channel variances, on the device and
+/// on the host, of `group` query heads a KV head at a context of `tokens`.
 pub struct PlanInputs {
+    pub group: usize,
+    pub tokens: usize,
     pub queries: Vec<f32>,
     pub sigma2: Vec<f32>,
     pub q: DeviceBuffer<f32>,
@@ -238,6 +240,8 @@ impl PlanInputs {
             PlanSource::Synthetic => synthetic_plan_inputs(heads, group, d, tokens)?,
         };
         Ok(PlanInputs {
+            group,
+            tokens,
             q: gpu.upload(&queries).map_err(e)?,
             s2: gpu.upload(&sigma2).map_err(e)?,
             queries,
@@ -362,19 +366,18 @@ pub fn plan_spec(d: usize, group: usize) -> PlanSpec {
 }
 
 /// Plans `store` (every head of it) with `fathom(PLAN_BITS)` on the device with `function`,
-/// the kernel of `spec`, for `group` query heads and a context of `tokens`, on the queries and
-/// variances of `source`.
+/// the kernel of `spec`, on `inputs` (of the store's heads and the spec's head dimension).
 pub fn plan(
     gpu: &Gpu,
     function: &CudaFunction,
     spec: PlanSpec,
     store: &DeviceStore,
     staging: &Staging,
-    (group, tokens, source): (usize, usize, PlanSource),
+    inputs: PlanInputs,
 ) -> Result<DevicePlan, String> {
     let e = |x: runtime::gpu::GpuError| x.to_string();
     let (heads, d) = (store.heads, spec.head_dim);
-    let inputs = PlanInputs::new(gpu, heads, group, d, tokens, source)?;
+    let (group, tokens) = (inputs.group, inputs.tokens);
     let out = PlanOutputs::new(gpu, store, group, d)?;
     let args = plan_args(&inputs, store, staging, &out);
     let (grid, block, shared) = spec.launch_dims(1, heads);

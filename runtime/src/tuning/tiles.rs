@@ -450,6 +450,29 @@ impl Tiles {
     /// runs: a middle of 32,768 tokens in one tile, 32 keys a thread (62 registers, no spill).
     pub const RESIDENT_SELECT: (u32, u32) = (1024, 32);
 
+    /// The select the step runs, `(threads, items_per_thread, algorithm)`, for the select tile a
+    /// record holds (`None`: these tiles' default), made resident where these tiles ask
+    /// ([`Tiles::resident_for`]); `Err` gives back a tile that is not a select's or whose
+    /// flags name no algorithm. The one rule of the step (`launches`) and of the autotuner,
+    /// which times a scan writing its peaks where this select reads them.
+    pub fn select_for(&self, recorded: Option<Tile>) -> Result<(u32, u32, SelectAlgorithm), Tile> {
+        let chosen = match recorded {
+            None => (self.select.0, self.select.1, self.select_algorithm),
+            Some(
+                tile @ Tile::Select {
+                    threads,
+                    items_per_thread,
+                    ..
+                },
+            ) => match tile.select_algorithm() {
+                Some(algorithm) => (threads, items_per_thread, algorithm),
+                None => return Err(tile),
+            },
+            Some(tile) => return Err(tile),
+        };
+        Ok(self.resident_for(chosen))
+    }
+
     /// The select tile to run for a chosen `(threads, items_per_thread, algorithm)` under these
     /// tiles: a one-block select becomes the resident one with `select_resident`.
     pub fn resident_for(&self, tile: (u32, u32, SelectAlgorithm)) -> (u32, u32, SelectAlgorithm) {
@@ -492,4 +515,35 @@ pub(crate) fn warn_untuned(what: &str) {
              $FATHOM_TUNING_DIR, <cache dir>/tuning and the repository's runtime/records)."
         );
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_for_takes_the_recorded_select_or_the_default_and_refuses_other_tiles() {
+        for resident in [false, true] {
+            let tiles = Tiles {
+                select_resident: resident,
+                ..Tiles::default()
+            };
+            let default = (tiles.select.0, tiles.select.1, tiles.select_algorithm);
+            assert_eq!(tiles.select_for(None), Ok(tiles.resident_for(default)));
+            for algorithm in SelectAlgorithm::ALL {
+                let tile = Tile::select(512, 4, algorithm);
+                assert_eq!(
+                    tiles.select_for(Some(tile)),
+                    Ok(tiles.resident_for((512, 4, algorithm))),
+                    "{algorithm:?}"
+                );
+            }
+        }
+        let scan = Tile::Scan {
+            tile_words: 8,
+            threads: 128,
+            tensor_cores: true,
+        };
+        assert_eq!(Tiles::default().select_for(Some(scan)), Err(scan));
+    }
 }

@@ -394,21 +394,9 @@ fn oracle_select(
         placement: shape.placement,
         kv_rows: shape.kv_rows,
     };
-    let chosen = match chooser.lookup(TunedFamily::Select, Placement::Hbm) {
-        None => (tiles.select.0, tiles.select.1, tiles.select_algorithm),
-        Some(
-            tile @ Tile::Select {
-                threads,
-                items_per_thread,
-                ..
-            },
-        ) => match tile.select_algorithm() {
-            Some(algorithm) => (threads, items_per_thread, algorithm),
-            None => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
-        },
-        Some(tile) => return Err(TileChooser::mismatch(TunedFamily::Select, tile)),
-    };
-    let (threads, items_per_thread, algorithm) = tiles.resident_for(chosen);
+    let (threads, items_per_thread, algorithm) = tiles
+        .select_for(chooser.lookup(TunedFamily::Select, Placement::Hbm))
+        .map_err(|tile| TileChooser::mismatch(TunedFamily::Select, tile))?;
     let select = SelectSpec {
         group,
         k_max: inputs.k_max as u32,
