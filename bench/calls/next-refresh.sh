@@ -7,6 +7,7 @@
 # left, ncu's time per kernel in the HBM step at 32k and 1M with the caches as the kernel before
 # left them and flushed (ncu's default). `SANITIZE=SECONDS` first runs memcheck and racecheck on
 # gpu_scan's tensor-core test (a kernel change to land in the same call; ~30 s each on an H100).
+# `PLAN_INPUTS=synthetic` plans the store cases on step-bench's layers (autotune --plan-inputs).
 # Issue #15 asks the default autotune within 3 minutes on the H200 (187 s on an H100).
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=570 bash bench/calls/next-refresh.sh
@@ -17,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack && el unpacked
 [ -n "${SANITIZE:-}" ] && sanitize_test gpu_scan gpu_scan_tensor_cores_match_reference "$SANITIZE"
 rm -rf /tmp/kc-refresh
-FATHOM_KERNEL_CACHE=/tmp/kc-refresh timeout -k 10 $(lim 330) $B/autotune --timings --out $L/tune > $L/autotune.txt 2>&1
+FATHOM_KERNEL_CACHE=/tmp/kc-refresh timeout -k 10 $(lim 330) $B/autotune --timings ${PLAN_INPUTS:+--plan-inputs $PLAN_INPUTS} --out $L/tune > $L/autotune.txt 2>&1
 el "autotune rc=$?"
 export FATHOM_KERNEL_CACHE=/tmp/kc-refresh
 rec=$(ls $L/tune/*.json 2>/dev/null | head -1)
@@ -33,5 +34,7 @@ cd $L && { cat nvidia-smi.txt timeline.txt; grep -E "^\s*(ceilings|compile|prepa
   for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done
   for f in times-*.txt; do echo "== $f"; head -8 $f; done; } > $OUT/summary.txt 2>&1
 mkdir -p $OUT/record && cp $L/tune/* $OUT/record/ 2>/dev/null
+# a call after this one on the warm machine can time this record (next-scan-tile-in-step.sh REC=)
+rm -rf /tmp/refresh-tune && cp -r $L/tune /tmp/refresh-tune 2>/dev/null
 tar czf $OUT/refresh.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt

@@ -12,6 +12,8 @@
 # (`--plan-inputs synthetic`: plans of ~22 channels over depths 1-4 instead of ~34 nearly all
 # at depth 1, the same bits). The record used is this GPU's
 # (runtime/records/<gpu>.json, as the runtime names it); on a card without one nothing runs.
+# `REC=PATH` times a record other than the committed one (e.g. /tmp/refresh-tune/<gpu>.json,
+# which `next-refresh.sh` leaves on a machine kept warm).
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=450 bash bench/calls/next-scan-tile-in-step.sh
 set -u
@@ -20,7 +22,7 @@ export FATHOM_COMMIT=${C:-unknown}
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/nvidia-smi.txt 2>&1
 unpack && el unpacked
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | sed 's/[^a-z0-9]/-/g' | tr -s '-' | sed 's/-$//')
-rec=$R/runtime/records/$gpu.json
+rec=${REC:-$R/runtime/records/$gpu.json}
 if [ -f "$rec" ]; then
   for t in 64 128; do
     mkdir -p /tmp/rec-t$t && python3 - "$rec" "/tmp/rec-t$t/$gpu.json" $t <<'PY' > $L/record-t$t.txt 2>&1
