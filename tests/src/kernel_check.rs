@@ -326,18 +326,4 @@ pub fn dot_tolerance(q: &[f64], k: impl IntoIterator<Item = f64>) -> f64 {
         + d as f64 * f64::from(f32::MIN_POSITIVE)
 }
 
-/// `||got − want|| / ||want||` (Euclidean norms; `||got||` when `want` is zero).
-pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
-    let diff: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&g, &w)| (f64::from(g) - w).powi(2))
-        .sum::<f64>()
-        .sqrt();
-    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
-    if norm > 0.0 {
-        diff / norm
-    } else {
-        diff
-    }
-}
+pub use reference::attention::relative_error;

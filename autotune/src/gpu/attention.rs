@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use codegen::spec::KernelSpec;
 use half::bf16;
-use reference::attention::{attend, default_scale};
+use reference::attention::{attend, default_scale, relative_error};
 use runtime::abi;
 use runtime::gpu::DeviceBuffer;
 use runtime::launch::{DevicePtrMut, KernelArgs};
@@ -183,15 +183,7 @@ impl AttentionBench {
         let d = case.head_dim;
         let got = out.download().map_err(gpu_err)?;
         for (qh, want) in p.want.iter().enumerate() {
-            let o = &got[qh * d..(qh + 1) * d];
-            let diff: f64 = o
-                .iter()
-                .zip(want)
-                .map(|(&a, &b)| (f64::from(a) - b).powi(2))
-                .sum::<f64>()
-                .sqrt();
-            let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
-            let err = if norm > 0.0 { diff / norm } else { diff };
+            let err = relative_error(&got[qh * d..(qh + 1) * d], want);
             // NaN fails too.
             if err.is_nan() || err > MAX_RELATIVE_ERROR {
                 return Err(format!(

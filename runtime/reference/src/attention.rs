@@ -59,6 +59,23 @@ pub fn attend(
     out
 }
 
+/// `||got − want|| / ||want||` (Euclidean norms; `||got − want||` when `want` is zero): how far
+/// a GPU output is from this module's f64 one, the measure every attention check bounds.
+pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
+    let diff: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        diff / norm
+    } else {
+        diff
+    }
+}
+
 /// Dense attention of one query over the first `n` tokens (the `dense` method of §4).
 ///
 /// Written independently of [`attend`] (log-sum-exp normalisation, token order) so that the two
@@ -122,6 +139,16 @@ mod tests {
 
     fn to_bf16(v: &[f64]) -> Vec<bf16> {
         v.iter().map(|&x| bf16::from_f64(x)).collect()
+    }
+
+    #[test]
+    fn relative_error_is_the_norm_of_the_difference_over_the_reference() {
+        assert_eq!(relative_error(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
+        // ||(0, 5)|| / ||(3, 4)|| = 1.
+        assert_eq!(relative_error(&[3.0, 9.0], &[3.0, 4.0]), 1.0);
+        // A zero reference: the absolute norm.
+        assert_eq!(relative_error(&[3.0, 4.0], &[0.0, 0.0]), 5.0);
+        assert!(relative_error(&[f32::NAN, 0.0], &[1.0, 0.0]).is_nan());
     }
 
     #[test]
