@@ -708,6 +708,7 @@ pub fn tile_spec(case: &Case, variant: &Variant) -> Result<KernelSpec, String> {
             kv_rows: KvRows::Separate,
             splits,
             cluster_merge: false,
+            prefetch_rows: false,
         }
         .into(),
         _ => return Err(mismatch()),

@@ -182,6 +182,7 @@ pub fn kernels_for(model: &ModelShape, options: &KernelSetOptions) -> Vec<Kernel
             kv_rows: KvRows::Separate,
             splits: 1,
             cluster_merge: false,
+            prefetch_rows: false,
         }
         .into(),
     );

@@ -17,6 +17,7 @@ fn base() -> AttentionSpec {
         kv_rows: KvRows::Separate,
         splits: 1,
         cluster_merge: false,
+        prefetch_rows: false,
     }
 }
 
@@ -281,4 +282,63 @@ fn splits_merged_in_a_cluster() {
     assert!(off.get("cluster_merge").is_none());
     let back: AttentionSpec = serde_json::from_value(off).unwrap();
     assert!(!back.cluster_merge);
+}
+
+/// The rows prefetched into L2 (opt-in): their own name, the same arguments, a prefetch of
+/// every 128-byte line of a K and a V row for the positions below the count, compiled without
+/// warnings for every row source and an odd row size (D = 80: 160 bytes); nothing of it in
+/// the default kernel, which renders as before; not serialised when off.
+#[test]
+fn rows_prefetched_into_l2() {
+    let spec = AttentionSpec {
+        splits: 8,
+        prefetch_rows: true,
+        ..store_base()
+    };
+    spec.validate().unwrap();
+    assert_eq!(
+        spec.kernel_name(),
+        "fathom_attention_d128_g4_t256_r4_s8_store_pf"
+    );
+    let source = codegen::render::render(&spec).unwrap();
+    assert!(source.contains("prefetch.global.L2 [%0];"));
+    assert!(source.contains("prefetch_l2(keys + pos * D, 2 * D);"));
+    let plain_spec = AttentionSpec {
+        prefetch_rows: false,
+        ..spec
+    };
+    let plain = codegen::render::render(&plain_spec).unwrap();
+    assert!(!plain.contains("prefetch"));
+    let signature = |s: &str| {
+        let at = s.find("extern \"C\"").unwrap();
+        s[at..at + s[at..].find('{').unwrap()].to_string()
+    };
+    assert_eq!(
+        signature(&source).replace(&spec.kernel_name(), "K"),
+        signature(&plain).replace(&plain_spec.kernel_name(), "K")
+    );
+    for spec in [
+        base(),
+        AttentionSpec {
+            head_dim: 80,
+            group: 5,
+            ..base()
+        },
+    ] {
+        for spec in [spec].into_iter().chain(store_variants(spec)) {
+            for splits in [1, 8] {
+                let prefetched = AttentionSpec {
+                    splits,
+                    prefetch_rows: true,
+                    ..spec
+                };
+                assert_compiles(&prefetched, &[prefetched.kernel_name()]);
+            }
+        }
+    }
+    assert!(serde_json::to_value(spec).unwrap()["prefetch_rows"] == true);
+    let off = serde_json::to_value(store_base()).unwrap();
+    assert!(off.get("prefetch_rows").is_none());
+    let back: AttentionSpec = serde_json::from_value(off).unwrap();
+    assert!(!back.prefetch_rows);
 }

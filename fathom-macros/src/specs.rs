@@ -442,7 +442,13 @@ mod tests {
         assert_eq!(defaulted_fields("scan"), ["tensor_cores", "peaks"]);
         assert_eq!(
             defaulted_fields("attention"),
-            ["rows", "kv_rows", "splits", "cluster_merge"]
+            [
+                "rows",
+                "kv_rows",
+                "splits",
+                "cluster_merge",
+                "prefetch_rows"
+            ]
         );
         assert!(defaulted_fields("nope").is_empty());
     }

@@ -609,6 +609,7 @@ fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
             kv_rows: KvRows::Separate,
             splits: 1,
             cluster_merge: false,
+            prefetch_rows: false,
         };
         let want = case.run(fetched, seed).unwrap();
         for kv_rows in KvRows::ALL {
@@ -662,6 +663,7 @@ fn split_attention_merges_to_the_f64_attention() {
             kv_rows: KvRows::Separate,
             splits,
             cluster_merge: false,
+            prefetch_rows: false,
         };
         let store = AttentionSpec {
             rows: AttentionRows::Store,
@@ -716,6 +718,57 @@ fn split_attention_merges_to_the_f64_attention() {
                 .zip(&again)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{what}: another thread order merged differently");
+        }
+    }
+}
+
+/// Attention with its rows prefetched into L2 (`prefetch_rows`): the prefetch loop walks the
+/// positions of the block's share below the count (on the emulator it asks nothing of L2), so
+/// the output is the same bits as without it, for both row sources and both layouts, one block
+/// a head and several, a head without rows among them.
+#[test]
+fn attention_with_prefetched_rows_gives_the_same_bits() {
+    let (mut rng, seed) = inputs::rng_and_seed("cpu_rows attention prefetched rows");
+    for (d, g, k, threads, rows_per_warp, splits) in [
+        (128, 4, 6, 64, 2, 1),
+        (80, 7, 3, 32, 4, 3),
+        (64, 1, 5, 64, 1, 16),
+        (128, 2, 40, 32, 8, 5),
+    ] {
+        let case = AttentionCase::draw(&mut rng, d, g, k);
+        let fetched = AttentionSpec {
+            head_dim: d as u32,
+            group: g as u32,
+            threads,
+            rows_per_warp,
+            rows: AttentionRows::Fetched,
+            kv_rows: KvRows::Separate,
+            splits,
+            cluster_merge: false,
+            prefetch_rows: false,
+        };
+        let stores = KvRows::ALL.map(|kv_rows| AttentionSpec {
+            rows: AttentionRows::Store,
+            kv_rows,
+            ..fetched
+        });
+        for spec in [fetched].into_iter().chain(stores) {
+            let prefetched = AttentionSpec {
+                prefetch_rows: true,
+                ..spec
+            };
+            let what = format!("{} (FATHOM_TEST_SEED={seed})", prefetched.kernel_name());
+            assert!(prefetched.kernel_name().ends_with("_pf"), "{what}");
+            let want = case.run(spec, seed).unwrap();
+            let got = case.run(prefetched, seed).unwrap();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{what}: output {i}: {a} prefetched, {b} not, f64 {}",
+                    case.reference(i / d, i % d)
+                );
+            }
         }
     }
 }

@@ -16,6 +16,8 @@
 //!   the arrival counters left zero by every launch (the second launch runs on them).
 //! - `gpu_attention_cluster_merge_matches_the_reference`: 2 to 8 splits merged in a
 //!   thread-block cluster (`cluster_merge`, opt-in), the same checks.
+//! - `gpu_attention_prefetched_rows_match_the_reference`: the rows prefetched into L2 before
+//!   the first batch (`prefetch_rows`, opt-in), one block a head and several, the same checks.
 //! - `gpu_attention_chain_oracle_select_fetch_attention_{hbm,host}`: B = 3 sequences of
 //!   different lengths (one shorter than `36 + k`, so everything is selected), H = 2, G = 7 with
 //!   D = 128 and G = 16 with D = 96, k = 512, K/V rows in HBM or in mapped host memory. On the
@@ -222,6 +224,7 @@ gpu_test!(gpu_attention_matches_reference, |t| {
             kv_rows: KvRows::Separate,
             splits: 1,
             cluster_merge: false,
+            prefetch_rows: false,
         };
         let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
         attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
@@ -232,7 +235,7 @@ gpu_test!(gpu_attention_matches_reference, |t| {
 /// partials merged through global memory or in a cluster.
 type SplitCase = (u32, u32, u32, u32, u32, Option<usize>);
 
-fn split_cases(t: &mut GpuTest, configs: &[SplitCase], cluster_merge: bool) {
+fn split_cases(t: &mut GpuTest, configs: &[SplitCase], cluster_merge: bool, prefetch_rows: bool) {
     for &(head_dim, group, threads, rows_per_warp, splits, k) in configs {
         let spec = AttentionSpec {
             head_dim,
@@ -243,6 +246,7 @@ fn split_cases(t: &mut GpuTest, configs: &[SplitCase], cluster_merge: bool) {
             kv_rows: KvRows::Separate,
             splits,
             cluster_merge,
+            prefetch_rows,
         };
         let k = k.unwrap_or_else(|| t.rng.gen_range(1..=2048));
         attention_case(&t.gpu, &mut t.rng, t.seed, spec, k);
@@ -263,7 +267,7 @@ gpu_test!(gpu_attention_split_matches_reference, |t| {
         (80, 5, 32, 8, 16, Some(7)),
         (128, 8, 512, 8, 8, None),
     ];
-    split_cases(&mut t, &configs, false);
+    split_cases(&mut t, &configs, false, false);
 });
 
 // The splits merged in a thread-block cluster (`cluster_merge`, opt-in; 2 to 8 splits): the
@@ -279,7 +283,24 @@ gpu_test!(gpu_attention_cluster_merge_matches_the_reference, |t| {
         (192, 3, 64, 1, 4, Some(0)),
         (80, 5, 32, 8, 7, Some(7)),
     ];
-    split_cases(&mut t, &configs, true);
+    split_cases(&mut t, &configs, true, false);
+});
+
+// The rows prefetched into L2 before the first batch (`prefetch_rows`, opt-in): the same checks
+// at one block a head and at several, rows of 160 bytes (D = 80, not a line's multiple) and of
+// 512, G = 7 and 16, no row at all.
+gpu_test!(gpu_attention_prefetched_rows_match_the_reference, |t| {
+    let configs: [SplitCase; 8] = [
+        (128, 4, 128, 4, 8, Some(512)),
+        (128, 4, 1024, 8, 1, Some(512)),
+        (128, 7, 256, 4, 2, None),
+        (80, 5, 32, 8, 16, Some(7)),
+        (96, 16, 256, 4, 1, None),
+        (256, 1, 1024, 8, 5, Some(2048)),
+        (192, 3, 64, 1, 4, Some(0)),
+        (64, 7, 128, 2, 1, None),
+    ];
+    split_cases(&mut t, &configs, false, true);
 });
 
 /// oracle → select → fetch → attention on the GPU against the reference on the same scores, at
@@ -340,6 +361,7 @@ fn chain_case(gpu: &Gpu, rng: &mut impl Rng, seed: u64, placement: Placement, d:
             kv_rows: KvRows::Separate,
             splits: 1,
             cluster_merge: false,
+            prefetch_rows: false,
         },
     )
     .expect("attention compiles");

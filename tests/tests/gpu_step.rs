@@ -65,6 +65,9 @@
 //!   tiles.
 //! - `gpu_step_attention_cluster_merge_g4`: the first case with attention's splits merged in a
 //!   thread-block cluster (`Tiles::attention_cluster_merge`, opt-in), at 8 and 3 splits.
+//! - `gpu_step_attention_prefetch_rows_g4`: the first case with attention's rows prefetched
+//!   into L2 (`Tiles::attention_prefetch_rows`, opt-in), at one block a head and at the
+//!   record's tiles.
 //! - `gpu_step_plan_unpaired_runs_g4`: the first case with the plan's run-table entries written
 //!   by one lane each (`Tiles::plan_paired_runs` false; lane pairs are the default), with one
 //!   block a head and with 4.
@@ -1135,6 +1138,18 @@ gpu_test!(gpu_step_attention_cluster_merge_g4, |t| {
             Tuned::SplitAttention(splits),
             config,
         );
+    }
+});
+
+// Attention's rows prefetched into L2 before its first batch (`Tiles::attention_prefetch_rows`,
+// opt-in), with one block a query head and with the GPU's record's tiles: every method, eager
+// and replayed, both placements (the store's rows in HBM, the fetched rows from host), against
+// the reference.
+gpu_test!(gpu_step_attention_prefetch_rows_g4, |t| {
+    for tuned in [Tuned::SplitAttention(1), Tuned::Default] {
+        let mut config = decoder_config();
+        config.tiles.attention_prefetch_rows = true;
+        run_case_configured(&mut t, D, 4, Basis::Raw, tuned, config);
     }
 });
 

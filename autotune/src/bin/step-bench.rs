@@ -83,6 +83,8 @@ fn write(dir: &Path, record: &Record, largest: usize) -> Result<String, String> 
         (h.plan_direct_line, "-plandl".to_string()),
         // Attention's splits merged in a cluster (`--attention-cluster-merge`).
         (h.attention_cluster_merge, "-attncm".to_string()),
+        // Attention's rows prefetched into L2 (`--attention-prefetch`).
+        (h.attention_prefetch_rows, "-attnpf".to_string()),
         // The peaks selects' floor from all three passes (`--select-full-floor`).
         (!h.select_coarse_floor, "-selfull".to_string()),
         // The peaks selects' tiles owned by threads (`--select-owned-tiles`).

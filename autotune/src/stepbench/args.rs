@@ -129,6 +129,10 @@ pub struct Args {
     /// `-attncm`).
     #[arg(long)]
     pub attention_cluster_merge: bool,
+    /// Have attention ask L2 for every row of a block's share before its first batch loads
+    /// (`Tiles::attention_prefetch_rows`, off by default until timed; files `-attnpf`).
+    #[arg(long)]
+    pub attention_prefetch: bool,
     /// Take a peaks select's floor from all three radix passes over the peaks (the exact k-th
     /// peak), as before 2026-12-06's sixteenth session (`Tiles::select_coarse_floor` false;
     /// the default stops after two; files `-selfull`).
@@ -199,6 +203,8 @@ pub struct Options {
     pub plan_direct_line: bool,
     /// `--attention-cluster-merge`.
     pub attention_cluster_merge: bool,
+    /// `--attention-prefetch`.
+    pub attention_prefetch_rows: bool,
     /// Not `--select-full-floor`.
     pub select_coarse_floor: bool,
     /// `--select-owned-tiles`.
@@ -450,6 +456,7 @@ impl Options {
             plan_paired_runs: !args.plan_unpaired_runs && !args.plan_batched_runs,
             plan_direct_line: args.plan_direct_line,
             attention_cluster_merge: args.attention_cluster_merge,
+            attention_prefetch_rows: args.attention_prefetch,
             select_coarse_floor: !args.select_full_floor,
             select_owned_tiles: args.select_owned_tiles,
             select_resident: args.select_resident,

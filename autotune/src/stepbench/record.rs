@@ -188,6 +188,10 @@ pub struct Header {
     /// records written before the option).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub attention_cluster_merge: bool,
+    /// Whether attention prefetched its rows into L2 (`--attention-prefetch`; absent in records
+    /// written before the option).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attention_prefetch_rows: bool,
     /// Whether a peaks select took its floor from two radix passes over the peaks (the default
     /// since 2026-12-06's sixteenth session; false with `--select-full-floor`, and in records
     /// written before).

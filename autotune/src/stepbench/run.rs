@@ -314,6 +314,7 @@ impl Bench {
             plan_paired_runs: self.options.plan_paired_runs,
             plan_direct_line: self.options.plan_direct_line,
             attention_cluster_merge: self.options.attention_cluster_merge,
+            attention_prefetch_rows: self.options.attention_prefetch_rows,
             select_coarse_floor: self.options.select_coarse_floor,
             select_owned_tiles: self.options.select_owned_tiles,
             select_resident: self.options.select_resident,
@@ -839,6 +840,7 @@ fn decoder_config(options: &Options) -> DecoderConfig {
     config.tiles.plan_paired_runs = options.plan_paired_runs;
     config.tiles.plan_direct_line = options.plan_direct_line;
     config.tiles.attention_cluster_merge = options.attention_cluster_merge;
+    config.tiles.attention_prefetch_rows = options.attention_prefetch_rows;
     config.tiles.select_coarse_floor = options.select_coarse_floor;
     config.tiles.select_owned_tiles = options.select_owned_tiles;
     config.tiles.select_resident = options.select_resident;

@@ -835,6 +835,12 @@ fn the_standing_cell_joins_runs_that_reach_it_and_not_others() {
     assert!(!options(&["--plan-unpaired-runs"]).unwrap().plan_paired_runs);
     assert!(!options(&["--plan-batched-runs"]).unwrap().plan_paired_runs);
     assert!(!options(&[]).unwrap().attention_cluster_merge);
+    assert!(!options(&[]).unwrap().attention_prefetch_rows);
+    assert!(
+        options(&["--attention-prefetch"])
+            .unwrap()
+            .attention_prefetch_rows
+    );
     assert!(
         options(&["--attention-cluster-merge"])
             .unwrap()

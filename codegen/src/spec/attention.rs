@@ -132,6 +132,16 @@ pub struct AttentionSpec {
     /// but no faster there (2026-12-06: 10.62 us against 10.59 at 32k).
     #[serde(default, skip_serializing_if = "is_false")]
     pub cluster_merge: bool,
+    /// Ask L2 for every row of the block's share before the first batch loads (one
+    /// `prefetch.global.L2` a 128-byte line of each K and V row, from the positions, right
+    /// after `sel_count`): without it a warp's batches of `rows_per_warp` rows are one
+    /// dependent HBM round trip each (about five at 32k with 8 splits), with it only the
+    /// first waits on HBM and the rest find their lines in L2 or already on their way. The
+    /// output is the same bit for bit (a prefetch moves no data into registers). Opt-in
+    /// (`Tiles::attention_prefetch_rows`, `step-bench --attention-prefetch`) until timed on a
+    /// GPU (2026-12-07).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prefetch_rows: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -243,7 +253,7 @@ impl Family for AttentionSpec {
     }
 
     /// `_s{S}` with more than one split (`_s{S}_cm` merged in a cluster); `_store` and the K/V layout's suffix when the rows
-    /// come from the store.
+    /// come from the store; `_pf` with the rows prefetched into L2.
     fn kernel_name(&self) -> String {
         let splits = match (self.splits, self.cluster_merge) {
             (1, false) => String::new(),
@@ -254,8 +264,9 @@ impl Family for AttentionSpec {
             AttentionRows::Fetched => String::new(),
             AttentionRows::Store => format!("_store{}", self.kv_rows.name_suffix()),
         };
+        let prefetch = if self.prefetch_rows { "_pf" } else { "" };
         format!(
-            "fathom_attention_d{}_g{}_t{}_r{}{splits}{rows}",
+            "fathom_attention_d{}_g{}_t{}_r{}{splits}{rows}{prefetch}",
             self.head_dim, self.group, self.threads, self.rows_per_warp
         )
     }
@@ -268,6 +279,7 @@ impl Family for AttentionSpec {
         context.insert("rows_per_warp", &self.rows_per_warp);
         context.insert("splits", &self.splits);
         context.insert("cluster_merge", &self.cluster_merge);
+        context.insert("prefetch_rows", &self.prefetch_rows);
         // A lane's channels are one vector load where D / 32 is 2, 4 or 8; else strided pairs.
         context.insert("strided", &!self.head_dim.is_power_of_two());
         context.insert("rows_store", &(self.rows == AttentionRows::Store));

@@ -335,6 +335,12 @@ pub struct Tiles {
     /// --attention-cluster-merge`; the GPU tests
     /// `gpu_attention_cluster_merge_matches_the_reference`, `gpu_step_attention_cluster_merge_g4`).
     pub attention_cluster_merge: bool,
+    /// Whether attention asks L2 for every row of a block's share before its first batch
+    /// loads (`AttentionSpec::prefetch_rows`): the batches after the first then wait on L2,
+    /// not on HBM. Opt-in until timed on a GPU (`step-bench --attention-prefetch`; the GPU
+    /// tests `gpu_attention_prefetched_rows_match_the_reference`,
+    /// `gpu_step_attention_prefetch_rows_g4`).
+    pub attention_prefetch_rows: bool,
     /// Whether a peaks select (`SelectAlgorithm::peaks`: the algorithm chosen, from a record
     /// or `select_algorithm`, is one of the four) takes its floor from two of the three radix
     /// passes over the peaks (`SelectSpec::coarse_floor`): a pass and three block barriers
@@ -413,6 +419,7 @@ impl Default for Tiles {
             plan_paired_runs: true,
             plan_direct_line: false,
             attention_cluster_merge: false,
+            attention_prefetch_rows: false,
             // Three block barriers fewer: the HBM step at 32k 1.373-1.379 ms against
             // 1.391-1.406 (H100, 2026-12-06, `bench/results/opt-ins-h100-2026-12-06-c4d0baa-*`).
             select_coarse_floor: true,

@@ -215,6 +215,7 @@ fn fetch_attention(
         splits,
         cluster_merge: tiles.attention_cluster_merge
             && (2..=codegen::spec::MAX_CLUSTER_SPLITS).contains(&splits),
+        prefetch_rows: tiles.attention_prefetch_rows,
     };
     Ok((fetch, attention))
 }

@@ -722,3 +722,28 @@ fn a_cluster_merge_reaches_split_attention_of_at_most_eight_blocks_only() {
         assert_eq!(kernel.launch.grid, want, "{splits} splits");
     }
 }
+
+#[test]
+fn prefetched_rows_reach_attention_only_when_asked_for() {
+    // Off unless asked for (not yet timed on a GPU).
+    assert!(!Tiles::default().attention_prefetch_rows);
+    let s = shape(4, 100_000, Placement::Hbm);
+    let method = Method::Fathom { bits: 48.0 };
+    for asked in [false, true] {
+        let tiles = Tiles {
+            attention_prefetch_rows: asked,
+            ..fetched()
+        };
+        let plan = plan_inputs(s, method, None, 64, &tiles, None).unwrap();
+        let spec = plan.specs.attention;
+        assert_eq!(spec.prefetch_rows, asked);
+        let op = plan
+            .operations
+            .iter()
+            .find(|op| op.role == Role::Attention)
+            .unwrap();
+        let entry = &op.kernel.as_ref().unwrap().entry;
+        assert_eq!(entry, &spec.kernel_name());
+        assert_eq!(entry.ends_with("_pf"), asked, "{entry}");
+    }
+}
