@@ -71,10 +71,10 @@ struct Args {
     #[arg(long)]
     timings: bool,
     /// Where the plan of the store cases (scan, gather, transfer, plan) takes its queries and
-    /// channel variances: `random` (the default; every committed record) or `synthetic`,
-    /// step-bench's SPEC §11 layers, whose plans read fewer channels at more depths (to compare
-    /// the tuner's ranking with the step's; needs a scratch `--out`).
-    #[arg(long, value_enum, default_value_t = PlanSource::Random, value_name = "SOURCE")]
+    /// channel variances: `synthetic` (the default since 2026-12-07), step-bench's SPEC §11
+    /// layers, whose plans read fewer channels at more depths, as a model's do, or `random`
+    /// (uniform queries and variances, as every record made before then).
+    #[arg(long, value_enum, default_value_t = PlanSource::Synthetic, value_name = "SOURCE")]
     plan_inputs: PlanSource,
     /// Tune nothing: print the summary table of this record and rewrite its SVG plot beside
     /// it (no GPU needed).
@@ -97,19 +97,6 @@ struct Args {
     /// The record `--merge` writes into.
     #[arg(long, value_name = "RECORD.json", requires = "merge")]
     into: Option<std::path::PathBuf>,
-}
-
-/// `--plan-inputs` other than `random` writes only into a scratch `--out`: its entries are
-/// timed on plans unlike those of the records the runtime reads.
-fn check_plan_inputs(source: PlanSource, out: Option<&std::path::Path>) -> Result<(), String> {
-    if source != PlanSource::Random && out.is_none() {
-        return Err(
-            "--plan-inputs synthetic times the store cases on plans unlike the committed \
-             records': give a scratch --out DIR, not the directory the runtime reads records from"
-                .into(),
-        );
-    }
-    Ok(())
 }
 
 /// `--merge FROM --into RECORD`.
@@ -215,7 +202,6 @@ fn run(args: &Args) -> Result<(), String> {
     if let (Some(from), Some(into)) = (&args.merge, &args.into) {
         return merge(from, into);
     }
-    check_plan_inputs(args.plan_inputs, args.out.as_deref())?;
     let shapes = args
         .config
         .iter()
@@ -385,21 +371,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn synthetic_plan_inputs_need_a_scratch_out() {
-        let args = Args::try_parse_from(["autotune", "--plan-inputs", "synthetic"]).unwrap();
-        let err = check_plan_inputs(args.plan_inputs, args.out.as_deref()).unwrap_err();
-        assert!(err.contains("--out"), "{err}");
-        let args =
-            Args::try_parse_from(["autotune", "--plan-inputs", "synthetic", "--out", "/tmp/x"])
-                .unwrap();
-        assert_eq!(
-            check_plan_inputs(args.plan_inputs, args.out.as_deref()),
-            Ok(())
-        );
+    fn plan_inputs_are_synthetic_unless_asked_otherwise() {
         let args = Args::try_parse_from(["autotune"]).unwrap();
+        assert_eq!(args.plan_inputs, PlanSource::Synthetic);
+        let args = Args::try_parse_from(["autotune", "--plan-inputs", "random"]).unwrap();
         assert_eq!(args.plan_inputs, PlanSource::Random);
-        assert_eq!(check_plan_inputs(args.plan_inputs, None), Ok(()));
         let bad = Args::try_parse_from(["autotune", "--plan-inputs", "real"]).unwrap_err();
         assert!(bad.to_string().contains("synthetic"), "{bad}");
+        assert!(bad.to_string().contains("random"), "{bad}");
     }
 }

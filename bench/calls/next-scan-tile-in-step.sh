@@ -39,10 +39,12 @@ json.dump(r, open(sys.argv[2], "w"), indent=2)
 PY
   done
   export FATHOM_KERNEL_CACHE=/tmp/kc-tile
-  for round in 1 2; do
+  # A 1M step-bench spends ~60 s making its layers before the first step (2026-12-07: 60 s
+  # was too short), so SB_LIMIT (150) each; ROUNDS (2) alternations.
+  for round in $(seq 1 ${ROUNDS:-2}); do
     for t in 64 128; do
-      [ "$(left)" -gt 70 ] || break
-      FATHOM_TUNING_DIR=/tmp/rec-t$t timeout -k 10 "$(lim 60)" "$B/step-bench" --model qwen3-8b --methods "fathom(48)" \
+      [ "$(left)" -gt 100 ] || break
+      FATHOM_TUNING_DIR=/tmp/rec-t$t timeout -k 10 "$(lim ${SB_LIMIT:-150})" "$B/step-bench" --model qwen3-8b --methods "fathom(48)" \
         --contexts 1m --placement hbm --batch 1 --no-standing --commit "${C:-unknown}-t$t" --out "$L/sb-t$t-$round" \
         > "$L/step-bench-t$t-$round.txt" 2>&1
       el "step-bench t$t round $round rc=$?"

@@ -20,17 +20,21 @@ pub const PLAN_BITS: f32 = 48.0;
 
 /// Where the queries and channel variances of the store cases' plan come from (`autotune
 /// --plan-inputs`). The plan decides how many runs a scan step reads and at which depths, so
-/// the two give the scan different work at the same bits: `random` (the default, what every
-/// record was made with) reads ~34 channels almost all at depth 1 at qwen3-8b's shape,
-/// `synthetic` ~22 over depths 1 to 4, as step-bench's plans do (CPU, 2026-12-07).
+/// the two give the scan different work at the same bits: `random` reads ~34 channels almost
+/// all at depth 1 at qwen3-8b's shape, `synthetic` ~22 over depths 1 to 4, as step-bench's
+/// plans do (CPU, 2026-12-07). `synthetic` is the default since 2026-12-07 (twenty-seventh
+/// session): on an H100 the HBM 1M scan's candidates timed on it ranked as the step runs them
+/// (w8 t64 tc 99.97 us, t128 104.13; ncu in the step 99.68 and 104.19), while on random plans
+/// t128 came first (107.94 against 109.41).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlanSource {
-    /// Uniform queries and variances 10^U(-1, 1), seeded by the context.
-    #[default]
+    /// Uniform queries and variances 10^U(-1, 1), seeded by the context (every record made
+    /// before 2026-12-07's twenty-seventh session).
     Random,
     /// step-bench's (SPEC §11 synthetic layers, `stepbench::data`): each KV head generated for
     /// the calibration window, its variances fitted as step-bench fits them, its queries moved
     /// to the case's context by RoPE.
+    #[default]
     Synthetic,
 }
 
@@ -422,6 +426,24 @@ mod tests {
                     .active_channels()
             })
             .collect()
+    }
+
+    /// Every head dimension and group size a model may bring (`--config`) gets synthetic plan
+    /// inputs, the default's, at a context under the calibration window and at one over it.
+    #[test]
+    fn synthetic_plan_inputs_exist_for_every_shape() {
+        for d in [64, 80, 96, 128, 192, 256] {
+            for (group, tokens) in [(1, 1000), (7, 40_000), (16, 2048)] {
+                let (q, s2) = synthetic_plan_inputs(1, group, d, tokens)
+                    .unwrap_or_else(|e| panic!("D = {d}, G = {group}, {tokens} tokens: {e}"));
+                assert_eq!((q.len(), s2.len()), (group * d, d));
+                assert!(q.iter().chain(&s2).all(|v| v.is_finite()), "D = {d}, G = {group}");
+                let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+                let queries: Vec<Vec<f64>> = q.chunks(d).map(widen).collect();
+                let plan = water_fill(&queries, &widen(&s2), PLAN_BITS as f64, BlockSize::B64);
+                assert!(plan.is_ok(), "D = {d}, G = {group}: {plan:?}");
+            }
+        }
     }
 
     #[test]

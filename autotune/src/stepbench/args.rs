@@ -130,7 +130,8 @@ pub struct Args {
     #[arg(long)]
     pub attention_cluster_merge: bool,
     /// Have attention ask L2 for every row of a block's share before its first batch loads
-    /// (`Tiles::attention_prefetch_rows`, off by default until timed; files `-attnpf`).
+    /// (`Tiles::attention_prefetch_rows`, opt-in: exact on an H100 but 1.7% slower at HBM 32k;
+    /// files `-attnpf`).
     #[arg(long)]
     pub attention_prefetch: bool,
     /// Take a peaks select's floor from all three radix passes over the peaks (the exact k-th

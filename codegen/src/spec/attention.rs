@@ -138,8 +138,10 @@ pub struct AttentionSpec {
     /// dependent HBM round trip each (about five at 32k with 8 splits), with it only the
     /// first waits on HBM and the rest find their lines in L2 or already on their way. The
     /// output is the same bit for bit (a prefetch moves no data into registers). Opt-in
-    /// (`Tiles::attention_prefetch_rows`, `step-bench --attention-prefetch`) until timed on a
-    /// GPU (2026-12-07).
+    /// (`Tiles::attention_prefetch_rows`, `step-bench --attention-prefetch`): exact and
+    /// sanitizer-clean on an H100 but **slower** (2026-12-07, e76dcd6: the 32k attention 8.70
+    /// -> 9.02 us under ncu in the step, HBM 32k fathom(48) 1.318 -> 1.340 ms a step), so the
+    /// batches' loads were not waiting on HBM one round trip at a time.
     #[serde(default, skip_serializing_if = "is_false")]
     pub prefetch_rows: bool,
 }

@@ -337,8 +337,9 @@ pub struct Tiles {
     pub attention_cluster_merge: bool,
     /// Whether attention asks L2 for every row of a block's share before its first batch
     /// loads (`AttentionSpec::prefetch_rows`): the batches after the first then wait on L2,
-    /// not on HBM. Opt-in until timed on a GPU (`step-bench --attention-prefetch`; the GPU
-    /// tests `gpu_attention_prefetched_rows_match_the_reference`,
+    /// not on HBM. Opt-in: exact on an H100 but slower there (HBM 32k fathom(48) 1.318 ->
+    /// 1.340 ms a step, 2026-12-07; `step-bench --attention-prefetch`; the GPU tests
+    /// `gpu_attention_prefetched_rows_match_the_reference`,
     /// `gpu_step_attention_prefetch_rows_g4`).
     pub attention_prefetch_rows: bool,
     /// Whether a peaks select (`SelectAlgorithm::peaks`: the algorithm chosen, from a record
