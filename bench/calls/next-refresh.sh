@@ -35,7 +35,7 @@ cd $L && { cat nvidia-smi.txt timeline.txt; grep -E "^\s*(ceilings|compile|prepa
   for f in step-bench-*.txt; do echo "== $f"; grep -E "^method|^fathom|^sparq" $f; done
   for f in times-*.txt; do echo "== $f"; head -8 $f; done; } > $OUT/summary.txt 2>&1
 mkdir -p $OUT/record && cp $L/tune/* $OUT/record/ 2>/dev/null
-# a call after this one on the warm machine can time this record (next-scan-tile-in-step.sh REC=)
+# a call after this one on the warm machine can time this record (FATHOM_TUNING_DIR=/tmp/refresh-tune)
 rm -rf /tmp/refresh-tune && cp -r $L/tune /tmp/refresh-tune 2>/dev/null
 tar czf $OUT/refresh.tgz -C $OUT logs && rm -rf $L
 cat $OUT/summary.txt
