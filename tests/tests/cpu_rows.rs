@@ -590,6 +590,27 @@ impl AttentionCase {
     }
 }
 
+/// The attention spec over the fetched rows, one split a head or `splits`, nothing opt-in.
+fn fetched_attention(
+    d: usize,
+    g: usize,
+    threads: u32,
+    rows_per_warp: u32,
+    splits: u32,
+) -> AttentionSpec {
+    AttentionSpec {
+        head_dim: d as u32,
+        group: g as u32,
+        threads,
+        rows_per_warp,
+        rows: AttentionRows::Fetched,
+        kv_rows: KvRows::Separate,
+        splits,
+        cluster_merge: false,
+        prefetch_rows: false,
+    }
+}
+
 #[test]
 fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
     let (mut rng, seed) = inputs::rng_and_seed("cpu_rows attention from the store");
@@ -600,17 +621,7 @@ fn attention_from_the_store_equals_attention_over_the_fetched_rows() {
         (128, 3, 9, 32, 3),
     ] {
         let case = AttentionCase::draw(&mut rng, d, g, k);
-        let fetched = AttentionSpec {
-            head_dim: d as u32,
-            group: g as u32,
-            threads,
-            rows_per_warp,
-            rows: AttentionRows::Fetched,
-            kv_rows: KvRows::Separate,
-            splits: 1,
-            cluster_merge: false,
-            prefetch_rows: false,
-        };
+        let fetched = fetched_attention(d, g, threads, rows_per_warp, 1);
         let want = case.run(fetched, seed).unwrap();
         for kv_rows in KvRows::ALL {
             let store = AttentionSpec {
@@ -654,17 +665,7 @@ fn split_attention_merges_to_the_f64_attention() {
         (128, 2, 40, 32, 8, 5),
     ] {
         let case = AttentionCase::draw(&mut rng, d, g, k);
-        let fetched = AttentionSpec {
-            head_dim: d as u32,
-            group: g as u32,
-            threads,
-            rows_per_warp,
-            rows: AttentionRows::Fetched,
-            kv_rows: KvRows::Separate,
-            splits,
-            cluster_merge: false,
-            prefetch_rows: false,
-        };
+        let fetched = fetched_attention(d, g, threads, rows_per_warp, splits);
         let store = AttentionSpec {
             rows: AttentionRows::Store,
             kv_rows: KvRows::Adjacent,
@@ -736,17 +737,7 @@ fn attention_with_prefetched_rows_gives_the_same_bits() {
         (128, 2, 40, 32, 8, 5),
     ] {
         let case = AttentionCase::draw(&mut rng, d, g, k);
-        let fetched = AttentionSpec {
-            head_dim: d as u32,
-            group: g as u32,
-            threads,
-            rows_per_warp,
-            rows: AttentionRows::Fetched,
-            kv_rows: KvRows::Separate,
-            splits,
-            cluster_merge: false,
-            prefetch_rows: false,
-        };
+        let fetched = fetched_attention(d, g, threads, rows_per_warp, splits);
         let stores = KvRows::ALL.map(|kv_rows| AttentionSpec {
             rows: AttentionRows::Store,
             kv_rows,

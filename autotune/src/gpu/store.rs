@@ -437,7 +437,10 @@ mod tests {
                 let (q, s2) = synthetic_plan_inputs(1, group, d, tokens)
                     .unwrap_or_else(|e| panic!("D = {d}, G = {group}, {tokens} tokens: {e}"));
                 assert_eq!((q.len(), s2.len()), (group * d, d));
-                assert!(q.iter().chain(&s2).all(|v| v.is_finite()), "D = {d}, G = {group}");
+                assert!(
+                    q.iter().chain(&s2).all(|v| v.is_finite()),
+                    "D = {d}, G = {group}"
+                );
                 let widen = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
                 let queries: Vec<Vec<f64>> = q.chunks(d).map(widen).collect();
                 let plan = water_fill(&queries, &widen(&s2), PLAN_BITS as f64, BlockSize::B64);
