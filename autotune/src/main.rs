@@ -74,7 +74,7 @@ struct Args {
     /// channel variances: `synthetic` (the default since 2026-12-07), step-bench's SPEC §11
     /// layers, whose plans read fewer channels at more depths, as a model's do, or `random`
     /// (uniform queries and variances, as every record made before then).
-    #[arg(long, value_enum, default_value_t = PlanSource::Synthetic, value_name = "SOURCE")]
+    #[arg(long, value_enum, default_value_t = PlanSource::default(), value_name = "SOURCE")]
     plan_inputs: PlanSource,
     /// Tune nothing: print the summary table of this record and rewrite its SVG plot beside
     /// it (no GPU needed).

@@ -725,7 +725,7 @@ fn a_cluster_merge_reaches_split_attention_of_at_most_eight_blocks_only() {
 
 #[test]
 fn prefetched_rows_reach_attention_only_when_asked_for() {
-    // Off unless asked for (not yet timed on a GPU).
+    // Off unless asked for (exact on an H100 but slower there, 2026-12-07).
     assert!(!Tiles::default().attention_prefetch_rows);
     let s = shape(4, 100_000, Placement::Hbm);
     let method = Method::Fathom { bits: 48.0 };
