@@ -115,6 +115,8 @@ pub struct GpuBench {
     /// Reference stores by (head dimension, tokens), as many heads as any case asked for:
     /// encoding 1M tokens on the CPU is the slowest part of a case, so it is done once.
     references: HashMap<(usize, usize), Vec<HeadStore>>,
+    /// `PlanSource::Synthetic`'s layer of the last shape planned.
+    synthetic: Option<store::SyntheticLayer>,
     prepared: Option<Prepared>,
     winners: HashMap<EntryKey, Tile>,
     inputs: inputs::Inputs,
@@ -133,6 +135,7 @@ impl GpuBench {
         Ok(GpuBench {
             dev: Device::new(gpu, ceilings)?,
             references: HashMap::new(),
+            synthetic: None,
             prepared: None,
             winners: HashMap::new(),
             inputs: inputs::Inputs::default(),
@@ -387,7 +390,8 @@ impl GpuBench {
             let staging = Staging::new(gpu, heads, store.max_seg, d)?;
             let plan_spec = store::plan_spec(d, g);
             let plan_kernel = self.dev.function(plan_spec.into())?;
-            let inputs = store::PlanInputs::new(gpu, heads, g, d, n, self.plan_source)?;
+            let inputs =
+                store::PlanInputs::new(gpu, heads, g, d, n, self.plan_source, &mut self.synthetic)?;
             let plan = store::plan(gpu, &plan_kernel, plan_spec, &store, &staging, inputs)?;
             let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
             let mut sample: Vec<usize> = (0..n).collect::<Vec<_>>();
@@ -447,6 +451,19 @@ impl GpuBench {
             ceiling: Some(ceiling),
         })
     }
+}
+
+/// Whether the scores of a store variant's `parts` come from a tensor-core scan: the last scan
+/// among them writes them (a gather's or a transfer's check runs the run's best HBM scan).
+fn scores_from_tensor_cores(parts: &[(KernelSpec, bool)]) -> bool {
+    parts
+        .iter()
+        .rev()
+        .find_map(|(k, _)| match k {
+            KernelSpec::Scan(s) => Some(s.tensor_cores),
+            _ => None,
+        })
+        .unwrap_or(false)
 }
 
 /// The sampled scores of a scan candidate against the reference, within the tolerance of the
@@ -552,18 +569,14 @@ impl Bench for GpuBench {
         match kind(case) {
             Kind::Store => {
                 let parts = self.parts(case, variant, true)?;
+                // The bound is that of the scan that wrote the scores: a gather or transfer is
+                // checked through the run's best scan tile, which may be a tensor-core one.
+                let tensor_cores = scores_from_tensor_cores(&parts);
                 let launches = self.launches(case, parts)?;
                 dev.gpu
                     .fill(&self.prepared()?.scores, 0xff)
                     .map_err(gpu_err)?;
                 dev.run_once(&launches)?;
-                let tensor_cores = matches!(
-                    variant,
-                    Variant::Tile(Tile::Scan {
-                        tensor_cores: true,
-                        ..
-                    })
-                );
                 self.compare(case, tensor_cores)
             }
             Kind::Plan => {
@@ -631,6 +644,40 @@ impl Bench for GpuBench {
 mod tests {
     use super::*;
     use crate::candidates::SUBJECTS;
+
+    /// A gather checked through a tensor-core scan is held to the tensor-core bound: with the
+    /// plain one, every gather of the 2026-12-08 H100 record was disqualified at G = 4 and 8.
+    #[test]
+    fn a_check_takes_the_bound_of_the_scan_that_wrote_the_scores() {
+        let case = Case {
+            subject: Subject::Kernel(TunedFamily::Gather),
+            head_dim: 128,
+            group: 4,
+            kv_heads: 8,
+            placement: Placement::Host,
+            tokens: 1 << 17,
+            opt_in: Default::default(),
+            grid: Default::default(),
+        };
+        let gather: KernelSpec = gather_spec(&case, 4, 128).into();
+        let scan = |tc: bool| -> KernelSpec {
+            let hbm = Case {
+                placement: Placement::Hbm,
+                ..case.clone()
+            };
+            scan_spec(&hbm, 2, 128, tc).into()
+        };
+        assert!(scores_from_tensor_cores(&[
+            (gather.clone(), false),
+            (scan(true), true)
+        ]));
+        assert!(!scores_from_tensor_cores(&[
+            (gather.clone(), false),
+            (scan(false), true)
+        ]));
+        assert!(scores_from_tensor_cores(&[(scan(true), false)]));
+        assert!(!scores_from_tensor_cores(&[(gather, false)]));
+    }
 
     #[test]
     fn every_subject_has_a_bench() {

@@ -230,6 +230,8 @@ pub struct PlanInputs {
 impl PlanInputs {
     /// Queries of `heads × group` query heads and variances of `heads × d` channels for a
     /// context of `tokens`, from `source`.
+    /// `layers` keeps the synthetic layer of the last shape asked for (a run asks each shape
+    /// for every context and placement in turn).
     pub fn new(
         gpu: &Gpu,
         heads: usize,
@@ -237,11 +239,14 @@ impl PlanInputs {
         d: usize,
         tokens: usize,
         source: PlanSource,
+        layers: &mut Option<SyntheticLayer>,
     ) -> Result<Self, String> {
         let e = |x: runtime::gpu::GpuError| x.to_string();
         let (queries, sigma2) = match source {
             PlanSource::Random => random_plan_inputs(heads, group, d, tokens),
-            PlanSource::Synthetic => synthetic_plan_inputs(heads, group, d, tokens)?,
+            PlanSource::Synthetic => {
+                SyntheticLayer::keep(layers, heads, group, d, tokens)?.plan_inputs(tokens)
+            }
         };
         Ok(PlanInputs {
             group,
@@ -271,36 +276,96 @@ pub fn random_plan_inputs(
     (queries, sigma2)
 }
 
-/// `PlanSource::Synthetic`'s queries `[heads][group][d]` and variances `[heads][d]`.
+/// `PlanSource::Synthetic`'s layer of one shape, generated for the calibration window: each
+/// KV head's variances and its queries at the window's end. Every context past the window
+/// shares it (a context's queries are these moved by RoPE), so a run generates it once a shape
+/// (~1 s on two cores; it was generated for every case, 18 times in a default run).
+pub struct SyntheticLayer {
+    /// (heads, group, d, generated tokens).
+    shape: (usize, usize, usize, usize),
+    rope_base: f64,
+    /// `[heads][group][d]`, at position `generated`.
+    queries: Vec<Vec<Vec<f64>>>,
+    /// `[heads][d]`.
+    sigma2: Vec<f32>,
+}
+
+impl SyntheticLayer {
+    fn generate(heads: usize, group: usize, d: usize, generated: usize) -> Result<Self, String> {
+        use crate::stepbench::data;
+        let settings = reference::synthetic::SyntheticSettings {
+            seed: SYNTHETIC_SEED,
+            n: generated,
+            head_dim: d,
+            kv_heads: heads,
+            group,
+            ..Default::default()
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let slots = data::generate_slots(std::slice::from_ref(&settings), threads, &|| {})
+            .map_err(|e| e.to_string())?;
+        let (mut queries, mut sigma2) = (Vec::new(), Vec::new());
+        for (h, head) in slots[0].iter().enumerate() {
+            // double_sparsity's channels are fitted too but not read: r = 1 costs least.
+            let calibration =
+                data::calibrate(head, &settings, 0, h, 1).map_err(|e| e.to_string())?;
+            sigma2.extend(calibration.sigma2.iter().map(|&v| v as f32));
+            queries.push(head.queries.clone());
+        }
+        Ok(SyntheticLayer {
+            shape: (heads, group, d, generated),
+            rope_base: settings.rope_base,
+            queries,
+            sigma2,
+        })
+    }
+
+    /// The layer of this shape for a context of `tokens`, from `kept` where it holds it (else
+    /// generated and kept there).
+    fn keep(
+        kept: &mut Option<SyntheticLayer>,
+        heads: usize,
+        group: usize,
+        d: usize,
+        tokens: usize,
+    ) -> Result<&SyntheticLayer, String> {
+        // The variances are fitted on the calibration window only: no more tokens are needed.
+        let generated = tokens.min(crate::stepbench::data::CALIBRATION_WINDOW);
+        let shape = (heads, group, d, generated);
+        if kept.as_ref().map(|l| l.shape) != Some(shape) {
+            *kept = None;
+            *kept = Some(SyntheticLayer::generate(heads, group, d, generated)?);
+        }
+        Ok(kept.as_ref().expect("kept above"))
+    }
+
+    /// Queries `[heads][group][d]` at decode position `tokens` and variances `[heads][d]`.
+    fn plan_inputs(&self, tokens: usize) -> (Vec<f32>, Vec<f32>) {
+        let generated = self.shape.3;
+        let queries = self
+            .queries
+            .iter()
+            .flat_map(|head| {
+                crate::stepbench::data::queries_moved(head, generated, tokens, self.rope_base)
+            })
+            .flatten()
+            .map(|v| v as f32)
+            .collect();
+        (queries, self.sigma2.clone())
+    }
+}
+
+/// `PlanSource::Synthetic`'s queries `[heads][group][d]` and variances `[heads][d]`, generated
+/// afresh.
+#[cfg(test)]
 pub fn synthetic_plan_inputs(
     heads: usize,
     group: usize,
     d: usize,
     tokens: usize,
 ) -> Result<(Vec<f32>, Vec<f32>), String> {
-    use crate::stepbench::data;
-    // The variances are fitted on the calibration window only: no more tokens are needed.
-    let generated = tokens.min(data::CALIBRATION_WINDOW);
-    let settings = reference::synthetic::SyntheticSettings {
-        seed: SYNTHETIC_SEED,
-        n: generated,
-        head_dim: d,
-        kv_heads: heads,
-        group,
-        ..Default::default()
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let slots = data::generate_slots(std::slice::from_ref(&settings), threads, &|| {})
-        .map_err(|e| e.to_string())?;
-    let (mut queries, mut sigma2) = (Vec::new(), Vec::new());
-    for (h, head) in slots[0].iter().enumerate() {
-        // double_sparsity's channels are fitted too but not read: r = 1 costs least.
-        let calibration = data::calibrate(head, &settings, 0, h, 1).map_err(|e| e.to_string())?;
-        sigma2.extend(calibration.sigma2.iter().map(|&v| v as f32));
-        for q in data::queries_at(head, generated, tokens, settings.rope_base) {
-            queries.extend(q.iter().map(|&v| v as f32));
-        }
-    }
+    let (queries, sigma2) =
+        SyntheticLayer::keep(&mut None, heads, group, d, tokens)?.plan_inputs(tokens);
     if queries.len() != heads * group * d || sigma2.len() != heads * d {
         return Err(format!(
             "synthetic plan inputs: {} query and {} variance values for {heads} KV heads, G = \
@@ -446,6 +511,29 @@ mod tests {
                 let plan = water_fill(&queries, &widen(&s2), PLAN_BITS as f64, BlockSize::B64);
                 assert!(plan.is_ok(), "D = {d}, G = {group}: {plan:?}");
             }
+        }
+    }
+
+    /// A run keeps one shape's layer for all its contexts: what it plans on is what a fresh
+    /// generation gives, context by context, and a new shape is generated anew.
+    #[test]
+    fn a_kept_synthetic_layer_plans_as_a_fresh_one() {
+        let mut kept = None;
+        for (heads, group, tokens) in [
+            (2, 4, 40_000),
+            (2, 4, 70_000),
+            (2, 4, 5_000),
+            (3, 4, 70_000),
+            (3, 7, 70_000),
+        ] {
+            let from_kept = SyntheticLayer::keep(&mut kept, heads, group, 64, tokens)
+                .unwrap()
+                .plan_inputs(tokens);
+            assert_eq!(
+                from_kept,
+                synthetic_plan_inputs(heads, group, 64, tokens).unwrap(),
+                "{heads} KV heads, G = {group}, {tokens} tokens"
+            );
         }
     }
 

@@ -106,8 +106,13 @@ pub fn rope_shift(x: &[f64], delta: i64, base: f64) -> Vec<f64> {
 /// The queries of a head generated for `generated` tokens, moved to decode position `n` (the
 /// end of a window of the first `n` tokens): `[g][D]`.
 pub fn queries_at(head: &SyntheticHead, generated: usize, n: usize, base: f64) -> Vec<Vec<f64>> {
+    queries_moved(&head.queries, generated, n, base)
+}
+
+/// `queries`, generated at position `generated`, moved to decode position `n`.
+pub fn queries_moved(queries: &[Vec<f64>], generated: usize, n: usize, base: f64) -> Vec<Vec<f64>> {
     let delta = n as i64 - generated as i64;
-    head.queries
+    queries
         .iter()
         .map(|q| {
             if delta == 0 {
