@@ -668,11 +668,11 @@ mod tests {
             scan_spec(&hbm, 2, 128, tc).into()
         };
         assert!(scores_from_tensor_cores(&[
-            (gather.clone(), false),
+            (gather, false),
             (scan(true), true)
         ]));
         assert!(!scores_from_tensor_cores(&[
-            (gather.clone(), false),
+            (gather, false),
             (scan(false), true)
         ]));
         assert!(scores_from_tensor_cores(&[(scan(true), false)]));
