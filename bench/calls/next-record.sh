@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The record re-made whole at today's defaults on whichever card comes, once its gather and
-# transfer checks take the bound of the scan they run through (the 2026-12-08 run at 886d623
-# disqualified every gather at G = 4 (128k, 1M) and G = 8 (32k, 128k): the run's best HBM scan
-# is a tensor-core one, checked within the plain scan's bound) and the synthetic plan inputs are
-# generated once a shape (they were 18 times; prepare 82.9 -> 127.6 s). Then step-bench
-# fathom(48) and sparq(32) under it (HBM 32k and 1M, host 1M), then `autotune --quick` cold into
-# a scratch folder (issue #15 item 7: within 30 s).
+# The record re-made whole at today's defaults on whichever card comes (ran on an H100 at
+# 9bc2853, 2026-12-08: the committed H100 record; the H200's is still c4d3276's, made on random
+# plans before one wave and the scan's peaks), then step-bench fathom(48) and sparq(32) under it
+# (HBM 32k and 1M, host 1M), then `autotune --quick` cold into a scratch folder (issue #15 item
+# 7: the default run within 180 s and --quick within 30 s on the H200). AUTOTUNE_ONLY=1 skips
+# the step-benches (a call of ~270 s).
 # From the repository root, after `scripts/pack-gpu.sh`; carry [".gpu"]:
 #   C=$(git rev-parse --short HEAD) BUDGET=560 bash bench/calls/next-record.sh
 set -u
@@ -18,8 +17,10 @@ FATHOM_KERNEL_CACHE=/tmp/kc-record timeout -k 10 $(lim 300) $B/autotune --timing
 el "autotune rc=$?"
 rec=$(ls $L/tune/*.json 2>/dev/null | head -1)
 [ -n "$rec" ] && export FATHOM_TUNING_DIR=$L/tune
-FATHOM_KERNEL_CACHE=/tmp/kc-record step_bench hbm hbm 32k,1m 100
-FATHOM_KERNEL_CACHE=/tmp/kc-record step_bench host host 1m 150
+if [ -z "${AUTOTUNE_ONLY:-}" ]; then
+  FATHOM_KERNEL_CACHE=/tmp/kc-record step_bench hbm hbm 32k,1m 100
+  FATHOM_KERNEL_CACHE=/tmp/kc-record step_bench host host 1m 150
+fi
 unset FATHOM_TUNING_DIR
 rm -rf /tmp/kc-quick
 [ "$(left)" -gt 45 ] && { FATHOM_KERNEL_CACHE=/tmp/kc-quick timeout -k 10 $(lim 60) $B/autotune --quick --timings \
