@@ -321,8 +321,9 @@ impl Grid {
     /// `--quick` keeps, of the families with the most kernels, the neighbourhood of every
     /// winner recorded on the H200 (2026-12-02, three shapes, three contexts; the tests check
     /// each is kept): the scan in HBM at 4-32 words a tile and 64-256 threads, on the tensor
-    /// cores at 4-8 words and 64-256 threads (where it has won: at 1M, and on the H100 at 32k
-    /// with G = 8, w4 t256, since the scans are timed at the step's one-wave grid), from host memory at
+    /// cores at 4-16 words and 64-256 threads (where it has won: at 1M, and on the H100 at 32k
+    /// with G = 8, w4 t256, since the scans are timed at the step's one-wave grid, and at 128k
+    /// with G = 4, w16 t256, since they are planned on synthetic layers), from host memory at
     /// 16-128 words and 256-1,024 threads, plain only (a tile of host memory needs more loads
     /// in flight than a tensor-core tile's registers allow);
     /// the one-read select at 256-1,024 threads and 2-16 items (it won every case on the H200,
@@ -350,7 +351,7 @@ impl Grid {
                 }),
             ) => match placement {
                 Placement::Hbm if *tensor_cores => {
-                    (4..=8).contains(tile_words) && (64..=256).contains(threads)
+                    (4..=16).contains(tile_words) && (64..=256).contains(threads)
                 }
                 Placement::Hbm => (4..=32).contains(tile_words) && (64..=256).contains(threads),
                 Placement::Host => {
