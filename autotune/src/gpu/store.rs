@@ -229,8 +229,7 @@ pub struct PlanInputs {
 
 impl PlanInputs {
     /// Queries of `heads × group` query heads and variances of `heads × d` channels for a
-    /// context of `tokens`, from `source`.
-    /// `layers` keeps the synthetic layer of the last shape asked for (a run asks each shape
+    /// context of `tokens`, from `source`; `layers` keeps the synthetic layer of the last shape asked for (a run asks each shape
     /// for every context and placement in turn).
     pub fn new(
         gpu: &Gpu,
@@ -312,6 +311,14 @@ impl SyntheticLayer {
             sigma2.extend(calibration.sigma2.iter().map(|&v| v as f32));
             queries.push(head.queries.clone());
         }
+        let values: usize = queries.iter().flatten().map(Vec::len).sum();
+        if values != heads * group * d || sigma2.len() != heads * d {
+            return Err(format!(
+                "synthetic plan inputs: {values} query and {} variance values for {heads} KV \
+                 heads, G = {group}, D = {d}",
+                sigma2.len()
+            ));
+        }
         Ok(SyntheticLayer {
             shape: (heads, group, d, generated),
             rope_base: settings.rope_base,
@@ -364,17 +371,7 @@ pub fn synthetic_plan_inputs(
     d: usize,
     tokens: usize,
 ) -> Result<(Vec<f32>, Vec<f32>), String> {
-    let (queries, sigma2) =
-        SyntheticLayer::keep(&mut None, heads, group, d, tokens)?.plan_inputs(tokens);
-    if queries.len() != heads * group * d || sigma2.len() != heads * d {
-        return Err(format!(
-            "synthetic plan inputs: {} query and {} variance values for {heads} KV heads, G = \
-             {group}, D = {d}",
-            queries.len(),
-            sigma2.len()
-        ));
-    }
-    Ok((queries, sigma2))
+    Ok(SyntheticLayer::keep(&mut None, heads, group, d, tokens)?.plan_inputs(tokens))
 }
 
 /// The plan kernel's arguments (its launch ABI, `codegen::spec::plan`) for `fathom(PLAN_BITS)`
